@@ -1,1 +1,419 @@
-//! placeholder
+//! Dev-only helpers to run and fault real `redis-server` processes in tests.
+//!
+//! Each [`RedisNode`] is a `redis-server` child process on a free loopback port
+//! (never 6379), with its own temporary directory and no persistence unless
+//! asked for. Tests can fault it: [`kill`](RedisNode::kill) (SIGKILL),
+//! [`pause`](RedisNode::pause) (SIGSTOP), [`resume`](RedisNode::resume)
+//! (SIGCONT) and [`restart`](RedisNode::restart) on the same port.
+//! [`RedisNodes`] is a set of independent nodes (not a Redis Cluster), as used
+//! by Redlock-style algorithms.
+//!
+//! Processes are killed when their handle drops, also while a test panics,
+//! and get SIGKILL from the kernel if the test process itself dies.
+//! Linux only (`prctl(PR_SET_PDEATHSIG)`); needs `redis-server` on PATH.
+//!
+//! ```no_run
+//! use redlease_testkit::{NodeConfig, RedisNodes};
+//!
+//! let mut nodes = RedisNodes::start(3);
+//! let urls = nodes.urls(); // hand these to the code under test
+//! assert_eq!(urls.len(), 3);
+//!
+//! nodes.node_mut(0).kill(); // a minority fails...
+//! nodes.node_mut(1).pause(); // ...or hangs
+//! nodes.node_mut(1).resume();
+//! nodes.node_mut(0).restart(); // same port, same directory
+//!
+//! // Durable node: data survives kill + restart.
+//! let _aof = RedisNodes::start_with(
+//!     1,
+//!     NodeConfig::new().arg("appendonly", "yes").arg("appendfsync", "always"),
+//! );
+//! // Everything is stopped and cleaned up here.
+//! ```
+
+mod process;
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// Attempts at finding a port nobody else grabs before redis binds it.
+const START_ATTEMPTS: usize = 5;
+/// How long one `redis-server` may take to answer PING.
+const READY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `restart` keeps retrying the old port.
+const RESTART_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Extra `redis-server` settings for a node.
+///
+/// By default a node has no persistence (`--save "" --appendonly no`); each
+/// [`arg`](NodeConfig::arg) is passed as `--name value` after the defaults,
+/// so it overrides them.
+///
+/// ```
+/// use redlease_testkit::NodeConfig;
+///
+/// let durable = NodeConfig::new()
+///     .arg("appendonly", "yes")
+///     .arg("appendfsync", "always");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct NodeConfig {
+    args: Vec<(String, String)>,
+}
+
+impl NodeConfig {
+    /// A config with only the defaults: no RDB snapshots, no AOF.
+    ///
+    /// ```
+    /// let config = redlease_testkit::NodeConfig::new();
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `--name value` to the command line, e.g. `("requirepass", "secret")`.
+    ///
+    /// ```
+    /// let config = redlease_testkit::NodeConfig::new().arg("requirepass", "secret");
+    /// ```
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        self.args.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// One `redis-server` child process on `127.0.0.1`; stopped and cleaned on drop.
+///
+/// ```no_run
+/// use redlease_testkit::RedisNode;
+///
+/// let mut node = RedisNode::start();
+/// println!("redis at {}", node.url());
+/// node.kill();
+/// assert!(!node.is_running());
+/// node.restart();
+/// assert!(node.is_running());
+/// ```
+#[derive(Debug)]
+pub struct RedisNode {
+    port: u16,
+    config: NodeConfig,
+    child: Option<Child>,
+    // Declared last so the directory is removed after the process is gone.
+    dir: TempDir,
+}
+
+impl RedisNode {
+    /// Starts a node with [`NodeConfig::new`] and waits until it answers PING.
+    ///
+    /// Panics if `redis-server` is missing or does not come up.
+    ///
+    /// ```no_run
+    /// let node = redlease_testkit::RedisNode::start();
+    /// ```
+    pub fn start() -> RedisNode {
+        Self::start_with(NodeConfig::new())
+    }
+
+    /// Starts a node with `config` and waits until it answers PING.
+    ///
+    /// ```no_run
+    /// use redlease_testkit::{NodeConfig, RedisNode};
+    ///
+    /// let node = RedisNode::start_with(NodeConfig::new().arg("requirepass", "secret"));
+    /// ```
+    pub fn start_with(config: NodeConfig) -> RedisNode {
+        let mut node = Self::launch(config);
+        node.await_started();
+        node
+    }
+
+    /// Spawns on a fresh port without waiting, so several nodes can boot at once.
+    fn launch(config: NodeConfig) -> RedisNode {
+        let dir = tempfile::Builder::new()
+            .prefix("redlease-testkit-")
+            .tempdir()
+            .expect("create temp dir for redis-server");
+        let mut node = RedisNode {
+            port: 0,
+            config,
+            child: None,
+            dir,
+        };
+        node.spawn_on(process::free_port());
+        node
+    }
+
+    fn spawn_on(&mut self, port: u16) {
+        self.port = port;
+        let child = process::spawn_redis(port, self.dir.path(), &self.config)
+            .unwrap_or_else(|e| panic!("failed to spawn redis-server on port {port}: {e}"));
+        self.child = Some(child);
+    }
+
+    /// Waits for the launched process; on failure retries on new ports.
+    fn await_started(&mut self) {
+        for attempt in 1..=START_ATTEMPTS {
+            if self.wait_ready() {
+                return;
+            }
+            if attempt < START_ATTEMPTS {
+                // Most likely another test took the port between probe and bind.
+                self.kill();
+                self.spawn_on(process::free_port());
+            }
+        }
+        let tail = process::log_tail(self.dir.path());
+        self.kill();
+        panic!("redis-server did not start after {START_ATTEMPTS} attempts; log tail:\n{tail}");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let child = self.child.as_mut().expect("a spawned child");
+        process::wait_ready(child, self.port, self.dir.path(), READY_TIMEOUT) == process::Ready::Up
+    }
+
+    /// The TCP port, stable across [`restart`](RedisNode::restart).
+    ///
+    /// ```no_run
+    /// let port = redlease_testkit::RedisNode::start().port();
+    /// ```
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `"127.0.0.1:PORT"`.
+    ///
+    /// ```no_run
+    /// let stream = std::net::TcpStream::connect(redlease_testkit::RedisNode::start().addr());
+    /// ```
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `"redis://127.0.0.1:PORT"` (without credentials, even with `requirepass`).
+    ///
+    /// ```no_run
+    /// let url = redlease_testkit::RedisNode::start().url();
+    /// ```
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr())
+    }
+
+    /// The server's pid; `None` after [`kill`](RedisNode::kill) or if it exited.
+    ///
+    /// ```no_run
+    /// let node = redlease_testkit::RedisNode::start();
+    /// let pid = node.pid().expect("running");
+    /// ```
+    pub fn pid(&self) -> Option<u32> {
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .filter(|&pid| process::alive(pid))
+    }
+
+    /// True while the process exists; a paused (SIGSTOP) node counts as running.
+    ///
+    /// ```no_run
+    /// let mut node = redlease_testkit::RedisNode::start();
+    /// node.kill();
+    /// assert!(!node.is_running());
+    /// ```
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// SIGKILLs the server and reaps it. Idempotent; the directory is kept.
+    ///
+    /// ```no_run
+    /// let mut node = redlease_testkit::RedisNode::start();
+    /// node.kill();
+    /// node.kill(); // no-op
+    /// ```
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            process::signal(child.id(), libc::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOPs the server: connections are accepted but never answered.
+    /// No-op while killed.
+    ///
+    /// ```no_run
+    /// let mut node = redlease_testkit::RedisNode::start();
+    /// node.pause();
+    /// node.resume();
+    /// ```
+    pub fn pause(&mut self) {
+        if let Some(child) = &self.child {
+            process::signal(child.id(), libc::SIGSTOP);
+        }
+    }
+
+    /// SIGCONTs a paused server. No-op while killed.
+    ///
+    /// ```no_run
+    /// let mut node = redlease_testkit::RedisNode::start();
+    /// node.pause();
+    /// node.resume();
+    /// ```
+    pub fn resume(&mut self) {
+        if let Some(child) = &self.child {
+            process::signal(child.id(), libc::SIGCONT);
+        }
+    }
+
+    /// Kills the server if running, then starts a new one on the same port
+    /// with the same config and directory (so an AOF file is reloaded) and
+    /// waits until it answers PING.
+    ///
+    /// Panics if the port stays unavailable for 5 s or the server does not come up.
+    ///
+    /// ```no_run
+    /// let mut node = redlease_testkit::RedisNode::start();
+    /// let port = node.port();
+    /// node.restart();
+    /// assert_eq!(node.port(), port);
+    /// ```
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + RESTART_TIMEOUT;
+        loop {
+            self.spawn_on(self.port);
+            if self.wait_ready() {
+                return;
+            }
+            let tail = process::log_tail(self.dir.path());
+            self.kill();
+            if Instant::now() >= deadline {
+                panic!(
+                    "redis-server could not restart on port {} within {:?}; log tail:\n{tail}",
+                    self.port, RESTART_TIMEOUT
+                );
+            }
+            std::thread::sleep(process::POLL);
+        }
+    }
+
+    /// A `redis::Client` for [`url`](RedisNode::url) (no connection is made yet).
+    ///
+    /// ```no_run
+    /// let node = redlease_testkit::RedisNode::start();
+    /// let mut con = node.client().get_connection().unwrap();
+    /// let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    /// ```
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("valid redis URL")
+    }
+}
+
+impl Drop for RedisNode {
+    fn drop(&mut self) {
+        // SIGKILL also ends a stopped process; SIGCONT first keeps teardown
+        // right if a gentler signal is ever used here.
+        self.resume();
+        self.kill();
+    }
+}
+
+/// A set of independent nodes (not a Redis Cluster), e.g. for Redlock.
+///
+/// ```no_run
+/// use redlease_testkit::RedisNodes;
+///
+/// let mut nodes = RedisNodes::start(5);
+/// nodes.node_mut(0).kill();
+/// let running = nodes.iter().filter(|n| n.is_running()).count();
+/// assert_eq!(running, 4);
+/// ```
+#[derive(Debug)]
+pub struct RedisNodes {
+    nodes: Vec<RedisNode>,
+}
+
+impl RedisNodes {
+    /// Starts `n` nodes with [`NodeConfig::new`].
+    ///
+    /// ```no_run
+    /// let nodes = redlease_testkit::RedisNodes::start(3);
+    /// ```
+    pub fn start(n: usize) -> RedisNodes {
+        Self::start_with(n, NodeConfig::new())
+    }
+
+    /// Starts `n` nodes with `config`; they boot concurrently.
+    ///
+    /// ```no_run
+    /// use redlease_testkit::{NodeConfig, RedisNodes};
+    ///
+    /// let nodes = RedisNodes::start_with(3, NodeConfig::new().arg("appendonly", "yes"));
+    /// ```
+    pub fn start_with(n: usize, config: NodeConfig) -> RedisNodes {
+        // Spawn all first, then wait: boots overlap without extra threads.
+        let mut nodes: Vec<RedisNode> = (0..n).map(|_| RedisNode::launch(config.clone())).collect();
+        nodes.iter_mut().for_each(RedisNode::await_started);
+        RedisNodes { nodes }
+    }
+
+    /// `redis://127.0.0.1:PORT` for every node, in order.
+    ///
+    /// ```no_run
+    /// let urls = redlease_testkit::RedisNodes::start(3).urls();
+    /// ```
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisNode::url).collect()
+    }
+
+    /// Number of nodes.
+    ///
+    /// ```no_run
+    /// assert_eq!(redlease_testkit::RedisNodes::start(3).len(), 3);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True for a set of zero nodes.
+    ///
+    /// ```no_run
+    /// assert!(redlease_testkit::RedisNodes::start(0).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The `i`-th node; panics if out of range.
+    ///
+    /// ```no_run
+    /// let nodes = redlease_testkit::RedisNodes::start(3);
+    /// let url = nodes.node(2).url();
+    /// ```
+    pub fn node(&self, i: usize) -> &RedisNode {
+        &self.nodes[i]
+    }
+
+    /// The `i`-th node, mutably (to fault it); panics if out of range.
+    ///
+    /// ```no_run
+    /// let mut nodes = redlease_testkit::RedisNodes::start(3);
+    /// nodes.node_mut(1).pause();
+    /// ```
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisNode {
+        &mut self.nodes[i]
+    }
+
+    /// All nodes, in order.
+    ///
+    /// ```no_run
+    /// let nodes = redlease_testkit::RedisNodes::start(3);
+    /// let ports: Vec<u16> = nodes.iter().map(|n| n.port()).collect();
+    /// ```
+    pub fn iter(&self) -> impl Iterator<Item = &RedisNode> {
+        self.nodes.iter()
+    }
+}

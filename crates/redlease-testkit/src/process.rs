@@ -1,0 +1,207 @@
+//! Low-level process plumbing: spawning `redis-server`, signals, readiness.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::NodeConfig;
+
+/// How often bounded waits re-check their condition.
+pub(crate) const POLL: Duration = Duration::from_millis(10);
+
+/// Name of the log file inside a node's directory.
+pub(crate) const LOG_FILE: &str = "redis.log";
+
+/// Where the child's stderr goes: config errors are printed there, not logged.
+const STDERR_FILE: &str = "stderr.log";
+
+/// The port a shared, developer-owned Redis may be listening on.
+const RESERVED_PORT: u16 = 6379;
+
+/// Returns a loopback port that was free a moment ago (never 6379).
+pub(crate) fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local_addr").port();
+        if port != RESERVED_PORT {
+            return port;
+        }
+    }
+}
+
+/// Starts `redis-server` on `port` with its files in `dir`; does not wait for it.
+///
+/// Panics with an install hint if `redis-server` is not on PATH.
+pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Result<Child> {
+    assert_ne!(port, RESERVED_PORT, "refusing to use port {RESERVED_PORT}");
+    // A stale log would make `wait_ready` believe a previous run is this one.
+    match std::fs::remove_file(dir.join(LOG_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        &dir.to_string_lossy(),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--logfile",
+        &dir.join(LOG_FILE).to_string_lossy(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    // Last occurrence wins in redis, so user args override the defaults above.
+    for (name, value) in &config.args {
+        args.push(format!("--{name}"));
+        args.push(value.clone());
+    }
+    let stderr = std::fs::File::create(dir.join(STDERR_FILE))?;
+    let result = on_spawner_thread(move || {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        // SAFETY: prctl is a plain syscall, safe between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn()
+    });
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => panic!(
+            "redis-server not found on PATH: install it with \
+             `apt-get install -y redis-server` (Debian/Ubuntu)"
+        ),
+        other => other,
+    }
+}
+
+/// Runs `f` on one long-lived thread and returns its result.
+///
+/// PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not
+/// the process. Tests spawn from short-lived threads (each `#[test]`, tokio's
+/// blocking pool, ...), so all forks go through a thread that never exits.
+fn on_spawner_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    type Job = Box<dyn FnOnce() + Send>;
+    static JOBS: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
+    let jobs = JOBS.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        thread::Builder::new()
+            .name("redlease-testkit-spawner".into())
+            .spawn(move || rx.into_iter().for_each(|job| job()))
+            .expect("start spawner thread");
+        tx
+    });
+    let (tx, rx) = mpsc::channel();
+    jobs.send(Box::new(move || {
+        let _ = tx.send(f());
+    }))
+    .expect("spawner thread is gone");
+    rx.recv().expect("spawner thread is gone")
+}
+
+/// Outcome of waiting for a freshly spawned server.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ready {
+    Up,
+    Exited,
+    TimedOut,
+}
+
+/// Waits until `child` serves `port`, exits, or `timeout` passes.
+///
+/// A PING answer alone is not enough: another process may own the port
+/// (a parallel test won the race). Redis logs "Ready to accept connections"
+/// only once it holds its listening socket, so we require that too.
+pub(crate) fn wait_ready(child: &mut Child, port: u16, dir: &Path, timeout: Duration) -> Ready {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return Ready::Exited;
+        }
+        let log = std::fs::read_to_string(dir.join(LOG_FILE)).unwrap_or_default();
+        if log.contains("Ready to accept connections") && ping(port, Duration::from_millis(200)) {
+            return Ready::Up;
+        }
+        if Instant::now() >= deadline {
+            return Ready::TimedOut;
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// Sends an inline `PING` over raw TCP; `-NOAUTH` also counts as "up".
+pub(crate) fn ping(port: u16, timeout: Duration) -> bool {
+    let attempt = || -> io::Result<bool> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.write_all(b"PING\r\n")?;
+        let mut buf = [0u8; 64];
+        let n = stream.read(&mut buf)?;
+        let reply = &buf[..n];
+        Ok(reply.starts_with(b"+PONG") || reply.starts_with(b"-NOAUTH"))
+    };
+    attempt().unwrap_or(false)
+}
+
+/// Sends `sig` to `pid`; errors (e.g. already exited) are ignored on purpose.
+pub(crate) fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions. The pid is ours and
+    // not yet reaped, so it cannot have been recycled for another process.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// True while `pid` (our unreaped child) has not exited; stopped counts as alive.
+pub(crate) fn alive(pid: u32) -> bool {
+    // SAFETY: zeroed siginfo_t is a valid value; WNOWAIT leaves the child
+    // unreaped so `Child::wait` still works afterwards.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        rc == 0 && info.si_pid() == 0
+    }
+}
+
+/// Last lines of the node's log and stderr, for panic messages.
+pub(crate) fn log_tail(dir: &Path) -> String {
+    let tail = |name: &str| match std::fs::read_to_string(dir.join(name)) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    };
+    format!(
+        "--- {LOG_FILE} ---\n{}\n--- {STDERR_FILE} ---\n{}",
+        tail(LOG_FILE),
+        tail(STDERR_FILE)
+    )
+}

@@ -1,0 +1,486 @@
+//! Errors: one enum a caller can match, with per-node detail.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One Redis node of a [`Locker`](crate::Locker): its position in the URL list
+/// and its address. Never carries credentials, so it is safe to log.
+///
+/// ```
+/// # async fn demo() -> Result<(), redlease::Error> {
+/// let locker = redlease::Locker::new(["redis://127.0.0.1:7000"])?;
+/// match locker.try_lock("report").await {
+///     Err(redlease::Error::Taken { held_on, .. }) => {
+///         for held in &held_on {
+///             println!("{} holds it (node {})", held.node.addr(), held.node.index());
+///         }
+///     }
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct NodeId {
+    index: usize,
+    addr: Arc<str>,
+}
+
+impl NodeId {
+    pub(crate) fn new(index: usize, addr: impl Into<Arc<str>>) -> Self {
+        Self {
+            index,
+            addr: addr.into(),
+        }
+    }
+
+    /// Position of the node in the list the [`Locker`](crate::Locker) was
+    /// built from, starting at 0.
+    ///
+    /// ```
+    /// # fn show(id: &redlease::NodeId) { println!("node #{}", id.index()); }
+    /// ```
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// `host:port` (with `/db` when not 0), or the socket path; no password.
+    ///
+    /// ```
+    /// # fn show(id: &redlease::NodeId) { println!("at {}", id.addr()); }
+    /// ```
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({})", self.index, self.addr)
+    }
+}
+
+/// Why one node gave no usable answer.
+///
+/// ```
+/// use redlease::NodeErrorKind;
+/// fn advice(kind: &NodeErrorKind) -> &'static str {
+///     match kind {
+///         NodeErrorKind::Timeout(_) => "the node is slow or unreachable",
+///         NodeErrorKind::Connection(_) => "the node is down or refuses connections",
+///         NodeErrorKind::Redis { code, .. } if code == "WRONGTYPE" => "the key holds a non-lock value",
+///         NodeErrorKind::Redis { .. } => "Redis refused the command",
+///         _ => "unexpected reply",
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// No reply within the per-node timeout (the node may still apply the
+    /// command later, which is why a failed attempt cleans up everywhere).
+    Timeout(Duration),
+    /// Could not connect, or the connection broke.
+    Connection(String),
+    /// Redis answered with an error, e.g. `WRONGTYPE`, `OOM`, `READONLY`,
+    /// `LOADING`, `NOPERM`. `code` is the first word of the reply.
+    Redis {
+        /// The error code, such as `"OOM"`.
+        code: String,
+        /// The rest of the error line.
+        message: String,
+    },
+    /// Redis answered something the lock scripts never return.
+    Protocol(String),
+}
+
+impl fmt::Display for NodeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout(after) => write!(f, "no reply within {after:?}"),
+            Self::Connection(why) => write!(f, "connection failed: {why}"),
+            Self::Redis { code, message } => write!(f, "Redis replied {code} {message}"),
+            Self::Protocol(what) => write!(f, "unexpected reply: {what}"),
+        }
+    }
+}
+
+/// A failure on one node, named by [`NodeId`].
+///
+/// ```
+/// fn log(errors: &[redlease::NodeError]) {
+///     for e in errors {
+///         eprintln!("{}: {}", e.node(), e.kind());
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeError {
+    node: NodeId,
+    kind: NodeErrorKind,
+}
+
+impl NodeError {
+    pub(crate) fn new(node: NodeId, kind: NodeErrorKind) -> Self {
+        Self { node, kind }
+    }
+
+    /// The node that failed.
+    ///
+    /// ```
+    /// # fn f(e: &redlease::NodeError) { let _ = e.node().addr(); }
+    /// ```
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// What went wrong there.
+    ///
+    /// ```
+    /// # fn f(e: &redlease::NodeError) -> bool {
+    /// matches!(e.kind(), redlease::NodeErrorKind::Timeout(_))
+    /// # }
+    /// ```
+    pub fn kind(&self) -> &NodeErrorKind {
+        &self.kind
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.kind)
+    }
+}
+
+impl std::error::Error for NodeError {}
+
+/// A node on which the lock is held by another owner, with the remaining
+/// time the node reported.
+///
+/// ```
+/// fn soonest(held_on: &[redlease::Held]) -> Option<std::time::Duration> {
+///     held_on.iter().filter_map(|h| h.expires_in).min()
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The node.
+    pub node: NodeId,
+    /// The key's remaining TTL there; `None` when the key never expires
+    /// (someone wrote it without a TTL).
+    pub expires_in: Option<Duration>,
+}
+
+/// The lock operation an error is about.
+///
+/// ```
+/// assert_eq!(redlease::Op::Extend.to_string(), "extend");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Taking the lock.
+    Acquire,
+    /// Giving it back.
+    Release,
+    /// Moving its expiry.
+    Extend,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Acquire => "acquire",
+            Op::Release => "release",
+            Op::Extend => "extend",
+        })
+    }
+}
+
+/// Everything that can go wrong, as one enum to match on.
+///
+/// Each variant carries the per-node detail behind it; `Display` renders a
+/// sentence a person can act on.
+///
+/// ```
+/// use redlease::{Error, Locker};
+/// # async fn demo() -> Result<(), Error> {
+/// let locker = Locker::new(["redis://127.0.0.1:7000"])?;
+/// match locker.try_lock("nightly-report").await {
+///     Ok(lease) => { /* do the work */ lease.release().await?; }
+///     Err(Error::Taken { .. }) => println!("another worker runs it"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad input, rejected before any network I/O: nothing was written.
+    InvalidInput {
+        /// The setting or argument at fault, e.g. `"ttl"`.
+        field: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// Another owner holds the lock on so many nodes that no quorum is possible.
+    Taken {
+        /// The resource name.
+        resource: String,
+        /// The nodes where another owner holds it.
+        held_on: Vec<Held>,
+        /// Nodes that failed during the same attempt.
+        failed: Vec<NodeError>,
+        /// How many nodes the [`Locker`](crate::Locker) has.
+        nodes: usize,
+        /// How many must agree.
+        quorum: usize,
+    },
+    /// Too few nodes answered for the operation to reach a quorum.
+    NoQuorum {
+        /// Which operation.
+        op: Op,
+        /// The resource name.
+        resource: String,
+        /// Nodes that did what was asked.
+        succeeded: usize,
+        /// How many had to.
+        quorum: usize,
+        /// How many nodes the [`Locker`](crate::Locker) has.
+        nodes: usize,
+        /// The nodes that failed, and why.
+        failed: Vec<NodeError>,
+        /// Nodes where another owner held the lock (acquire) or where our
+        /// token was already gone (release, extend).
+        refused_by: Vec<Held>,
+    },
+    /// A quorum agreed, but so late that no validity was left (the TTL was
+    /// spent on the round trip). Everything taken was released again.
+    ValidityExhausted {
+        /// Which operation.
+        op: Op,
+        /// The resource name.
+        resource: String,
+        /// Time from before the first request to the quorum's answer.
+        elapsed: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The clock-drift allowance subtracted from it.
+        drift: Duration,
+    },
+    /// Release or extend of a lease we no longer hold: it expired, or the
+    /// lock was taken over. Never reported as success; nothing was written.
+    NotHeld {
+        /// Which operation.
+        op: Op,
+        /// The resource name.
+        resource: String,
+        /// The lease's validity had run out before the call: no command was
+        /// sent (extend) or Redis confirmed it (release).
+        expired: bool,
+        /// Nodes where our token was gone.
+        not_held_on: Vec<NodeId>,
+        /// Nodes that failed during the same call.
+        failed: Vec<NodeError>,
+    },
+    /// [`Locker::lock`](crate::Locker::lock) gave up: the wait deadline passed.
+    WaitTimeout {
+        /// The resource name.
+        resource: String,
+        /// How long it waited.
+        waited: Duration,
+        /// How many attempts it made.
+        attempts: u32,
+        /// Why the last attempt failed.
+        last: Box<Error>,
+    },
+}
+
+impl Error {
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether another attempt might succeed: the lock is busy or nodes
+    /// failed, as opposed to bad input or a lease that is gone.
+    ///
+    /// ```
+    /// let e = redlease::Error::InvalidInput { field: "ttl", reason: "zero".into() };
+    /// assert!(!e.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Taken { .. } | Error::NoQuorum { .. } | Error::ValidityExhausted { .. }
+        )
+    }
+
+    /// The per-node failures behind this error, if any.
+    ///
+    /// ```
+    /// # fn f(e: &redlease::Error) {
+    /// for failure in e.node_errors() {
+    ///     eprintln!("{failure}");
+    /// }
+    /// # }
+    /// ```
+    pub fn node_errors(&self) -> &[NodeError] {
+        match self {
+            Error::Taken { failed, .. }
+            | Error::NoQuorum { failed, .. }
+            | Error::NotHeld { failed, .. } => failed,
+            Error::WaitTimeout { last, .. } => last.node_errors(),
+            _ => &[],
+        }
+    }
+
+    /// The soonest time another owner's hold is due to expire, when the
+    /// failed attempt saw one. Waiting longer than this is pointless.
+    pub(crate) fn expires_in(&self) -> Option<Duration> {
+        let held = match self {
+            Error::Taken { held_on, .. } => held_on,
+            Error::NoQuorum {
+                op: Op::Acquire,
+                refused_by,
+                ..
+            } => refused_by,
+            _ => return None,
+        };
+        held.iter().filter_map(|h| h.expires_in).min()
+    }
+}
+
+/// Writes `a, b, c` for any list.
+fn list<T>(
+    f: &mut fmt::Formatter<'_>,
+    items: &[T],
+    mut one: impl FnMut(&mut fmt::Formatter<'_>, &T) -> fmt::Result,
+) -> fmt::Result {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str("; ")?;
+        }
+        one(f, item)?;
+    }
+    Ok(())
+}
+
+fn held(f: &mut fmt::Formatter<'_>, h: &Held) -> fmt::Result {
+    match h.expires_in {
+        Some(d) => write!(f, "{} (expires in {d:?})", h.node),
+        None => write!(f, "{} (no expiry set)", h.node),
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidInput { field, reason } => write!(f, "invalid {field}: {reason}"),
+            Error::Taken {
+                resource,
+                held_on,
+                failed,
+                nodes,
+                quorum,
+            } => {
+                write!(
+                    f,
+                    "lock {resource:?} is held by another owner on {} of {nodes} nodes \
+                     (a quorum needs {quorum}): ",
+                    held_on.len()
+                )?;
+                list(f, held_on, held)?;
+                if !failed.is_empty() {
+                    f.write_str("; also failed: ")?;
+                    list(f, failed, |f, e| write!(f, "{e}"))?;
+                }
+                Ok(())
+            }
+            Error::NoQuorum {
+                op,
+                resource,
+                succeeded,
+                quorum,
+                nodes,
+                failed,
+                refused_by,
+            } => {
+                write!(
+                    f,
+                    "{op} of lock {resource:?} reached no quorum: {succeeded} of {nodes} nodes \
+                     succeeded, {quorum} needed"
+                )?;
+                if !failed.is_empty() {
+                    f.write_str("; failed: ")?;
+                    list(f, failed, |f, e| write!(f, "{e}"))?;
+                }
+                if !refused_by.is_empty() {
+                    if *op == Op::Acquire {
+                        f.write_str("; held by another owner on: ")?;
+                        list(f, refused_by, held)?;
+                    } else {
+                        f.write_str("; our token was gone on: ")?;
+                        list(f, refused_by, |f, h| write!(f, "{}", h.node))?;
+                    }
+                }
+                Ok(())
+            }
+            Error::ValidityExhausted {
+                op,
+                resource,
+                elapsed,
+                ttl,
+                drift,
+            } => write!(
+                f,
+                "{op} of lock {resource:?} took {elapsed:?}, leaving no validity of the \
+                 {ttl:?} TTL after the {drift:?} drift allowance; it was undone"
+            ),
+            Error::NotHeld {
+                op,
+                resource,
+                expired,
+                not_held_on,
+                failed,
+            } => {
+                write!(
+                    f,
+                    "{op} of lock {resource:?} failed: the lease is no longer held"
+                )?;
+                if *expired {
+                    f.write_str(" (its validity had run out)")?;
+                }
+                if !not_held_on.is_empty() {
+                    f.write_str("; our token is gone on: ")?;
+                    list(f, not_held_on, |f, n| write!(f, "{n}"))?;
+                }
+                if !failed.is_empty() {
+                    f.write_str("; failed: ")?;
+                    list(f, failed, |f, e| write!(f, "{e}"))?;
+                }
+                Ok(())
+            }
+            Error::WaitTimeout {
+                resource,
+                waited,
+                attempts,
+                last,
+            } => write!(
+                f,
+                "gave up waiting for lock {resource:?} after {waited:?} and {attempts} \
+                 attempts; last: {last}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::WaitTimeout { last, .. } => Some(last.as_ref()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Sending one request to every node at once and stopping as soon as the
+//! quorum's outcome is known. The requests still in flight are not dropped:
+//! they are handed back so the caller can wait for them (to clean up after
+//! a failure) or let them finish in the background (after a success).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::error::NodeError;
+use crate::node::Node;
+use crate::quorum::{Decision, Tally, Vote};
+
+type Pending<R> = Pin<Box<dyn Future<Output = (usize, Result<R, NodeError>)> + Send>>;
+
+/// The answers gathered so far, and the requests still in flight.
+pub(crate) struct Replies<R> {
+    /// Answers by node index, in arrival order.
+    pub(crate) answers: Vec<(usize, Result<R, NodeError>)>,
+    pub(crate) tally: Tally,
+    in_flight: FuturesUnordered<Pending<R>>,
+}
+
+/// Calls `request` on every node concurrently and returns once `vote` over
+/// the answers decides the quorum either way (or every node has answered).
+/// Each request must bound its own time (the node methods take a timeout).
+pub(crate) async fn until_decided<R, F, Fut>(
+    nodes: &[Arc<Node>],
+    vote: impl Fn(&Result<R, NodeError>) -> Vote,
+    request: F,
+) -> Replies<R>
+where
+    R: Send + 'static,
+    F: Fn(Arc<Node>) -> Fut,
+    Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
+{
+    let mut in_flight: FuturesUnordered<Pending<R>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let fut = request(node.clone());
+            Box::pin(async move { (i, fut.await) }) as Pending<R>
+        })
+        .collect();
+    let mut tally = Tally::new(nodes.len());
+    let mut answers = Vec::with_capacity(nodes.len());
+    while tally.decision() == Decision::Pending {
+        let Some((i, answer)) = in_flight.next().await else {
+            break;
+        };
+        tally.record(vote(&answer));
+        answers.push((i, answer));
+    }
+    Replies {
+        answers,
+        tally,
+        in_flight,
+    }
+}
+
+impl<R: Send + 'static> Replies<R> {
+    /// Waits for the requests still in flight, so every node's answer is known.
+    pub(crate) async fn finish(&mut self, vote: impl Fn(&Result<R, NodeError>) -> Vote) {
+        while let Some((i, answer)) = self.in_flight.next().await {
+            self.tally.record(vote(&answer));
+            self.answers.push((i, answer));
+        }
+    }
+
+    /// Lets the requests still in flight run to completion in the background:
+    /// their outcome no longer changes the decision.
+    pub(crate) fn detach(self) {
+        if !self.in_flight.is_empty() {
+            let mut rest = self.in_flight;
+            tokio::spawn(async move { while rest.next().await.is_some() {} });
+        }
+    }
+
+    /// The node errors among the answers.
+    pub(crate) fn failures(&self) -> Vec<NodeError> {
+        self.answers
+            .iter()
+            .filter_map(|(_, a)| a.as_ref().err().cloned())
+            .collect()
+    }
+}

@@ -1,0 +1,348 @@
+//! [`Lease`]: a held lock, and giving it back.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::error::{Held, NodeError, Op};
+use crate::fanout::{self, Replies};
+use crate::locker::Shared;
+use crate::node::Node;
+use crate::quorum::{Decision, Vote};
+use crate::token::Token;
+use crate::validity::Timing;
+use crate::Error;
+
+/// A lock we hold, until [`valid_until`](Self::valid_until).
+///
+/// Ownership is the lease's random token, not a thread or a task: the lease
+/// can move between tasks, and nobody else can release or extend it.
+///
+/// Give it back with [`release`](Self::release). A lease dropped without
+/// release is released in the background (when a Tokio runtime is running;
+/// otherwise its keys expire after the TTL).
+///
+/// ```no_run
+/// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+/// let mut lease = locker.lock("orders:42").await?;
+/// println!("{} is ours for {:?}", lease.resource(), lease.remaining());
+/// lease.extend(std::time::Duration::from_secs(10)).await?;
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Lease releases the lock at once"]
+pub struct Lease {
+    guard: ReleaseOnDrop,
+    resource: String,
+    valid_until: Instant,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No token here: whoever reads the logs must not be able to release.
+        f.debug_struct("Lease")
+            .field("resource", &self.resource)
+            .field("key", &self.guard.key)
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}
+
+fn flag_vote(answer: &Result<bool, NodeError>) -> Vote {
+    match answer {
+        Ok(true) => Vote::Yes,
+        Ok(false) => Vote::No,
+        Err(_) => Vote::Failed,
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        resource: String,
+        key: Arc<str>,
+        token: Token,
+        timing: Timing,
+        valid_until: Instant,
+    ) -> Lease {
+        Lease {
+            guard: ReleaseOnDrop::new(shared, key, token, timing.node_timeout),
+            resource,
+            valid_until,
+        }
+    }
+
+    /// The resource name the lock was taken on.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("orders:42").await?;
+    /// assert_eq!(lease.resource(), "orders:42");
+    /// # lease.release().await }
+    /// ```
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Until when the lock is ours: `start + ttl - drift`, where `start` is
+    /// taken before the first request of the acquire (or the last successful
+    /// extend). After this instant, stop touching the protected resource.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("orders:42").await?;
+    /// assert!(lease.valid_until() > std::time::Instant::now());
+    /// # lease.release().await }
+    /// ```
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Time left until [`valid_until`](Self::valid_until); zero once passed.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("orders:42").await?;
+    /// if lease.remaining() < std::time::Duration::from_secs(1) {
+    ///     // too little time left for another step
+    /// }
+    /// # lease.release().await }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Gives `ttl` more time from now, if a quorum still holds our token and
+    /// answers before the current validity ends. On success,
+    /// [`valid_until`](Self::valid_until) becomes `start + ttl - drift`,
+    /// `start` being taken before the first request.
+    ///
+    /// Never re-creates an expired key, and a failed extend releases nothing.
+    /// A lease whose validity has already run out is not extended:
+    /// [`Error::NotHeld`], and nothing is sent. After a failure,
+    /// `valid_until` only ever moves earlier (nodes that did apply a shorter
+    /// TTL shortened the lock).
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let mut lease = locker.lock("slow-job").await?;
+    /// for step in 0..10 {
+    ///     // ... one step of the work ...
+    ///     lease.extend(std::time::Duration::from_secs(10)).await?;
+    /// }
+    /// # lease.release().await }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the lease keeps the
+    /// earlier of its old validity and the one the extend would have given.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        let shared = self.guard.shared.clone();
+        let timing = shared.timing("ttl", ttl)?;
+        let start = Instant::now();
+        let old_valid_until = self.valid_until;
+        if start >= old_valid_until {
+            return Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()));
+        }
+        // Before anything is sent: some nodes may apply a TTL shorter than
+        // what is left, so the lease can only be trusted until the earlier.
+        let extended_until = timing.valid_until(start);
+        self.valid_until = old_valid_until.min(extended_until);
+
+        let (key, token) = (self.guard.key.clone(), self.guard.token.clone());
+        let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
+            let (key, token) = (key.clone(), token.clone());
+            async move {
+                node.extend(&key, &token, timing.ttl_ms(), timing.node_timeout)
+                    .await
+            }
+        })
+        .await;
+        let now = Instant::now();
+        match replies.tally.decision() {
+            Decision::Reached if now >= old_valid_until => {
+                replies.detach();
+                Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()))
+            }
+            Decision::Reached if timing.validity(now - start).is_none() => {
+                replies.detach();
+                Err(Error::ValidityExhausted {
+                    op: Op::Extend,
+                    resource: self.resource.clone(),
+                    elapsed: now - start,
+                    ttl: timing.ttl,
+                    drift: timing.drift,
+                })
+            }
+            Decision::Reached => {
+                replies.detach();
+                self.valid_until = extended_until;
+                self.guard.node_timeout = timing.node_timeout;
+                Ok(())
+            }
+            Decision::Impossible | Decision::Pending => {
+                replies.finish(flag_vote).await;
+                let error = self.refusal(Op::Extend, &replies, start >= old_valid_until);
+                if matches!(error, Error::NotHeld { .. }) {
+                    // A majority no longer has our token: the lease is gone.
+                    self.valid_until = self.valid_until.min(start);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Gives the lock back: deletes the key on every node where it still
+    /// holds our token (never anyone else's).
+    ///
+    /// `Ok` means a quorum confirmed the lock was still ours until now. A
+    /// lease that expired or was taken over gives [`Error::NotHeld`]: the
+    /// protected work may have overlapped with another holder's.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("orders:42").await?;
+    /// // ... work ...
+    /// if let Err(e) = lease.release().await {
+    ///     eprintln!("the lock was not ours to the end: {e}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes drops the lease, which
+    /// releases it again in the background.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let shared = self.guard.shared.clone();
+        let (key, token, timeout) = (
+            self.guard.key.clone(),
+            self.guard.token.clone(),
+            self.guard.node_timeout,
+        );
+        let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
+            let (key, token) = (key.clone(), token.clone());
+            async move { node.release(&key, &token, timeout).await }
+        })
+        .await;
+        let result = match replies.tally.decision() {
+            Decision::Reached => {
+                replies.detach();
+                Ok(())
+            }
+            Decision::Impossible | Decision::Pending => {
+                replies.finish(flag_vote).await;
+                let expired = Instant::now() >= self.valid_until;
+                Err(self.refusal(Op::Release, &replies, expired))
+            }
+        };
+        self.guard.disarm();
+        result
+    }
+
+    /// The error for a release or extend that reached no quorum.
+    fn refusal(&self, op: Op, replies: &Replies<bool>, expired: bool) -> Error {
+        let nodes = &self.guard.shared.nodes;
+        let refused: Vec<_> = replies
+            .answers
+            .iter()
+            .filter(|(_, a)| matches!(a, Ok(false)))
+            .map(|(i, _)| nodes[*i].id().clone())
+            .collect();
+        let failed = replies.failures();
+        if replies.tally.refused() {
+            return self.not_held(op, expired, refused, failed);
+        }
+        Error::NoQuorum {
+            op,
+            resource: self.resource.clone(),
+            succeeded: replies.tally.yes,
+            quorum: replies.tally.quorum,
+            nodes: replies.tally.nodes,
+            failed,
+            refused_by: refused
+                .into_iter()
+                .map(|node| Held {
+                    node,
+                    expires_in: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn not_held(
+        &self,
+        op: Op,
+        expired: bool,
+        not_held_on: Vec<crate::NodeId>,
+        failed: Vec<NodeError>,
+    ) -> Error {
+        Error::NotHeld {
+            op,
+            resource: self.resource.clone(),
+            expired,
+            not_held_on,
+            failed,
+        }
+    }
+}
+
+/// Runs the compare-and-delete on `nodes` concurrently and waits for all of
+/// them (each bounded by `timeout`). Failures are only logged: the keys
+/// carry a TTL, so a node that missed the release frees the lock by expiry.
+pub(crate) async fn release_on(nodes: &[Arc<Node>], key: &str, token: &Token, timeout: Duration) {
+    let results = join_all(nodes.iter().map(|n| n.release(key, token, timeout))).await;
+    for e in results.into_iter().filter_map(Result::err) {
+        tracing::debug!(error = %e, "release failed; the key expires by its TTL");
+    }
+}
+
+/// Releases a token on every node when dropped, unless disarmed: backs both
+/// a [`Lease`] dropped without `release` and an acquire attempt dropped
+/// mid-flight.
+pub(crate) struct ReleaseOnDrop {
+    shared: Arc<Shared>,
+    key: Arc<str>,
+    token: Token,
+    node_timeout: Duration,
+    armed: bool,
+}
+
+impl ReleaseOnDrop {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        key: Arc<str>,
+        token: Token,
+        node_timeout: Duration,
+    ) -> Self {
+        ReleaseOnDrop {
+            shared,
+            key,
+            token,
+            node_timeout,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %self.key, "lock dropped outside a Tokio runtime; it stays until its TTL ends");
+            return;
+        };
+        let nodes = self.shared.nodes.clone();
+        let (key, token, timeout) = (self.key.clone(), self.token.clone(), self.node_timeout);
+        runtime.spawn(async move { release_on(&nodes, &key, &token, timeout).await });
+    }
+}

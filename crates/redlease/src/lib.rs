@@ -1,0 +1,103 @@
+//! Distributed locks (leases) on Redis: on one Redis deployment, or as a
+//! Redlock quorum over several independent ones.
+//!
+//! A [`Locker`] holds the nodes. [`Locker::lock`] waits for a lock,
+//! [`Locker::try_lock`] tries once; both give a [`Lease`] that is valid until
+//! [`Lease::valid_until`] unless extended, and is given back with
+//! [`Lease::release`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlease::Locker;
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), redlease::Error> {
+//!     let locker = Locker::builder(["redis://127.0.0.1:6379"])
+//!         .ttl(Duration::from_secs(10))
+//!         .build()?;
+//!
+//!     let lease = locker.lock("nightly-report").await?;
+//!     // Only one process in the fleet runs this at a time.
+//!     lease.release().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # The algorithm
+//!
+//! With `N` nodes the quorum is `N / 2 + 1` (one node: itself). To acquire:
+//!
+//! 1. Draw a fresh 128-bit token from the OS CSPRNG. It proves ownership;
+//!    it is never logged or shown by `Debug`.
+//! 2. Note `start` on the monotonic clock, then send `SET key token NX PX ttl`
+//!    (as a script that also returns the holder's remaining TTL on failure)
+//!    to every node at once, each request bounded by the per-node timeout.
+//! 3. Decide as soon as a quorum said yes, or enough said no or failed that
+//!    a quorum is impossible.
+//! 4. With a quorum, the lease is valid until `start + ttl - drift`, where
+//!    `drift = ttl × 1% + 2 ms` allows for clocks ticking at different rates.
+//!    If that instant has already passed, the lease is not handed out.
+//! 5. On any failure, the token is deleted from every node that did not
+//!    plainly refuse (a node that timed out may still have set the key)
+//!    before the error is returned.
+//!
+//! Release and extend run a compare-and-delete and a compare-and-`PEXPIRE`
+//! on every node, so only the token's owner can touch the lock; both need a
+//! quorum to succeed, and an extend must also answer within the remaining
+//! validity.
+//!
+//! # Guarantees and limits
+//!
+//! While every assumption below holds, no two leases on the same resource
+//! are valid at the same instant, and a lease that could not be made valid
+//! is never returned. The assumptions:
+//!
+//! - **Bounded clock drift.** Each node expires keys with its own clock. The
+//!   validity is cut by the drift allowance so that a node whose clock runs
+//!   up to 1% fast (plus 2 ms) still holds the key until `valid_until`. A
+//!   node whose clock jumps (an NTP step, a VM restored from snapshot) breaks
+//!   this; run nodes with slewing time sync.
+//! - **Persistence, or delayed restarts.** A node that restarts without the
+//!   keys it had can let a second client assemble a quorum. Either run nodes
+//!   with `appendonly yes` and `appendfsync always`, or keep a crashed node
+//!   down for longer than the largest TTL in use before it rejoins.
+//!   Replicas do not help: Redis replication is asynchronous, so a failover
+//!   can lose a lock key. Use independent primaries.
+//! - **No long pauses in the holder.** A process paused (GC, swap, SIGSTOP,
+//!   a slow network write) past `valid_until` may still act on the protected
+//!   resource after another client took the lock. No lock service can
+//!   prevent that on its own; check [`Lease::remaining`] before each step,
+//!   keep steps short against the TTL, and have the resource reject stale
+//!   writers where possible.
+//! - **Independent nodes.** The same server listed twice would fake a
+//!   majority; the [`LockerBuilder`] rejects identical `host:port` pairs,
+//!   but cannot see that two names point at one server.
+//!
+//! Keys a node may still hold after a failed or abandoned operation always
+//! carry the TTL, so the worst case of a lost reply is a lock that stays
+//! taken until it expires, never one that is free while someone holds it.
+//!
+//! # Cancel safety
+//!
+//! Every future here can be dropped at any point. An acquire dropped
+//! mid-flight deletes its token from every node in the background; a
+//! [`Lease`] dropped without `release` is released in the background.
+
+mod acquire;
+mod backoff;
+mod error;
+mod fanout;
+mod lease;
+mod locker;
+mod node;
+mod quorum;
+mod token;
+mod validity;
+mod wait;
+
+pub use acquire::Acquire;
+pub use backoff::RetryPolicy;
+pub use error::{Error, Held, NodeError, NodeErrorKind, NodeId, Op};
+pub use lease::Lease;
+pub use locker::{Locker, LockerBuilder};
+pub use validity::MAX_TTL;

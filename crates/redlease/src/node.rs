@@ -1,0 +1,254 @@
+//! One Redis deployment: its connection, the lock scripts, and mapping
+//! redis-rs errors to [`NodeError`]s. Every request here has a timeout.
+
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ConnectionAddr, FromRedisValue, RedisError, Script, ScriptInvocation};
+
+use crate::error::{NodeError, NodeErrorKind, NodeId};
+use crate::token::Token;
+use crate::Error;
+
+// EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
+// SCRIPT FLUSH): redis-rs `Script` does both, so NOSCRIPT never surfaces.
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+
+/// A node's answer to an acquire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    Acquired,
+    /// Held by another owner, who has this long left (`None`: no expiry).
+    Held(Option<Duration>),
+}
+
+/// Connection settings shared by all nodes of a Locker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnectSettings {
+    pub(crate) connect_timeout: Duration,
+}
+
+/// One Redis deployment.
+pub(crate) struct Node {
+    id: NodeId,
+    conn: ConnectionManager,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.id)
+    }
+}
+
+impl Node {
+    /// Parses the URL and sets up a lazily connecting, auto-reconnecting
+    /// multiplexed connection. No I/O happens here, so a Locker builds while
+    /// its nodes are down and uses them once they answer.
+    pub(crate) fn new(index: usize, url: &str, settings: ConnectSettings) -> Result<Node, Error> {
+        let client = Client::open(url).map_err(|e| {
+            let mut reason = format!("node {index} ({}): {e}", redact(url));
+            if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
+                reason
+                    .push_str(" (build redlease with the `tls-rustls` feature for rediss:// URLs)");
+            }
+            Error::invalid("urls", reason)
+        })?;
+        let id = NodeId::new(index, describe(&client));
+        // Reconnect quickly and give up quickly: every request is bounded by
+        // the caller's per-node timeout anyway, and a failed reconnect is
+        // retried by the next request.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| Error::invalid("urls", format!("node {index} ({}): {e}", redact(url))))?;
+        Ok(Node { id, conn })
+    }
+
+    pub(crate) fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// `SET key token NX PX ttl`, or the holder's remaining TTL.
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<AcquireReply, NodeError> {
+        let mut call = ACQUIRE.prepare_invoke();
+        call.key(key).arg(token.as_str()).arg(ttl_ms);
+        let (acquired, pttl): (i64, i64) = self.run(&call, timeout).await?;
+        match (acquired, pttl) {
+            (1, _) => Ok(AcquireReply::Acquired),
+            (0, ms) if ms >= 0 => Ok(AcquireReply::Held(Some(Duration::from_millis(ms as u64)))),
+            (0, -1) => Ok(AcquireReply::Held(None)),
+            other => Err(self.error(NodeErrorKind::Protocol(format!(
+                "acquire script returned {other:?}"
+            )))),
+        }
+    }
+
+    /// Deletes the key if it holds `token`; `Ok(false)` if it does not.
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        token: &Token,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let mut call = RELEASE.prepare_invoke();
+        call.key(key).arg(token.as_str());
+        self.flag(&call, timeout, "release").await
+    }
+
+    /// Sets a new TTL if the key holds `token`; `Ok(false)` if it does not.
+    pub(crate) async fn extend(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let mut call = EXTEND.prepare_invoke();
+        call.key(key).arg(token.as_str()).arg(ttl_ms);
+        self.flag(&call, timeout, "extend").await
+    }
+
+    async fn flag(
+        &self,
+        call: &ScriptInvocation<'_>,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<bool, NodeError> {
+        match self.run::<i64>(call, timeout).await? {
+            1 => Ok(true),
+            0 => Ok(false),
+            n => Err(self.error(NodeErrorKind::Protocol(format!(
+                "{what} script returned {n}"
+            )))),
+        }
+    }
+
+    async fn run<T: FromRedisValue>(
+        &self,
+        call: &ScriptInvocation<'_>,
+        timeout: Duration,
+    ) -> Result<T, NodeError> {
+        let mut conn = self.conn.clone();
+        self.bounded(timeout, async move { call.invoke_async(&mut conn).await })
+            .await
+    }
+
+    async fn bounded<T>(
+        &self,
+        timeout: Duration,
+        request: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, NodeError> {
+        match tokio::time::timeout(timeout, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.error(map_error(&e, timeout))),
+            Err(_) => Err(self.error(NodeErrorKind::Timeout(timeout))),
+        }
+    }
+
+    fn error(&self, kind: NodeErrorKind) -> NodeError {
+        NodeError::new(self.id.clone(), kind)
+    }
+}
+
+fn map_error(e: &RedisError, timeout: Duration) -> NodeErrorKind {
+    if let Some(code) = e.code() {
+        return NodeErrorKind::Redis {
+            code: code.to_string(),
+            message: e.detail().unwrap_or_default().to_string(),
+        };
+    }
+    if e.is_timeout() {
+        return NodeErrorKind::Timeout(timeout);
+    }
+    match e.kind() {
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
+            NodeErrorKind::Protocol(e.to_string())
+        }
+        _ => NodeErrorKind::Connection(e.to_string()),
+    }
+}
+
+/// `host:port`, plus `/db` when not 0; never the credentials.
+fn describe(client: &Client) -> String {
+    let info = client.get_connection_info();
+    let db = info.redis_settings().db();
+    let addr = match info.addr() {
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => other.to_string(),
+    };
+    if db == 0 {
+        addr
+    } else {
+        format!("{addr}/{db}")
+    }
+}
+
+/// The URL with any `user:password@` replaced, for error messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return "<unparsable URL>".to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}***@{}", &url[..scheme_end], &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
+/// Identity of a server for spotting the same node given twice: host
+/// (lower-cased) and port, or the socket path. The database number is left
+/// out on purpose: two databases of one server fail together.
+pub(crate) fn server_identity(url: &str) -> Option<String> {
+    let client = Client::open(url).ok()?;
+    Some(match client.get_connection_info().addr() {
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{}:{port}", host.to_ascii_lowercase())
+        }
+        other => other.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_credentials_only() {
+        assert_eq!(
+            redact("redis://127.0.0.1:6380/2"),
+            "redis://127.0.0.1:6380/2"
+        );
+        assert_eq!(redact("redis://alice:s3cret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("rediss://:p@ss@h:1"), "rediss://***@h:1");
+        assert_eq!(redact("nonsense"), "<unparsable URL>");
+    }
+
+    #[test]
+    fn server_identity_ignores_db_and_case() {
+        assert_eq!(
+            server_identity("redis://LocalHost:7000/1"),
+            server_identity("redis://localhost:7000/2")
+        );
+        assert_ne!(
+            server_identity("redis://localhost:7000"),
+            server_identity("redis://localhost:7001")
+        );
+    }
+}

@@ -1,0 +1,231 @@
+//! How long a lease may be trusted: TTL minus the time the round trip took
+//! minus an allowance for clock drift between nodes. Pure arithmetic.
+
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+/// The largest TTL accepted: 2^53 ms (about 285,000 years), so every
+/// millisecond count stays exact in the `f64` drift arithmetic and far inside
+/// the signed 64-bit expiry Redis accepts.
+pub const MAX_TTL: Duration = Duration::from_millis(1 << 53);
+
+/// Allowance for clocks running at different rates on different nodes:
+/// `ttl * factor + floor` (the Redlock default is 1% plus 2 ms).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct DriftModel {
+    pub(crate) factor: f64,
+    pub(crate) floor: Duration,
+}
+
+impl DriftModel {
+    pub(crate) const DEFAULT: DriftModel = DriftModel {
+        factor: 0.01,
+        floor: Duration::from_millis(2),
+    };
+
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        if !(self.factor >= 0.0 && self.factor < 1.0) {
+            return Err(Error::invalid(
+                "drift_factor",
+                format!(
+                    "{} is not a fraction of the TTL in [0, 1): it must be non-negative, \
+                     finite and below 1",
+                    self.factor
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.factor) + self.floor
+    }
+}
+
+/// The timing of one operation with one TTL, checked before any I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Timing {
+    /// The TTL, whole milliseconds (what Redis is told).
+    pub(crate) ttl: Duration,
+    pub(crate) drift: Duration,
+    /// How long each node may take to answer one request.
+    pub(crate) node_timeout: Duration,
+}
+
+impl Timing {
+    /// Checks `ttl` against the drift model and node timeout. Without an
+    /// explicit node timeout it is 5% of the TTL (as redsync does), at least
+    /// 1 ms.
+    pub(crate) fn new(
+        field: &'static str,
+        ttl: Duration,
+        drift: DriftModel,
+        node_timeout: Option<Duration>,
+    ) -> Result<Timing, Error> {
+        if ttl < Duration::from_millis(1) {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{ttl:?} is below Redis's 1 ms resolution (a zero TTL would delete the key)"
+                ),
+            ));
+        }
+        if ttl > MAX_TTL {
+            return Err(Error::invalid(
+                field,
+                format!("{ttl:?} is above the largest supported TTL, {MAX_TTL:?}"),
+            ));
+        }
+        let ttl = Duration::from_millis(ttl.as_millis() as u64);
+        let node_timeout = node_timeout.unwrap_or_else(|| (ttl / 20).max(Duration::from_millis(1)));
+        if node_timeout.is_zero() {
+            return Err(Error::invalid(
+                "node_timeout",
+                "a zero timeout never lets a node answer",
+            ));
+        }
+        if node_timeout >= ttl {
+            return Err(Error::invalid(
+                "node_timeout",
+                format!(
+                    "{node_timeout:?} is not below the TTL {ttl:?}: a node could answer after \
+                     the lease ended"
+                ),
+            ));
+        }
+        let drift = drift.drift(ttl);
+        if ttl <= drift + node_timeout {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{ttl:?} leaves no validity after the {drift:?} drift allowance and the \
+                     {node_timeout:?} node timeout"
+                ),
+            ));
+        }
+        Ok(Timing {
+            ttl,
+            drift,
+            node_timeout,
+        })
+    }
+
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis() as u64
+    }
+
+    /// When a lease whose requests were first sent at `start` stops being
+    /// trustworthy: `start + ttl - drift`. Measured from before the first
+    /// request, never from the replies, so slow replies only shorten it.
+    pub(crate) fn valid_until(&self, start: Instant) -> Instant {
+        start + (self.ttl - self.drift)
+    }
+
+    /// `ttl - elapsed - drift` if positive: what is left of a lease whose
+    /// quorum answered `elapsed` after the first request.
+    pub(crate) fn validity(&self, elapsed: Duration) -> Option<Duration> {
+        self.ttl
+            .checked_sub(self.drift)
+            .and_then(|v| v.checked_sub(elapsed))
+            .filter(|v| !v.is_zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn timing(ttl_ms: u32) -> Timing {
+        Timing::new("ttl", ttl_ms * MS, DriftModel::DEFAULT, None).unwrap()
+    }
+
+    #[test]
+    fn drift_is_one_percent_plus_two_ms_by_default() {
+        assert_eq!(DriftModel::DEFAULT.drift(10_000 * MS), 102 * MS);
+        assert_eq!(DriftModel::DEFAULT.drift(100 * MS), 3 * MS);
+    }
+
+    #[test]
+    fn validity_is_ttl_minus_elapsed_minus_drift() {
+        let t = timing(10_000);
+        assert_eq!(t.validity(Duration::ZERO), Some(9_898 * MS));
+        assert_eq!(t.validity(898 * MS), Some(9_000 * MS));
+        assert_eq!(t.validity(9_897 * MS), Some(MS));
+        assert_eq!(t.validity(9_898 * MS), None, "zero validity is no validity");
+        assert_eq!(t.validity(20_000 * MS), None);
+    }
+
+    #[test]
+    fn valid_until_counts_from_the_start() {
+        let t = timing(1_000);
+        let start = Instant::now();
+        assert_eq!(t.valid_until(start), start + 988 * MS);
+    }
+
+    #[test]
+    fn default_node_timeout_is_five_percent() {
+        assert_eq!(timing(10_000).node_timeout, 500 * MS);
+        assert_eq!(timing(10).node_timeout, MS);
+    }
+
+    #[test]
+    fn ttl_is_truncated_to_whole_milliseconds() {
+        let t = Timing::new(
+            "ttl",
+            Duration::from_micros(5_999),
+            DriftModel::DEFAULT,
+            None,
+        )
+        .unwrap();
+        assert_eq!(t.ttl, 5 * MS);
+        assert_eq!(t.ttl_ms(), 5);
+    }
+
+    #[test]
+    fn rejects_ttls_that_cannot_work() {
+        let bad = |ttl: Duration, node_timeout: Option<Duration>| {
+            Timing::new("ttl", ttl, DriftModel::DEFAULT, node_timeout).unwrap_err()
+        };
+        for (ttl, nt, field) in [
+            (Duration::ZERO, None, "ttl"),
+            (Duration::from_micros(999), None, "ttl"),
+            (MAX_TTL + MS, None, "ttl"),
+            (2 * MS, None, "ttl"), // drift 2 ms eats it all
+            (100 * MS, Some(100 * MS), "node_timeout"), // timeout == ttl
+            (100 * MS, Some(Duration::ZERO), "node_timeout"),
+            (100 * MS, Some(97 * MS), "ttl"), // 3 ms drift + 97 ms timeout
+        ] {
+            match bad(ttl, nt) {
+                Error::InvalidInput { field: f, .. } => assert_eq!(f, field, "{ttl:?} {nt:?}"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(Timing::new("ttl", MAX_TTL, DriftModel::DEFAULT, None).is_ok());
+    }
+
+    #[test]
+    fn drift_factor_must_be_a_fraction() {
+        for factor in [-0.1, 1.0, 2.0, f64::NAN, f64::INFINITY] {
+            let d = DriftModel {
+                factor,
+                floor: 2 * MS,
+            };
+            assert!(d.check().is_err(), "{factor}");
+        }
+        assert!(DriftModel {
+            factor: 0.0,
+            floor: MS
+        }
+        .check()
+        .is_ok());
+        assert!(DriftModel {
+            factor: 0.5,
+            floor: MS
+        }
+        .check()
+        .is_ok());
+    }
+}
