@@ -131,6 +131,7 @@ pub(crate) async fn attempt(
         key.clone(),
         token.clone(),
         timing.node_timeout,
+        None,
     );
     let start = Instant::now();
     let mut replies = fanout::until_decided(&shared.nodes, vote, |node| {
@@ -145,9 +146,10 @@ pub(crate) async fn attempt(
 
     let failure = match replies.tally.decision() {
         Decision::Reached if timing.validity(elapsed).is_some() => {
-            // The slower nodes' answers cannot change the outcome; release
-            // goes to every node anyway, so let them finish on their own.
-            replies.detach();
+            // The slower nodes' answers cannot change the outcome: let them
+            // finish on their own. The lease waits for them before its next
+            // request, so a release cannot overtake a late SET.
+            let in_flight = replies.detach();
             guard.disarm();
             return Ok(Lease::new(
                 shared.clone(),
@@ -156,6 +158,7 @@ pub(crate) async fn attempt(
                 token,
                 timing,
                 timing.valid_until(start),
+                in_flight,
             ));
         }
         Decision::Reached => Error::ValidityExhausted {

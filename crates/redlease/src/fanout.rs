@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::task::JoinHandle;
 
 use crate::error::NodeError;
 use crate::node::Node;
@@ -70,12 +71,17 @@ impl<R: Send + 'static> Replies<R> {
     }
 
     /// Lets the requests still in flight run to completion in the background:
-    /// their outcome no longer changes the decision.
-    pub(crate) fn detach(self) {
-        if !self.in_flight.is_empty() {
-            let mut rest = self.in_flight;
-            tokio::spawn(async move { while rest.next().await.is_some() {} });
+    /// their outcome no longer changes the decision. The handle tells when
+    /// they are done (each is bounded by its node timeout), for a caller
+    /// whose next request to the same key must not overtake them.
+    pub(crate) fn detach(self) -> Option<JoinHandle<()>> {
+        if self.in_flight.is_empty() {
+            return None;
         }
+        let mut rest = self.in_flight;
+        Some(tokio::spawn(
+            async move { while rest.next().await.is_some() {} },
+        ))
     }
 
     /// The node errors among the answers.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use tokio::task::JoinHandle;
 
 use crate::error::{Held, NodeError, Op};
 use crate::fanout::{self, Replies};
@@ -66,9 +67,10 @@ impl Lease {
         token: Token,
         timing: Timing,
         valid_until: Instant,
+        in_flight: Option<JoinHandle<()>>,
     ) -> Lease {
         Lease {
-            guard: ReleaseOnDrop::new(shared, key, token, timing.node_timeout),
+            guard: ReleaseOnDrop::new(shared, key, token, timing.node_timeout, in_flight),
             resource,
             valid_until,
         }
@@ -151,6 +153,7 @@ impl Lease {
         // what is left, so the lease can only be trusted until the earlier.
         let extended_until = timing.valid_until(start);
         self.valid_until = old_valid_until.min(extended_until);
+        self.guard.settle().await;
 
         let (key, token) = (self.guard.key.clone(), self.guard.token.clone());
         let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
@@ -217,6 +220,7 @@ impl Lease {
     /// Dropping the future before it completes drops the lease, which
     /// releases it again in the background.
     pub async fn release(mut self) -> Result<(), Error> {
+        self.guard.settle().await;
         let shared = self.guard.shared.clone();
         let (key, token, timeout) = (
             self.guard.key.clone(),
@@ -308,6 +312,10 @@ pub(crate) struct ReleaseOnDrop {
     key: Arc<str>,
     token: Token,
     node_timeout: Duration,
+    /// Acquire requests still on their way to slow nodes. A release sent
+    /// now could reach a node before a request that is still connecting or
+    /// reloading its script, and leave a key behind; so wait for them first.
+    in_flight: Option<JoinHandle<()>>,
     armed: bool,
 }
 
@@ -317,13 +325,25 @@ impl ReleaseOnDrop {
         key: Arc<str>,
         token: Token,
         node_timeout: Duration,
+        in_flight: Option<JoinHandle<()>>,
     ) -> Self {
         ReleaseOnDrop {
             shared,
             key,
             token,
             node_timeout,
+            in_flight,
             armed: true,
+        }
+    }
+
+    /// Waits until no earlier request for this token is still in flight
+    /// (each is bounded by its node timeout).
+    async fn settle(&mut self) {
+        if let Some(in_flight) = self.in_flight.as_mut() {
+            // An error here only means the drain task ended early.
+            let _ = in_flight.await;
+            self.in_flight = None;
         }
     }
 
@@ -343,6 +363,12 @@ impl Drop for ReleaseOnDrop {
         };
         let nodes = self.shared.nodes.clone();
         let (key, token, timeout) = (self.key.clone(), self.token.clone(), self.node_timeout);
-        runtime.spawn(async move { release_on(&nodes, &key, &token, timeout).await });
+        let in_flight = self.in_flight.take();
+        runtime.spawn(async move {
+            if let Some(in_flight) = in_flight {
+                let _ = in_flight.await;
+            }
+            release_on(&nodes, &key, &token, timeout).await
+        });
     }
 }

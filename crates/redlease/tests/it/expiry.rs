@@ -1,0 +1,253 @@
+//! Leases end: after the TTL another client gets the lock, and the old
+//! lease can neither release nor extend it.
+
+use std::time::{Duration, Instant};
+
+use redlease::{Error, Op};
+use redlease_testkit::RedisNodes;
+
+use crate::support::*;
+
+async fn expired_lease_is_not_held(n: usize) {
+    let nodes = RedisNodes::start(n);
+    let locker = locker_with_timeout(&nodes, 30 * MS);
+    let other = locker_with_timeout(&nodes, 30 * MS);
+    let key = locker.key("job");
+
+    let mut old = locker.try_lock("job").ttl(200 * MS).await.unwrap();
+    assert!(matches!(
+        other.try_lock("job").await,
+        Err(Error::Taken { .. })
+    ));
+    tokio::time::sleep(250 * MS).await;
+    let new = other
+        .try_lock("job")
+        .ttl(Duration::from_secs(5))
+        .await
+        .expect("expired lock is free");
+    let before = values(&nodes, &key).await;
+    assert!(before.iter().all(Option::is_some));
+
+    match old.extend(Duration::from_secs(5)).await {
+        Err(Error::NotHeld {
+            op: Op::Extend,
+            expired,
+            ..
+        }) => assert!(expired),
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+    match old.release().await {
+        Err(Error::NotHeld {
+            op: Op::Release,
+            not_held_on,
+            failed,
+            ..
+        }) => {
+            assert_eq!(
+                not_held_on.len(),
+                n,
+                "every node holds the new owner's token"
+            );
+            assert!(failed.is_empty());
+        }
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+    // Nothing was written: the new owner's keys and TTLs are untouched.
+    assert_eq!(values(&nodes, &key).await, before);
+    for node in nodes.iter() {
+        let left = pttl(node, &key).await;
+        assert!(
+            left > 4_000 && left <= 5_000,
+            "new owner's TTL changed: {left}"
+        );
+    }
+    new.release().await.expect("the new owner still holds it");
+}
+
+#[tokio::test]
+async fn one_node_expired_lease_is_not_held() {
+    expired_lease_is_not_held(1).await;
+}
+
+#[tokio::test]
+async fn five_nodes_expired_lease_is_not_held() {
+    expired_lease_is_not_held(5).await;
+}
+
+#[tokio::test]
+async fn release_after_expiry_without_a_new_owner_is_not_held() {
+    let nodes = RedisNodes::start(3);
+    let locker = locker_with_timeout(&nodes, 30 * MS);
+    let lease = locker.try_lock("job").ttl(100 * MS).await.unwrap();
+    tokio::time::sleep(150 * MS).await;
+    match lease.release().await {
+        Err(Error::NotHeld {
+            expired,
+            not_held_on,
+            ..
+        }) => {
+            assert!(expired);
+            assert_eq!(indices(&not_held_on), [0, 1, 2]);
+        }
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+}
+
+async fn extend_keeps_the_lease_alive(n: usize) {
+    let nodes = RedisNodes::start(n);
+    let locker = locker(&nodes);
+    let other = crate::support::locker(&nodes);
+    let ttl = 300 * MS;
+    let drift = ttl / 100 + 2 * MS;
+    let first = Instant::now();
+    let mut lease = locker.try_lock("job").ttl(ttl).await.unwrap();
+    // Six extends 100 ms apart: twice the original TTL.
+    for _ in 0..6 {
+        tokio::time::sleep(100 * MS).await;
+        let before = Instant::now();
+        lease.extend(ttl).await.expect("extend within validity");
+        let after = Instant::now();
+        let until = lease.valid_until();
+        assert!(
+            until >= before + ttl - drift,
+            "valid_until moved too little"
+        );
+        assert!(
+            until <= after + ttl - drift,
+            "valid_until past start + ttl - drift"
+        );
+    }
+    assert!(first.elapsed() > ttl + 200 * MS);
+    assert!(
+        matches!(other.try_lock("job").await, Err(Error::Taken { .. })),
+        "still held"
+    );
+    lease.release().await.expect("still ours");
+}
+
+#[tokio::test]
+async fn one_node_extend_keeps_the_lease_alive() {
+    extend_keeps_the_lease_alive(1).await;
+}
+
+#[tokio::test]
+async fn five_nodes_extend_keeps_the_lease_alive() {
+    extend_keeps_the_lease_alive(5).await;
+}
+
+async fn valid_until_is_inside_every_nodes_expiry(n: usize) {
+    let nodes = RedisNodes::start(n);
+    let locker = locker(&nodes);
+    let key = locker.key("job");
+    let ttl = Duration::from_secs(2);
+    let drift = ttl / 100 + 2 * MS;
+    for _ in 0..20 {
+        let before = Instant::now();
+        let lease = locker.try_lock("job").ttl(ttl).await.unwrap();
+        let after = Instant::now();
+        let until = lease.valid_until();
+        assert!(
+            until <= after + ttl - drift,
+            "valid_until later than start + ttl - drift"
+        );
+        assert!(until >= before + ttl - drift);
+        // A quorum has the key (the others may still be applying it), and
+        // every node that has it keeps it at least until valid_until.
+        let mut holding = 0;
+        for node in nodes.iter() {
+            let asked = Instant::now();
+            let left = pttl(node, &key).await;
+            if left > 0 {
+                holding += 1;
+                let expires = asked + Duration::from_millis(left as u64) + MS;
+                assert!(expires >= until, "node expires first");
+            }
+        }
+        assert!(
+            holding >= locker.quorum(),
+            "only {holding} nodes hold the key"
+        );
+        lease.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn one_node_valid_until_is_inside_the_keys_expiry() {
+    valid_until_is_inside_every_nodes_expiry(1).await;
+}
+
+#[tokio::test]
+async fn five_nodes_valid_until_is_inside_every_keys_expiry() {
+    valid_until_is_inside_every_nodes_expiry(5).await;
+}
+
+#[tokio::test]
+async fn a_dropped_lease_is_released_in_the_background() {
+    let nodes = RedisNodes::start(3);
+    let locker = locker(&nodes);
+    let key = locker.key("job");
+    let lease = locker.try_lock("job").await.unwrap();
+    drop(lease);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while values(&nodes, &key).await.iter().any(Option::is_some) && Instant::now() < deadline {
+        tokio::time::sleep(10 * MS).await;
+    }
+    assert_eq!(values(&nodes, &key).await, vec![None; 3]);
+    locker
+        .try_lock("job")
+        .await
+        .expect("free again")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn lock_waits_for_a_held_lock_and_times_out() {
+    let nodes = RedisNodes::start(3);
+    let locker = locker(&nodes);
+    let holder = locker
+        .try_lock("job")
+        .ttl(Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    match locker.lock("job").wait(300 * MS).await {
+        Err(Error::WaitTimeout {
+            attempts,
+            last,
+            waited,
+            ..
+        }) => {
+            assert!(attempts > 1, "it retried");
+            assert!(waited >= 300 * MS);
+            assert!(matches!(*last, Error::Taken { .. }));
+        }
+        other => panic!("expected WaitTimeout, got {other:?}"),
+    }
+    // Bound: the wait plus one attempt's node timeouts, with slack.
+    assert!(started.elapsed() < 300 * MS + Duration::from_secs(1));
+
+    // A waiter gets the lock once the holder lets go.
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("job").wait(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(50 * MS).await;
+    holder.release().await.unwrap();
+    let lease = waiter.await.unwrap().expect("acquired after release");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn lock_gives_up_after_its_attempts() {
+    let nodes = RedisNodes::start(1);
+    let locker = locker(&nodes);
+    let _holder = locker.try_lock("job").await.unwrap();
+    let policy = redlease::RetryPolicy::new().attempts(3).delay(MS, MS);
+    match locker.lock("job").retry(policy).await {
+        Err(Error::Taken { .. }) => {}
+        other => panic!("expected Taken after 3 attempts, got {other:?}"),
+    }
+}

@@ -1,0 +1,10 @@
+//! Integration tests against real `redis-server` processes started by the
+//! testkit on free loopback ports (never 6379).
+
+mod support;
+
+mod bad_input;
+mod expiry;
+mod faults;
+mod mutual_exclusion;
+mod ownership;
