@@ -186,6 +186,15 @@ async fn a_dropped_lease_is_released_in_the_background() {
     let nodes = RedisNodes::start(3);
     let locker = locker(&nodes);
     let key = locker.key("job");
+    // Warm up: connections open and scripts loaded, so the background
+    // release is not racing a cold start against its node timeout.
+    locker
+        .try_lock("job")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let lease = locker.try_lock("job").await.unwrap();
     drop(lease);
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -249,5 +258,72 @@ async fn lock_gives_up_after_its_attempts() {
     match locker.lock("job").retry(policy).await {
         Err(Error::Taken { .. }) => {}
         other => panic!("expected Taken after 3 attempts, got {other:?}"),
+    }
+}
+
+/// A release right after acquire must not overtake an acquire request that
+/// is still connecting or reloading its script on a slow node: that would
+/// leave a key behind until its TTL.
+#[tokio::test]
+async fn an_immediate_release_leaves_no_key_behind() {
+    let nodes = RedisNodes::start(5);
+    for round in 0..20 {
+        for node in nodes.iter() {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn(node).await)
+                .await
+                .unwrap();
+        }
+        // A fresh Locker connects lazily, so every request starts by
+        // connecting and then meets NOSCRIPT.
+        let locker = locker(&nodes);
+        let key = locker.key("job");
+        let lease = locker.try_lock("job").await.unwrap();
+        if round % 2 == 0 {
+            lease.release().await.unwrap();
+        } else {
+            drop(lease);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while values(&nodes, &key).await.iter().any(Option::is_some) && Instant::now() < deadline {
+            tokio::time::sleep(10 * MS).await;
+        }
+        assert_eq!(values(&nodes, &key).await, vec![None; 5], "round {round}");
+    }
+}
+
+/// The same with a node that is slow to connect: node 4 is paused while a
+/// fresh Locker acquires (so its request waits for the connection) and
+/// resumes while the release is under way. Without waiting for the slow
+/// acquire, the release can reach node 4 first and the SET lands after it.
+#[tokio::test]
+async fn a_release_waits_for_a_slow_nodes_acquire() {
+    let mut nodes = RedisNodes::start(5);
+    for round in 0..5 {
+        for node in nodes.iter() {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut conn(node).await)
+                .await
+                .unwrap();
+        }
+        nodes.node_mut(4).pause();
+        let pid = nodes.node(4).pid().unwrap().to_string();
+        let locker = locker(&nodes);
+        let key = locker.key("job");
+        let lease = locker.try_lock("job").await.unwrap();
+        let resume = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20 + 10 * round)).await;
+            std::process::Command::new("kill")
+                .args(["-CONT", &pid])
+                .status()
+                .unwrap();
+        });
+        lease.release().await.unwrap();
+        resume.await.unwrap();
+        nodes.node_mut(4).resume();
+        tokio::time::sleep(300 * MS).await;
+        assert_eq!(values(&nodes, &key).await, vec![None; 5], "round {round}");
     }
 }
