@@ -83,6 +83,8 @@
 //! mid-flight deletes its token from every node in the background; a
 //! [`Lease`] dropped without `release` is released in the background.
 
+#![deny(missing_docs)]
+
 mod acquire;
 mod backoff;
 mod error;

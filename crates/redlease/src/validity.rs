@@ -8,6 +8,10 @@ use crate::Error;
 /// The largest TTL accepted: 2^53 ms (about 285,000 years), so every
 /// millisecond count stays exact in the `f64` drift arithmetic and far inside
 /// the signed 64-bit expiry Redis accepts.
+///
+/// ```
+/// assert!(redlease::MAX_TTL > std::time::Duration::from_secs(100 * 365 * 24 * 3600));
+/// ```
 pub const MAX_TTL: Duration = Duration::from_millis(1 << 53);
 
 /// Allowance for clocks running at different rates on different nodes:

@@ -23,7 +23,7 @@ where
     let deadline = policy.wait.map(|wait| start + wait);
     let mut attempts: u32 = 0;
     loop {
-        attempts += 1;
+        attempts = attempts.saturating_add(1);
         let last = match attempt().await {
             Ok(value) => return Ok(value),
             Err(e) if !e.is_retryable() => return Err(e),

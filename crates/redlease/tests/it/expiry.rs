@@ -186,22 +186,15 @@ async fn a_dropped_lease_is_released_in_the_background() {
     let nodes = RedisNodes::start(3);
     let locker = locker(&nodes);
     let key = locker.key("job");
-    // Warm up: connections open and scripts loaded, so the background
-    // release is not racing a cold start against its node timeout.
-    locker
-        .try_lock("job")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    // Warm up, so the background release is not racing a cold start
+    // against its node timeout.
+    warm_up(&locker).await;
     let lease = locker.try_lock("job").await.unwrap();
     drop(lease);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while values(&nodes, &key).await.iter().any(Option::is_some) && Instant::now() < deadline {
-        tokio::time::sleep(10 * MS).await;
-    }
-    assert_eq!(values(&nodes, &key).await, vec![None; 3]);
+    assert_eq!(
+        values_once_gone(&nodes, &key, Duration::from_secs(2)).await,
+        vec![None; 3]
+    );
     locker
         .try_lock("job")
         .await
@@ -268,13 +261,7 @@ async fn lock_gives_up_after_its_attempts() {
 async fn an_immediate_release_leaves_no_key_behind() {
     let nodes = RedisNodes::start(5);
     for round in 0..20 {
-        for node in nodes.iter() {
-            let _: () = redis::cmd("SCRIPT")
-                .arg("FLUSH")
-                .query_async(&mut conn(node).await)
-                .await
-                .unwrap();
-        }
+        flush_scripts(&nodes).await;
         // A fresh Locker connects lazily, so every request starts by
         // connecting and then meets NOSCRIPT.
         let locker = locker(&nodes);
@@ -285,11 +272,8 @@ async fn an_immediate_release_leaves_no_key_behind() {
         } else {
             drop(lease);
         }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while values(&nodes, &key).await.iter().any(Option::is_some) && Instant::now() < deadline {
-            tokio::time::sleep(10 * MS).await;
-        }
-        assert_eq!(values(&nodes, &key).await, vec![None; 5], "round {round}");
+        let left = values_once_gone(&nodes, &key, Duration::from_secs(2)).await;
+        assert_eq!(left, vec![None; 5], "round {round}");
     }
 }
 
@@ -301,13 +285,7 @@ async fn an_immediate_release_leaves_no_key_behind() {
 async fn a_release_waits_for_a_slow_nodes_acquire() {
     let mut nodes = RedisNodes::start(5);
     for round in 0..5 {
-        for node in nodes.iter() {
-            let _: () = redis::cmd("SCRIPT")
-                .arg("FLUSH")
-                .query_async(&mut conn(node).await)
-                .await
-                .unwrap();
-        }
+        flush_scripts(&nodes).await;
         nodes.node_mut(4).pause();
         let pid = nodes.node(4).pid().unwrap().to_string();
         let locker = locker(&nodes);

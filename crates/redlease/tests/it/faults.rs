@@ -81,13 +81,7 @@ async fn three_of_five_paused_times_out_within_the_bound() {
     let mut nodes = RedisNodes::start(5);
     let locker = locker(&nodes);
     // Warm the connections so the pause hits requests, not connects.
-    locker
-        .try_lock("warm")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&locker).await;
     for i in [1, 2, 3] {
         nodes.node_mut(i).pause();
     }
@@ -113,11 +107,10 @@ async fn three_of_five_paused_times_out_within_the_bound() {
     // The paused nodes ran the acquire after waking up; the cleanup that was
     // queued behind it on the same connection removed it again.
     let key = locker.key("job");
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while values(&nodes, &key).await.iter().any(Option::is_some) && Instant::now() < deadline {
-        tokio::time::sleep(20 * MS).await;
-    }
-    assert_eq!(values(&nodes, &key).await, vec![None; 5]);
+    assert_eq!(
+        values_once_gone(&nodes, &key, Duration::from_secs(2)).await,
+        vec![None; 5]
+    );
 }
 
 #[tokio::test]
@@ -273,20 +266,9 @@ async fn redis_errors_map_to_node_errors() {
     let nodes = RedisNodes::start(2);
     let (a, b) = (nodes.node(0), nodes.node(1));
     // Node b becomes a replica of a: writes there get READONLY.
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(a.port())
-        .query_async(&mut conn(b).await)
-        .await
-        .unwrap();
+    command(b, &["REPLICAOF", "127.0.0.1", &a.port().to_string()]).await;
     // Node a is out of memory for writes.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg("1")
-        .query_async(&mut conn(a).await)
-        .await
-        .unwrap();
+    command(a, &["CONFIG", "SET", "maxmemory", "1"]).await;
     let locker = locker(&nodes);
     let err = locker
         .try_lock("job")
@@ -321,12 +303,7 @@ async fn wrongtype_on_release_is_a_node_error() {
         .unwrap();
     tokio::time::sleep(150 * MS).await;
     // After expiry someone stores a list under the same key.
-    let _: () = redis::cmd("RPUSH")
-        .arg(&key)
-        .arg("x")
-        .query_async(&mut conn(nodes.node(0)).await)
-        .await
-        .unwrap();
+    command(nodes.node(0), &["RPUSH", &key, "x"]).await;
     match lease.release().await {
         Err(Error::NoQuorum { failed, .. }) => match failed[0].kind() {
             NodeErrorKind::Redis { code, .. } => assert_eq!(code, "WRONGTYPE"),
@@ -347,20 +324,12 @@ async fn noscript_after_script_flush_is_recovered() {
         .release()
         .await
         .unwrap();
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn(nodes.node(0)).await)
-        .await
-        .unwrap();
+    flush_scripts(&nodes).await;
     let mut lease = locker
         .try_lock("job")
         .await
         .expect("acquire reloads its script");
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut conn(nodes.node(0)).await)
-        .await
-        .unwrap();
+    flush_scripts(&nodes).await;
     lease
         .extend(Duration::from_secs(5))
         .await

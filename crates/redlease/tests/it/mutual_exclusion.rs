@@ -3,12 +3,34 @@
 
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redlease_testkit::{RedisNode, RedisNodes};
 
 use crate::support::*;
 
 const TASKS: usize = 8;
 const ITERATIONS: usize = 200;
+
+/// GET, pause, SET n+1: loses updates whenever two tasks interleave.
+async fn increment(db: &mut MultiplexedConnection) {
+    let n: Option<i64> = redis::cmd("GET")
+        .arg("counter")
+        .query_async(db)
+        .await
+        .unwrap();
+    // Widen the race window: without the lock, updates get lost.
+    tokio::time::sleep(Duration::from_micros(50)).await;
+    let _: () = redis::cmd("SET")
+        .arg("counter")
+        .arg(n.unwrap_or(0) + 1)
+        .query_async(db)
+        .await
+        .unwrap();
+}
+
+async fn counter(data: &RedisNode) -> i64 {
+    get(data, "counter").await.map_or(0, |v| v.parse().unwrap())
+}
 
 async fn no_lost_updates(nodes: usize) {
     let lock_nodes = RedisNodes::start(nodes);
@@ -23,20 +45,7 @@ async fn no_lost_updates(nodes: usize) {
         tasks.push(tokio::spawn(async move {
             for _ in 0..ITERATIONS {
                 let lease = locker.lock("counter").await.expect("lock");
-                let n: i64 = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async::<Option<i64>>(&mut db)
-                    .await
-                    .unwrap()
-                    .unwrap_or(0);
-                // Widen the race window: without the lock, updates get lost.
-                tokio::time::sleep(Duration::from_micros(50)).await;
-                let _: () = redis::cmd("SET")
-                    .arg("counter")
-                    .arg(n + 1)
-                    .query_async(&mut db)
-                    .await
-                    .unwrap();
+                increment(&mut db).await;
                 assert!(
                     lease.remaining() > Duration::ZERO,
                     "critical section outlived the lease"
@@ -51,12 +60,11 @@ async fn no_lost_updates(nodes: usize) {
             .expect("tasks finish in time")
             .expect("task did not panic");
     }
-    let counter: i64 = redis::cmd("GET")
-        .arg("counter")
-        .query_async(&mut conn(&data).await)
-        .await
-        .unwrap();
-    assert_eq!(counter, (TASKS * ITERATIONS) as i64, "lost updates");
+    assert_eq!(
+        counter(&data).await,
+        (TASKS * ITERATIONS) as i64,
+        "lost updates"
+    );
     for node in lock_nodes.iter() {
         assert_eq!(dbsize(node).await, 0, "a lock key was left behind");
     }
@@ -72,7 +80,7 @@ async fn five_nodes_lose_no_update() {
     no_lost_updates(5).await;
 }
 
-/// The same workload without the lock does lose updates: the test above
+/// The same workload without the lock does lose updates: the tests above
 /// can fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_lock_updates_are_lost() {
@@ -82,32 +90,13 @@ async fn without_the_lock_updates_are_lost() {
         let mut db = conn(&data).await;
         tasks.push(tokio::spawn(async move {
             for _ in 0..50 {
-                let n: i64 = redis::cmd("GET")
-                    .arg("counter")
-                    .query_async::<Option<i64>>(&mut db)
-                    .await
-                    .unwrap()
-                    .unwrap_or(0);
-                tokio::time::sleep(Duration::from_micros(50)).await;
-                let _: () = redis::cmd("SET")
-                    .arg("counter")
-                    .arg(n + 1)
-                    .query_async(&mut db)
-                    .await
-                    .unwrap();
+                increment(&mut db).await;
             }
         }));
     }
     for task in tasks {
         task.await.unwrap();
     }
-    let counter: i64 = redis::cmd("GET")
-        .arg("counter")
-        .query_async(&mut conn(&data).await)
-        .await
-        .unwrap();
-    assert!(
-        counter < (TASKS * 50) as i64,
-        "expected lost updates, got {counter}"
-    );
+    let n = counter(&data).await;
+    assert!(n < (TASKS * 50) as i64, "expected lost updates, got {n}");
 }

@@ -47,17 +47,20 @@ async fn a_lease_moves_between_tasks() {
 /// A node with an ACL user `alice` and a password on the default user.
 async fn acl_node() -> RedisNode {
     let node = RedisNode::start();
-    let mut c = conn(&node).await;
-    let _: () = redis::cmd("ACL")
-        .arg(["SETUSER", "alice", "on", ">wonderland", "~*", "+@all"].as_slice())
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg(["SET", "requirepass", "defaultpass"].as_slice())
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    command(
+        &node,
+        &[
+            "ACL",
+            "SETUSER",
+            "alice",
+            "on",
+            ">wonderland",
+            "~*",
+            "+@all",
+        ],
+    )
+    .await;
+    command(&node, &["CONFIG", "SET", "requirepass", "defaultpass"]).await;
     node
 }
 

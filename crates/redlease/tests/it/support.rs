@@ -1,6 +1,6 @@
 //! Shared helpers: lockers over testkit nodes and direct looks at each node.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redlease::{Locker, RetryPolicy};
@@ -90,4 +90,43 @@ pub fn indices<'a>(ids: impl IntoIterator<Item = &'a redlease::NodeId>) -> Vec<u
     let mut v: Vec<_> = ids.into_iter().map(|id| id.index()).collect();
     v.sort_unstable();
     v
+}
+
+/// Runs one command on `node` and checks it succeeded.
+pub async fn command(node: &RedisNode, args: &[&str]) {
+    let _: redis::Value = redis::cmd(args[0])
+        .arg(&args[1..])
+        .query_async(&mut conn(node).await)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}
+
+/// Empties every node's script cache, so the next script call meets NOSCRIPT.
+pub async fn flush_scripts(nodes: &RedisNodes) {
+    for node in nodes.iter() {
+        command(node, &["SCRIPT", "FLUSH"]).await;
+    }
+}
+
+/// Waits (at most `within`) until no node holds `key`, and returns what the
+/// nodes hold then.
+pub async fn values_once_gone(
+    nodes: &RedisNodes,
+    key: &str,
+    within: Duration,
+) -> Vec<Option<String>> {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = values(nodes, key).await;
+        if now.iter().all(Option::is_none) || Instant::now() >= deadline {
+            return now;
+        }
+        tokio::time::sleep(10 * MS).await;
+    }
+}
+
+/// Takes and releases the lock once: connections open, scripts loaded.
+pub async fn warm_up(locker: &Locker) {
+    let lease = locker.try_lock("warm-up").await.expect("warm-up lock");
+    lease.release().await.expect("warm-up release");
 }
