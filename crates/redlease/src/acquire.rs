@@ -90,10 +90,7 @@ impl<'a> Acquire<'a> {
         let timing = shared.timing("ttl", self.ttl.unwrap_or(shared.ttl))?;
         self.retry.check()?;
         let key: Arc<str> = shared.key(&self.resource).into();
-        wait::retry(&self.resource, &self.retry, || {
-            attempt(shared, &self.resource, &key, timing)
-        })
-        .await
+        wait::lock(shared, &self.resource, &key, timing, &self.retry).await
     }
 }
 
@@ -214,7 +211,7 @@ pub(crate) async fn attempt(
         .filter(|(_, a)| vote(a) != Vote::No)
         .map(|(i, _)| shared.nodes[*i].clone())
         .collect();
-    lease::release_on(&undo, key, &token, timing.node_timeout).await;
+    lease::release_on(shared, &undo, key, &token, timing.node_timeout).await;
     guard.disarm();
     Err(failure)
 }

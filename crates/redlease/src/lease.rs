@@ -227,14 +227,16 @@ impl Lease {
             self.guard.token.clone(),
             self.guard.node_timeout,
         );
+        let release_id: Arc<str> = release_id().into();
         let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
-            let (key, token) = (key.clone(), token.clone());
-            async move { node.release(&key, &token, timeout).await }
+            let (key, token, release_id) = (key.clone(), token.clone(), release_id.clone());
+            async move { node.release(&key, &token, &release_id, timeout).await }
         })
         .await;
         let result = match replies.tally.decision() {
             Decision::Reached => {
                 replies.detach();
+                shared.announce_release(&key, &release_id);
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {
@@ -294,13 +296,38 @@ impl Lease {
     }
 }
 
+/// A fresh id for one release, published with it so waiters can tell which
+/// nodes confirmed the same release.
+fn release_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
 /// Runs the compare-and-delete on `nodes` concurrently and waits for all of
 /// them (each bounded by `timeout`). Failures are only logged: the keys
 /// carry a TTL, so a node that missed the release frees the lock by expiry.
-pub(crate) async fn release_on(nodes: &[Arc<Node>], key: &str, token: &Token, timeout: Duration) {
-    let results = join_all(nodes.iter().map(|n| n.release(key, token, timeout))).await;
-    for e in results.into_iter().filter_map(Result::err) {
-        tracing::debug!(error = %e, "release failed; the key expires by its TTL");
+pub(crate) async fn release_on(
+    shared: &Shared,
+    nodes: &[Arc<Node>],
+    key: &str,
+    token: &Token,
+    timeout: Duration,
+) {
+    let release_id = release_id();
+    let results = join_all(
+        nodes
+            .iter()
+            .map(|n| n.release(key, token, &release_id, timeout)),
+    )
+    .await;
+    let mut deleted = false;
+    for result in results {
+        match result {
+            Ok(d) => deleted |= d,
+            Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
+        }
+    }
+    if deleted {
+        shared.announce_release(key, &release_id);
     }
 }
 
@@ -361,14 +388,14 @@ impl Drop for ReleaseOnDrop {
             tracing::warn!(key = %self.key, "lock dropped outside a Tokio runtime; it stays until its TTL ends");
             return;
         };
-        let nodes = self.shared.nodes.clone();
+        let shared = self.shared.clone();
         let (key, token, timeout) = (self.key.clone(), self.token.clone(), self.node_timeout);
         let in_flight = self.in_flight.take();
         runtime.spawn(async move {
             if let Some(in_flight) = in_flight {
                 let _ = in_flight.await;
             }
-            release_on(&nodes, &key, &token, timeout).await
+            release_on(&shared, &shared.nodes, &key, &token, timeout).await
         });
     }
 }

@@ -93,6 +93,7 @@ mod lease;
 mod locker;
 mod node;
 mod quorum;
+mod subscription;
 mod token;
 mod validity;
 mod wait;

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::acquire::Acquire;
@@ -10,6 +10,7 @@ use crate::backoff::RetryPolicy;
 use crate::error::NodeId;
 use crate::node::{self, ConnectSettings, Node};
 use crate::quorum::quorum;
+use crate::subscription::{channel_for, Notifier};
 use crate::validity::{DriftModel, Timing};
 use crate::Error;
 
@@ -22,9 +23,31 @@ pub(crate) struct Shared {
     pub(crate) drift: DriftModel,
     pub(crate) retry: RetryPolicy,
     pub(crate) prefix: String,
+    pub(crate) connect_timeout: Duration,
+    /// Release notifications, started by the first waiter.
+    notifier: OnceLock<Arc<Notifier>>,
 }
 
 impl Shared {
+    /// The release notifications, starting them on first use.
+    pub(crate) fn notifier(&self) -> &Arc<Notifier> {
+        self.notifier
+            .get_or_init(|| Notifier::start(&self.nodes, self.connect_timeout))
+    }
+
+    /// The release notifications, if any task ever waited.
+    pub(crate) fn started_notifier(&self) -> Option<&Arc<Notifier>> {
+        self.notifier.get()
+    }
+
+    /// Tells this process's waiters that our release of `key` went through,
+    /// without waiting for Redis to echo the PUBLISH.
+    pub(crate) fn announce_release(&self, key: &str, release_id: &str) {
+        if let Some(notifier) = self.notifier.get() {
+            notifier.released(&channel_for(key), release_id);
+        }
+    }
+
     /// Checks a TTL against this Locker's drift and timeout settings.
     pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
         Timing::new(field, ttl, self.drift, self.node_timeout)
@@ -421,6 +444,8 @@ impl LockerBuilder {
                 drift: self.drift,
                 retry: self.retry,
                 prefix: self.prefix,
+                connect_timeout: self.connect_timeout,
+                notifier: OnceLock::new(),
             }),
         })
     }

@@ -6,7 +6,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ConnectionAddr, FromRedisValue, RedisError, Script, ScriptInvocation};
+use redis::{
+    Client, ConnectionAddr, FromRedisValue, ProtocolVersion, RedisError, Script, ScriptInvocation,
+};
 
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::token::Token;
@@ -37,6 +39,7 @@ pub(crate) struct ConnectSettings {
 /// One Redis deployment.
 pub(crate) struct Node {
     id: NodeId,
+    client: Client,
     conn: ConnectionManager,
 }
 
@@ -68,9 +71,9 @@ impl Node {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| Error::invalid("urls", format!("node {index} ({}): {e}", redact(url))))?;
-        Ok(Node { id, conn })
+        Ok(Node { id, client, conn })
     }
 
     pub(crate) fn id(&self) -> &NodeId {
@@ -98,15 +101,31 @@ impl Node {
         }
     }
 
-    /// Deletes the key if it holds `token`; `Ok(false)` if it does not.
+    /// A client for this node's subscription connection: same address and
+    /// credentials, RESP3 so one connection can both subscribe and reconnect.
+    pub(crate) fn subscriber(&self) -> Result<Client, RedisError> {
+        let info = self.client.get_connection_info().clone();
+        let redis = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        Client::open(info.set_redis_settings(redis))
+    }
+
+    /// Deletes the key if it holds `token` and announces it on the lock's
+    /// release channel; `Ok(false)` if the key does not hold `token`.
     pub(crate) async fn release(
         &self,
         key: &str,
         token: &Token,
+        release_id: &str,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut call = RELEASE.prepare_invoke();
-        call.key(key).arg(token.as_str());
+        call.key(key)
+            .arg(token.as_str())
+            .arg(crate::subscription::channel_for(key))
+            .arg(release_id);
         self.flag(&call, timeout, "release").await
     }
 

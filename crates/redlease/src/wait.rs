@@ -1,36 +1,81 @@
-//! Waiting for a busy lock: retry attempts with jittered delays, never
-//! sleeping past the holder's expiry or the wait deadline.
+//! Waiting for a busy lock without polling: after a failed attempt the task
+//! queues for the lock's release notifications and retries when the holder
+//! releases. Timers remain as the fallback for a lost notification, a holder
+//! that crashed, or a node without pub/sub: a waiter never sleeps past its
+//! jittered delay, the holder's reported expiry, or its deadline.
 
-use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
+use crate::acquire::attempt;
 use crate::backoff::RetryPolicy;
+use crate::lease::Lease;
+use crate::locker::Shared;
+use crate::subscription::{channel_for, Waiter};
+use crate::validity::Timing;
 use crate::Error;
 
-/// Runs `attempt` until it succeeds, fails for good (bad input), or the
-/// policy's attempts or deadline run out. Out of attempts: the last error
-/// as it is. Past the deadline: [`Error::WaitTimeout`] wrapping it.
-pub(crate) async fn retry<T, F, Fut>(
+/// Tries to take the lock until it succeeds, fails for good (bad input), or
+/// the policy's attempts or deadline run out. Out of attempts: the last
+/// error as it is. Past the deadline: [`Error::WaitTimeout`] wrapping it.
+///
+/// Cancel safe: a dropped attempt undoes itself, and a dropped [`Waiter`]
+/// leaves the queue and, if it was the last, unsubscribes.
+pub(crate) async fn lock(
+    shared: &Arc<Shared>,
     resource: &str,
+    key: &Arc<str>,
+    timing: Timing,
     policy: &RetryPolicy,
-    mut attempt: F,
-) -> Result<T, Error>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, Error>>,
-{
+) -> Result<Lease, Error> {
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
+    let waits = policy.attempts != Some(1);
+    let channel = channel_for(key);
+    let mut waiter: Option<Waiter> = None;
+    let mut last: Option<Error> = None;
     let mut attempts: u32 = 0;
+
+    // Fairness within this process: if other tasks already queue for this
+    // lock, get in line behind them instead of racing them for it.
+    if waits {
+        if let Some(notifier) = shared.started_notifier() {
+            if notifier.has_waiters(&channel) {
+                waiter = Some(notifier.join(&channel));
+            }
+        }
+    }
+    let mut wait_first = waiter.is_some();
+
     loop {
+        if wait_first {
+            let now = Instant::now();
+            let expires_in = last.as_ref().and_then(Error::expires_in);
+            let delay = policy.delay_before_next(rand::random::<f64>(), expires_in, now, deadline);
+            match &waiter {
+                Some(w) => {
+                    tokio::select! {
+                        () = w.woken() => {}
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                None => tokio::time::sleep(delay).await,
+            }
+        }
         attempts = attempts.saturating_add(1);
-        let last = match attempt().await {
-            Ok(value) => return Ok(value),
+        let error = match attempt(shared, resource, key, timing).await {
+            Ok(lease) => {
+                if let Some(w) = waiter.take() {
+                    w.acquired();
+                }
+                return Ok(lease);
+            }
             Err(e) if !e.is_retryable() => return Err(e),
             Err(e) => e,
         };
+        tracing::debug!(resource, attempts, %error, "lock busy");
         if policy.attempts.is_some_and(|max| attempts >= max) {
-            return Err(last);
+            return Err(error);
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
@@ -38,12 +83,18 @@ where
                 resource: resource.to_string(),
                 waited: now - start,
                 attempts,
-                last: Box::new(last),
+                last: Box::new(error),
             });
         }
-        let delay =
-            policy.delay_before_next(rand::random::<f64>(), last.expires_in(), now, deadline);
-        tracing::debug!(resource, attempts, ?delay, error = %last, "lock busy, retrying");
-        tokio::time::sleep(delay).await;
+        last = Some(error);
+        wait_first = true;
+        if waiter.is_none() {
+            let mut w = shared.notifier().join(&channel);
+            w.subscribed(timing.node_timeout).await;
+            // A release between the failed attempt and the subscription went
+            // unheard: the first in line tries again at once.
+            wait_first = !w.is_head();
+            waiter = Some(w);
+        }
     }
 }

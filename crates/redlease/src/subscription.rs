@@ -1,0 +1,331 @@
+//! Release notifications: the release script PUBLISHes on a per-lock
+//! channel, and waiters of a Locker hear it through one subscription
+//! connection per node, shared by every waiter.
+//!
+//! Per lock name there is one SUBSCRIBE per node, however many tasks wait,
+//! and it is dropped when the last waiter leaves. Waiters queue in arrival
+//! order and only the head is woken by a release, so one release costs one
+//! retry in this process, not one per waiter (no thundering herd), and the
+//! lock goes to waiters in turn (fairness within the process).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::node::Node;
+
+/// What a node's subscription task is asked to do, in order.
+enum Command {
+    Subscribe { channel: String, generation: u64 },
+    Unsubscribe { channel: String },
+}
+
+/// Channels with waiters, shared by the waiters and the node tasks.
+pub(crate) struct Notifier {
+    quorum: usize,
+    channels: Mutex<HashMap<String, Channel>>,
+    nodes: Vec<mpsc::UnboundedSender<Command>>,
+    next_id: AtomicU64,
+}
+
+/// The waiters of one lock name.
+struct Channel {
+    /// Tells a node's confirmation apart from one meant for an earlier
+    /// subscription of the same name.
+    generation: u64,
+    /// Waiters in arrival order; the head is the one a release wakes.
+    waiters: VecDeque<(u64, Arc<Notify>)>,
+    /// How many nodes confirmed the SUBSCRIBE.
+    subscribed: watch::Sender<usize>,
+    /// The latest release heard of: its id, from how many nodes, and
+    /// whether a waiter already took the lock after it.
+    release: Option<Release>,
+}
+
+struct Release {
+    id: String,
+    heard: usize,
+    done: bool,
+}
+
+impl Notifier {
+    /// Starts one subscription task per node. Needs a Tokio runtime.
+    pub(crate) fn start(nodes: &[Arc<Node>], timeout: Duration) -> Arc<Notifier> {
+        let mut senders = Vec::with_capacity(nodes.len());
+        let mut receivers = Vec::with_capacity(nodes.len());
+        for _ in nodes {
+            let (tx, rx) = mpsc::unbounded_channel();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let notifier = Arc::new(Notifier {
+            quorum: crate::quorum::quorum(nodes.len()),
+            channels: Mutex::new(HashMap::new()),
+            nodes: senders,
+            next_id: AtomicU64::new(0),
+        });
+        for (node, commands) in nodes.iter().zip(receivers) {
+            let weak = Arc::downgrade(&notifier);
+            tokio::spawn(node_task(node.subscriber(), weak, commands, timeout));
+        }
+        notifier
+    }
+
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        // A panic while holding this lock leaves plain bookkeeping behind;
+        // carrying on is better than poisoning every later waiter.
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether tasks of this process already wait for `channel`: a newcomer
+    /// then queues behind them instead of barging in.
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.channels()
+            .get(channel)
+            .is_some_and(|c| !c.waiters.is_empty())
+    }
+
+    /// Queues a waiter on `channel`, subscribing on every node if it is the
+    /// first.
+    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> Waiter {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let mut channels = self.channels();
+        let entry = channels.entry(channel.to_string()).or_insert_with(|| {
+            for node in &self.nodes {
+                let _ = node.send(Command::Subscribe {
+                    channel: channel.to_string(),
+                    generation: id,
+                });
+            }
+            Channel {
+                generation: id,
+                waiters: VecDeque::new(),
+                subscribed: watch::Sender::new(0),
+                release: None,
+            }
+        });
+        entry.waiters.push_back((id, notify.clone()));
+        Waiter {
+            notifier: self.clone(),
+            channel: channel.to_string(),
+            id,
+            notify,
+            subscribed: entry.subscribed.subscribe(),
+            acquired: false,
+        }
+    }
+
+    /// Our own release of `channel` succeeded: wake the head waiter now,
+    /// without waiting for the PUBLISH to come back from Redis.
+    pub(crate) fn released(&self, channel: &str, release_id: &str) {
+        let mut channels = self.channels();
+        if let Some(c) = channels.get_mut(channel) {
+            c.release = Some(Release {
+                id: release_id.to_string(),
+                heard: usize::MAX,
+                done: false,
+            });
+            c.wake_head();
+        }
+    }
+
+    /// A node published a release of `channel`. The head waiter wakes at the
+    /// first node's word (the lock may already be free on a quorum) and
+    /// again when a quorum of nodes confirmed, in case its first try raced
+    /// a release still on its way to some nodes.
+    fn published(&self, channel: &str, release_id: &str) {
+        let quorum = self.quorum;
+        let mut channels = self.channels();
+        let Some(c) = channels.get_mut(channel) else {
+            return;
+        };
+        let release = match &mut c.release {
+            Some(r) if r.id == release_id => r,
+            slot => slot.insert(Release {
+                id: release_id.to_string(),
+                heard: 0,
+                done: false,
+            }),
+        };
+        release.heard = release.heard.saturating_add(1);
+        if !release.done && (release.heard == 1 || release.heard == quorum) {
+            c.wake_head();
+        }
+    }
+
+    fn confirmed(&self, channel: &str, generation: u64) {
+        if let Some(c) = self.channels().get(channel) {
+            if c.generation == generation {
+                c.subscribed.send_modify(|n| *n += 1);
+            }
+        }
+    }
+
+    fn leave(&self, channel: &str, id: u64, acquired: bool) {
+        let mut channels = self.channels();
+        let Some(c) = channels.get_mut(channel) else {
+            return;
+        };
+        let was_head = c.waiters.front().is_some_and(|(w, _)| *w == id);
+        c.waiters.retain(|(w, _)| *w != id);
+        if acquired {
+            // This release is used up: later echoes of it must not wake the
+            // next waiter for a lock that is now ours.
+            if let Some(r) = &mut c.release {
+                r.done = true;
+            }
+        } else if was_head {
+            // The head gave up (dropped, out of time) and may have swallowed
+            // a wake-up: pass it on rather than lose it.
+            c.wake_head();
+        }
+        if c.waiters.is_empty() {
+            channels.remove(channel);
+            for node in &self.nodes {
+                let _ = node.send(Command::Unsubscribe {
+                    channel: channel.to_string(),
+                });
+            }
+        }
+    }
+}
+
+impl Channel {
+    fn wake_head(&self) {
+        if let Some((_, notify)) = self.waiters.front() {
+            // Stores a permit if the head is busy retrying: not lost.
+            notify.notify_one();
+        }
+    }
+}
+
+/// A place in the queue of one lock name. Leaves the queue (and, if last,
+/// unsubscribes) when dropped, so a cancelled wait leaks nothing.
+pub(crate) struct Waiter {
+    notifier: Arc<Notifier>,
+    channel: String,
+    id: u64,
+    notify: Arc<Notify>,
+    subscribed: watch::Receiver<usize>,
+    acquired: bool,
+}
+
+impl Waiter {
+    /// Waits until a quorum of nodes confirmed the subscription, at most
+    /// `timeout`: a release published before that would go unheard.
+    pub(crate) async fn subscribed(&mut self, timeout: Duration) {
+        let quorum = self.notifier.quorum;
+        let _ = tokio::time::timeout(timeout, self.subscribed.wait_for(|n| *n >= quorum)).await;
+    }
+
+    /// Whether this waiter is first in line.
+    pub(crate) fn is_head(&self) -> bool {
+        let channels = self.notifier.channels();
+        channels
+            .get(&self.channel)
+            .and_then(|c| c.waiters.front())
+            .is_some_and(|(id, _)| *id == self.id)
+    }
+
+    /// Resolves when a release wakes this waiter (only ever the head).
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await;
+    }
+
+    /// Leaves the queue because the lock is ours.
+    pub(crate) fn acquired(mut self) {
+        self.acquired = true;
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.notifier.leave(&self.channel, self.id, self.acquired);
+    }
+}
+
+/// The channel a lock's release is announced on.
+pub(crate) fn channel_for(key: &str) -> String {
+    format!("{key}:released")
+}
+
+/// One node's subscription connection: runs SUBSCRIBE / UNSUBSCRIBE in the
+/// order asked, and turns published messages into wake-ups. Ends when the
+/// Locker is gone.
+async fn node_task(
+    client: Result<Client, redis::RedisError>,
+    notifier: std::sync::Weak<Notifier>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    timeout: Duration,
+) {
+    let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+    // RESP3 lets the manager reconnect and resubscribe on its own after the
+    // connection breaks; meanwhile waiters fall back to their timers.
+    let conn = client.and_then(|client| {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_push_sender(push_tx)
+            .set_automatic_resubscription();
+        ConnectionManager::new_lazy_with_config(client, config)
+    });
+    let mut conn = match conn {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::warn!(error = %e, "no release notifications from this node; waiters poll it");
+            // Still drain commands so senders never block or grow.
+            while commands.recv().await.is_some() {}
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            command = commands.recv() => {
+                let Some(command) = command else { return };
+                match command {
+                    Command::Subscribe { channel, generation } => {
+                        let ok = tokio::time::timeout(timeout, conn.subscribe(&channel)).await;
+                        match ok {
+                            Ok(Ok(())) => {
+                                if let Some(n) = notifier.upgrade() {
+                                    n.confirmed(&channel, generation);
+                                }
+                            }
+                            Ok(Err(e)) => tracing::debug!(error = %e, "SUBSCRIBE failed; waiters fall back to timers"),
+                            Err(_) => tracing::debug!("SUBSCRIBE timed out; waiters fall back to timers"),
+                        }
+                    }
+                    Command::Unsubscribe { channel } => {
+                        if let Ok(Err(e)) = tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
+                            tracing::debug!(error = %e, "UNSUBSCRIBE failed");
+                        }
+                    }
+                }
+            }
+            Some(push) = pushes.recv() => {
+                if push.kind != PushKind::Message {
+                    continue;
+                }
+                if let [channel, payload] = push.data.as_slice() {
+                    if let (Some(channel), Some(id), Some(n)) = (text(channel), text(payload), notifier.upgrade()) {
+                        n.published(&channel, &id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
