@@ -8,3 +8,4 @@ mod expiry;
 mod faults;
 mod mutual_exclusion;
 mod ownership;
+mod waiting;

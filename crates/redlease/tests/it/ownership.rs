@@ -141,12 +141,15 @@ async fn another_owners_lock_is_never_released() {
     assert!(matches!(b.try_lock("job").await, Err(Error::Taken { .. })));
     // a holds a quorum (a slow node may have gone to b and back), and every
     // node that has a value has a's.
-    let held: Vec<String> = values(&nodes, &a.key("job"))
+    let values_now: Vec<String> = values(&nodes, &a.key("job"))
         .await
         .into_iter()
         .flatten()
         .collect();
-    assert!(held.len() >= a.quorum(), "{held:?}");
-    assert!(held.iter().all(|v| *v == held[0]), "{held:?}");
+    assert!(values_now.len() >= a.quorum(), "{values_now:?}");
+    assert!(
+        values_now.iter().all(|v| *v == values_now[0]),
+        "{values_now:?}"
+    );
     held.release().await.unwrap();
 }

@@ -130,3 +130,55 @@ pub async fn warm_up(locker: &Locker) {
     let lease = locker.try_lock("warm-up").await.expect("warm-up lock");
     lease.release().await.expect("warm-up release");
 }
+
+/// Subscribers of `channel` on `node` (PUBSUB NUMSUB).
+pub async fn numsub(node: &RedisNode, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("PUBSUB NUMSUB");
+    n
+}
+
+/// Waits (at most `within`) until every running node has `want`
+/// subscribers on `channel`; returns the counts seen last.
+pub async fn wait_numsub(
+    nodes: &RedisNodes,
+    channel: &str,
+    want: i64,
+    within: Duration,
+) -> Vec<i64> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut counts = Vec::new();
+        for node in nodes.iter().filter(|n| n.is_running()) {
+            counts.push(numsub(node, channel).await);
+        }
+        if counts.iter().all(|&n| n == want) || Instant::now() >= deadline {
+            return counts;
+        }
+        tokio::time::sleep(10 * MS).await;
+    }
+}
+
+/// How many times `node` ran EVALSHA and EVAL so far (INFO commandstats).
+pub async fn script_calls(node: &RedisNode) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}

@@ -1,0 +1,287 @@
+//! Waiting without polling: a waiter takes a released lock within a round
+//! trip or two of the release, shares one subscription per lock and node
+//! with the other waiters, and leaves nothing behind when cancelled.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redlease::{Locker, RetryPolicy};
+use redlease_testkit::RedisNodes;
+
+use crate::support::*;
+
+/// Waiters whose fallback timer is 5 s: only a notification can wake them
+/// sooner.
+fn patient_locker(nodes: &RedisNodes) -> Locker {
+    Locker::builder(nodes.urls())
+        .ttl(Duration::from_secs(10))
+        .node_timeout(200 * MS)
+        .retry(
+            RetryPolicy::new()
+                .wait(Duration::from_secs(30))
+                .delay(Duration::from_secs(5), Duration::from_secs(5)),
+        )
+        .build()
+        .unwrap()
+}
+
+fn channel(locker: &Locker, resource: &str) -> String {
+    format!("{}:released", locker.key(resource))
+}
+
+async fn waiter_takes_a_released_lock_at_once(n: usize) {
+    let nodes = RedisNodes::start(n);
+    // Holder and waiter use different Lockers, as two processes would: the
+    // wake-up has to come from Redis.
+    let holder_side = locker(&nodes);
+    let waiter_side = patient_locker(&nodes);
+    let chan = channel(&waiter_side, "job");
+    let holder = holder_side.try_lock("job").await.unwrap();
+
+    let waiter = tokio::spawn(async move {
+        let lease = waiter_side.lock("job").await;
+        (Instant::now(), lease)
+    });
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await,
+        vec![1; n]
+    );
+    // Let the waiter finish its post-subscription retry and go to sleep.
+    tokio::time::sleep(100 * MS).await;
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (acquired, lease) = waiter.await.unwrap();
+    let lease = lease.expect("the waiter gets the lock");
+    let gap = acquired - released;
+    assert!(
+        gap < 100 * MS,
+        "handoff took {gap:?}; the fallback timer is 5 s"
+    );
+    lease.release().await.unwrap();
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 0, Duration::from_secs(2)).await,
+        vec![0; n]
+    );
+}
+
+#[tokio::test]
+async fn one_node_waiter_takes_a_released_lock_at_once() {
+    waiter_takes_a_released_lock_at_once(1).await;
+}
+
+#[tokio::test]
+async fn five_nodes_waiter_takes_a_released_lock_at_once() {
+    waiter_takes_a_released_lock_at_once(5).await;
+}
+
+async fn crashed_holder_costs_at_most_the_ttl(n: usize) {
+    let nodes = RedisNodes::start(n);
+    let holder_side = locker_with_timeout(&nodes, 20 * MS);
+    let waiter_side = patient_locker(&nodes);
+    let ttl = 500 * MS;
+    let taken = Instant::now();
+    let holder = holder_side.try_lock("job").ttl(ttl).await.unwrap();
+    // The holder dies without releasing: nothing will ever be published.
+    std::mem::forget(holder);
+    let lease = waiter_side
+        .lock("job")
+        .await
+        .expect("acquired after expiry");
+    let waited = taken.elapsed();
+    assert!(waited >= ttl - 20 * MS, "acquired while held: {waited:?}");
+    assert!(waited < ttl + 100 * MS, "took {waited:?} for a {ttl:?} TTL");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_node_crashed_holder_costs_at_most_the_ttl() {
+    crashed_holder_costs_at_most_the_ttl(1).await;
+}
+
+#[tokio::test]
+async fn five_nodes_crashed_holder_costs_at_most_the_ttl() {
+    crashed_holder_costs_at_most_the_ttl(5).await;
+}
+
+#[tokio::test]
+async fn waiters_share_one_subscription_per_node() {
+    let nodes = RedisNodes::start(3);
+    let holder_side = locker(&nodes);
+    let waiters = patient_locker(&nodes);
+    let chan = channel(&waiters, "job");
+    let holder = holder_side.try_lock("job").await.unwrap();
+
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let waiters = waiters.clone();
+        tasks.push(tokio::spawn(async move {
+            let lease = waiters
+                .lock("job")
+                .await
+                .expect("each waiter gets its turn");
+            tokio::time::sleep(5 * MS).await;
+            lease.release().await.expect("release");
+        }));
+    }
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await,
+        vec![1; 3]
+    );
+    tokio::time::sleep(50 * MS).await;
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 1, Duration::ZERO).await,
+        vec![1; 3],
+        "one SUBSCRIBE for 4 waiters"
+    );
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // Four handoffs, each woken by the previous release, not by a 5 s timer.
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        released.elapsed()
+    );
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 0, Duration::from_secs(2)).await,
+        vec![0; 3]
+    );
+}
+
+#[tokio::test]
+async fn dropping_waiters_at_random_points_leaks_nothing() {
+    let nodes = RedisNodes::start(5);
+    let holder_side = locker(&nodes);
+    let waiters = patient_locker(&nodes);
+    let key = waiters.key("job");
+    let chan = channel(&waiters, "job");
+    let mut rng = rand::rng();
+    for round in 0..40 {
+        // Half the rounds the lock is held (drops hit waiting waiters), half
+        // it is free (drops hit acquisitions in flight).
+        let holder = if round % 2 == 0 {
+            Some(holder_side.lock("job").await.unwrap())
+        } else {
+            None
+        };
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let waiters = waiters.clone();
+            let cut = Duration::from_micros(rng.random_range(0..5_000));
+            tasks.push(tokio::spawn(async move {
+                // Dropped at a random point, or finishes and drops its lease.
+                let _ = tokio::time::timeout(cut, waiters.lock("job")).await;
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        if let Some(holder) = holder {
+            holder.release().await.unwrap();
+        }
+    }
+    assert_eq!(
+        values_once_gone(&nodes, &key, Duration::from_secs(3)).await,
+        vec![None; 5]
+    );
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 0, Duration::from_secs(3)).await,
+        vec![0; 5]
+    );
+}
+
+#[tokio::test]
+async fn waiting_survives_a_broken_subscription_connection() {
+    let nodes = RedisNodes::start(3);
+    let holder_side = locker(&nodes);
+    let waiter_side = patient_locker(&nodes);
+    let chan = channel(&waiter_side, "job");
+    let holder = holder_side.try_lock("job").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let lease = waiter_side.lock("job").await;
+        (Instant::now(), lease)
+    });
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await,
+        vec![1; 3]
+    );
+
+    for node in nodes.iter() {
+        command(node, &["CLIENT", "KILL", "TYPE", "pubsub"]).await;
+    }
+    // The subscription connections come back on their own, subscribed.
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 1, Duration::from_secs(5)).await,
+        vec![1; 3]
+    );
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (acquired, lease) = waiter.await.unwrap();
+    lease.expect("acquired").release().await.unwrap();
+    assert!(
+        acquired - released < 100 * MS,
+        "took {:?}",
+        acquired - released
+    );
+}
+
+/// Tasks of one process take turns: the task that just released does not
+/// win the lock straight back while others wait, and a release wakes one
+/// waiter, not all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_take_turns() {
+    const WORKERS: usize = 4;
+    const CYCLES: usize = 50;
+    let nodes = RedisNodes::start(1);
+    let locker = patient_locker(&nodes);
+    let calls_before = script_calls(nodes.node(0)).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for worker in 0..WORKERS {
+        let (locker, tx) = (locker.clone(), tx.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..CYCLES {
+                let lease = locker.lock("job").await.expect("lock");
+                tx.send(worker).unwrap();
+                tokio::time::sleep(MS).await;
+                lease.release().await.expect("release");
+            }
+        }));
+    }
+    drop(tx);
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let mut order = Vec::new();
+    while let Ok(worker) = rx.try_recv() {
+        order.push(worker);
+    }
+    assert_eq!(order.len(), WORKERS * CYCLES);
+    let same = order.windows(2).filter(|w| w[0] == w[1]).count();
+    let share = same as f64 / (order.len() - 1) as f64;
+    let calls = script_calls(nodes.node(0)).await - calls_before;
+    let per_cycle = calls as f64 / order.len() as f64;
+    println!("same-task share {share:.2}, script calls per cycle {per_cycle:.2}");
+    assert!(
+        share < 0.5,
+        "the releasing task took the lock back {:.0}% of the time",
+        share * 100.0
+    );
+    // An acquire and a release per cycle, plus the occasional retry: not a
+    // herd of one retry per waiter per release.
+    assert!(
+        per_cycle < 3.5,
+        "{per_cycle:.2} script calls per cycle: a herd of retries"
+    );
+}
