@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-/// How [`Locker::lock`](crate::Locker::lock) retries: a bound on attempts
-/// and/or on the total wait, and a random delay between attempts so that
-/// competing waiters spread out instead of retrying in lockstep.
+/// How [`Locker::lock`](crate::Locker::lock) waits: a bound on attempts
+/// and/or on the total wait, and a random delay between attempts.
 ///
-/// A waiter never sleeps past the time the current holder's key is due to
+/// Waiters retry as soon as the holder's release is announced (see the
+/// crate docs); the delay is the fallback for when no announcement comes,
+/// and a waiter never sleeps past the time the holder's key is due to
 /// expire, as reported by the failed attempt.
 ///
 /// ```

@@ -46,6 +46,31 @@
 //! quorum to succeed, and an extend must also answer within the remaining
 //! validity.
 //!
+//! # Waiting for a busy lock
+//!
+//! [`Locker::lock`] does not poll. The release script publishes on a
+//! per-lock channel (`<key>:released`); a task that found the lock busy
+//! queues for that lock and retries as soon as a release is announced, so a
+//! released lock changes hands within a round trip or two. Per lock name and
+//! node there is one subscription, shared by every waiting task of the
+//! [`Locker`] and dropped when the last one leaves. Waiters of one Locker
+//! take turns in arrival order, and a release wakes only the first of them:
+//! no herd of retries, and a task that just released does not take the lock
+//! straight back while others wait.
+//!
+//! Notifications only make waiting faster, never correct: a waiter also
+//! retries after its [`RetryPolicy`] delay and when the holder's key is due
+//! to expire (as the failed attempt reported), so a lost notification, a
+//! holder that crashed without releasing, or a node that refuses pub/sub
+//! costs at most that delay or the TTL. Subscriptions use a RESP3
+//! connection (Redis 6 or later) that reconnects and resubscribes by itself.
+//! With ACLs, give the user the `&<prefix>*` channel pattern (for example
+//! `&redlease:*`) to get notifications; without it, releases still work and
+//! waiters fall back to their timers.
+//!
+//! Tasks in different processes compete on equal terms: turns are only
+//! kept within one Locker.
+//!
 //! # Guarantees and limits
 //!
 //! While every assumption below holds, no two leases on the same resource
@@ -81,7 +106,9 @@
 //!
 //! Every future here can be dropped at any point. An acquire dropped
 //! mid-flight deletes its token from every node in the background; a
-//! [`Lease`] dropped without `release` is released in the background.
+//! waiting task that is dropped leaves its queue (and unsubscribes if it was
+//! the last); a [`Lease`] dropped without `release` is released in the
+//! background.
 
 #![deny(missing_docs)]
 

@@ -156,8 +156,10 @@ impl Locker {
         }
     }
 
-    /// Takes the lock, retrying per the Locker's [`RetryPolicy`] until it is
-    /// acquired or the policy gives up. Override TTL and wait per call:
+    /// Takes the lock, waiting until it is acquired or the Locker's
+    /// [`RetryPolicy`] gives up. A busy lock is retried as soon as its holder
+    /// releases it (see "Waiting for a busy lock" in the crate docs).
+    /// Override TTL and wait per call:
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -173,8 +175,8 @@ impl Locker {
     /// # Cancel safety
     ///
     /// Dropping the future is safe at any point: an attempt that was in
-    /// flight is undone in the background, and no lease is leaked (keys a
-    /// dropped attempt may have set carry a TTL and a token nobody else has).
+    /// flight is undone in the background, the task leaves the queue of
+    /// waiters (unsubscribing if it was the last), and no lease is leaked.
     pub fn lock(&self, resource: impl Into<String>) -> Acquire<'_> {
         Acquire::new(self, resource.into(), self.shared.retry.clone())
     }
