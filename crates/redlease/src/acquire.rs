@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use crate::backoff::RetryPolicy;
 use crate::error::{Held, Op};
 use crate::fanout;
-use crate::lease::{self, Lease};
+use crate::lease::{self, Lease, LeaseHandle};
 use crate::locker::{Locker, Shared};
 use crate::node::AcquireReply;
 use crate::quorum::{Decision, Vote};
+use crate::renew::LostReason;
 use crate::token::Token;
 use crate::validity::Timing;
 use crate::{wait, Error};
@@ -31,6 +32,7 @@ pub struct Acquire<'a> {
     resource: String,
     ttl: Option<Duration>,
     retry: RetryPolicy,
+    keep_alive: bool,
 }
 
 impl<'a> Acquire<'a> {
@@ -40,6 +42,7 @@ impl<'a> Acquire<'a> {
             resource,
             ttl: None,
             retry,
+            keep_alive: false,
         }
     }
 
@@ -82,6 +85,78 @@ impl<'a> Acquire<'a> {
         self
     }
 
+    /// Keep the lease alive: the Locker renews it in the background (every
+    /// [`renew_fraction`](crate::LockerBuilder::renew_fraction) of the TTL,
+    /// a third by default) until it is released or dropped. Watch
+    /// [`Lease::lost`] or [`Lease::is_lost`] to learn at once if a renewal
+    /// fails.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("long-job").keep_alive().await?;
+    /// // ... work for as long as it takes, checking lease.is_lost() ...
+    /// # lease.release().await }
+    /// ```
+    pub fn keep_alive(mut self) -> Self {
+        self.keep_alive = true;
+        self
+    }
+
+    /// Takes the lock (kept alive), runs `work` with a [`LeaseHandle`], and
+    /// releases the lock afterwards, returning what `work` returned.
+    ///
+    /// If the lease is lost while `work` runs, `work`'s future is dropped at
+    /// once (it does not go on unprotected) and the call returns
+    /// [`Error::Lost`]. A release that finds the lock no longer ours also
+    /// gives [`Error::Lost`]: the work may not have been protected to the end.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let rows = locker
+    ///     .lock("nightly-import")
+    ///     .wait(std::time::Duration::from_secs(60))
+    ///     .with(|lease| async move {
+    ///         println!("holding {} for {:?}", lease.resource(), lease.remaining());
+    ///         42 // ... the import ...
+    ///     })
+    ///     .await?;
+    /// # let _ = rows; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the
+    /// background.
+    pub async fn with<F, Fut, T>(self, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lease = self.keep_alive().await?;
+        let outcome = tokio::select! {
+            biased;
+            why = lease.lost() => Err(why),
+            out = work(lease.handle()) => Ok(out),
+        };
+        let resource = lease.resource().to_string();
+        match outcome {
+            Err(why) => Err(Error::Lost { resource, why }),
+            Ok(out) => match lease.release().await {
+                Ok(()) => Ok(out),
+                Err(Error::NotHeld { .. }) => Err(Error::Lost {
+                    resource,
+                    why: LostReason::Refused,
+                }),
+                Err(e) => {
+                    // The work was protected; only the release failed, and
+                    // the keys expire by their TTL.
+                    tracing::warn!(resource, error = %e, "release after the work failed");
+                    Ok(out)
+                }
+            },
+        }
+    }
+
     async fn run(self) -> Result<Lease, Error> {
         let shared = &self.locker.shared;
         if self.resource.is_empty() {
@@ -90,7 +165,11 @@ impl<'a> Acquire<'a> {
         let timing = shared.timing("ttl", self.ttl.unwrap_or(shared.ttl))?;
         self.retry.check()?;
         let key: Arc<str> = shared.key(&self.resource).into();
-        wait::lock(shared, &self.resource, &key, timing, &self.retry).await
+        let mut lease = wait::lock(shared, &self.resource, &key, timing, &self.retry).await?;
+        if self.keep_alive {
+            lease.keep_alive();
+        }
+        Ok(lease)
     }
 }
 
@@ -123,13 +202,8 @@ pub(crate) async fn attempt(
     let token = Token::generate();
     // If this future is dropped mid-flight, some nodes may hold our token:
     // the guard releases it everywhere in the background.
-    let mut guard = lease::ReleaseOnDrop::new(
-        shared.clone(),
-        key.clone(),
-        token.clone(),
-        timing.node_timeout,
-        None,
-    );
+    let mut guard =
+        lease::ReleaseOnDrop::new(shared.clone(), key.clone(), token.clone(), timing, None);
     let start = Instant::now();
     let mut replies = fanout::until_decided(&shared.nodes, vote, |node| {
         let (key, token) = (key.clone(), token.clone());

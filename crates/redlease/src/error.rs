@@ -282,6 +282,15 @@ pub enum Error {
         /// Nodes that failed during the same call.
         failed: Vec<NodeError>,
     },
+    /// The lease was lost while work ran under it
+    /// ([`Locker::with_lock`](crate::Locker::with_lock)): the work was
+    /// stopped, or it finished but the lock was not ours to the end.
+    Lost {
+        /// The resource name.
+        resource: String,
+        /// Why the lease could no longer be trusted.
+        why: crate::LostReason,
+    },
     /// [`Locker::lock`](crate::Locker::lock) gave up: the wait deadline passed.
     WaitTimeout {
         /// The resource name.
@@ -461,6 +470,12 @@ impl fmt::Display for Error {
                     list(f, failed, |f, e| write!(f, "{e}"))?;
                 }
                 Ok(())
+            }
+            Error::Lost { resource, why } => {
+                write!(
+                    f,
+                    "lost the lock {resource:?} while working under it: {why}"
+                )
             }
             Error::WaitTimeout {
                 resource,

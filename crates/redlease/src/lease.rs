@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::{Held, NodeError, Op};
@@ -12,6 +13,7 @@ use crate::fanout::{self, Replies};
 use crate::locker::Shared;
 use crate::node::Node;
 use crate::quorum::{Decision, Vote};
+use crate::renew::{LeaseState, LostReason};
 use crate::token::Token;
 use crate::validity::Timing;
 use crate::Error;
@@ -37,7 +39,8 @@ use crate::Error;
 pub struct Lease {
     guard: ReleaseOnDrop,
     resource: String,
-    valid_until: Instant,
+    /// Validity and loss, shared with the renewer when kept alive.
+    state: Arc<watch::Sender<LeaseState>>,
 }
 
 impl fmt::Debug for Lease {
@@ -69,11 +72,36 @@ impl Lease {
         valid_until: Instant,
         in_flight: Option<JoinHandle<()>>,
     ) -> Lease {
-        Lease {
-            guard: ReleaseOnDrop::new(shared, key, token, timing.node_timeout, in_flight),
-            resource,
+        let state = Arc::new(watch::Sender::new(LeaseState {
             valid_until,
+            lost: None,
+        }));
+        Lease {
+            guard: ReleaseOnDrop::new(shared, key, token, timing, in_flight),
+            resource,
+            state,
         }
+    }
+
+    /// Hands the lease to its Locker's renewer.
+    pub(crate) fn keep_alive(&mut self) {
+        let shared = &self.guard.shared;
+        let id = shared.renewer().add(
+            self.guard.key.clone(),
+            self.guard.token.clone(),
+            self.guard.timing,
+            shared.renew_fraction,
+            self.state.clone(),
+        );
+        self.guard.renewal = Some(id);
+    }
+
+    fn valid_until_now(&self) -> Instant {
+        self.state.borrow().valid_until
+    }
+
+    fn set_valid_until(&self, valid_until: Instant) {
+        self.state.send_modify(|s| s.valid_until = valid_until);
     }
 
     /// The resource name the lock was taken on.
@@ -99,7 +127,7 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        self.valid_until
+        self.valid_until_now()
     }
 
     /// Time left until [`valid_until`](Self::valid_until); zero once passed.
@@ -113,7 +141,62 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn remaining(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.valid_until_now()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lease can no longer be trusted: its validity ran out, or
+    /// a renewal or extend found that a quorum no longer holds it. Cheap: no
+    /// I/O. Once lost, a lease never comes back.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("import").keep_alive().await?;
+    /// for batch in 0..100 {
+    ///     if lease.is_lost() {
+    ///         break; // stop before touching the resource again
+    ///     }
+    ///     // ... import one batch ...
+    /// }
+    /// # lease.release().await }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    /// Why the lease is lost, if it is.
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::Lease) {
+    /// if let Some(why) = lease.lost_reason() {
+    ///     eprintln!("lost {}: {why}", lease.resource());
+    /// }
+    /// # }
+    /// ```
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.state.borrow().lost_at(Instant::now())
+    }
+
+    /// Resolves when the lease can no longer be trusted, and at the latest
+    /// at [`valid_until`](Self::valid_until) as it stands then (renewals
+    /// move it later). The future does not borrow the lease.
+    ///
+    /// ```no_run
+    /// # async fn work() {}
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("import").keep_alive().await?;
+    /// tokio::select! {
+    ///     why = lease.lost() => eprintln!("lock lost ({why}), work abandoned"),
+    ///     () = work() => {}
+    /// }
+    /// # lease.release().await }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
+        crate::renew::lost(self.state.subscribe())
     }
 
     /// Gives `ttl` more time from now, if a quorum still holds our token and
@@ -144,15 +227,23 @@ impl Lease {
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         let shared = self.guard.shared.clone();
         let timing = shared.timing("ttl", ttl)?;
+        // A kept-alive lease: no renewal may run alongside, or its answer
+        // could overwrite ours with a stale end.
+        let renewer = self.guard.renewal.map(|_| shared.renewer().clone());
+        let _no_renewal = match &renewer {
+            Some(r) => Some(r.exclusive().await),
+            None => None,
+        };
         let start = Instant::now();
-        let old_valid_until = self.valid_until;
-        if start >= old_valid_until {
-            return Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()));
+        let old_valid_until = self.valid_until_now();
+        if self.is_lost() {
+            let expired = self.lost_reason() == Some(LostReason::Expired);
+            return Err(self.not_held(Op::Extend, expired, Vec::new(), Vec::new()));
         }
         // Before anything is sent: some nodes may apply a TTL shorter than
         // what is left, so the lease can only be trusted until the earlier.
         let extended_until = timing.valid_until(start);
-        self.valid_until = old_valid_until.min(extended_until);
+        self.set_valid_until(old_valid_until.min(extended_until));
         self.guard.settle().await;
 
         let (key, token) = (self.guard.key.clone(), self.guard.token.clone());
@@ -182,8 +273,11 @@ impl Lease {
             }
             Decision::Reached => {
                 replies.detach();
-                self.valid_until = extended_until;
-                self.guard.node_timeout = timing.node_timeout;
+                self.set_valid_until(extended_until);
+                self.guard.timing = timing;
+                if let (Some(r), Some(id)) = (&renewer, self.guard.renewal) {
+                    r.retime(id, timing, shared.renew_fraction);
+                }
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {
@@ -191,7 +285,8 @@ impl Lease {
                 let error = self.refusal(Op::Extend, &replies, start >= old_valid_until);
                 if matches!(error, Error::NotHeld { .. }) {
                     // A majority no longer has our token: the lease is gone.
-                    self.valid_until = self.valid_until.min(start);
+                    self.state
+                        .send_modify(|s| s.lost = Some(LostReason::Refused));
                 }
                 Err(error)
             }
@@ -220,12 +315,13 @@ impl Lease {
     /// Dropping the future before it completes drops the lease, which
     /// releases it again in the background.
     pub async fn release(mut self) -> Result<(), Error> {
+        self.guard.stop_renewal().await;
         self.guard.settle().await;
         let shared = self.guard.shared.clone();
         let (key, token, timeout) = (
             self.guard.key.clone(),
             self.guard.token.clone(),
-            self.guard.node_timeout,
+            self.guard.timing.node_timeout,
         );
         let release_id: Arc<str> = release_id().into();
         let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
@@ -241,7 +337,7 @@ impl Lease {
             }
             Decision::Impossible | Decision::Pending => {
                 replies.finish(flag_vote).await;
-                let expired = Instant::now() >= self.valid_until;
+                let expired = Instant::now() >= self.valid_until_now();
                 Err(self.refusal(Op::Release, &replies, expired))
             }
         };
@@ -338,7 +434,10 @@ pub(crate) struct ReleaseOnDrop {
     shared: Arc<Shared>,
     key: Arc<str>,
     token: Token,
-    node_timeout: Duration,
+    /// The TTL and timeouts of the latest acquire or extend.
+    timing: Timing,
+    /// The lease's registration with the renewer, if kept alive.
+    renewal: Option<u64>,
     /// Acquire requests still on their way to slow nodes. A release sent
     /// now could reach a node before a request that is still connecting or
     /// reloading its script, and leave a key behind; so wait for them first.
@@ -351,16 +450,27 @@ impl ReleaseOnDrop {
         shared: Arc<Shared>,
         key: Arc<str>,
         token: Token,
-        node_timeout: Duration,
+        timing: Timing,
         in_flight: Option<JoinHandle<()>>,
     ) -> Self {
         ReleaseOnDrop {
             shared,
             key,
             token,
-            node_timeout,
+            timing,
+            renewal: None,
             in_flight,
             armed: true,
+        }
+    }
+
+    /// Stops renewal, and waits until no renewal of this lease is on the
+    /// wire: after this, nothing extends the lease again.
+    async fn stop_renewal(&mut self) {
+        if let Some(id) = self.renewal.take() {
+            let renewer = self.shared.renewer().clone();
+            renewer.remove(id);
+            renewer.quiesce().await;
         }
     }
 
@@ -384,18 +494,124 @@ impl Drop for ReleaseOnDrop {
         if !self.armed {
             return;
         }
+        // Unregister now, so no renewal starts after the lease is gone.
+        let renewer = self.renewal.take().map(|id| {
+            let renewer = self.shared.renewer().clone();
+            renewer.remove(id);
+            renewer
+        });
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(key = %self.key, "lock dropped outside a Tokio runtime; it stays until its TTL ends");
             return;
         };
         let shared = self.shared.clone();
-        let (key, token, timeout) = (self.key.clone(), self.token.clone(), self.node_timeout);
+        let (key, token) = (self.key.clone(), self.token.clone());
+        let timeout = self.timing.node_timeout;
         let in_flight = self.in_flight.take();
         runtime.spawn(async move {
+            if let Some(renewer) = renewer {
+                renewer.quiesce().await;
+            }
             if let Some(in_flight) = in_flight {
                 let _ = in_flight.await;
             }
             release_on(&shared, &shared.nodes, &key, &token, timeout).await
         });
+    }
+}
+
+/// A view of a held lease for the work running under it
+/// ([`Locker::with_lock`](crate::Locker::with_lock)): its name, validity and
+/// loss signal. Cheap to clone; it cannot release or extend the lock.
+///
+/// ```no_run
+/// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+/// locker
+///     .with_lock("sync", |lease| async move {
+///         while !lease.is_lost() {
+///             // ... one step, well inside lease.remaining() ...
+/// #           break;
+///         }
+///     })
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LeaseHandle {
+    resource: Arc<str>,
+    state: watch::Receiver<LeaseState>,
+}
+
+impl fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseHandle")
+            .field("resource", &self.resource)
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}
+
+impl LeaseHandle {
+    /// The resource name.
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::LeaseHandle) { println!("{}", lease.resource()); }
+    /// ```
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Until when the lock is ours (renewals move it later).
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::LeaseHandle) { let _ = lease.valid_until(); }
+    /// ```
+    pub fn valid_until(&self) -> Instant {
+        self.state.borrow().valid_until
+    }
+
+    /// Time left until [`valid_until`](Self::valid_until).
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::LeaseHandle) { let _ = lease.remaining(); }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lease can no longer be trusted (see [`Lease::is_lost`]).
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::LeaseHandle) { assert!(!lease.is_lost()); }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.state.borrow().lost_at(Instant::now()).is_some()
+    }
+
+    /// Resolves when the lease is lost (see [`Lease::lost`]).
+    ///
+    /// ```no_run
+    /// # async fn f(lease: redlease::LeaseHandle) { let why = lease.lost().await; }
+    /// ```
+    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
+        crate::renew::lost(self.state.clone())
+    }
+}
+
+impl Lease {
+    /// A read-only view of this lease for work running under it.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("job").keep_alive().await?;
+    /// let view = lease.handle();
+    /// tokio::spawn(async move { let _ = view.lost().await; /* alert */ });
+    /// # lease.release().await }
+    /// ```
+    pub fn handle(&self) -> LeaseHandle {
+        LeaseHandle {
+            resource: self.resource.as_str().into(),
+            state: self.state.subscribe(),
+        }
     }
 }

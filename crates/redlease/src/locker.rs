@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::acquire::Acquire;
@@ -10,6 +10,7 @@ use crate::backoff::RetryPolicy;
 use crate::error::NodeId;
 use crate::node::{self, ConnectSettings, Node};
 use crate::quorum::quorum;
+use crate::renew::Renewer;
 use crate::subscription::{channel_for, Notifier};
 use crate::validity::{DriftModel, Timing};
 use crate::Error;
@@ -24,11 +25,27 @@ pub(crate) struct Shared {
     pub(crate) retry: RetryPolicy,
     pub(crate) prefix: String,
     pub(crate) connect_timeout: Duration,
+    pub(crate) renew_fraction: f64,
     /// Release notifications, started by the first waiter.
     notifier: OnceLock<Arc<Notifier>>,
+    /// Automatic renewal, started by the first kept-alive lease.
+    renewer: OnceLock<Arc<Renewer>>,
+    /// Lets the renewal task hold the Locker without keeping it alive.
+    this: Weak<Shared>,
 }
 
 impl Shared {
+    /// The renewal task, if any lease was ever kept alive.
+    pub(crate) fn started_renewer(&self) -> Option<&Arc<Renewer>> {
+        self.renewer.get()
+    }
+
+    /// The renewal task, starting it on first use.
+    pub(crate) fn renewer(&self) -> &Arc<Renewer> {
+        self.renewer
+            .get_or_init(|| Renewer::start(self.this.clone()))
+    }
+
     /// The release notifications, starting them on first use.
     pub(crate) fn notifier(&self) -> &Arc<Notifier> {
         self.notifier
@@ -153,6 +170,7 @@ impl Locker {
             drift: DriftModel::DEFAULT,
             retry: RetryPolicy::default(),
             prefix: "redlease:".to_string(),
+            renew_fraction: 1.0 / 3.0,
         }
     }
 
@@ -179,6 +197,32 @@ impl Locker {
     /// waiters (unsubscribing if it was the last), and no lease is leaked.
     pub fn lock(&self, resource: impl Into<String>) -> Acquire<'_> {
         Acquire::new(self, resource.into(), self.shared.retry.clone())
+    }
+
+    /// Takes the lock on `resource` (waiting per the retry policy), keeps it
+    /// alive while `work` runs, releases it afterwards, and returns `work`'s
+    /// output. If the lease is lost meanwhile, `work` is dropped at once and
+    /// the call returns [`Error::Lost`]. See [`Acquire::with`].
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let report = locker
+    ///     .with_lock("nightly-report", |lease| async move {
+    ///         format!("built while holding {}", lease.resource())
+    ///     })
+    ///     .await?;
+    /// # let _ = report; Ok(()) }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: impl Into<String>,
+        work: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(crate::LeaseHandle) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        self.lock(resource).with(work).await
     }
 
     /// Makes exactly one attempt: returns the lease, or why it could not be
@@ -228,6 +272,21 @@ impl Locker {
         self.shared.nodes.iter().map(|n| n.id())
     }
 
+    /// How automatic renewal is doing: leases kept alive and round trips
+    /// spent so far.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::Locker) {
+    /// assert_eq!(locker.renewal_stats().leases, 0);
+    /// # }
+    /// ```
+    pub fn renewal_stats(&self) -> crate::RenewalStats {
+        self.shared
+            .started_renewer()
+            .map(|r| r.stats())
+            .unwrap_or_default()
+    }
+
     /// How many nodes must agree: `nodes / 2 + 1`.
     ///
     /// ```no_run
@@ -273,6 +332,7 @@ pub struct LockerBuilder {
     drift: DriftModel,
     retry: RetryPolicy,
     prefix: String,
+    renew_fraction: f64,
 }
 
 impl LockerBuilder {
@@ -378,6 +438,22 @@ impl LockerBuilder {
         self
     }
 
+    /// How often kept-alive leases are renewed, as a share of their TTL: the
+    /// default, 1/3, renews a 30 s lease every 10 s, leaving two more tries
+    /// before it would run out. Must be in `(0, 0.9]`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .renew_fraction(0.25)
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn renew_fraction(mut self, fraction: f64) -> Self {
+        self.renew_fraction = fraction;
+        self
+    }
+
     /// Checks every setting and sets up (lazy) connections; no network I/O.
     /// Must be called inside a Tokio runtime.
     ///
@@ -422,6 +498,15 @@ impl LockerBuilder {
         }
         self.drift.check()?;
         self.retry.check()?;
+        if !(self.renew_fraction > 0.0 && self.renew_fraction <= 0.9) {
+            return Err(Error::invalid(
+                "renew_fraction",
+                format!(
+                    "{} is not in (0, 0.9]: renewals must come before the lease runs out",
+                    self.renew_fraction
+                ),
+            ));
+        }
         Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid(
@@ -439,7 +524,7 @@ impl LockerBuilder {
             .map(|(i, url)| Node::new(i, url, settings).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Locker {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|this| Shared {
                 nodes,
                 ttl: self.ttl,
                 node_timeout: self.node_timeout,
@@ -447,7 +532,10 @@ impl LockerBuilder {
                 retry: self.retry,
                 prefix: self.prefix,
                 connect_timeout: self.connect_timeout,
+                renew_fraction: self.renew_fraction,
                 notifier: OnceLock::new(),
+                renewer: OnceLock::new(),
+                this: this.clone(),
             }),
         })
     }

@@ -20,6 +20,8 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static EXTEND_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
 
 /// A node's answer to an acquire.
@@ -140,6 +142,28 @@ impl Node {
         let mut call = EXTEND.prepare_invoke();
         call.key(key).arg(token.as_str()).arg(ttl_ms);
         self.flag(&call, timeout, "extend").await
+    }
+
+    /// Renews `(key, token, ttl_ms)` leases in one script call; one flag
+    /// per lease, `true` where it was extended.
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[(&str, &Token, u64)],
+        timeout: Duration,
+    ) -> Result<Vec<bool>, NodeError> {
+        let mut call = EXTEND_MANY.prepare_invoke();
+        for (key, token, ttl_ms) in leases {
+            call.key(*key).arg(token.as_str()).arg(*ttl_ms);
+        }
+        let flags: Vec<i64> = self.run(&call, timeout).await?;
+        if flags.len() != leases.len() || flags.iter().any(|f| !matches!(f, 0 | 1)) {
+            return Err(self.error(NodeErrorKind::Protocol(format!(
+                "renew script returned {} flags for {} leases",
+                flags.len(),
+                leases.len()
+            ))));
+        }
+        Ok(flags.into_iter().map(|f| f == 1).collect())
     }
 
     async fn flag(

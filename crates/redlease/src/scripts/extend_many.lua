@@ -1,0 +1,13 @@
+-- Renew many leases in one call: for each i, set a new TTL on KEYS[i] only
+-- if it still holds our token (never re-creating an expired key).
+-- ARGV[2i-1] token of KEYS[i]; ARGV[2i] its new TTL in milliseconds.
+-- Returns one 1 (extended) or 0 (not ours) per key.
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
+    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+  else
+    out[i] = 0
+  end
+end
+return out
