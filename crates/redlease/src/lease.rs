@@ -145,9 +145,9 @@ impl Lease {
             .saturating_duration_since(Instant::now())
     }
 
-    /// Whether the lease can no longer be trusted: its validity ran out, or
-    /// a renewal or extend found that a quorum no longer holds it. Cheap: no
-    /// I/O. Once lost, a lease never comes back.
+    /// Whether the lease can no longer be trusted: its validity ran out (or
+    /// is within 2 ms of it), or a renewal or extend found that a quorum no
+    /// longer holds it. Cheap: no I/O. Once lost, a lease never comes back.
     ///
     /// ```no_run
     /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
@@ -178,8 +178,10 @@ impl Lease {
     }
 
     /// Resolves when the lease can no longer be trusted, and at the latest
-    /// at [`valid_until`](Self::valid_until) as it stands then (renewals
-    /// move it later). The future does not borrow the lease.
+    /// 2 ms before [`valid_until`](Self::valid_until) as it stands then
+    /// (renewals move it later), so a holder that watches it stops before
+    /// another client can take the lock. The future does not borrow the
+    /// lease.
     ///
     /// ```no_run
     /// # async fn work() {}

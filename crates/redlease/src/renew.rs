@@ -81,11 +81,23 @@ pub(crate) struct LeaseState {
     pub(crate) lost: Option<LostReason>,
 }
 
+/// Loss is reported this much before `valid_until`, so that a timer that
+/// fires a little late (timers have millisecond granularity) still fires
+/// before the lease ends.
+pub(crate) const EARLY: Duration = Duration::from_millis(2);
+
 impl LeaseState {
-    /// Lost explicitly, or past its validity.
+    /// Lost explicitly, or (nearly) past its validity.
     pub(crate) fn lost_at(&self, now: Instant) -> Option<LostReason> {
         self.lost
-            .or((now >= self.valid_until).then_some(LostReason::Expired))
+            .or((now + EARLY >= self.valid_until).then_some(LostReason::Expired))
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        self.valid_until
+            .checked_sub(EARLY)
+            .unwrap_or(self.valid_until)
+            .into()
     }
 }
 
@@ -102,11 +114,11 @@ pub(crate) async fn lost(mut state: watch::Receiver<LeaseState>) -> LostReason {
                 if changed.is_err() {
                     // The lease is gone (released): it cannot be renewed any
                     // more, so it lasts until its last validity.
-                    tokio::time::sleep_until(now.valid_until.into()).await;
+                    tokio::time::sleep_until(now.deadline()).await;
                     return LostReason::Expired;
                 }
             }
-            () = tokio::time::sleep_until(now.valid_until.into()) => {}
+            () = tokio::time::sleep_until(now.deadline()) => {}
         }
     }
 }
@@ -353,7 +365,9 @@ fn decide(tally: &Tally, due: &Due, start: Instant, done: Instant) -> Outcome {
     if tally.refused() {
         return Outcome::Lost(LostReason::Refused);
     }
-    if done >= due.valid_until {
+    // The same line the lost signal uses: a lease reported lost never
+    // comes back, even if a late answer would still have counted.
+    if done + EARLY >= due.valid_until {
         return Outcome::Lost(LostReason::Expired);
     }
     if tally.yes >= tally.quorum && due.timing.validity(done - start).is_some() {
@@ -413,6 +427,11 @@ mod tests {
         let d = due(10 * MS, start);
         assert_eq!(
             decide(&tally(5, 5, 0), &d, start, start + 10 * MS),
+            Outcome::Lost(LostReason::Expired)
+        );
+        // Within the 2 ms the signal fires early counts as too late too.
+        assert_eq!(
+            decide(&tally(5, 5, 0), &d, start, start + 8 * MS),
             Outcome::Lost(LostReason::Expired)
         );
     }

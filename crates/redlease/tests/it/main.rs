@@ -8,4 +8,5 @@ mod expiry;
 mod faults;
 mod mutual_exclusion;
 mod ownership;
+mod renewal;
 mod waiting;

@@ -1,0 +1,259 @@
+//! Leases that stay alive: automatic renewal, the lost-lease signal, and
+//! with_lock.
+
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlease::{Error, Locker, LostReason};
+use redlease_testkit::RedisNodes;
+
+use crate::support::*;
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn renewing_locker(nodes: &RedisNodes) -> Locker {
+    locker_with_timeout(nodes, 50 * MS)
+}
+
+async fn renewal_keeps_a_short_lease(n: usize) {
+    let nodes = RedisNodes::start(n);
+    let locker = renewing_locker(&nodes);
+    let other = renewing_locker(&nodes);
+    let lease = locker.lock("job").ttl(TTL).keep_alive().await.unwrap();
+    // Five TTLs, checking twice per TTL that nobody else can take it.
+    for _ in 0..10 {
+        tokio::time::sleep(500 * MS).await;
+        assert!(!lease.is_lost(), "lost after {:?}", lease.lost_reason());
+        assert!(
+            lease.remaining() > 300 * MS,
+            "renewed well ahead: {:?}",
+            lease.remaining()
+        );
+        assert!(matches!(
+            other.try_lock("job").await,
+            Err(Error::Taken { .. })
+        ));
+    }
+    assert_eq!(locker.renewal_stats().leases, 1);
+    lease.release().await.expect("still ours after 5 s");
+    assert_eq!(locker.renewal_stats().leases, 0);
+}
+
+#[tokio::test]
+async fn one_node_renewal_keeps_a_1s_lease_for_5s() {
+    renewal_keeps_a_short_lease(1).await;
+}
+
+#[tokio::test]
+async fn five_nodes_renewal_keeps_a_1s_lease_for_5s() {
+    renewal_keeps_a_short_lease(5).await;
+}
+
+#[tokio::test]
+async fn losing_the_quorum_fires_the_signal_before_valid_until() {
+    let mut nodes = RedisNodes::start(5);
+    let locker = renewing_locker(&nodes);
+    let lease = locker.lock("job").ttl(TTL).keep_alive().await.unwrap();
+    let lost = lease.lost();
+    for i in [0, 2, 4] {
+        nodes.node_mut(i).kill();
+    }
+    let killed = Instant::now();
+    let why = tokio::time::timeout(2 * TTL, lost)
+        .await
+        .expect("the signal fires");
+    let fired = Instant::now();
+    assert_eq!(why, LostReason::Expired);
+    assert!(lease.is_lost());
+    assert!(
+        fired <= lease.valid_until(),
+        "fired {:?} after valid_until",
+        fired - lease.valid_until()
+    );
+    assert!(
+        fired - killed <= TTL,
+        "fired {:?} after the kill",
+        fired - killed
+    );
+}
+
+#[tokio::test]
+async fn a_paused_node_fires_the_signal_and_waking_it_does_not_resurrect() {
+    let mut nodes = RedisNodes::start(1);
+    let locker = renewing_locker(&nodes);
+    let other = renewing_locker(&nodes);
+    let lease = locker.lock("job").ttl(TTL).keep_alive().await.unwrap();
+    tokio::time::sleep(100 * MS).await;
+    nodes.node_mut(0).pause();
+    let why = tokio::time::timeout(2 * TTL, lease.lost())
+        .await
+        .expect("the signal fires");
+    let fired = Instant::now();
+    assert_eq!(why, LostReason::Expired);
+    assert!(fired <= lease.valid_until());
+    nodes.node_mut(0).resume();
+    tokio::time::sleep(500 * MS).await;
+    assert!(lease.is_lost(), "a lost lease stays lost");
+    assert_eq!(locker.renewal_stats().leases, 0, "and is no longer renewed");
+    // The key expired while the node slept: the lock is free for others.
+    let taken = other
+        .lock("job")
+        .wait(2 * TTL)
+        .await
+        .expect("free after expiry");
+    taken.release().await.unwrap();
+    assert!(matches!(lease.release().await, Err(Error::NotHeld { .. })));
+}
+
+#[tokio::test]
+async fn a_refused_renewal_fires_the_signal_at_once() {
+    let nodes = RedisNodes::start(1);
+    let locker = renewing_locker(&nodes);
+    let ttl = 300 * MS;
+    let lease = locker.lock("job").ttl(ttl).keep_alive().await.unwrap();
+    // Someone deletes the key behind our back (an operator, an eviction).
+    command(nodes.node(0), &["DEL", &locker.key("job")]).await;
+    let deleted = Instant::now();
+    let why = tokio::time::timeout(2 * ttl, lease.lost())
+        .await
+        .expect("fires");
+    assert_eq!(why, LostReason::Refused);
+    // At the next renewal, a third of the TTL later at most.
+    assert!(
+        deleted.elapsed() < ttl / 3 + 100 * MS,
+        "{:?}",
+        deleted.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn no_renewal_reaches_redis_after_release() {
+    let nodes = RedisNodes::start(1);
+    let locker = renewing_locker(&nodes);
+    let ttl = 300 * MS;
+    let lease = locker.lock("job").ttl(ttl).keep_alive().await.unwrap();
+    let after_acquire = script_calls(nodes.node(0)).await;
+    tokio::time::sleep(350 * MS).await;
+    let before_release = script_calls(nodes.node(0)).await;
+    assert!(before_release >= after_acquire + 2, "it renewed while held");
+    lease.release().await.unwrap();
+    let released = script_calls(nodes.node(0)).await;
+    tokio::time::sleep(400 * MS).await;
+    assert_eq!(
+        script_calls(nodes.node(0)).await,
+        released,
+        "a renewal came after release"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_lease_stops_renewing() {
+    let nodes = RedisNodes::start(1);
+    let locker = renewing_locker(&nodes);
+    let lease = locker.lock("job").ttl(300 * MS).keep_alive().await.unwrap();
+    drop(lease);
+    tokio::time::sleep(50 * MS).await;
+    let calls = script_calls(nodes.node(0)).await;
+    tokio::time::sleep(300 * MS).await;
+    assert_eq!(script_calls(nodes.node(0)).await, calls);
+    assert_eq!(locker.renewal_stats().leases, 0);
+}
+
+#[tokio::test]
+async fn with_lock_returns_the_work_and_releases() {
+    let nodes = RedisNodes::start(3);
+    let locker = renewing_locker(&nodes);
+    let key = locker.key("job");
+    let out = locker
+        .with_lock("job", |lease| async move {
+            assert_eq!(lease.resource(), "job");
+            tokio::time::sleep(100 * MS).await;
+            assert!(!lease.is_lost());
+            7
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, 7);
+    assert_eq!(values(&nodes, &key).await, vec![None; 3]);
+}
+
+#[tokio::test]
+async fn with_lock_drops_the_work_when_the_lease_is_lost() {
+    let nodes = RedisNodes::start(1);
+    let locker = renewing_locker(&nodes);
+    let key = locker.key("job");
+    let finished = Arc::new(AtomicBool::new(false));
+    let node = nodes.node(0).client();
+    let started = Instant::now();
+    let result = {
+        let finished = finished.clone();
+        locker
+            .lock("job")
+            .ttl(300 * MS)
+            .with(|_lease| async move {
+                // Another party removes the lock; the work must stop.
+                let mut c = node.get_multiplexed_async_connection().await.unwrap();
+                let _: () = redis::cmd("DEL")
+                    .arg(&key)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                finished.store(true, Ordering::SeqCst);
+            })
+            .await
+    };
+    assert!(
+        matches!(
+            result,
+            Err(Error::Lost {
+                why: LostReason::Refused,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the work went on unprotected"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_leases_are_renewed_together() {
+    const LEASES: usize = 1_000;
+    let nodes = RedisNodes::start(5);
+    let locker = renewing_locker(&nodes);
+    let mut leases = Vec::with_capacity(LEASES);
+    for chunk in (0..LEASES).collect::<Vec<_>>().chunks(100) {
+        let batch = futures_util::future::join_all(chunk.iter().map(|i| {
+            locker
+                .try_lock(format!("job-{i}"))
+                .ttl(TTL)
+                .keep_alive()
+                .into_future()
+        }))
+        .await;
+        leases.extend(batch.into_iter().map(|l| l.expect("free lock")));
+    }
+    let before = locker.renewal_stats();
+    assert_eq!(before.leases, LEASES);
+    tokio::time::sleep(3 * TTL).await;
+    let lost = leases.iter().filter(|l| l.is_lost()).count();
+    assert_eq!(lost, 0, "{lost} of {LEASES} leases lost");
+    let trips = locker.renewal_stats().round_trips - before.round_trips;
+    // Each lease renewed at least every TTL/3: one round trip per lease
+    // would be 9 x 5 x 1,000 = 45,000.
+    assert!(trips < 500, "{trips} round trips for 3 TTLs");
+    println!("{LEASES} leases, 5 nodes, 3 TTLs: {trips} renewal round trips");
+    for lease in leases {
+        lease.release().await.expect("still held");
+    }
+}
