@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::RetryPolicy;
 use crate::error::{Held, Op};
-use crate::fanout;
+use crate::fanout::{self, Replies};
+use crate::fencing;
 use crate::lease::{self, Lease, LeaseHandle};
 use crate::locker::{Locker, Shared};
-use crate::node::AcquireReply;
-use crate::quorum::{Decision, Vote};
+use crate::node::{AcquireReply, LockKeys};
+use crate::quorum::{quorum, Decision, Vote};
 use crate::renew::LostReason;
 use crate::token::Token;
 use crate::validity::Timing;
@@ -164,8 +165,8 @@ impl<'a> Acquire<'a> {
         }
         let timing = shared.timing("ttl", self.ttl.unwrap_or(shared.ttl))?;
         self.retry.check()?;
-        let key: Arc<str> = shared.key(&self.resource).into();
-        let mut lease = wait::lock(shared, &self.resource, &key, timing, &self.retry).await?;
+        let keys = shared.keys(&self.resource);
+        let mut lease = wait::lock(shared, &self.resource, &keys, timing, &self.retry).await?;
         if self.keep_alive {
             lease.keep_alive();
         }
@@ -184,96 +185,67 @@ impl<'a> IntoFuture for Acquire<'a> {
 
 fn vote(answer: &Result<AcquireReply, crate::NodeError>) -> Vote {
     match answer {
-        Ok(AcquireReply::Acquired) => Vote::Yes,
+        Ok(AcquireReply::Acquired(_)) => Vote::Yes,
         Ok(AcquireReply::Held(_)) => Vote::No,
         Err(_) => Vote::Failed,
     }
 }
 
+fn flag_vote(answer: &Result<bool, crate::NodeError>) -> Vote {
+    match answer {
+        Ok(true) => Vote::Yes,
+        Ok(false) => Vote::No,
+        Err(_) => Vote::Failed,
+    }
+}
+
 /// One attempt: send the acquire script to every node at once, decide at
-/// quorum, and either hand out a lease that still has validity or undo
-/// everything before returning the reason.
+/// quorum, settle the fencing token, and either hand out a lease that still
+/// has validity or undo everything before returning the reason.
 pub(crate) async fn attempt(
     shared: &Arc<Shared>,
     resource: &str,
-    key: &Arc<str>,
+    keys: &LockKeys,
     timing: Timing,
 ) -> Result<Lease, Error> {
     let token = Token::generate();
     // If this future is dropped mid-flight, some nodes may hold our token:
     // the guard releases it everywhere in the background.
     let mut guard =
-        lease::ReleaseOnDrop::new(shared.clone(), key.clone(), token.clone(), timing, None);
+        lease::ReleaseOnDrop::new(shared.clone(), keys.lock.clone(), token.clone(), timing);
     let start = Instant::now();
     let mut replies = fanout::until_decided(&shared.nodes, vote, |node| {
-        let (key, token) = (key.clone(), token.clone());
+        let (keys, token) = (keys.clone(), token.clone());
         async move {
-            node.acquire(&key, &token, timing.ttl_ms(), timing.node_timeout)
+            node.acquire(&keys, &token, timing.ttl_ms(), timing.node_timeout)
                 .await
         }
     })
     .await;
-    let elapsed = start.elapsed();
 
     let failure = match replies.tally.decision() {
-        Decision::Reached if timing.validity(elapsed).is_some() => {
-            // The slower nodes' answers cannot change the outcome: let them
-            // finish on their own. The lease waits for them before its next
-            // request, so a release cannot overtake a late SET.
-            let in_flight = replies.detach();
-            guard.disarm();
-            return Ok(Lease::new(
-                shared.clone(),
-                resource.to_string(),
-                key.clone(),
-                token,
-                timing,
-                timing.valid_until(start),
-                in_flight,
-            ));
+        Decision::Reached => {
+            match settle_fence(shared, keys, granted(&replies), timing, start).await {
+                Ok(fence) => {
+                    // The slower nodes' answers cannot change the outcome: let
+                    // them finish on their own. The lease waits for them before
+                    // its next request, so a release cannot overtake a late SET.
+                    guard.set_in_flight(replies.detach());
+                    return Ok(Lease::new(
+                        guard,
+                        resource.to_string(),
+                        timing.valid_until(start),
+                        fence,
+                    ));
+                }
+                Err(failure) => failure.into_error(resource),
+            }
         }
-        Decision::Reached => Error::ValidityExhausted {
-            op: Op::Acquire,
-            resource: resource.to_string(),
-            elapsed,
-            ttl: timing.ttl,
-            drift: timing.drift,
-        },
         Decision::Impossible | Decision::Pending => {
             // Wait for the stragglers: the cleanup below must reach every
             // node that may have applied the SET, and must not overtake it.
             replies.finish(vote).await;
-            let held_on: Vec<Held> = replies
-                .answers
-                .iter()
-                .filter_map(|(i, a)| match a {
-                    Ok(AcquireReply::Held(expires_in)) => Some(Held {
-                        node: shared.nodes[*i].id().clone(),
-                        expires_in: *expires_in,
-                    }),
-                    _ => None,
-                })
-                .collect();
-            let failed = replies.failures();
-            if replies.tally.refused() {
-                Error::Taken {
-                    resource: resource.to_string(),
-                    held_on,
-                    failed,
-                    nodes: replies.tally.nodes,
-                    quorum: replies.tally.quorum,
-                }
-            } else {
-                Error::NoQuorum {
-                    op: Op::Acquire,
-                    resource: resource.to_string(),
-                    succeeded: replies.tally.yes,
-                    quorum: replies.tally.quorum,
-                    nodes: replies.tally.nodes,
-                    failed,
-                    refused_by: held_on,
-                }
-            }
+            refusal(shared, resource, &replies)
         }
     };
     replies.finish(vote).await;
@@ -285,7 +257,131 @@ pub(crate) async fn attempt(
         .filter(|(_, a)| vote(a) != Vote::No)
         .map(|(i, _)| shared.nodes[*i].clone())
         .collect();
-    lease::release_on(shared, &undo, key, &token, timing.node_timeout).await;
+    lease::release_on(shared, &undo, &keys.lock, &token, timing.node_timeout).await;
     guard.disarm();
     Err(failure)
+}
+
+/// Why a quorum that granted the lock still gave no lease.
+enum Unsettled {
+    Expired {
+        elapsed: Duration,
+        timing: Timing,
+    },
+    WriteBack {
+        succeeded: usize,
+        quorum: usize,
+        nodes: usize,
+        failed: Vec<crate::NodeError>,
+    },
+}
+
+impl Unsettled {
+    fn into_error(self, resource: &str) -> Error {
+        match self {
+            Unsettled::Expired { elapsed, timing } => Error::ValidityExhausted {
+                op: Op::Acquire,
+                resource: resource.to_string(),
+                elapsed,
+                ttl: timing.ttl,
+                drift: timing.drift,
+            },
+            Unsettled::WriteBack {
+                succeeded,
+                quorum,
+                nodes,
+                failed,
+            } => Error::NoQuorum {
+                op: Op::Acquire,
+                resource: resource.to_string(),
+                succeeded,
+                quorum,
+                nodes,
+                failed,
+                refused_by: Vec::new(),
+            },
+        }
+    }
+}
+
+/// The fencing token of a granted acquisition: the largest counter the
+/// granting nodes reported, stored on a quorum (written back if needed) and
+/// all within the lease's validity.
+async fn settle_fence(
+    shared: &Shared,
+    keys: &LockKeys,
+    granted: Vec<u64>,
+    timing: Timing,
+    start: Instant,
+) -> Result<u64, Unsettled> {
+    let (fence, write_back) = fencing::choose(&granted, quorum(shared.nodes.len()));
+    if write_back {
+        let mut raised = fanout::until_decided(&shared.nodes, flag_vote, |node| {
+            let keys = keys.clone();
+            async move { node.raise_fence(&keys, fence, timing.node_timeout).await }
+        })
+        .await;
+        if raised.tally.decision() != Decision::Reached {
+            raised.finish(flag_vote).await;
+            return Err(Unsettled::WriteBack {
+                succeeded: raised.tally.yes,
+                quorum: raised.tally.quorum,
+                nodes: raised.tally.nodes,
+                failed: raised.failures(),
+            });
+        }
+        raised.detach();
+    }
+    let elapsed = start.elapsed();
+    if timing.validity(elapsed).is_none() {
+        return Err(Unsettled::Expired { elapsed, timing });
+    }
+    Ok(fence)
+}
+
+/// The fencing counters the granting nodes reported.
+fn granted(replies: &Replies<AcquireReply>) -> Vec<u64> {
+    replies
+        .answers
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Ok(AcquireReply::Acquired(fence)) => Some(*fence),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The error for an attempt that no quorum granted.
+fn refusal(shared: &Shared, resource: &str, replies: &Replies<AcquireReply>) -> Error {
+    let held_on: Vec<Held> = replies
+        .answers
+        .iter()
+        .filter_map(|(i, a)| match a {
+            Ok(AcquireReply::Held(expires_in)) => Some(Held {
+                node: shared.nodes[*i].id().clone(),
+                expires_in: *expires_in,
+            }),
+            _ => None,
+        })
+        .collect();
+    let failed = replies.failures();
+    if replies.tally.refused() {
+        Error::Taken {
+            resource: resource.to_string(),
+            held_on,
+            failed,
+            nodes: replies.tally.nodes,
+            quorum: replies.tally.quorum,
+        }
+    } else {
+        Error::NoQuorum {
+            op: Op::Acquire,
+            resource: resource.to_string(),
+            succeeded: replies.tally.yes,
+            quorum: replies.tally.quorum,
+            nodes: replies.tally.nodes,
+            failed,
+            refused_by: held_on,
+        }
+    }
 }

@@ -39,6 +39,7 @@ use crate::Error;
 pub struct Lease {
     guard: ReleaseOnDrop,
     resource: String,
+    fence: u64,
     /// Validity and loss, shared with the renewer when kept alive.
     state: Arc<watch::Sender<LeaseState>>,
 }
@@ -63,22 +64,21 @@ fn flag_vote(answer: &Result<bool, NodeError>) -> Vote {
 }
 
 impl Lease {
+    /// A lease from the guard of the attempt that won it.
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        guard: ReleaseOnDrop,
         resource: String,
-        key: Arc<str>,
-        token: Token,
-        timing: Timing,
         valid_until: Instant,
-        in_flight: Option<JoinHandle<()>>,
+        fence: u64,
     ) -> Lease {
         let state = Arc::new(watch::Sender::new(LeaseState {
             valid_until,
             lost: None,
         }));
         Lease {
-            guard: ReleaseOnDrop::new(shared, key, token, timing, in_flight),
+            guard,
             resource,
+            fence,
             state,
         }
     }
@@ -114,6 +114,24 @@ impl Lease {
     /// ```
     pub fn resource(&self) -> &str {
         &self.resource
+    }
+
+    /// The fencing token of this acquisition: larger than that of every
+    /// earlier acquisition of the same resource, by any client. Pass it to
+    /// the protected resource with each write and have the resource reject
+    /// a token lower than the highest it has accepted: a holder that was
+    /// paused past its lease is then turned away (see "Fencing tokens" in
+    /// the crate docs).
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("ledger").await?;
+    /// let fence = lease.fencing_token();
+    /// // UPDATE ledger SET ..., fence = $fence WHERE id = $id AND fence < $fence
+    /// # let _ = fence; lease.release().await }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
     }
 
     /// Until when the lock is ours: `start + ttl - drift`, where `start` is
@@ -448,22 +466,21 @@ pub(crate) struct ReleaseOnDrop {
 }
 
 impl ReleaseOnDrop {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        key: Arc<str>,
-        token: Token,
-        timing: Timing,
-        in_flight: Option<JoinHandle<()>>,
-    ) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, key: Arc<str>, token: Token, timing: Timing) -> Self {
         ReleaseOnDrop {
             shared,
             key,
             token,
             timing,
             renewal: None,
-            in_flight,
+            in_flight: None,
             armed: true,
         }
+    }
+
+    /// Requests of the acquire still on their way to slow nodes.
+    pub(crate) fn set_in_flight(&mut self, in_flight: Option<JoinHandle<()>>) {
+        self.in_flight = in_flight;
     }
 
     /// Stops renewal, and waits until no renewal of this lease is on the
@@ -541,6 +558,7 @@ impl Drop for ReleaseOnDrop {
 #[derive(Clone)]
 pub struct LeaseHandle {
     resource: Arc<str>,
+    fence: u64,
     state: watch::Receiver<LeaseState>,
 }
 
@@ -561,6 +579,15 @@ impl LeaseHandle {
     /// ```
     pub fn resource(&self) -> &str {
         &self.resource
+    }
+
+    /// The fencing token (see [`Lease::fencing_token`]).
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::LeaseHandle) { println!("token {}", lease.fencing_token()); }
+    /// ```
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
     }
 
     /// Until when the lock is ours (renewals move it later).
@@ -613,6 +640,7 @@ impl Lease {
     pub fn handle(&self) -> LeaseHandle {
         LeaseHandle {
             resource: self.resource.as_str().into(),
+            fence: self.fence,
             state: self.state.subscribe(),
         }
     }

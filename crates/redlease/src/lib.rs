@@ -116,6 +116,7 @@ mod acquire;
 mod backoff;
 mod error;
 mod fanout;
+mod fencing;
 mod lease;
 mod locker;
 mod node;

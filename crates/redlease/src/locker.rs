@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::acquire::Acquire;
 use crate::backoff::RetryPolicy;
 use crate::error::NodeId;
-use crate::node::{self, ConnectSettings, Node};
+use crate::node::{self, ConnectSettings, LockKeys, Node};
 use crate::quorum::quorum;
 use crate::renew::Renewer;
 use crate::subscription::{channel_for, Notifier};
@@ -26,6 +26,7 @@ pub(crate) struct Shared {
     pub(crate) prefix: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) renew_fraction: f64,
+    pub(crate) fence_expiry: Duration,
     /// Release notifications, started by the first waiter.
     notifier: OnceLock<Arc<Notifier>>,
     /// Automatic renewal, started by the first kept-alive lease.
@@ -71,9 +72,18 @@ impl Shared {
     }
 
     pub(crate) fn key(&self, resource: &str) -> String {
-        // The braces make the resource a Redis Cluster hash tag, so any
-        // companion key of this lock can live in the same slot.
+        // The braces make the resource a Redis Cluster hash tag, so the
+        // fencing counter can live in the same slot.
         format!("{}{{{resource}}}", self.prefix)
+    }
+
+    pub(crate) fn keys(&self, resource: &str) -> LockKeys {
+        let lock = self.key(resource);
+        LockKeys {
+            fence: format!("{lock}:fence").into(),
+            lock: lock.into(),
+            fence_expiry_ms: self.fence_expiry.as_millis() as u64,
+        }
     }
 }
 
@@ -171,6 +181,7 @@ impl Locker {
             retry: RetryPolicy::default(),
             prefix: "redlease:".to_string(),
             renew_fraction: 1.0 / 3.0,
+            fence_expiry: Duration::from_secs(600),
         }
     }
 
@@ -333,6 +344,7 @@ pub struct LockerBuilder {
     retry: RetryPolicy,
     prefix: String,
     renew_fraction: f64,
+    fence_expiry: Duration,
 }
 
 impl LockerBuilder {
@@ -454,6 +466,25 @@ impl LockerBuilder {
         self
     }
 
+    /// How long a lock's fencing counter survives without acquisitions
+    /// before Redis deletes it (default 10 minutes, at least 1 s). A counter
+    /// that expired restarts from the server clock (in microseconds, cut to
+    /// 100 ms), which is above every token handed out before as long as no
+    /// node's clock steps back, or differs from another node's, by more
+    /// than this minus 100 ms.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .fence_expiry(std::time::Duration::from_secs(24 * 3600))
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn fence_expiry(mut self, expiry: Duration) -> Self {
+        self.fence_expiry = expiry;
+        self
+    }
+
     /// Checks every setting and sets up (lazy) connections; no network I/O.
     /// Must be called inside a Tokio runtime.
     ///
@@ -498,6 +529,17 @@ impl LockerBuilder {
         }
         self.drift.check()?;
         self.retry.check()?;
+        if self.fence_expiry < Duration::from_secs(1) || self.fence_expiry > crate::MAX_TTL {
+            return Err(Error::invalid(
+                "fence_expiry",
+                format!(
+                    "{:?} is not between 1 s and {:?}: a counter restarted from the clock \
+                     must start above the tokens before it",
+                    self.fence_expiry,
+                    crate::MAX_TTL
+                ),
+            ));
+        }
         if !(self.renew_fraction > 0.0 && self.renew_fraction <= 0.9) {
             return Err(Error::invalid(
                 "renew_fraction",
@@ -533,6 +575,7 @@ impl LockerBuilder {
                 prefix: self.prefix,
                 connect_timeout: self.connect_timeout,
                 renew_fraction: self.renew_fraction,
+                fence_expiry: self.fence_expiry,
                 notifier: OnceLock::new(),
                 renewer: OnceLock::new(),
                 this: this.clone(),

@@ -20,6 +20,8 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
 static EXTEND_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
@@ -27,9 +29,19 @@ static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scr
 /// A node's answer to an acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    Acquired,
+    /// Taken by us, with this node's fencing number.
+    Acquired(u64),
     /// Held by another owner, who has this long left (`None`: no expiry).
     Held(Option<Duration>),
+}
+
+/// The keys of one lock: the lock itself and its fencing counter, which
+/// share a Redis Cluster hash slot.
+#[derive(Clone, Debug)]
+pub(crate) struct LockKeys {
+    pub(crate) lock: std::sync::Arc<str>,
+    pub(crate) fence: std::sync::Arc<str>,
+    pub(crate) fence_expiry_ms: u64,
 }
 
 /// Connection settings shared by all nodes of a Locker.
@@ -85,22 +97,40 @@ impl Node {
     /// `SET key token NX PX ttl`, or the holder's remaining TTL.
     pub(crate) async fn acquire(
         &self,
-        key: &str,
+        keys: &LockKeys,
         token: &Token,
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<AcquireReply, NodeError> {
         let mut call = ACQUIRE.prepare_invoke();
-        call.key(key).arg(token.as_str()).arg(ttl_ms);
-        let (acquired, pttl): (i64, i64) = self.run(&call, timeout).await?;
-        match (acquired, pttl) {
-            (1, _) => Ok(AcquireReply::Acquired),
-            (0, ms) if ms >= 0 => Ok(AcquireReply::Held(Some(Duration::from_millis(ms as u64)))),
+        call.key(&*keys.lock)
+            .key(&*keys.fence)
+            .arg(token.as_str())
+            .arg(ttl_ms)
+            .arg(keys.fence_expiry_ms);
+        let (acquired, value): (i64, i64) = self.run(&call, timeout).await?;
+        match (acquired, value) {
+            (1, fence) if fence > 0 => Ok(AcquireReply::Acquired(fence as u64)),
+            (0, pttl) if pttl >= 0 => {
+                Ok(AcquireReply::Held(Some(Duration::from_millis(pttl as u64))))
+            }
             (0, -1) => Ok(AcquireReply::Held(None)),
             other => Err(self.error(NodeErrorKind::Protocol(format!(
                 "acquire script returned {other:?}"
             )))),
         }
+    }
+
+    /// Raises the fencing counter to at least `fence`.
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &LockKeys,
+        fence: u64,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let mut call = RAISE_FENCE.prepare_invoke();
+        call.key(&*keys.fence).arg(fence).arg(keys.fence_expiry_ms);
+        self.flag(&call, timeout, "raise-fence").await
     }
 
     /// A client for this node's subscription connection: same address and

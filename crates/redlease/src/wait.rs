@@ -11,6 +11,7 @@ use crate::acquire::attempt;
 use crate::backoff::RetryPolicy;
 use crate::lease::Lease;
 use crate::locker::Shared;
+use crate::node::LockKeys;
 use crate::subscription::{channel_for, Waiter};
 use crate::validity::Timing;
 use crate::Error;
@@ -24,14 +25,14 @@ use crate::Error;
 pub(crate) async fn lock(
     shared: &Arc<Shared>,
     resource: &str,
-    key: &Arc<str>,
+    keys: &LockKeys,
     timing: Timing,
     policy: &RetryPolicy,
 ) -> Result<Lease, Error> {
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
     let waits = policy.attempts != Some(1);
-    let channel = channel_for(key);
+    let channel = channel_for(&keys.lock);
     let mut waiter: Option<Waiter> = None;
     let mut last: Option<Error> = None;
     let mut attempts: u32 = 0;
@@ -63,7 +64,7 @@ pub(crate) async fn lock(
             }
         }
         attempts = attempts.saturating_add(1);
-        let error = match attempt(shared, resource, key, timing).await {
+        let error = match attempt(shared, resource, keys, timing).await {
             Ok(lease) => {
                 if let Some(w) = waiter.take() {
                     w.acquired();

@@ -1,8 +1,24 @@
--- Take the lock if it is free: one round trip whether it succeeds or not.
--- KEYS[1] lock key; ARGV[1] token; ARGV[2] TTL in milliseconds.
--- Returns {1, ttl} when taken by us, {0, pttl} when held by someone else
--- (pttl is -1 for a foreign key that never expires).
+-- Take the lock if it is free, and draw its fencing token: one round trip
+-- whether it succeeds or not.
+-- KEYS[1] lock key; KEYS[2] fencing counter (same hash slot).
+-- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counter in ms.
+-- Returns {1, fencing token} when taken by us, {0, pttl} when held by
+-- someone else (pttl is -1 for a foreign key that never expires).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, tonumber(ARGV[2])}
+  -- A counter that expired while idle (or a node that restarted empty)
+  -- starts again from the server clock in microseconds, above every token
+  -- handed out before it went idle; otherwise it counts up by one. The
+  -- clock is cut to 100 ms, so nodes that start a counter together start
+  -- it at the same value and need no second round trip to agree.
+  local fence
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    fence = redis.call('INCR', KEYS[2])
+  else
+    local now = redis.call('TIME')
+    fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
+    redis.call('SET', KEYS[2], string.format('%.0f', fence))
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, fence}
 end
 return {0, redis.call('PTTL', KEYS[1])}
