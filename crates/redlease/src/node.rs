@@ -77,14 +77,12 @@ impl Node {
             Error::invalid("urls", reason)
         })?;
         let id = NodeId::new(index, describe(&client));
-        // Reconnect quickly and give up quickly: every request is bounded by
-        // the caller's per-node timeout anyway, and a failed reconnect is
-        // retried by the next request.
+        // One connection attempt per reconnect, no backoff: a request to a
+        // node that is down fails at once (instead of waiting out retries
+        // inside its timeout), and the next request tries again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500));
+            .set_number_of_retries(0);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| Error::invalid("urls", format!("node {index} ({}): {e}", redact(url))))?;
         Ok(Node { id, client, conn })

@@ -270,7 +270,10 @@ async fn node_task(
     let conn = client.and_then(|client| {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
-            .set_number_of_retries(1)
+            // Nobody else triggers a reconnect here: keep trying for a few
+            // seconds so a node that restarts is heard again.
+            .set_number_of_retries(8)
+            .set_max_delay(Duration::from_secs(1))
             .set_push_sender(push_tx)
             .set_automatic_resubscription();
         ConnectionManager::new_lazy_with_config(client, config)

@@ -3,9 +3,13 @@
 
 mod support;
 
+#[path = "../../examples/fencing/store.rs"]
+mod fenced_store;
+
 mod bad_input;
 mod expiry;
 mod faults;
+mod fencing;
 mod mutual_exclusion;
 mod ownership;
 mod renewal;
