@@ -71,10 +71,10 @@ impl Lease {
         valid_until: Instant,
         fence: u64,
     ) -> Lease {
-        let state = Arc::new(watch::Sender::new(LeaseState {
+        let state = Arc::new(watch::Sender::new(LeaseState::new(
             valid_until,
-            lost: None,
-        }));
+            &guard.timing,
+        )));
         Lease {
             guard,
             resource,
@@ -164,8 +164,9 @@ impl Lease {
     }
 
     /// Whether the lease can no longer be trusted: its validity ran out (or
-    /// is within 2 ms of it), or a renewal or extend found that a quorum no
-    /// longer holds it. Cheap: no I/O. Once lost, a lease never comes back.
+    /// is within one drift allowance, 1% of the TTL + 2 ms, of running
+    /// out), or a renewal or extend found that a quorum no longer holds it.
+    /// Cheap: no I/O. Once lost, a lease never comes back.
     ///
     /// ```no_run
     /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
@@ -196,7 +197,8 @@ impl Lease {
     }
 
     /// Resolves when the lease can no longer be trusted, and at the latest
-    /// 2 ms before [`valid_until`](Self::valid_until) as it stands then
+    /// one drift allowance (1% of the TTL + 2 ms) before
+    /// [`valid_until`](Self::valid_until) as it stands then
     /// (renewals move it later), so a holder that watches it stops before
     /// another client can take the lock. The future does not borrow the
     /// lease.
@@ -293,7 +295,10 @@ impl Lease {
             }
             Decision::Reached => {
                 replies.detach();
-                self.set_valid_until(extended_until);
+                self.state.send_modify(|s| {
+                    s.valid_until = extended_until;
+                    s.early = timing.drift;
+                });
                 self.guard.timing = timing;
                 if let (Some(r), Some(id)) = (&renewer, self.guard.renewal) {
                     r.retime(id, timing, shared.renew_fraction);

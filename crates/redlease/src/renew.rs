@@ -78,24 +78,31 @@ pub struct RenewalStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LeaseState {
     pub(crate) valid_until: Instant,
+    /// Loss is reported this much before `valid_until` (one drift
+    /// allowance: 1% of the TTL + 2 ms), so that a timer that fires late on
+    /// a busy machine still fires before the lease ends.
+    pub(crate) early: Duration,
     pub(crate) lost: Option<LostReason>,
 }
 
-/// Loss is reported this much before `valid_until`, so that a timer that
-/// fires a little late (timers have millisecond granularity) still fires
-/// before the lease ends.
-pub(crate) const EARLY: Duration = Duration::from_millis(2);
-
 impl LeaseState {
+    pub(crate) fn new(valid_until: Instant, timing: &Timing) -> Self {
+        LeaseState {
+            valid_until,
+            early: timing.drift,
+            lost: None,
+        }
+    }
+
     /// Lost explicitly, or (nearly) past its validity.
     pub(crate) fn lost_at(&self, now: Instant) -> Option<LostReason> {
         self.lost
-            .or((now + EARLY >= self.valid_until).then_some(LostReason::Expired))
+            .or((now + self.early >= self.valid_until).then_some(LostReason::Expired))
     }
 
     fn deadline(&self) -> tokio::time::Instant {
         self.valid_until
-            .checked_sub(EARLY)
+            .checked_sub(self.early)
             .unwrap_or(self.valid_until)
             .into()
     }
@@ -367,7 +374,7 @@ fn decide(tally: &Tally, due: &Due, start: Instant, done: Instant) -> Outcome {
     }
     // The same line the lost signal uses: a lease reported lost never
     // comes back, even if a late answer would still have counted.
-    if done + EARLY >= due.valid_until {
+    if done + due.timing.drift >= due.valid_until {
         return Outcome::Lost(LostReason::Expired);
     }
     if tally.yes >= tally.quorum && due.timing.validity(done - start).is_some() {
@@ -424,15 +431,20 @@ mod tests {
     #[test]
     fn an_answer_after_the_validity_is_too_late() {
         let start = Instant::now();
-        let d = due(10 * MS, start);
+        let d = due(100 * MS, start);
         assert_eq!(
-            decide(&tally(5, 5, 0), &d, start, start + 10 * MS),
+            decide(&tally(5, 5, 0), &d, start, start + 100 * MS),
             Outcome::Lost(LostReason::Expired)
         );
-        // Within the 2 ms the signal fires early counts as too late too.
+        // Within the drift allowance (12 ms) before the end, when the lost
+        // signal already fired, is too late as well.
         assert_eq!(
-            decide(&tally(5, 5, 0), &d, start, start + 8 * MS),
+            decide(&tally(5, 5, 0), &d, start, start + 90 * MS),
             Outcome::Lost(LostReason::Expired)
+        );
+        assert_eq!(
+            decide(&tally(5, 5, 0), &d, start, start + 80 * MS),
+            Outcome::Renewed(start + 988 * MS)
         );
     }
 

@@ -10,7 +10,6 @@ mod bad_input;
 mod expiry;
 mod faults;
 mod fencing;
-mod mutual_exclusion;
 mod ownership;
 mod renewal;
 mod waiting;
