@@ -71,6 +71,55 @@
 //! Tasks in different processes compete on equal terms: turns are only
 //! kept within one Locker.
 //!
+//! # Keeping a lease alive
+//!
+//! A holder need not guess a TTL: `locker.lock(name).keep_alive()` hands the
+//! lease to the Locker, which renews it every third of its TTL (see
+//! [`LockerBuilder::renew_fraction`]) with the rules of [`Lease::extend`],
+//! until it is released or dropped. Renewals are batched: every lease due
+//! in a tick goes to each node in one round trip, however many there are.
+//! [`Lease::lost`] and [`Lease::is_lost`] tell the holder as soon as the
+//! lease can no longer be trusted (a renewal was refused, or none was
+//! confirmed in time), and always before `valid_until`. [`Locker::with_lock`]
+//! wraps it all: acquire, keep alive, run the work, release, and drop the
+//! work at once if the lease is lost.
+//!
+//! # Fencing tokens
+//!
+//! A lease cannot stop a holder that pauses (GC, swap, a stalled network
+//! write) past its end from writing afterwards. A fencing token can: every
+//! lease carries [`Lease::fencing_token`], a number larger than that of
+//! every earlier acquisition of the same resource by any client. Send it
+//! with each write, and let the resource reject a token lower than the
+//! highest it has accepted. In SQL:
+//!
+//! ```sql
+//! UPDATE accounts SET balance = $1, fence = $2
+//!  WHERE id = $3 AND fence <= $2;  -- 0 rows: a newer holder has written
+//! ```
+//!
+//! The `fencing` example does the same with a Redis key and a Lua script.
+//!
+//! How the tokens are made: each node keeps a counter beside the lock key,
+//! in the same Redis Cluster hash slot. The acquire script bumps it in the
+//! same round trip that takes the lock. With several nodes the counters may
+//! differ; the token is the largest value reported by the granting quorum.
+//! Every earlier token is stored on some quorum, and any two quorums share a
+//! node, whose counter is therefore already at least that token: ours is
+//! larger. So that the same holds for later tokens, ours must be stored on a
+//! quorum too. When fewer than a quorum of the granting nodes reported that
+//! very value, it is written back (`counter = max(counter, token)`) on a
+//! quorum before the lease is returned, within its validity. Counters move
+//! in step, so this second round trip is rare; it is never skipped when it
+//! is needed.
+//!
+//! Counters do not live forever: one that sees no acquisition for the
+//! [fence expiry](LockerBuilder::fence_expiry) (10 minutes by default) is
+//! deleted, and restarts from the node's clock in microseconds (cut to
+//! 100 ms), which is above every earlier token. That holds as long as no
+//! node's clock steps back, or differs from the other nodes' clocks, by
+//! more than the fence expiry minus 100 ms.
+//!
 //! # Guarantees and limits
 //!
 //! While every assumption below holds, no two leases on the same resource
