@@ -1,1 +1,297 @@
-fn main() {}
+//! redlease-bench: what a lock costs with redlease, against a raw redis-rs
+//! baseline sending the same commands (and optionally the rslock crate),
+//! measured back to back in one run so every figure is a ratio that holds on
+//! a noisy machine. See BENCHMARKS.md at the workspace root.
+//!
+//! ```text
+//! cargo run --release -p redlease-bench -- --workload all --nodes 1,5 --seconds 3 --compare rslock
+//! ```
+
+mod client;
+mod cpu;
+mod raw;
+mod report;
+#[cfg(feature = "rslock")]
+mod rslock_cmp;
+mod runner;
+mod stats;
+mod workloads;
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, ValueEnum};
+use redlease_testkit::RedisNodes;
+
+use crate::client::{BenchError, Redlease, RETRY_MAX, RETRY_MIN, TTL, WAIT};
+use crate::runner::Settings;
+use crate::workloads::Workload;
+
+/// Tokio worker threads: the machines this is tuned for have 2 cores.
+const RUNTIME_THREADS: usize = 2;
+/// Length of one interleaved slice when --rounds is not given.
+const AUTO_SLICE_S: f64 = 0.25;
+/// Most rounds --rounds may ask for (each round runs every client once).
+const MAX_ROUNDS: u32 = 100;
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Lock costs of redlease against a raw redis-rs baseline (and rslock), in one run"
+)]
+struct Args {
+    /// Which workload to run.
+    #[arg(long, value_enum, default_value_t = WorkloadArg::All)]
+    workload: WorkloadArg,
+    /// How many redis-server nodes to start (a comma-separated list runs
+    /// each count in turn, e.g. 1,5). Default 1, or the number of --urls.
+    #[arg(long, value_delimiter = ',')]
+    nodes: Vec<usize>,
+    /// Concurrent workers for contended (default 8) and independent
+    /// (default 64); uncontended always has 1.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Measured seconds per client and workload (fractions allowed).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Split the seconds into this many rounds, each running every client
+    /// once in a rotating order (default: one round per quarter second).
+    #[arg(long)]
+    rounds: Option<u32>,
+    /// Unmeasured warm-up seconds before each measurement (connects, loads
+    /// the scripts).
+    #[arg(long, default_value_t = 0.3)]
+    warmup: f64,
+    /// Use these Redis nodes (comma-separated URLs) instead of starting
+    /// redis-server processes. The bench writes and deletes keys there.
+    #[arg(long, value_delimiter = ',')]
+    urls: Vec<String>,
+    /// Also print one JSON object per workload, each on its own line.
+    #[arg(long)]
+    json: bool,
+    /// Also run another lock library on the same workloads.
+    #[arg(long, value_enum)]
+    compare: Vec<Compare>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum WorkloadArg {
+    Uncontended,
+    Contended,
+    Independent,
+    /// All three, one after another.
+    All,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Compare {
+    /// The rslock crate (bench feature `rslock`, on by default).
+    Rslock,
+}
+
+/// Everything a run needs, checked.
+struct Plan {
+    workloads: Vec<Workload>,
+    node_counts: Vec<usize>,
+    workers: Option<usize>,
+    settings: Settings,
+    urls: Vec<String>,
+    json: bool,
+}
+
+fn plan(args: Args) -> Result<Plan, BenchError> {
+    // Bounds keep every run finite and every loop short.
+    if !(args.seconds > 0.0 && args.seconds <= 600.0) {
+        return Err(format!("--seconds {} is not in (0, 600]", args.seconds).into());
+    }
+    if !(0.0..=60.0).contains(&args.warmup) {
+        return Err(format!("--warmup {} is not in [0, 60]", args.warmup).into());
+    }
+    let rounds = match args.rounds {
+        Some(r) if (1..=MAX_ROUNDS).contains(&r) => r,
+        Some(r) => return Err(format!("--rounds {r} is not in [1, {MAX_ROUNDS}]").into()),
+        None => ((args.seconds / AUTO_SLICE_S).round() as u32).clamp(1, 40),
+    };
+    if let Some(k) = args.workers {
+        if !(1..=4096).contains(&k) {
+            return Err(format!("--workers {k} is not in [1, 4096]").into());
+        }
+    }
+    let node_counts = if args.urls.is_empty() {
+        let counts = if args.nodes.is_empty() {
+            vec![1]
+        } else {
+            args.nodes
+        };
+        if let Some(bad) = counts.iter().find(|n| !(1..=15).contains(*n)) {
+            return Err(format!("--nodes {bad} is not in [1, 15]").into());
+        }
+        counts
+    } else {
+        let n = args.urls.len();
+        if !args.nodes.is_empty() && args.nodes != [n] {
+            return Err(format!(
+                "--nodes {:?} disagrees with the {n} --urls given",
+                args.nodes
+            )
+            .into());
+        }
+        vec![n]
+    };
+    let rslock = args.compare.contains(&Compare::Rslock);
+    if rslock && !cfg!(feature = "rslock") {
+        return Err(
+            "--compare rslock: this binary was built without the `rslock` feature \
+             (it is on by default; drop --no-default-features)"
+                .into(),
+        );
+    }
+    let workloads = match args.workload {
+        WorkloadArg::Uncontended => vec![Workload::Uncontended],
+        WorkloadArg::Contended => vec![Workload::Contended],
+        WorkloadArg::Independent => vec![Workload::Independent],
+        WorkloadArg::All => Workload::ALL.to_vec(),
+    };
+    if args.workers.is_some() && workloads == [Workload::Uncontended] {
+        eprintln!("note: --workers is ignored for uncontended, which always has 1 worker");
+    }
+    Ok(Plan {
+        workloads,
+        node_counts,
+        workers: args.workers,
+        settings: Settings {
+            warmup: Duration::from_secs_f64(args.warmup),
+            slice: Duration::from_secs_f64(args.seconds / f64::from(rounds)),
+            rounds,
+            rslock,
+        },
+        urls: args.urls,
+        json: args.json,
+    })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match plan(args).and_then(run) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(plan: Plan) -> Result<ExitCode, BenchError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .enable_all()
+        .build()?;
+    print_header(&plan);
+    // Unique per process, so keys never meet those of another or earlier run.
+    let run_id = format!(
+        "{}-{}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    );
+    let mut reports = Vec::new();
+    for &n in &plan.node_counts {
+        // Our own redis-server processes unless --urls; stopped at the end
+        // of this iteration.
+        let (_nodes, urls, pids) = if plan.urls.is_empty() {
+            let nodes = RedisNodes::start(n);
+            let urls = nodes.urls();
+            let pids: Vec<u32> = nodes.iter().filter_map(|node| node.pid()).collect();
+            (Some(nodes), urls, pids)
+        } else {
+            (None, plan.urls.clone(), Vec::new())
+        };
+        for &workload in &plan.workloads {
+            let workers = match workload {
+                Workload::Uncontended => 1,
+                _ => plan.workers.unwrap_or(workload.default_workers()),
+            };
+            let tag = format!("bench-{run_id}-{workload}-{n}");
+            let report = runtime.block_on(runner::measure(
+                &plan.settings,
+                workload,
+                &urls,
+                &pids,
+                workers,
+                &tag,
+            ))?;
+            eprintln!(
+                "done: {workload} on {n} node(s), {workers} worker(s): redlease {:.0}/s, raw {:.0}/s (x{:.3}){}",
+                report.lib.cycles_per_s,
+                report.raw.cycles_per_s,
+                report.ratio_vs_raw(),
+                report
+                    .rslock
+                    .as_ref()
+                    .map(|r| format!(", rslock {:.0}/s", r.cycles_per_s))
+                    .unwrap_or_default()
+            );
+            reports.push(report);
+        }
+    }
+    println!();
+    print!("{}", report::table(&reports));
+    println!();
+    for line in report::targets(&reports) {
+        println!("{line}");
+    }
+    if plan.json {
+        for r in &reports {
+            println!("{}", r.json());
+        }
+    }
+    let violations: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.runs().filter_map(|run| run.violation()))
+        .collect();
+    if violations.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for v in &violations {
+            eprintln!("FAILED (mutual exclusion): {v}");
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn print_header(plan: &Plan) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    println!(
+        "redlease-bench: {cores} cores, load {load} (1 min), tokio multi-thread runtime with \
+         {RUNTIME_THREADS} workers"
+    );
+    println!(
+        "every lock: TTL {TTL:?}; per client and workload: {:?} warm-up, then {} round(s) of {:?} \
+         interleaved with the other clients; nodes: {}",
+        plan.settings.warmup,
+        plan.settings.rounds,
+        plan.settings.slice,
+        if plan.urls.is_empty() {
+            "own redis-server processes (testkit)".to_string()
+        } else {
+            plan.urls.join(",")
+        }
+    );
+    println!(
+        "blocking acquire: redlease {:?}; raw: the same delays ({RETRY_MIN:?}-{RETRY_MAX:?} uniform) \
+         within {WAIT:?}{}",
+        Redlease::policy(),
+        if plan.settings.rslock {
+            format!(
+                "; rslock: set_retry(u32::MAX, {RETRY_MAX:?}) (0-4 ms uniform), bounded by {WAIT:?}"
+            )
+        } else {
+            String::new()
+        }
+    );
+}

@@ -270,6 +270,19 @@ impl Locker {
         self.shared.key(resource)
     }
 
+    /// The Redis key of `resource`'s fencing counter: the lock key with
+    /// `:fence` appended (same hash slot).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// assert_eq!(locker.fence_key("orders"), "redlease:{orders}:fence");
+    /// # Ok(()) }
+    /// ```
+    pub fn fence_key(&self, resource: &str) -> String {
+        self.shared.keys(resource).fence.to_string()
+    }
+
     /// The nodes, in the order given.
     ///
     /// ```no_run

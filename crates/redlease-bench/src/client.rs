@@ -1,0 +1,90 @@
+//! The one interface every measured client implements (redlease, the raw
+//! redis-rs baseline, rslock), so each workload is written once and every
+//! client runs exactly the same loop. Static dispatch: no boxing per call.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redlease::{Locker, RetryPolicy};
+
+/// Any error a bench run can hit; the run stops at the first one.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+
+/// TTL of every lock in every workload (the issue fixes it at 10 s).
+pub const TTL: Duration = Duration::from_secs(10);
+/// Idle expiry of each lock's fencing counter (`<key>:fence`). Short, so the
+/// counters of the many fresh keys a run creates leave Redis a minute later
+/// (the library's default is 10 minutes; the commands cost the same).
+pub const FENCE_EXPIRY: Duration = Duration::from_secs(60);
+/// How long a blocking acquire may wait before the run fails.
+pub const WAIT: Duration = Duration::from_secs(30);
+/// Sleep between attempts on a busy lock, uniform in [MIN, MAX]. Small so
+/// that the contended figures show the lock, not a long back-off.
+pub const RETRY_MIN: Duration = Duration::from_millis(1);
+pub const RETRY_MAX: Duration = Duration::from_millis(5);
+
+/// The Redis key for a lock name; all clients use the library's scheme so
+/// every client sends keys of the same shape and length.
+pub fn key_for(name: &str) -> String {
+    format!("redlease:{{{name}}}")
+}
+
+/// A lock client under test.
+pub trait LockClient: Send + Sync + 'static {
+    /// What a held lock is.
+    type Guard: Send + 'static;
+
+    /// Short name for tables and JSON.
+    fn label(&self) -> &'static str;
+
+    /// Blocking acquire: retries a busy lock until it is held, or fails after
+    /// at most [`WAIT`].
+    fn acquire(&self, name: &str) -> impl Future<Output = Result<Self::Guard, BenchError>> + Send;
+
+    /// Gives the lock back; an error if it was no longer ours.
+    fn release(&self, guard: Self::Guard) -> impl Future<Output = Result<(), BenchError>> + Send;
+}
+
+/// The library, configured as a user would for this bench.
+pub struct Redlease {
+    locker: Locker,
+}
+
+impl Redlease {
+    /// The retry policy every blocking acquire uses.
+    pub fn policy() -> RetryPolicy {
+        RetryPolicy::new().wait(WAIT).delay(RETRY_MIN, RETRY_MAX)
+    }
+
+    /// One Locker over `urls`, shared by all workers (one multiplexed
+    /// connection per node). Must run inside the Tokio runtime.
+    pub fn new(urls: &[String]) -> Result<Self, BenchError> {
+        let locker = Locker::builder(urls)
+            .ttl(TTL)
+            .retry(Self::policy())
+            .fence_expiry(FENCE_EXPIRY)
+            .build()?;
+        Ok(Redlease { locker })
+    }
+
+    /// The Redis key the library uses for `name`.
+    pub fn key(&self, name: &str) -> String {
+        self.locker.key(name)
+    }
+}
+
+impl LockClient for Redlease {
+    type Guard = redlease::Lease;
+
+    fn label(&self) -> &'static str {
+        "redlease"
+    }
+
+    async fn acquire(&self, name: &str) -> Result<Self::Guard, BenchError> {
+        Ok(self.locker.lock(name).await?)
+    }
+
+    async fn release(&self, lease: Self::Guard) -> Result<(), BenchError> {
+        Ok(lease.release().await?)
+    }
+}

@@ -1,0 +1,164 @@
+//! The raw baseline: the library's own Redis commands (its acquire and
+//! release scripts with the same keys and arguments: lock key, fencing
+//! counter, 32-hex-char token, release channel and id) sent with plain
+//! redis-rs, one multiplexed connection per node shared by all workers, and
+//! waiting for every node. It is what a lock costs with no library at all:
+//! no timeouts, no quorum early exit, no undo on faults, no drop guards, no
+//! release notifications (a busy lock is polled with the same delays).
+//!
+//! The argument layout mirrors `crates/redlease/src/node.rs`; if the
+//! library changes it, the scripts fail here with a Redis error and the
+//! run stops, rather than measuring something else.
+
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use futures_util::future::join_all;
+use rand::Rng;
+use redis::aio::MultiplexedConnection;
+use redis::Script;
+
+use crate::client::{
+    key_for, BenchError, LockClient, FENCE_EXPIRY, RETRY_MAX, RETRY_MIN, TTL, WAIT,
+};
+
+// Read from the library's sources, so the baseline sends byte-for-byte the
+// scripts the library sends (and the same EVALSHA digests).
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../redlease/src/scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../redlease/src/scripts/release.lua")));
+
+/// Plain redis-rs over one connection per node.
+pub struct Raw {
+    conns: Vec<MultiplexedConnection>,
+    quorum: usize,
+    ttl_ms: u64,
+    fence_expiry_ms: u64,
+}
+
+/// A lock held through the raw baseline.
+pub struct RawGuard {
+    key: String,
+    token: String,
+}
+
+impl Raw {
+    /// Opens one multiplexed connection per node (this does I/O).
+    pub async fn connect(urls: &[String]) -> Result<Self, BenchError> {
+        let mut conns = Vec::with_capacity(urls.len());
+        for url in urls {
+            let client = redis::Client::open(url.as_str())?;
+            conns.push(client.get_multiplexed_async_connection().await?);
+        }
+        Ok(Raw {
+            quorum: conns.len() / 2 + 1,
+            conns,
+            ttl_ms: u64::try_from(TTL.as_millis())?,
+            fence_expiry_ms: u64::try_from(FENCE_EXPIRY.as_millis())?,
+        })
+    }
+
+    /// Deletes the key on the given nodes if it still holds `token` (the
+    /// script also publishes the release); returns how many nodes deleted
+    /// it. Waits for every node.
+    async fn release_on(
+        &self,
+        nodes: impl Iterator<Item = usize>,
+        key: &str,
+        token: &str,
+    ) -> Result<usize, BenchError> {
+        let channel = format!("{key}:released");
+        let release_id = format!("{:016x}", rand::rng().random::<u64>());
+        let (channel, release_id) = (&channel, &release_id);
+        let replies = join_all(nodes.map(|i| {
+            let mut conn = self.conns[i].clone();
+            async move {
+                RELEASE
+                    .key(key)
+                    .arg(token)
+                    .arg(channel)
+                    .arg(release_id)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            }
+        }))
+        .await;
+        let mut released = 0;
+        for reply in replies {
+            released += usize::from(reply? == 1);
+        }
+        Ok(released)
+    }
+}
+
+/// A fresh 128-bit token as 32 lowercase hex chars, like the library's.
+fn token() -> String {
+    format!("{:032x}", rand::rng().random::<u128>())
+}
+
+impl LockClient for Raw {
+    type Guard = RawGuard;
+
+    fn label(&self) -> &'static str {
+        "raw"
+    }
+
+    async fn acquire(&self, name: &str) -> Result<RawGuard, BenchError> {
+        let key = key_for(name);
+        let fence = format!("{key}:fence");
+        let deadline = Instant::now() + WAIT;
+        // Bounded by the wait deadline, like the library's lock().
+        loop {
+            let token = token();
+            let replies = join_all(self.conns.iter().map(|conn| {
+                let mut conn = conn.clone();
+                let (key, fence, token) = (&key, &fence, &token);
+                async move {
+                    ACQUIRE
+                        .key(key)
+                        .key(fence)
+                        .arg(token)
+                        .arg(self.ttl_ms)
+                        .arg(self.fence_expiry_ms)
+                        .invoke_async::<(i64, i64)>(&mut conn)
+                        .await
+                }
+            }))
+            .await;
+            let mut taken = Vec::with_capacity(replies.len());
+            for (i, reply) in replies.into_iter().enumerate() {
+                if reply?.0 == 1 {
+                    taken.push(i);
+                }
+            }
+            if taken.len() >= self.quorum {
+                return Ok(RawGuard { key, token });
+            }
+            if !taken.is_empty() {
+                // A split vote: give back the minority we got, or the key
+                // would block everyone until its TTL ends.
+                self.release_on(taken.into_iter(), &key, &token).await?;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("raw: {key} still busy after {WAIT:?}").into());
+            }
+            let spread = (RETRY_MAX - RETRY_MIN).mul_f64(rand::rng().random::<f64>());
+            tokio::time::sleep(RETRY_MIN + spread).await;
+        }
+    }
+
+    async fn release(&self, guard: RawGuard) -> Result<(), BenchError> {
+        let all = 0..self.conns.len();
+        let released = self.release_on(all, &guard.key, &guard.token).await?;
+        if released < self.quorum {
+            return Err(format!(
+                "raw: {} released on only {released} of {} nodes: the lock was lost",
+                guard.key,
+                self.conns.len()
+            )
+            .into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,387 @@
+//! Turning measured outcomes into figures: the readable table and the
+//! one-JSON-object-per-workload lines.
+
+use serde_json::{json, Map, Value};
+
+use crate::stats::{self, Cycle, Handoffs, Percentiles};
+use crate::workloads::{Outcome, Workload};
+
+/// One client's figures for one workload.
+#[derive(Debug)]
+pub struct ClientRun {
+    pub client: &'static str,
+    pub ops: u64,
+    pub elapsed_s: f64,
+    pub cycles_per_s: f64,
+    pub acquire: Option<Percentiles>,
+    pub release: Option<Percentiles>,
+    pub per_worker: Vec<u64>,
+    /// CPU time of the whole bench process per cycle (client cost).
+    pub client_cpu_us_per_cycle: f64,
+    /// CPU time of all redis-server nodes per cycle, when they are ours.
+    pub server_cpu_us_per_cycle: Option<f64>,
+    /// Contended workload only.
+    pub contention: Option<Contention>,
+}
+
+/// What only a contended run has.
+#[derive(Debug)]
+pub struct Contention {
+    /// Completed cycles minus the final counter: updates two holders raced on.
+    pub lost_updates: i64,
+    pub handoffs: Handoffs,
+}
+
+impl ClientRun {
+    /// Figures over all measured slices (rounds) of one client.
+    pub fn new(client: &'static str, slices: &[Outcome]) -> ClientRun {
+        let cycles: Vec<Cycle> = slices
+            .iter()
+            .flat_map(|o| o.cycles.iter().copied())
+            .collect();
+        let ops = cycles.len() as u64;
+        let elapsed_s: f64 = slices.iter().map(|o| o.elapsed.as_secs_f64()).sum();
+        let mut per_worker = Vec::new();
+        for slice in slices {
+            per_worker.resize(per_worker.len().max(slice.per_worker.len()), 0);
+            for (total, n) in per_worker.iter_mut().zip(&slice.per_worker) {
+                *total += n;
+            }
+        }
+        let contended = slices.iter().all(|o| o.final_counter.is_some()) && !slices.is_empty();
+        let per_cycle = |total: f64| {
+            if ops > 0 {
+                total * 1e6 / ops as f64
+            } else {
+                0.0
+            }
+        };
+        let client_cpu: f64 = slices.iter().map(|o| o.client_cpu.as_secs_f64()).sum();
+        let server_cpu: Option<f64> = slices
+            .iter()
+            .map(|o| o.server_cpu.map(|d| d.as_secs_f64()))
+            .sum();
+        ClientRun {
+            client,
+            ops,
+            elapsed_s,
+            cycles_per_s: if elapsed_s > 0.0 {
+                ops as f64 / elapsed_s
+            } else {
+                0.0
+            },
+            acquire: stats::acquire_latencies(&cycles),
+            release: stats::release_latencies(&cycles),
+            per_worker,
+            client_cpu_us_per_cycle: per_cycle(client_cpu),
+            server_cpu_us_per_cycle: server_cpu.map(per_cycle),
+            contention: contended.then(|| Contention {
+                lost_updates: slices
+                    .iter()
+                    .map(|o| o.cycles.len() as i64 - o.final_counter.unwrap_or(0))
+                    .sum(),
+                handoffs: stats::handoffs(slices.iter().map(|o| &o.cycles[..])),
+            }),
+        }
+    }
+
+    /// Why this run is a correctness failure, if it is one.
+    pub fn violation(&self) -> Option<String> {
+        let c = self.contention.as_ref()?;
+        if c.lost_updates != 0 || c.handoffs.overlaps != 0 {
+            return Some(format!(
+                "{}: lost_updates = {} and {} overlapping holders over {} cycles: \
+                 two workers held the lock at once",
+                self.client, c.lost_updates, c.handoffs.overlaps, self.ops
+            ));
+        }
+        None
+    }
+
+    fn json_fields(&self, out: &mut Map<String, Value>) {
+        out.insert("client".into(), json!(self.client));
+        out.insert("ops".into(), json!(self.ops));
+        out.insert("elapsed_s".into(), json!(round(self.elapsed_s, 3)));
+        out.insert("cycles_per_s".into(), json!(round(self.cycles_per_s, 1)));
+        put_percentiles(out, "acquire", self.acquire);
+        put_percentiles(out, "release", self.release);
+        out.insert(
+            "client_cpu_us_per_cycle".into(),
+            json!(round(self.client_cpu_us_per_cycle, 2)),
+        );
+        out.insert(
+            "server_cpu_us_per_cycle".into(),
+            json!(self.server_cpu_us_per_cycle.map(|v| round(v, 2))),
+        );
+        if let Some(c) = &self.contention {
+            out.insert("lost_updates".into(), json!(c.lost_updates));
+            out.insert("overlaps".into(), json!(c.handoffs.overlaps));
+            put_percentiles(out, "handoff", c.handoffs.handoff);
+            put_percentiles(out, "cross_handoff", c.handoffs.cross_handoff);
+            out.insert(
+                "same_worker_share".into(),
+                json!(round(c.handoffs.same_worker_share, 4)),
+            );
+            put_percentiles(out, "wait", c.handoffs.wait);
+        }
+        out.insert("per_worker".into(), json!(self.per_worker));
+    }
+
+    fn json(&self) -> Value {
+        let mut out = Map::new();
+        self.json_fields(&mut out);
+        Value::Object(out)
+    }
+}
+
+fn put_percentiles(out: &mut Map<String, Value>, name: &str, p: Option<Percentiles>) {
+    let (p50, p99) = match p {
+        Some(p) => (json!(round(p.p50_us, 1)), json!(round(p.p99_us, 1))),
+        None => (Value::Null, Value::Null),
+    };
+    out.insert(format!("{name}_p50_us"), p50);
+    out.insert(format!("{name}_p99_us"), p99);
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
+}
+
+/// Everything measured for one workload on one node count.
+#[derive(Debug)]
+pub struct WorkloadReport {
+    pub workload: Workload,
+    pub nodes: usize,
+    pub workers: usize,
+    /// Measured seconds per client (all rounds).
+    pub seconds: f64,
+    /// Interleaved rounds the seconds were split into.
+    pub rounds: u32,
+    pub lib: ClientRun,
+    pub raw: ClientRun,
+    pub rslock: Option<ClientRun>,
+}
+
+impl WorkloadReport {
+    pub fn ratio_vs_raw(&self) -> f64 {
+        ratio(self.lib.cycles_per_s, self.raw.cycles_per_s)
+    }
+
+    pub fn runs(&self) -> impl Iterator<Item = &ClientRun> {
+        [Some(&self.lib), Some(&self.raw), self.rslock.as_ref()]
+            .into_iter()
+            .flatten()
+    }
+
+    /// The JSON line: the library's figures at the top level (the fields the
+    /// issue asks for), the baseline and rslock in full under their names.
+    pub fn json(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("workload".into(), json!(self.workload.name()));
+        out.insert("nodes".into(), json!(self.nodes));
+        out.insert("workers".into(), json!(self.workers));
+        out.insert("seconds".into(), json!(self.seconds));
+        out.insert("rounds".into(), json!(self.rounds));
+        self.lib.json_fields(&mut out);
+        out.insert(
+            "raw_cycles_per_s".into(),
+            json!(round(self.raw.cycles_per_s, 1)),
+        );
+        out.insert("ratio_vs_raw".into(), json!(round(self.ratio_vs_raw(), 3)));
+        if let Some(rs) = &self.rslock {
+            out.insert(
+                "rslock_cycles_per_s".into(),
+                json!(round(rs.cycles_per_s, 1)),
+            );
+            out.insert(
+                "ratio_vs_rslock".into(),
+                json!(round(ratio(self.lib.cycles_per_s, rs.cycles_per_s), 3)),
+            );
+        }
+        out.insert("raw".into(), self.raw.json());
+        if let Some(rs) = &self.rslock {
+            out.insert("rslock".into(), rs.json());
+        }
+        Value::Object(out)
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// The readable tables: throughput and latency for every run, then the
+/// hand-off details of the contended runs.
+pub fn table(reports: &[WorkloadReport]) -> String {
+    let mut main = vec![row(&[
+        "workload", "nodes", "workers", "client", "cycles/s", "vs raw", "acq p50", "acq p99",
+        "rel p50", "rel p99", "cli CPU", "srv CPU",
+    ])];
+    for r in reports {
+        for run in r.runs() {
+            main.push(vec![
+                r.workload.name().into(),
+                r.nodes.to_string(),
+                r.workers.to_string(),
+                run.client.into(),
+                format!("{:.0}", run.cycles_per_s),
+                format!("{:.3}", ratio(run.cycles_per_s, r.raw.cycles_per_s)),
+                us(run.acquire.map(|p| p.p50_us)),
+                us(run.acquire.map(|p| p.p99_us)),
+                us(run.release.map(|p| p.p50_us)),
+                us(run.release.map(|p| p.p99_us)),
+                format!("{:.1}", run.client_cpu_us_per_cycle),
+                run.server_cpu_us_per_cycle
+                    .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+            ]);
+        }
+    }
+    let mut out = String::from(
+        "latencies in microseconds; vs raw = cycles/s / raw cycles/s; \
+         cli/srv CPU = CPU microseconds per cycle of the bench process / of all redis-servers\n",
+    );
+    out.push_str(&render(&main));
+
+    let mut contended = vec![row(&[
+        "contended",
+        "nodes",
+        "workers",
+        "client",
+        "lost",
+        "handoff p50",
+        "handoff p99",
+        "cross p50",
+        "cross p99",
+        "same-worker",
+        "wait p50",
+        "wait p99",
+        "per worker",
+    ])];
+    for r in reports {
+        for run in r.runs() {
+            let Some(c) = &run.contention else { continue };
+            let h = &c.handoffs;
+            contended.push(vec![
+                String::new(),
+                r.nodes.to_string(),
+                r.workers.to_string(),
+                run.client.into(),
+                c.lost_updates.to_string(),
+                us(h.handoff.map(|p| p.p50_us)),
+                us(h.handoff.map(|p| p.p99_us)),
+                us(h.cross_handoff.map(|p| p.p50_us)),
+                us(h.cross_handoff.map(|p| p.p99_us)),
+                format!("{:.1}%", h.same_worker_share * 100.0),
+                us(h.wait.map(|p| p.p50_us)),
+                us(h.wait.map(|p| p.p99_us)),
+                spread(&run.per_worker),
+            ]);
+        }
+    }
+    if contended.len() > 1 {
+        out.push('\n');
+        out.push_str(&render(&contended));
+    }
+    out
+}
+
+fn row(cells: &[&str]) -> Vec<String> {
+    cells.iter().map(|c| c.to_string()).collect()
+}
+
+fn us(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
+}
+
+/// "min..max" of the per-worker cycle counts.
+fn spread(per_worker: &[u64]) -> String {
+    match (per_worker.iter().min(), per_worker.iter().max()) {
+        (Some(lo), Some(hi)) => format!("{lo}..{hi}"),
+        _ => "-".into(),
+    }
+}
+
+/// Left-aligns the first and fourth column (names), right-aligns numbers.
+fn render(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 || i == 3 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Where the figures stand against the issue's goals (informational: no
+/// figure decides the exit code).
+pub fn targets(reports: &[WorkloadReport]) -> Vec<String> {
+    let mut lines = vec!["targets (goals, not asserts):".to_string()];
+    let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
+    let find = |w: Workload, n: usize| reports.iter().find(|r| r.workload == w && r.nodes == n);
+    if let Some(r) = find(Workload::Uncontended, 1) {
+        let x = r.ratio_vs_raw();
+        lines.push(format!(
+            "  uncontended, 1 node: >= 0.97 x raw: {x:.3} ({})",
+            verdict(x >= 0.97)
+        ));
+    }
+    if let (Some(one), Some(five)) = (
+        find(Workload::Uncontended, 1),
+        find(Workload::Uncontended, 5),
+    ) {
+        let x = ratio(five.lib.cycles_per_s, one.lib.cycles_per_s);
+        lines.push(format!(
+            "  uncontended, 5 nodes: >= 0.8 x our 1-node rate: {x:.3} ({}; measured in separate \
+             node sets, so not interleaved)",
+            verdict(x >= 0.8)
+        ));
+    }
+    for r in reports
+        .iter()
+        .filter(|r| r.workload == Workload::Independent)
+    {
+        let x = r.ratio_vs_raw();
+        lines.push(format!(
+            "  independent, {} node(s), {} workers: >= 0.8 x raw: {x:.3} ({})",
+            r.nodes,
+            r.workers,
+            verdict(x >= 0.8)
+        ));
+    }
+    for r in reports {
+        if let Some(rs) = &r.rslock {
+            let x = ratio(r.lib.cycles_per_s, rs.cycles_per_s);
+            lines.push(format!(
+                "  {}, {} node(s): ahead of rslock: {x:.3} x its rate ({})",
+                r.workload,
+                r.nodes,
+                verdict(x > 1.0)
+            ));
+        }
+    }
+    lines
+}

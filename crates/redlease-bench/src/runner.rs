@@ -1,0 +1,181 @@
+//! Measuring one workload on one set of nodes: every client in interleaved
+//! rounds (redlease, raw, rslock; then raw, rslock, redlease; ...), so a
+//! change in machine load hits all of them alike and the ratios hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::{key_for, BenchError, LockClient, Redlease};
+use crate::cpu;
+use crate::raw::Raw;
+use crate::report::{ClientRun, WorkloadReport};
+use crate::workloads::{self, Counter, Outcome, Workload};
+
+/// Pause between two slices, so one client's background work (requests
+/// detached after a quorum, closing sockets) does not land in the next one's.
+const SETTLE: Duration = Duration::from_millis(10);
+
+/// How to measure.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Unmeasured, once per client before its first slice.
+    pub warmup: Duration,
+    /// Measured time per client and round.
+    pub slice: Duration,
+    pub rounds: u32,
+    pub rslock: bool,
+}
+
+/// A client under test; an enum so the rounds can rotate over clients of
+/// different types.
+enum Subject {
+    Lib(Arc<Redlease>),
+    Raw(Arc<Raw>),
+    #[cfg(feature = "rslock")]
+    Rslock(Arc<crate::rslock_cmp::Rslock>),
+}
+
+impl Subject {
+    fn label(&self) -> &'static str {
+        match self {
+            Subject::Lib(c) => c.label(),
+            Subject::Raw(c) => c.label(),
+            #[cfg(feature = "rslock")]
+            Subject::Rslock(c) => c.label(),
+        }
+    }
+
+    /// One-letter key tag, so all clients' keys have the same length.
+    fn letter(&self) -> char {
+        match self {
+            Subject::Lib(_) => 'L',
+            Subject::Raw(_) => 'R',
+            #[cfg(feature = "rslock")]
+            Subject::Rslock(_) => 'S',
+        }
+    }
+
+    async fn slice(
+        &self,
+        workload: Workload,
+        workers: usize,
+        duration: Duration,
+        counter: &Counter,
+        tag: &str,
+        server_pids: &[u32],
+    ) -> Result<Outcome, BenchError> {
+        let tag = format!("{tag}-{}", self.letter());
+        let before = cpu::sample(server_pids);
+        let outcome = match self {
+            Subject::Lib(c) => {
+                workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
+            }
+            Subject::Raw(c) => {
+                workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
+            }
+            #[cfg(feature = "rslock")]
+            Subject::Rslock(c) => {
+                workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
+            }
+        };
+        let (client_cpu, server_cpu) = cpu::sample(server_pids).since(&before);
+        let mut outcome = outcome.map_err(|e| format!("{}, {workload}: {e}", self.label()))?;
+        outcome.client_cpu = client_cpu;
+        outcome.server_cpu = server_cpu;
+        Ok(outcome)
+    }
+}
+
+/// Builds the clients, warms each up, then runs `settings.rounds` rounds of
+/// one slice per client, rotating the order every round.
+pub async fn measure(
+    settings: &Settings,
+    workload: Workload,
+    urls: &[String],
+    server_pids: &[u32],
+    workers: usize,
+    tag: &str,
+) -> Result<WorkloadReport, BenchError> {
+    let counter = Counter {
+        conn: redis::Client::open(urls[0].as_str())?
+            .get_multiplexed_async_connection()
+            .await?,
+    };
+    let lib = Redlease::new(urls)?;
+    // The raw and rslock clients build keys themselves: same scheme or bust.
+    if lib.key("x") != key_for("x") {
+        return Err(format!(
+            "the library's key scheme changed ({}); update client::key_for",
+            lib.key("x")
+        )
+        .into());
+    }
+    let mut subjects = vec![
+        Subject::Lib(Arc::new(lib)),
+        Subject::Raw(Arc::new(Raw::connect(urls).await?)),
+    ];
+    if settings.rslock {
+        subjects.push(rslock_subject(urls)?);
+    }
+    for s in &subjects {
+        if !settings.warmup.is_zero() {
+            s.slice(
+                workload,
+                workers,
+                settings.warmup,
+                &counter,
+                &format!("{tag}-warm"),
+                server_pids,
+            )
+            .await?;
+            tokio::time::sleep(SETTLE).await;
+        }
+    }
+    let mut slices: Vec<Vec<Outcome>> = subjects.iter().map(|_| Vec::new()).collect();
+    for round in 0..settings.rounds as usize {
+        for k in 0..subjects.len() {
+            let i = (round + k) % subjects.len();
+            let outcome = subjects[i]
+                .slice(
+                    workload,
+                    workers,
+                    settings.slice,
+                    &counter,
+                    &format!("{tag}-r{round}"),
+                    server_pids,
+                )
+                .await?;
+            slices[i].push(outcome);
+            tokio::time::sleep(SETTLE).await;
+        }
+    }
+    let mut runs = subjects
+        .iter()
+        .zip(&slices)
+        .map(|(s, outcomes)| ClientRun::new(s.label(), outcomes));
+    let (Some(lib), Some(raw)) = (runs.next(), runs.next()) else {
+        unreachable!("redlease and raw are always measured");
+    };
+    Ok(WorkloadReport {
+        workload,
+        nodes: urls.len(),
+        workers,
+        seconds: settings.slice.as_secs_f64() * f64::from(settings.rounds),
+        rounds: settings.rounds,
+        lib,
+        raw,
+        rslock: runs.next(),
+    })
+}
+
+#[cfg(feature = "rslock")]
+fn rslock_subject(urls: &[String]) -> Result<Subject, BenchError> {
+    Ok(Subject::Rslock(Arc::new(crate::rslock_cmp::Rslock::new(
+        urls,
+    )?)))
+}
+
+#[cfg(not(feature = "rslock"))]
+fn rslock_subject(_urls: &[String]) -> Result<Subject, BenchError> {
+    Err("--compare rslock: built without the bench's `rslock` feature".into())
+}

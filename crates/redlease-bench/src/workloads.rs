@@ -1,0 +1,207 @@
+//! The three workloads, written once over [`LockClient`] so the library, the
+//! raw baseline and rslock run exactly the same loop, with the same keys and
+//! the same timestamps around the same calls.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use crate::client::{BenchError, LockClient};
+use crate::stats::Cycle;
+
+/// What the workers do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// 1 worker, a fresh key each cycle: acquire, release.
+    Uncontended,
+    /// K workers on one key: acquire, GET counter, SET counter+1, release.
+    Contended,
+    /// K workers, each on its own fresh keys, through one shared client.
+    Independent,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 3] = [
+        Workload::Uncontended,
+        Workload::Contended,
+        Workload::Independent,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Uncontended => "uncontended",
+            Workload::Contended => "contended",
+            Workload::Independent => "independent",
+        }
+    }
+
+    /// Workers when `--workers` is not given (uncontended is always 1).
+    pub fn default_workers(self) -> usize {
+        match self {
+            Workload::Uncontended => 1,
+            Workload::Contended => 8,
+            Workload::Independent => 64,
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Safety bound on one worker's cycles in one phase; never reached in a
+/// run of sane length, it only guarantees the loop ends.
+const MAX_CYCLES_PER_WORKER: u64 = 100_000_000;
+
+/// One measured phase of one client.
+#[derive(Debug)]
+pub struct Outcome {
+    pub cycles: Vec<Cycle>,
+    /// From the common start to the last worker's last release.
+    pub elapsed: Duration,
+    pub per_worker: Vec<u64>,
+    /// Contended only: the counter after the run (lost updates = cycles - this).
+    pub final_counter: Option<i64>,
+    /// CPU used by this process during the slice (filled in by the runner).
+    pub client_cpu: Duration,
+    /// CPU used by the redis-server nodes, when they are ours to watch.
+    pub server_cpu: Option<Duration>,
+}
+
+/// Where the contended workload keeps the counter it protects: on the first
+/// node, over a connection of its own, the same for every client.
+#[derive(Clone)]
+pub struct Counter {
+    pub conn: MultiplexedConnection,
+}
+
+/// Runs `workload` with `workers` workers on `client` for `duration`:
+/// one measured slice. `tag` keeps each slice's keys apart from every other
+/// slice's (a warm-up is just a slice whose outcome is thrown away).
+pub async fn phase<C: LockClient>(
+    client: Arc<C>,
+    workload: Workload,
+    workers: usize,
+    duration: Duration,
+    counter: &Counter,
+    tag: &str,
+) -> Result<Outcome, BenchError> {
+    let contended = workload == Workload::Contended;
+    let counter_key = format!("redlease-bench:{{{tag}}}:counter");
+    if contended {
+        // A clean start, so the final value counts this phase's cycles only.
+        let _: () = counter.conn.clone().set(&counter_key, 0).await?;
+    }
+    let start = Instant::now();
+    let end = start + duration;
+    let mut tasks = Vec::with_capacity(workers);
+    for id in 0..workers {
+        let client = client.clone();
+        let names = if contended {
+            Names::Shared(format!("{tag}-shared"))
+        } else {
+            Names::Fresh(format!("{tag}-w{id}-"))
+        };
+        let counter = contended.then(|| (counter.conn.clone(), counter_key.clone()));
+        let id = u32::try_from(id)?;
+        tasks.push(tokio::spawn(worker(client, id, names, end, counter)));
+    }
+    let mut cycles = Vec::new();
+    let mut per_worker = Vec::with_capacity(workers);
+    let mut first_error = None;
+    for task in tasks {
+        match task.await? {
+            Ok(mine) => {
+                per_worker.push(mine.len() as u64);
+                cycles.extend(mine);
+            }
+            Err(e) => {
+                per_worker.push(0);
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let elapsed = cycles
+        .iter()
+        .map(|c| c.release_returned)
+        .max()
+        .map_or(Duration::ZERO, |last| last - start);
+    let final_counter = if contended {
+        let value: Option<i64> = counter.conn.clone().get(&counter_key).await?;
+        let _: () = counter.conn.clone().del(&counter_key).await?;
+        Some(value.unwrap_or(0))
+    } else {
+        None
+    };
+    Ok(Outcome {
+        cycles,
+        elapsed,
+        per_worker,
+        final_counter,
+        client_cpu: Duration::ZERO,
+        server_cpu: None,
+    })
+}
+
+/// Which lock names a worker uses.
+enum Names {
+    /// A new name every cycle, `prefix` + cycle number.
+    Fresh(String),
+    /// The one name all workers fight over.
+    Shared(String),
+}
+
+/// One worker: full cycles until `end` (a cycle in progress at `end` is
+/// finished, so no lock is left held).
+async fn worker<C: LockClient>(
+    client: Arc<C>,
+    id: u32,
+    names: Names,
+    end: Instant,
+    counter: Option<(MultiplexedConnection, String)>,
+) -> Result<Vec<Cycle>, BenchError> {
+    let mut cycles = Vec::new();
+    let mut fresh = String::new();
+    for i in 0..MAX_CYCLES_PER_WORKER {
+        if Instant::now() >= end {
+            break;
+        }
+        let name: &str = match &names {
+            Names::Shared(name) => name,
+            Names::Fresh(prefix) => {
+                use std::fmt::Write as _;
+                fresh.clear();
+                let _ = write!(fresh, "{prefix}{i}");
+                &fresh
+            }
+        };
+        let acquire_start = Instant::now();
+        let guard = client.acquire(name).await?;
+        let acquire_returned = Instant::now();
+        if let Some((conn, key)) = &counter {
+            // The protected read-modify-write: lost if two holders overlap.
+            let mut conn = conn.clone();
+            let value: Option<i64> = conn.get(key).await?;
+            let _: () = conn.set(key, value.unwrap_or(0) + 1).await?;
+        }
+        let release_started = Instant::now();
+        client.release(guard).await?;
+        let release_returned = Instant::now();
+        cycles.push(Cycle {
+            worker: id,
+            acquire_start,
+            acquire_returned,
+            release_started,
+            release_returned,
+        });
+    }
+    Ok(cycles)
+}
