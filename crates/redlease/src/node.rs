@@ -20,6 +20,10 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+// The negative control of the fault suite: deletes whatever the key holds.
+#[cfg(feature = "test-broken-release")]
+static BROKEN_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new("return redis.call('DEL', KEYS[1])"));
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
 static EXTEND_MANY: LazyLock<Script> =
@@ -151,6 +155,9 @@ impl Node {
         release_id: &str,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
+        #[cfg(feature = "test-broken-release")]
+        let mut call = BROKEN_RELEASE.prepare_invoke();
+        #[cfg(not(feature = "test-broken-release"))]
         let mut call = RELEASE.prepare_invoke();
         call.key(key)
             .arg(token.as_str())
