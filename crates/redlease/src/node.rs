@@ -18,6 +18,7 @@ use crate::Error;
 // SCRIPT FLUSH): redis-rs `Script` does both, so NOSCRIPT never surfaces.
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+#[cfg_attr(feature = "test-broken-release", allow(dead_code))]
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 // The negative control of the fault suite: deletes whatever the key holds.
