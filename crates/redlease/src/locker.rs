@@ -283,6 +283,20 @@ impl Locker {
         self.shared.keys(resource).fence.to_string()
     }
 
+    /// The pub/sub channel a release of `resource` is announced on: the
+    /// lock key with `:released` appended. Each release publishes a random
+    /// id there (never the token).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// assert_eq!(locker.release_channel("orders"), "redlease:{orders}:released");
+    /// # Ok(()) }
+    /// ```
+    pub fn release_channel(&self, resource: &str) -> String {
+        channel_for(&self.key(resource))
+    }
+
     /// The nodes, in the order given.
     ///
     /// ```no_run

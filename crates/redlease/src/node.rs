@@ -87,6 +87,9 @@ impl Node {
         // inside its timeout), and the next request tries again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
+            // Our per-node timeout bounds every request; a second, fixed
+            // one inside redis-rs would cut long TTLs' timeouts short.
+            .set_response_timeout(None)
             .set_number_of_retries(0);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| Error::invalid("urls", format!("node {index} ({}): {e}", redact(url))))?;

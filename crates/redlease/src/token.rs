@@ -10,11 +10,10 @@ pub(crate) struct Token(String);
 
 impl Token {
     pub(crate) fn generate() -> Self {
-        let mut bytes = [0u8; 16];
-        // The OS RNG fails only on a broken system (no /dev/urandom, no
-        // getrandom(2)); handing out guessable tokens would be worse than
-        // stopping.
-        getrandom::fill(&mut bytes).expect("the operating system's random source failed");
+        // rand's thread-local generator is a CSPRNG (ChaCha12) seeded and
+        // periodically reseeded from the operating system: as strong as
+        // asking the OS each time, without a system call per lock.
+        let bytes: [u8; 16] = rand::random();
         let mut hex = String::with_capacity(32);
         for b in bytes {
             hex.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));

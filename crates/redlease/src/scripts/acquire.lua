@@ -10,10 +10,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- handed out before it went idle; otherwise it counts up by one. The
   -- clock is cut to 100 ms, so nodes that start a counter together start
   -- it at the same value and need no second round trip to agree.
-  local fence
-  if redis.call('EXISTS', KEYS[2]) == 1 then
-    fence = redis.call('INCR', KEYS[2])
-  else
+  -- (INCR of a missing key gives 1, which a live counter never is.)
+  local fence = redis.call('INCR', KEYS[2])
+  if fence == 1 then
     local now = redis.call('TIME')
     fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
     redis.call('SET', KEYS[2], string.format('%.0f', fence))
