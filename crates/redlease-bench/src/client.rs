@@ -29,6 +29,11 @@ pub fn key_for(name: &str) -> String {
     format!("redlease:{{{name}}}")
 }
 
+/// The key of a lock's fencing counter, as the library names it.
+pub fn fence_key_for(name: &str) -> String {
+    format!("{}:fence", key_for(name))
+}
+
 /// A lock client under test.
 pub trait LockClient: Send + Sync + 'static {
     /// What a held lock is.
@@ -67,9 +72,10 @@ impl Redlease {
         Ok(Redlease { locker })
     }
 
-    /// The Redis key the library uses for `name`.
-    pub fn key(&self, name: &str) -> String {
-        self.locker.key(name)
+    /// The Redis keys the library uses for `name`: the lock and its
+    /// fencing counter.
+    pub fn keys(&self, name: &str) -> (String, String) {
+        (self.locker.key(name), self.locker.fence_key(name))
     }
 }
 

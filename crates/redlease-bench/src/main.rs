@@ -10,6 +10,7 @@
 mod client;
 mod cpu;
 mod raw;
+mod renewal;
 mod report;
 #[cfg(feature = "rslock")]
 mod rslock_cmp;
@@ -69,6 +70,9 @@ struct Args {
     /// Also print one JSON object per workload, each on its own line.
     #[arg(long)]
     json: bool,
+    /// Leases to hold at once in the renewal workload.
+    #[arg(long, default_value_t = 10_000)]
+    leases: usize,
     /// Also run another lock library on the same workloads.
     #[arg(long, value_enum)]
     compare: Vec<Compare>,
@@ -81,6 +85,9 @@ enum WorkloadArg {
     Independent,
     /// All three, one after another.
     All,
+    /// Many leases held at once under automatic renewal (--leases, TTL 3 s,
+    /// held for --seconds): client CPU, memory, round trips, leases lost.
+    Renewal,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -151,6 +158,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
         WorkloadArg::Contended => vec![Workload::Contended],
         WorkloadArg::Independent => vec![Workload::Independent],
         WorkloadArg::All => Workload::ALL.to_vec(),
+        WorkloadArg::Renewal => return Err("the renewal workload runs on its own".into()),
     };
     if args.workers.is_some() && workloads == [Workload::Uncontended] {
         eprintln!("note: --workers is ignored for uncontended, which always has 1 worker");
@@ -172,6 +180,15 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.workload == WorkloadArg::Renewal {
+        return match run_renewal(&args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match plan(args).and_then(run) {
         Ok(code) => code,
         Err(e) => {
@@ -181,7 +198,74 @@ fn main() -> ExitCode {
     }
 }
 
+/// The renewal workload: its own shape (no raw baseline to compare with).
+fn run_renewal(args: &Args) -> Result<ExitCode, BenchError> {
+    if !(args.seconds > 0.0 && args.seconds <= 600.0) {
+        return Err(format!("--seconds {} is not in (0, 600]", args.seconds).into());
+    }
+    if !(1..=100_000).contains(&args.leases) {
+        return Err(format!("--leases {} is not in [1, 100000]", args.leases).into());
+    }
+    let n = match (args.urls.len(), args.nodes.as_slice()) {
+        (0, []) => 1,
+        (0, [n]) if (1..=15).contains(n) => *n,
+        (0, _) => return Err("--nodes takes one count from 1 to 15 for renewal".into()),
+        (n, _) => n,
+    };
+    if args.urls.is_empty() {
+        check_redis_server()?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .enable_all()
+        .build()?;
+    let nodes = args.urls.is_empty().then(|| RedisNodes::start(n));
+    let urls = nodes
+        .as_ref()
+        .map_or_else(|| args.urls.clone(), RedisNodes::urls);
+    println!(
+        "redlease-bench renewal: {} leases, TTL {:?}, renewed every TTL/3, held {:.1} s on {n} node(s)",
+        args.leases,
+        renewal::TTL,
+        args.seconds
+    );
+    let tag = format!("bench-{}-renewal", std::process::id());
+    let report = runtime.block_on(renewal::run(
+        &urls,
+        args.leases,
+        Duration::from_secs_f64(args.seconds),
+        &tag,
+    ))?;
+    print!("{}", report.table());
+    if args.json {
+        println!("{}", report.json());
+    }
+    if report.lost > 0 {
+        eprintln!("FAILED: {} leases were lost under renewal", report.lost);
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The testkit panics without redis-server; say what to do instead.
+fn check_redis_server() -> Result<(), BenchError> {
+    match std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+    {
+        Ok(out) if out.status.success() => Ok(()),
+        _ => Err(
+            "redis-server is not on PATH: install it (apt-get install redis-server) \
+                  or pass --urls to use running nodes"
+                .into(),
+        ),
+    }
+}
+
 fn run(plan: Plan) -> Result<ExitCode, BenchError> {
+    if plan.urls.is_empty() {
+        check_redis_server()?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(RUNTIME_THREADS)
         .enable_all()
@@ -260,6 +344,19 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
     }
 }
 
+/// A URL with any `user:password@` part hidden, for printing.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}***@{}", &url[..scheme_end], &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
 fn print_header(plan: &Plan) {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg")
@@ -279,7 +376,11 @@ fn print_header(plan: &Plan) {
         if plan.urls.is_empty() {
             "own redis-server processes (testkit)".to_string()
         } else {
-            plan.urls.join(",")
+            plan.urls
+                .iter()
+                .map(|u| redact(u))
+                .collect::<Vec<_>>()
+                .join(",")
         }
     );
     println!(
@@ -294,4 +395,31 @@ fn print_header(plan: &Plan) {
             String::new()
         }
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_urls_hide_credentials() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn rounds_default_to_quarter_seconds_and_seconds_may_be_fractional() {
+        let checked = plan(Args::parse_from([
+            "bench",
+            "--seconds",
+            "1.5",
+            "--nodes",
+            "1,5",
+        ]))
+        .unwrap();
+        assert_eq!(checked.settings.rounds, 6);
+        assert_eq!(checked.settings.slice, Duration::from_millis(250));
+        assert_eq!(checked.node_counts, vec![1, 5]);
+        assert!(plan(Args::parse_from(["bench", "--seconds", "0"])).is_err());
+    }
 }

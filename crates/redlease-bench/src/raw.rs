@@ -19,7 +19,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 
 use crate::client::{
-    key_for, BenchError, LockClient, FENCE_EXPIRY, RETRY_MAX, RETRY_MIN, TTL, WAIT,
+    fence_key_for, key_for, BenchError, LockClient, FENCE_EXPIRY, RETRY_MAX, RETRY_MIN, TTL, WAIT,
 };
 
 // Read from the library's sources, so the baseline sends byte-for-byte the
@@ -106,7 +106,7 @@ impl LockClient for Raw {
 
     async fn acquire(&self, name: &str) -> Result<RawGuard, BenchError> {
         let key = key_for(name);
-        let fence = format!("{key}:fence");
+        let fence = fence_key_for(name);
         let deadline = Instant::now() + WAIT;
         // Bounded by the wait deadline, like the library's lock().
         loop {

@@ -385,3 +385,54 @@ pub fn targets(reports: &[WorkloadReport]) -> Vec<String> {
     }
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn contended_slice(cycles: usize, counter: i64) -> Outcome {
+        let t0 = Instant::now();
+        let us = Duration::from_micros(1);
+        let cycles = (0..cycles as u32)
+            .map(|i| Cycle {
+                worker: i % 2,
+                acquire_start: t0 + i * 10 * us,
+                acquire_returned: t0 + (i * 10 + 1) * us,
+                release_started: t0 + (i * 10 + 5) * us,
+                release_returned: t0 + (i * 10 + 6) * us,
+            })
+            .collect();
+        Outcome {
+            cycles,
+            elapsed: Duration::from_millis(1),
+            per_worker: vec![1, 2],
+            final_counter: Some(counter),
+            client_cpu: Duration::from_micros(50),
+            server_cpu: None,
+        }
+    }
+
+    #[test]
+    fn lost_updates_sum_over_rounds_and_fail_the_run() {
+        let ok = ClientRun::new("x", &[contended_slice(4, 4), contended_slice(3, 3)]);
+        assert_eq!(ok.ops, 7);
+        assert_eq!(ok.per_worker, vec![2, 4]);
+        assert_eq!(ok.contention.as_ref().unwrap().lost_updates, 0);
+        assert_eq!(ok.violation(), None);
+
+        let lost = ClientRun::new("x", &[contended_slice(4, 4), contended_slice(3, 2)]);
+        assert_eq!(lost.contention.as_ref().unwrap().lost_updates, 1);
+        assert!(lost.violation().unwrap().contains("lost_updates = 1"));
+    }
+
+    #[test]
+    fn per_cycle_cpu_and_rate_come_from_all_rounds() {
+        let run = ClientRun::new("x", &[contended_slice(5, 5), contended_slice(5, 5)]);
+        // 10 cycles in 2 ms; 100 us of CPU over 10 cycles.
+        assert!((run.cycles_per_s - 5_000.0).abs() < 1e-6);
+        assert!((run.client_cpu_us_per_cycle - 10.0).abs() < 1e-6);
+        assert_eq!(run.server_cpu_us_per_cycle, None);
+    }
+}

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{key_for, BenchError, LockClient, Redlease};
+use crate::client::{fence_key_for, key_for, BenchError, LockClient, Redlease};
 use crate::cpu;
 use crate::raw::Raw;
 use crate::report::{ClientRun, WorkloadReport};
@@ -103,10 +103,12 @@ pub async fn measure(
     };
     let lib = Redlease::new(urls)?;
     // The raw and rslock clients build keys themselves: same scheme or bust.
-    if lib.key("x") != key_for("x") {
+    let expected = (key_for("x"), fence_key_for("x"));
+    if lib.keys("x") != expected {
         return Err(format!(
-            "the library's key scheme changed ({}); update client::key_for",
-            lib.key("x")
+            "the library's key scheme changed ({:?}, bench expects {expected:?}); \
+             update client::key_for and fence_key_for",
+            lib.keys("x")
         )
         .into());
     }

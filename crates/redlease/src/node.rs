@@ -49,6 +49,29 @@ pub(crate) struct LockKeys {
     pub(crate) fence_expiry_ms: u64,
 }
 
+/// One renewal batch as an EVALSHA command, encoded once and sent to every
+/// node (thousands of leases would otherwise be copied once per node).
+pub(crate) struct ExtendMany {
+    cmd: redis::Cmd,
+    len: usize,
+}
+
+impl ExtendMany {
+    /// A batch of `(key, token, ttl_ms)` leases.
+    pub(crate) fn new<'a>(leases: impl Iterator<Item = (&'a str, &'a Token, u64)> + Clone) -> Self {
+        let mut cmd = redis::cmd("EVALSHA");
+        let len = leases.clone().count();
+        cmd.arg(EXTEND_MANY.get_hash()).arg(len);
+        for (key, _, _) in leases.clone() {
+            cmd.arg(key);
+        }
+        for (_, token, ttl_ms) in leases {
+            cmd.arg(token.as_str()).arg(ttl_ms);
+        }
+        ExtendMany { cmd, len }
+    }
+}
+
 /// Connection settings shared by all nodes of a Locker.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ConnectSettings {
@@ -183,23 +206,33 @@ impl Node {
         self.flag(&call, timeout, "extend").await
     }
 
-    /// Renews `(key, token, ttl_ms)` leases in one script call; one flag
-    /// per lease, `true` where it was extended.
+    /// Runs one renewal batch; one flag per lease, `true` where it was
+    /// extended.
     pub(crate) async fn extend_many(
         &self,
-        leases: &[(&str, &Token, u64)],
+        batch: &ExtendMany,
         timeout: Duration,
     ) -> Result<Vec<bool>, NodeError> {
-        let mut call = EXTEND_MANY.prepare_invoke();
-        for (key, token, ttl_ms) in leases {
-            call.key(*key).arg(token.as_str()).arg(*ttl_ms);
-        }
-        let flags: Vec<i64> = self.run(&call, timeout).await?;
-        if flags.len() != leases.len() || flags.iter().any(|f| !matches!(f, 0 | 1)) {
+        let mut conn = self.conn.clone();
+        let flags: Vec<i64> = self
+            .bounded(timeout, async move {
+                match batch.cmd.query_async(&mut conn).await {
+                    Err(e)
+                        if e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        EXTEND_MANY.load_async(&mut conn).await?;
+                        batch.cmd.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
+        if flags.len() != batch.len || flags.iter().any(|f| !matches!(f, 0 | 1)) {
             return Err(self.error(NodeErrorKind::Protocol(format!(
                 "renew script returned {} flags for {} leases",
                 flags.len(),
-                leases.len()
+                batch.len
             ))));
         }
         Ok(flags.into_iter().map(|f| f == 1).collect())

@@ -17,6 +17,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::error::NodeError;
 use crate::locker::Shared;
+use crate::node::ExtendMany;
 use crate::quorum::{Tally, Vote};
 use crate::token::Token;
 use crate::validity::Timing;
@@ -296,19 +297,22 @@ async fn tick(shared: &Shared, renewer: &Renewer) {
         .map(|d| d.timing.node_timeout)
         .max()
         .unwrap_or_default();
+    // Each chunk's command is encoded once and sent to every node.
+    let commands: Vec<ExtendMany> = batch
+        .chunks(BATCH)
+        .map(|chunk| ExtendMany::new(chunk.iter().map(|d| (&*d.key, &d.token, d.timing.ttl_ms()))))
+        .collect();
     let start = Instant::now();
     let replies = join_all(shared.nodes.iter().map(|node| {
-        let chunks = batch.chunks(BATCH).map(|chunk| {
-            let leases: Vec<_> = chunk
+        // Concurrent calls share the node's connection: one round trip.
+        join_all(
+            commands
                 .iter()
-                .map(|d| (&*d.key, &d.token, d.timing.ttl_ms()))
-                .collect();
-            // Concurrent calls share the node's connection: one round trip.
-            async move { node.extend_many(&leases, timeout).await }
-        });
-        join_all(chunks)
+                .map(|command| node.extend_many(command, timeout)),
+        )
     }))
     .await;
+    drop(commands);
     renewer
         .round_trips
         .fetch_add(shared.nodes.len() as u64, Ordering::Relaxed);
