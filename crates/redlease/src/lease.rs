@@ -279,7 +279,9 @@ impl Lease {
         .await;
         let now = Instant::now();
         match replies.tally.decision() {
-            Decision::Reached if now >= old_valid_until => {
+            // Too late: the lease was (or was about to be) reported lost,
+            // and a lost lease never comes back.
+            Decision::Reached if self.lost_reason().is_some() => {
                 replies.detach();
                 Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()))
             }

@@ -95,8 +95,8 @@ async fn release_after_expiry_without_a_new_owner_is_not_held() {
 
 async fn extend_keeps_the_lease_alive(n: usize) {
     let nodes = RedisNodes::start(n);
-    let locker = locker(&nodes);
-    let other = crate::support::locker(&nodes);
+    let locker = locker_with_timeout(&nodes, 50 * MS);
+    let other = locker_with_timeout(&nodes, 50 * MS);
     let ttl = 300 * MS;
     let drift = ttl / 100 + 2 * MS;
     let first = Instant::now();

@@ -8,18 +8,21 @@ use redlease_testkit::{RedisNode, RedisNodes};
 
 pub const MS: Duration = Duration::from_millis(1);
 
-/// A Locker over `nodes` with short timeouts and quick retries, so tests
-/// that wait do not wait long.
+/// A Locker over `nodes` with quick retries, so tests that wait do not
+/// wait long, and node timeouts that a loaded 2-core machine still meets.
 pub fn locker(nodes: &RedisNodes) -> Locker {
-    locker_with_timeout(nodes, 200 * MS)
+    locker_with_timeout(nodes, NODE_TIMEOUT)
 }
+
+/// The node timeout of [`locker`].
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Like [`locker`], with a node timeout short enough for sub-second TTLs.
 pub fn locker_with_timeout(nodes: &RedisNodes, node_timeout: Duration) -> Locker {
     Locker::builder(nodes.urls())
         .ttl(Duration::from_secs(5))
         .node_timeout(node_timeout)
-        .connect_timeout(200 * MS)
+        .connect_timeout(NODE_TIMEOUT)
         .retry(
             RetryPolicy::new()
                 .wait(Duration::from_secs(20))
