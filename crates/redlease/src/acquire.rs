@@ -230,7 +230,7 @@ pub(crate) async fn attempt(
                     // The slower nodes' answers cannot change the outcome: let
                     // them finish on their own. The lease waits for them before
                     // its next request, so a release cannot overtake a late SET.
-                    guard.set_in_flight(replies.detach());
+                    guard.set_in_flight(replies.detach(&shared.background));
                     return Ok(Lease::new(
                         guard,
                         resource.to_string(),
@@ -330,7 +330,7 @@ async fn settle_fence(
                 failed: raised.failures(),
             });
         }
-        raised.detach();
+        raised.detach(&shared.background);
     }
     let elapsed = start.elapsed();
     if timing.validity(elapsed).is_none() {

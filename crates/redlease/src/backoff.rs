@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 pub struct RetryPolicy {
     pub(crate) attempts: Option<u32>,
     pub(crate) wait: Option<Duration>,
+    /// Set by [`RetryPolicy::wait_forever`]: no bound is intended.
+    pub(crate) forever: bool,
     pub(crate) min_delay: Duration,
     pub(crate) max_delay: Duration,
 }
@@ -35,6 +37,7 @@ impl Default for RetryPolicy {
         RetryPolicy {
             attempts: None,
             wait: Some(Duration::from_secs(10)),
+            forever: false,
             min_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(100),
         }
@@ -99,6 +102,21 @@ impl RetryPolicy {
         self
     }
 
+    /// Wait as long as it takes: no attempt limit and no deadline. Only for
+    /// callers that really mean it (a `flock`-style command, say); dropping
+    /// the future still stops the wait at once.
+    ///
+    /// ```
+    /// let policy = redlease::RetryPolicy::new().wait_forever();
+    /// # let _ = policy;
+    /// ```
+    pub fn wait_forever(mut self) -> Self {
+        self.attempts = None;
+        self.wait = None;
+        self.forever = true;
+        self
+    }
+
     /// Sleep a uniformly random time in `[min, max]` between attempts.
     ///
     /// ```
@@ -121,7 +139,7 @@ impl RetryPolicy {
                 "zero attempts would never try",
             ));
         }
-        if self.attempts.is_none() && self.wait.is_none() {
+        if self.attempts.is_none() && self.wait.is_none() && !self.forever {
             return Err(Error::invalid(
                 "retry",
                 "neither an attempt limit nor a wait deadline: waiting could last forever",
@@ -198,6 +216,7 @@ mod tests {
     fn check_rejects_policies_that_never_try_or_never_stop() {
         assert!(RetryPolicy::new().attempts(0).check().is_err());
         assert!(RetryPolicy::new().no_deadline().check().is_err());
+        assert!(RetryPolicy::new().wait_forever().check().is_ok());
         assert!(RetryPolicy::new().delay(5 * MS, 4 * MS).check().is_err());
         assert!(RetryPolicy::new().attempts(1).no_deadline().check().is_ok());
         assert!(RetryPolicy::new().check().is_ok());

@@ -10,6 +10,7 @@ use std::task::Poll;
 
 use tokio::task::JoinHandle;
 
+use crate::background::Background;
 use crate::error::NodeError;
 use crate::node::Node;
 use crate::quorum::{Decision, Tally, Vote};
@@ -109,14 +110,12 @@ impl<R: Send + 'static> Replies<R> {
     /// their outcome no longer changes the decision. The handle tells when
     /// they are done (each is bounded by its node timeout), for a caller
     /// whose next request to the same key must not overtake them.
-    pub(crate) fn detach(self) -> Option<JoinHandle<()>> {
+    pub(crate) fn detach(self, background: &Arc<Background>) -> Option<JoinHandle<()>> {
         if self.in_flight.is_empty() {
             return None;
         }
         let mut rest = self.in_flight;
-        Some(tokio::spawn(
-            async move { while rest.next().await.is_some() {} },
-        ))
+        Some(background.spawn(async move { while rest.next().await.is_some() {} }))
     }
 
     /// The node errors among the answers.

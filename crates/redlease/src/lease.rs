@@ -282,11 +282,11 @@ impl Lease {
             // Too late: the lease was (or was about to be) reported lost,
             // and a lost lease never comes back.
             Decision::Reached if self.lost_reason().is_some() => {
-                replies.detach();
+                replies.detach(&shared.background);
                 Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()))
             }
             Decision::Reached if timing.validity(now - start).is_none() => {
-                replies.detach();
+                replies.detach(&shared.background);
                 Err(Error::ValidityExhausted {
                     op: Op::Extend,
                     resource: self.resource.clone(),
@@ -296,7 +296,7 @@ impl Lease {
                 })
             }
             Decision::Reached => {
-                replies.detach();
+                replies.detach(&shared.background);
                 self.state.send_modify(|s| {
                     s.valid_until = extended_until;
                     s.early = timing.drift;
@@ -358,7 +358,7 @@ impl Lease {
         .await;
         let result = match replies.tally.decision() {
             Decision::Reached => {
-                replies.detach();
+                replies.detach(&shared.background);
                 shared.announce_release(&key, &release_id);
                 Ok(())
             }
@@ -526,15 +526,17 @@ impl Drop for ReleaseOnDrop {
             renewer.remove(id);
             renewer
         });
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // Background::spawn needs a runtime; without one the keys simply
+        // expire.
+        if tokio::runtime::Handle::try_current().is_err() {
             tracing::warn!(key = %self.key, "lock dropped outside a Tokio runtime; it stays until its TTL ends");
             return;
-        };
+        }
         let shared = self.shared.clone();
         let (key, token) = (self.key.clone(), self.token.clone());
         let timeout = self.timing.node_timeout;
         let in_flight = self.in_flight.take();
-        runtime.spawn(async move {
+        shared.background.clone().spawn(async move {
             if let Some(renewer) = renewer {
                 renewer.quiesce().await;
             }

@@ -162,6 +162,7 @@
 #![deny(missing_docs)]
 
 mod acquire;
+mod background;
 mod backoff;
 mod error;
 mod fanout;

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::acquire::Acquire;
+use crate::background::Background;
 use crate::backoff::RetryPolicy;
 use crate::error::NodeId;
 use crate::node::{self, ConnectSettings, LockKeys, Node};
@@ -31,6 +32,8 @@ pub(crate) struct Shared {
     notifier: OnceLock<Arc<Notifier>>,
     /// Automatic renewal, started by the first kept-alive lease.
     renewer: OnceLock<Arc<Renewer>>,
+    /// Requests finishing in the background.
+    pub(crate) background: Arc<Background>,
     /// Lets the renewal task hold the Locker without keeping it alive.
     this: Weak<Shared>,
 }
@@ -308,6 +311,25 @@ impl Locker {
     /// ```
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = &NodeId> {
         self.shared.nodes.iter().map(|n| n.id())
+    }
+
+    /// Waits until every request this Locker finishes in the background is
+    /// done: those still on their way to slower nodes after a quorum already
+    /// answered (`try_lock`, `lock`, `extend` and `release` return at
+    /// quorum), and the releases of dropped leases. Each is bounded by its
+    /// node timeout. Call it before a short-lived process exits, so the
+    /// slowest node is not left holding a key until its TTL ends.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("cron:report").await?;
+    /// // ... the job ...
+    /// lease.release().await?;
+    /// locker.flush().await; // then exit
+    /// # Ok(()) }
+    /// ```
+    pub async fn flush(&self) {
+        self.shared.background.idle().await;
     }
 
     /// How automatic renewal is doing: leases kept alive and round trips
@@ -605,6 +627,7 @@ impl LockerBuilder {
                 fence_expiry: self.fence_expiry,
                 notifier: OnceLock::new(),
                 renewer: OnceLock::new(),
+                background: Arc::default(),
                 this: this.clone(),
             }),
         })

@@ -83,6 +83,27 @@ pub(crate) struct Node {
     id: NodeId,
     client: Client,
     conn: ConnectionManager,
+    /// After a refused connection, requests fail at once until this
+    /// instant, instead of each one trying to connect again.
+    down: std::sync::Mutex<Backoff>,
+}
+
+/// How long requests to a node that refused a connection skip it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Backoff {
+    until: Option<std::time::Instant>,
+    next: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_millis(500);
+
+    fn failed(&mut self, now: std::time::Instant) {
+        let wait = self.next.clamp(Self::FIRST, Self::MAX);
+        self.until = Some(now + wait);
+        self.next = wait * 2;
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -116,7 +137,12 @@ impl Node {
             .set_number_of_retries(0);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| Error::invalid("urls", format!("node {index} ({}): {e}", redact(url))))?;
-        Ok(Node { id, client, conn })
+        Ok(Node {
+            id,
+            client,
+            conn,
+            down: std::sync::Mutex::new(Backoff::default()),
+        })
     }
 
     pub(crate) fn id(&self) -> &NodeId {
@@ -268,11 +294,30 @@ impl Node {
         timeout: Duration,
         request: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, NodeError> {
-        match tokio::time::timeout(timeout, request).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(self.error(map_error(&e, timeout))),
-            Err(_) => Err(self.error(NodeErrorKind::Timeout(timeout))),
+        let now = std::time::Instant::now();
+        if let Some(until) = self.backoff().until.filter(|&until| now < until) {
+            return Err(self.error(NodeErrorKind::Connection(format!(
+                "refused a connection moments ago; next try in {:?}",
+                until - now
+            ))));
         }
+        let result = match tokio::time::timeout(timeout, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(map_error(&e, timeout)),
+            Err(_) => Err(NodeErrorKind::Timeout(timeout)),
+        };
+        match &result {
+            // Only a broken connection backs off: a slow or paused node
+            // still gets every request (its timeout bounds them).
+            Err(NodeErrorKind::Connection(_)) => self.backoff().failed(std::time::Instant::now()),
+            Ok(_) => *self.backoff() = Backoff::default(),
+            Err(_) => {}
+        }
+        result.map_err(|kind| self.error(kind))
+    }
+
+    fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
+        self.down.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn error(&self, kind: NodeErrorKind) -> NodeError {

@@ -82,7 +82,17 @@ impl Timing {
             ));
         }
         let ttl = Duration::from_millis(ttl.as_millis() as u64);
+        let derived = node_timeout.is_none();
         let node_timeout = node_timeout.unwrap_or_else(|| (ttl / 20).max(Duration::from_millis(1)));
+        if derived && node_timeout >= ttl {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{ttl:?} is too short: the per-node timeout (5% of the TTL, at least 1 ms) \
+                     must stay below it"
+                ),
+            ));
+        }
         if node_timeout.is_zero() {
             return Err(Error::invalid(
                 "node_timeout",

@@ -305,3 +305,29 @@ async fn a_release_waits_for_a_slow_nodes_acquire() {
         assert_eq!(values(&nodes, &key).await, vec![None; 5], "round {round}");
     }
 }
+
+/// `flush` waits for the requests a release left to a slow node, so a
+/// process can exit without leaving that node holding the key.
+#[tokio::test]
+async fn flush_waits_for_the_slowest_node() {
+    let mut nodes = RedisNodes::start(5);
+    let locker = locker(&nodes);
+    let key = locker.key("job");
+    warm_up(&locker).await;
+    nodes.node_mut(4).pause();
+    let pid = nodes.node(4).pid().unwrap().to_string();
+    let lease = locker.try_lock("job").await.expect("4 nodes answer");
+    let resume = tokio::spawn(async move {
+        tokio::time::sleep(100 * MS).await;
+        std::process::Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap();
+    });
+    lease.release().await.unwrap();
+    locker.flush().await;
+    // No waiting here: every node has answered by now.
+    assert_eq!(values(&nodes, &key).await, vec![None; 5]);
+    resume.await.unwrap();
+    nodes.node_mut(4).resume();
+}

@@ -1,0 +1,90 @@
+//! Requests a Locker finishes in the background: those to slower nodes
+//! after a quorum already answered, and releases of dropped leases. Counted,
+//! so a process about to exit can wait for them.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+#[derive(Default)]
+pub(crate) struct Background {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// Counts a task as finished when dropped: after it completes, panics or is
+/// aborted alike.
+struct Finished(Arc<Background>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl Background {
+    /// Spawns `task` on the current Tokio runtime and counts it.
+    pub(crate) fn spawn(
+        self: &Arc<Self>,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> JoinHandle<()> {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        let finished = Finished(self.clone());
+        tokio::spawn(async move {
+            let _finished = finished;
+            task.await;
+        })
+    }
+
+    /// Resolves once no counted task is running.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a task ending in between
+            // still wakes us.
+            notified.as_mut().enable();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn idle_waits_for_every_task() {
+        let bg = Arc::new(Background::default());
+        bg.idle().await; // nothing running
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        bg.spawn(async move {
+            let _ = rx.await;
+        });
+        let waiting = tokio::time::timeout(Duration::from_millis(50), bg.idle()).await;
+        assert!(waiting.is_err(), "idle while a task runs");
+        tx.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), bg.idle())
+            .await
+            .expect("idle once the task ended");
+    }
+
+    #[tokio::test]
+    async fn an_aborted_task_counts_as_finished() {
+        let bg = Arc::new(Background::default());
+        let handle = bg.spawn(std::future::pending());
+        handle.abort();
+        tokio::time::timeout(Duration::from_secs(5), bg.idle())
+            .await
+            .expect("idle after abort");
+    }
+}
