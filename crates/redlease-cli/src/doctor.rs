@@ -1,0 +1,527 @@
+//! `redlease doctor`: checks every node for what breaks a lock's safety or
+//! availability, and prints OK / WARN / FAIL with the reason and the fix.
+//!
+//! It connects to each URL itself (not through a Locker), so a server
+//! listed twice is reported rather than refused.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::duration;
+use crate::exit::{self, Exit};
+use crate::facts::{self, Facts};
+use crate::nodes::{self, NodesArg};
+use crate::table::Table;
+
+/// Clocks further apart than this suggest missing time sync.
+const SKEW_WARN: Duration = Duration::from_secs(1);
+/// Clocks this far apart have no time sync at all, and approach the fence
+/// expiry (10 min by default) within which fencing counters restarted from
+/// a node's clock stay monotonic.
+const SKEW_FAIL: Duration = Duration::from_secs(60);
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Checks, per node: reachable and latency; server version and mode; Lua \
+scripting; maxmemory-policy (only noeviction is safe); persistence (AOF with \
+appendfsync always, or delayed restarts); replication (a replica, or a \
+primary with replicas that could fail over). Across nodes: the same server \
+listed twice (same run_id: a fake majority), an even node count, and clock \
+skew (from TIME).
+
+Example:
+  redlease doctor --nodes redis://a:6379,redis://b:6379,redis://c:6379 --ttl 30s
+
+Exit codes: 0 no FAIL (WARNs allowed); 1 at least one FAIL; 2 usage.")]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    nodes: NodesArg,
+
+    /// The largest lock TTL you use: latency and restart advice depend on it.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse)]
+    ttl: Duration,
+
+    /// How long each node may take to connect and answer one request.
+    #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse)]
+    timeout: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    fn label(self) -> &'static str {
+        match self {
+            Level::Ok => "OK",
+            Level::Warn => "WARN",
+            Level::Fail => "FAIL",
+        }
+    }
+}
+
+/// One finding: a check's result, why, and how to fix it.
+#[derive(Debug)]
+struct Row {
+    level: Level,
+    check: &'static str,
+    detail: String,
+    fix: Option<String>,
+}
+
+fn ok(check: &'static str, detail: impl Into<String>) -> Row {
+    Row {
+        level: Level::Ok,
+        check,
+        detail: detail.into(),
+        fix: None,
+    }
+}
+
+fn warn(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Row {
+    Row {
+        level: Level::Warn,
+        check,
+        detail: detail.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+fn fail(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Row {
+    Row {
+        level: Level::Fail,
+        check,
+        detail: detail.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+pub async fn doctor(args: DoctorArgs) -> Exit {
+    let urls = match args.nodes.urls() {
+        Ok(urls) => urls,
+        Err(exit) => return exit,
+    };
+    let probes: Vec<_> = urls
+        .iter()
+        .map(|url| {
+            let url = url.clone();
+            tokio::spawn(async move { facts::gather(&url, args.timeout).await })
+        })
+        .collect();
+    let mut found = Vec::new();
+    for probe in probes {
+        found.push(
+            probe
+                .await
+                .unwrap_or_else(|e| Err(format!("internal error: {e}"))),
+        );
+    }
+
+    let quorum = urls.len() / 2 + 1;
+    println!(
+        "redlease doctor: {} node{}, quorum {quorum}, largest TTL {}",
+        urls.len(),
+        plural(urls.len()),
+        duration::show(args.ttl)
+    );
+    let mut table = Table::new(&["STATUS", "NODE", "CHECK", "DETAIL"]);
+    let mut counts = BTreeMap::new();
+    let mut add = |node: String, row: Row| {
+        *counts.entry(row.level).or_insert(0) += 1;
+        let fix = row.fix.map(|f| format!("fix: {f}"));
+        table.row(
+            vec![
+                row.level.label().to_string(),
+                node,
+                row.check.to_string(),
+                row.detail,
+            ],
+            fix,
+        );
+    };
+    for (i, (url, facts)) in urls.iter().zip(&found).enumerate() {
+        let node = format!("{i} {}", nodes::describe(url));
+        for row in node_checks(facts.as_ref(), args.ttl, args.timeout) {
+            add(node.clone(), row);
+        }
+    }
+    for row in fleet_checks(&found) {
+        add("all".to_string(), row);
+    }
+    print!("{}", table.render());
+    let count = |level| counts.get(&level).copied().unwrap_or(0);
+    println!(
+        "{} FAIL, {} WARN, {} OK",
+        count(Level::Fail),
+        count(Level::Warn),
+        count(Level::Ok)
+    );
+    match count(Level::Fail) {
+        0 => Exit::code(exit::OK),
+        _ => Exit::code(exit::CONFLICT),
+    }
+}
+
+/// The checks of one node.
+fn node_checks(facts: Result<&Facts, &String>, ttl: Duration, timeout: Duration) -> Vec<Row> {
+    let facts = match facts {
+        Ok(facts) => facts,
+        Err(why) => {
+            return vec![fail(
+                "reachable",
+                format!("no: {why}"),
+                format!(
+                    "start the server, or check the URL, port, firewall and password \
+                     (redis://:password@host:port); doctor waits {} per request (--timeout)",
+                    duration::show(timeout)
+                ),
+            )]
+        }
+    };
+    vec![
+        latency(facts.latency, ttl),
+        server(facts),
+        scripting(facts),
+        eviction(facts),
+        persistence(facts, ttl),
+        replication(facts),
+    ]
+}
+
+fn latency(rtt: Duration, ttl: Duration) -> Row {
+    // The library's default per-request timeout is 5% of the TTL.
+    let budget = ttl / 20;
+    let detail = format!("PING {} (median of 5)", duration::show_ms(rtt));
+    let why = format!(
+        "each request may take {} with a {} TTL",
+        duration::show(budget),
+        duration::show(ttl)
+    );
+    if rtt >= budget {
+        fail(
+            "reachable",
+            format!("{detail}: slower than the {why}"),
+            "use nearer nodes, or a longer TTL",
+        )
+    } else if rtt >= budget / 4 {
+        warn(
+            "reachable",
+            format!("{detail}: little margin, as {why}"),
+            "use nearer nodes, or a longer TTL",
+        )
+    } else {
+        ok("reachable", detail)
+    }
+}
+
+/// `"7.0.15"` → `(7, 0)`.
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
+}
+
+fn server(facts: &Facts) -> Row {
+    let Some(version) = facts.info("redis_version") else {
+        let why = facts
+            .info
+            .as_ref()
+            .err()
+            .cloned()
+            .unwrap_or_else(|| "no redis_version".into());
+        return warn(
+            "server",
+            format!("could not read INFO: {why}"),
+            "allow INFO for this user (ACL +info)",
+        );
+    };
+    let mode = facts
+        .info("redis_mode")
+        .unwrap_or_else(|| "standalone".into());
+    let detail = format!("redis {version}, {mode}");
+    match (mode.as_str(), major_minor(&version)) {
+        ("cluster", _) => fail(
+            "server",
+            format!("{detail}: a cluster node owns only some keys' slots"),
+            "give redlease independent standalone servers (not a Redis Cluster)",
+        ),
+        ("sentinel", _) => fail(
+            "server",
+            format!("{detail}: a Sentinel stores no data"),
+            "list the data nodes, not the sentinels",
+        ),
+        (_, Some(v)) if v < (2, 6) => fail(
+            "server",
+            format!("{detail}: no Lua scripting"),
+            "upgrade to Redis 6 or later",
+        ),
+        (_, Some(v)) if v < (6, 0) => warn(
+            "server",
+            format!(
+                "{detail}: no RESP3, so waiters are not woken by releases and fall back to timers"
+            ),
+            "upgrade to Redis 6 or later",
+        ),
+        _ => ok("server", detail),
+    }
+}
+
+fn scripting(facts: &Facts) -> Row {
+    match &facts.scripting {
+        Ok(()) => ok(
+            "lua scripts",
+            "EVAL works (every lock operation is a script)",
+        ),
+        Err(e) => fail(
+            "lua scripts",
+            format!("EVAL failed: {e}"),
+            "allow scripting for this user (ACL SETUSER <user> +@scripting)",
+        ),
+    }
+}
+
+fn eviction(facts: &Facts) -> Row {
+    const CHECK: &str = "maxmemory-policy";
+    let Some(policy) = facts.setting("maxmemory-policy") else {
+        let why = facts
+            .config
+            .as_ref()
+            .err()
+            .cloned()
+            .unwrap_or_else(|| "not reported".into());
+        return warn(
+            CHECK,
+            format!("could not read it: {why}"),
+            "make sure it is noeviction (managed services show it in their parameter settings)",
+        );
+    };
+    if policy == "noeviction" {
+        return ok(CHECK, "noeviction: lock keys are never evicted");
+    }
+    let limit = match facts.setting("maxmemory") {
+        Some("0") => " (no maxmemory is set yet, but the policy applies once one is)",
+        _ => "",
+    };
+    fail(
+        CHECK,
+        format!(
+            "{policy}: under memory pressure Redis may evict a lock key, and a second \
+             client then gets the lock{limit}"
+        ),
+        "CONFIG SET maxmemory-policy noeviction, and set it in redis.conf",
+    )
+}
+
+fn persistence(facts: &Facts, ttl: Duration) -> Row {
+    const CHECK: &str = "persistence";
+    let aof = match facts.setting("appendonly") {
+        Some(v) => Some(v == "yes"),
+        None => facts.info("aof_enabled").map(|v| v == "1"),
+    };
+    let delayed = format!(
+        "after a crash or restart keep the node down for longer than {} (your largest TTL) \
+         before it rejoins",
+        duration::show(ttl)
+    );
+    match (aof, facts.setting("appendfsync")) {
+        (Some(true), Some("always")) => ok(
+            CHECK,
+            "AOF with appendfsync always: lock keys survive a crash",
+        ),
+        (Some(true), fsync) => warn(
+            CHECK,
+            format!(
+                "AOF with appendfsync {}: a crash can lose the last writes, lock keys included",
+                fsync.unwrap_or("unknown")
+            ),
+            format!("CONFIG SET appendfsync always, or {delayed}"),
+        ),
+        (Some(false), _) => warn(
+            CHECK,
+            "no AOF: a restarted node comes back without its lock keys",
+            format!("{delayed}, or CONFIG SET appendonly yes and appendfsync always"),
+        ),
+        (None, _) => warn(
+            CHECK,
+            "could not read the persistence settings",
+            format!("use appendonly yes with appendfsync always, or {delayed}"),
+        ),
+    }
+}
+
+fn replication(facts: &Facts) -> Row {
+    const CHECK: &str = "replication";
+    let replicas = facts
+        .info("connected_slaves")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0);
+    match facts.info("role").as_deref() {
+        Some("slave") => {
+            let primary = match (facts.info("master_host"), facts.info("master_port")) {
+                (Some(host), Some(port)) => format!(" of {host}:{port}"),
+                _ => String::new(),
+            };
+            fail(
+                CHECK,
+                format!("a replica{primary}: it refuses lock writes or holds stale ones"),
+                "list independent primaries only",
+            )
+        }
+        Some("master") if replicas > 0 => warn(
+            CHECK,
+            format!(
+                "primary with {replicas} replica{}: replication is asynchronous, so a failover \
+                 can promote a replica that lacks a lock key",
+                plural(replicas as usize)
+            ),
+            "use independent primaries without automatic failover; several nodes give \
+             availability instead",
+        ),
+        Some("master") => ok(CHECK, "primary without replicas"),
+        _ => warn(
+            CHECK,
+            "could not read the role from INFO",
+            "allow INFO for this user (ACL +info)",
+        ),
+    }
+}
+
+/// The checks across nodes.
+fn fleet_checks(found: &[Result<Facts, String>]) -> Vec<Row> {
+    vec![node_count(found), same_server(found), clock_skew(found)]
+}
+
+fn node_count(found: &[Result<Facts, String>]) -> Row {
+    const CHECK: &str = "node count";
+    let n = found.len();
+    let quorum = n / 2 + 1;
+    let tolerated = n - quorum;
+    let up = found.iter().filter(|f| f.is_ok()).count();
+    let mut detail = format!(
+        "{n} node{}, quorum {quorum}: tolerates {tolerated} failure{}",
+        plural(n),
+        plural(tolerated)
+    );
+    let even = n.is_multiple_of(2);
+    if even {
+        detail.push_str(&format!(", no more than {} node{}", n - 1, plural(n - 1)));
+    }
+    if up < n {
+        detail.push_str(&format!("; {up} of {n} reachable"));
+    }
+    if up < quorum {
+        fail(
+            CHECK,
+            format!("{detail}: no lock can be taken now"),
+            "bring nodes back until a quorum answers",
+        )
+    } else if even {
+        warn(
+            CHECK,
+            detail,
+            format!("use an odd number of nodes ({} or {})", n - 1, n + 1),
+        )
+    } else {
+        ok(CHECK, detail)
+    }
+}
+
+fn same_server(found: &[Result<Facts, String>]) -> Row {
+    const CHECK: &str = "distinct servers";
+    let mut by_id: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, facts) in found.iter().enumerate() {
+        if let Some(id) = facts.as_ref().ok().and_then(|f| f.info("run_id")) {
+            by_id.entry(id).or_default().push(i);
+        }
+    }
+    let twice: Vec<String> = by_id
+        .values()
+        .filter(|nodes| nodes.len() > 1)
+        .map(|nodes| {
+            let names: Vec<String> = nodes.iter().map(|i| format!("node {i}")).collect();
+            names.join(" = ")
+        })
+        .collect();
+    if twice.is_empty() {
+        ok(
+            CHECK,
+            format!(
+                "{} distinct server{} by run_id",
+                by_id.len(),
+                plural(by_id.len())
+            ),
+        )
+    } else {
+        fail(
+            CHECK,
+            format!(
+                "the same server (same run_id) is listed more than once: {}; it would count \
+                 twice toward the quorum, a fake majority",
+                twice.join(", ")
+            ),
+            "list each server once",
+        )
+    }
+}
+
+fn clock_skew(found: &[Result<Facts, String>]) -> Row {
+    const CHECK: &str = "clock skew";
+    let clocks: Vec<_> = found
+        .iter()
+        .filter_map(|f| f.as_ref().ok()?.clock.as_ref().ok())
+        .collect();
+    let (Some(min), Some(max)) = (
+        clocks.iter().map(|c| c.offset_us).min(),
+        clocks.iter().map(|c| c.offset_us).max(),
+    ) else {
+        return warn(
+            CHECK,
+            "no node told its time (TIME failed)",
+            "allow TIME for this user",
+        );
+    };
+    if clocks.len() < 2 {
+        return ok(CHECK, "one node: nothing to compare");
+    }
+    let spread = Duration::from_micros(max.abs_diff(min));
+    let error = clocks
+        .iter()
+        .map(|c| c.uncertainty)
+        .max()
+        .unwrap_or_default();
+    let detail = format!(
+        "clocks differ by at most {} (± {})",
+        duration::show_ms(spread),
+        duration::show_ms(error)
+    );
+    if spread >= SKEW_FAIL {
+        fail(
+            CHECK,
+            format!(
+                "{detail}: no time sync; fencing counters restarted from a node's clock \
+                 assume clocks within the fence expiry (10 min by default)"
+            ),
+            "run time sync (chrony or ntpd, slewing) on every node",
+        )
+    } else if spread >= SKEW_WARN {
+        warn(
+            CHECK,
+            format!("{detail}: time sync looks off, and a clock that steps expires keys early"),
+            "run time sync (chrony or ntpd, slewing) on every node",
+        )
+    } else {
+        ok(CHECK, detail)
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}

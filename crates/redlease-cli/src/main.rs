@@ -1,0 +1,206 @@
+//! `redlease`: run a command under a distributed lock on Redis, inspect a
+//! lock, check the nodes, or watch a demo. This file is the command line:
+//! parsing, one-line usage errors, and dispatch.
+
+mod demo;
+mod doctor;
+mod duration;
+mod exit;
+mod facts;
+mod nodes;
+mod probe;
+mod run;
+mod signals;
+mod status;
+mod table;
+
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::exit::Exit;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "redlease",
+    version,
+    about = "Distributed locks on Redis from the shell: run a command on one machine of \
+             the fleet at a time, inspect locks, check nodes",
+    after_help = exit::TABLE
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a command while holding a lock (flock(1) across machines)
+    Run(run::RunArgs),
+    /// Show whether a lock is held on each node, and its fencing counter
+    Status(status::StatusArgs),
+    /// Check every node for settings that can break a lock
+    Doctor(doctor::DoctorArgs),
+    /// Start 5 local Redis nodes and watch workers share a lock through node failures
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    // One line instead of a backtrace dump; the code is then INTERNAL.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("redlease: internal error (a bug): {info}");
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match e.kind() {
+            // Help and version go to stdout with code 0, as usual.
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+            _ => {
+                let args: Vec<String> = std::env::args().collect();
+                return Exit::with(exit::USAGE, one_line(&e, &args)).report();
+            }
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return Exit::with(exit::INTERNAL, format!("cannot start the runtime: {e}")).report()
+        }
+    };
+    // Spawned, so that a panic comes back as a JoinError (exit 70) instead of
+    // unwinding out of main. The runtime's worker threads live until main
+    // returns, which `run`'s parent-death signal relies on.
+    let outcome = runtime.block_on(async {
+        tokio::spawn(async move {
+            match cli.command {
+                Command::Run(args) => run::run(args).await,
+                Command::Status(args) => status::status(args).await,
+                Command::Doctor(args) => doctor::doctor(args).await,
+                Command::Demo(args) => demo::demo(args).await,
+            }
+        })
+        .await
+    });
+    match outcome {
+        Ok(exit) => exit.report(),
+        Err(_) => ExitCode::from(exit::INTERNAL),
+    }
+}
+
+/// A clap error as one line: the message and any tip, without the usage
+/// block, plus which `--help` to read.
+fn one_line(e: &clap::Error, args: &[String]) -> String {
+    let text = e.render().to_string();
+    let mut message = String::new();
+    let mut usage = None;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some(rest) = trimmed.strip_prefix("Usage:") {
+            usage = Some(rest.trim().to_string());
+            break;
+        }
+        if trimmed.is_empty() || trimmed.starts_with("For more information") {
+            continue;
+        }
+        let trimmed = trimmed.strip_prefix("error: ").unwrap_or(trimmed);
+        if message.is_empty() {
+            message.push_str(trimmed);
+        } else if message.ends_with(':') || line.starts_with("  ") && !trimmed.starts_with("tip:") {
+            // A list item under "...not provided:".
+            message.push(if message.ends_with(':') { ' ' } else { ',' });
+            if !message.ends_with(' ') {
+                message.push(' ');
+            }
+            message.push_str(trimmed);
+        } else {
+            message.push_str("; ");
+            message.push_str(trimmed);
+        }
+    }
+    if message.contains("<COMMAND>") && e.kind() == ErrorKind::MissingRequiredArgument {
+        message.push_str(" (put the command after `--`, e.g. redlease run --key NAME -- ./job.sh)");
+    }
+    // The usage line names the subcommand ("redlease run [OPTIONS] ...");
+    // errors without one (bad values) are found in the arguments.
+    let subcommand = match usage {
+        Some(usage) => usage
+            .split_whitespace()
+            .nth(1)
+            .filter(|w| !w.starts_with(['[', '<', '-']))
+            .map(str::to_string),
+        None => args
+            .iter()
+            .skip(1)
+            .take_while(|a| *a != "--")
+            .find(|a| Cli::command().find_subcommand(a.as_str()).is_some())
+            .cloned(),
+    };
+    match subcommand {
+        Some(sub) => format!("{message}; see `redlease {sub} --help`"),
+        None => format!("{message}; see `redlease --help`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_for(args: &[&str]) -> (ErrorKind, String) {
+        let e = Cli::try_parse_from(args).unwrap_err();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        (e.kind(), one_line(&e, &args))
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn usage_errors_are_one_line_and_point_to_help() {
+        let (kind, line) = error_for(&["redlease", "run", "--key", "k", "--bogus", "--", "true"]);
+        assert_eq!(kind, ErrorKind::UnknownArgument);
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.contains("--bogus"), "{line}");
+        assert!(line.ends_with("see `redlease run --help`"), "{line}");
+
+        let (_, line) = error_for(&["redlease", "run", "--key", "k"]);
+        assert!(line.contains("after `--`"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+
+        let (_, line) = error_for(&["redlease", "run", "--key", "k", "--ttl", "10", "--", "true"]);
+        assert!(line.contains("no unit"), "{line}");
+        assert!(line.ends_with("see `redlease run --help`"), "{line}");
+        assert!(!line.contains("For more information"), "{line}");
+
+        let (_, line) = error_for(&[
+            "redlease",
+            "run",
+            "--key",
+            "k",
+            "--wait",
+            "1s",
+            "--no-wait",
+            "--",
+            "true",
+        ]);
+        assert!(line.contains("cannot be used with"), "{line}");
+    }
+
+    #[test]
+    fn the_command_and_its_flags_are_passed_through() {
+        let cli = Cli::try_parse_from(["redlease", "run", "--key", "k", "--", "ls", "-l", "--all"])
+            .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        let shown = format!("{args:?}");
+        assert!(shown.contains("\"ls\", \"-l\", \"--all\""), "{shown}");
+    }
+}

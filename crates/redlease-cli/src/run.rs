@@ -1,0 +1,369 @@
+//! `redlease run`: a command under a distributed lock, like flock(1) across
+//! machines. Acquire, keep the lease alive while the command runs, stop the
+//! command if the lease is lost, pass signals on, release at the end.
+
+use std::ffi::OsString;
+use std::io;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use redlease::{Error, Lease, Locker, LostReason, RetryPolicy};
+use tokio::process::{Child, Command};
+
+use crate::duration;
+use crate::exit::{self, Exit};
+use crate::nodes::NodesArg;
+use crate::signals::{Signals, Target};
+
+/// How often leftovers of a stopped command are looked for.
+const GROUP_POLL: Duration = Duration::from_millis(50);
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+The command gets REDLEASE_KEY (the lock name) and REDLEASE_FENCING_TOKEN (a \
+number larger than that of every earlier holder: pass it to the resource \
+you write to, so it can reject a stale writer).
+
+While the command runs, the lease is renewed every third of --ttl. If it is \
+lost anyway (nodes down or unreachable for longer than the TTL, or the lock \
+was taken over), the command gets SIGTERM, then SIGKILL after --grace, and \
+redlease exits with 75. The command runs in its own process group, so these \
+reach every process it started (a shell script's children too). SIGTERM, \
+SIGINT, SIGHUP and SIGQUIT sent to redlease are passed on the same way, \
+SIGUSR1 and SIGUSR2 to the command alone. When the command ends, redlease \
+releases the lock and exits with its status (128+N if it died of signal N).
+
+Examples:
+  redlease run --key nightly-report -- ./report.sh --full
+  redlease run --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
+      --key backup --no-wait --conflict-exit-code 0 -- pg_dump -f db.sql mydb
+
+Exit codes: the command's status; 1 (or --conflict-exit-code) if the lock is \
+held elsewhere; 2 usage; 69 no quorum of nodes answered; 75 lease lost; \
+126/127 command not executable / not found. See `redlease --help`.")]
+pub struct RunArgs {
+    #[command(flatten)]
+    nodes: NodesArg,
+
+    /// The lock's name; every machine that must not run the command at the
+    /// same time uses the same name.
+    #[arg(long, value_name = "NAME")]
+    key: String,
+
+    /// How long the lock outlives redlease if it dies without releasing
+    /// (e.g. its machine crashes). It is renewed every third of this while
+    /// the command runs, so the command itself may run for any time.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse)]
+    ttl: Duration,
+
+    /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m) [default:
+    /// wait as long as it takes, like flock].
+    #[arg(long, value_name = "D", value_parser = duration::parse)]
+    wait: Option<Duration>,
+
+    /// Do not wait: if the lock is held, exit at once with the conflict code.
+    #[arg(long, conflicts_with = "wait")]
+    no_wait: bool,
+
+    /// Exit code when the lock could not be had (in time).
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    conflict_exit_code: u8,
+
+    /// After the lease is lost and the command got SIGTERM, how long it may
+    /// take to exit before it gets SIGKILL.
+    #[arg(long, value_name = "D", default_value = "5s", value_parser = duration::parse)]
+    grace: Duration,
+
+    /// Prefix of the lock's Redis key (the key is PREFIX{NAME}); must match
+    /// other programs that take the same lock with the library.
+    #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
+    key_prefix: String,
+
+    /// Keep the command in redlease's process group, so it can read from the
+    /// terminal; signals then reach the command alone, not its children.
+    #[arg(long)]
+    foreground: bool,
+
+    /// Say nothing when the lock is held elsewhere (just exit with the
+    /// conflict code), as suits a cron job that often finds it busy.
+    #[arg(short, long)]
+    quiet: bool,
+
+    /// The command to run, and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+pub async fn run(args: RunArgs) -> Exit {
+    let urls = match args.nodes.urls() {
+        Ok(urls) => urls,
+        Err(exit) => return exit,
+    };
+    // Before any lock I/O: from here on a signal cannot kill redlease
+    // between taking the lock and handing it back.
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => return Exit::with(exit::INTERNAL, format!("cannot handle signals: {e}")),
+    };
+    let locker = match Locker::builder(&urls)
+        .ttl(args.ttl)
+        .key_prefix(args.key_prefix.as_str())
+        .build()
+    {
+        Ok(locker) => locker,
+        Err(e) => return Exit::with(exit::USAGE, e),
+    };
+
+    let started = Instant::now();
+    let lease = tokio::select! {
+        got = acquire(&locker, &args) => match got {
+            Ok(lease) => lease,
+            Err(e) => return not_acquired(&e, &args, started.elapsed()),
+        },
+        sig = signals.recv() => {
+            // The acquisition was dropped; an attempt in flight undoes
+            // itself in the background: wait for that before exiting.
+            locker.flush().await;
+            return Exit::code(exit::signal_code(sig));
+        }
+    };
+
+    let mut child = match spawn(&args, lease.fencing_token()) {
+        Ok(child) => child,
+        Err(e) => {
+            // Nothing ran under the lock: its release result is moot.
+            let _ = lease.release().await;
+            locker.flush().await;
+            return cannot_spawn(&args.command[0], &e);
+        }
+    };
+    let ended = supervise(&mut child, &lease, &mut signals, &args).await;
+    let released = lease.release().await;
+    // The release returns once a quorum confirmed; its requests to slower
+    // nodes would die with this process and leave a key there until its
+    // TTL: let them finish first.
+    locker.flush().await;
+    finish(ended, released, &args.key)
+}
+
+/// Takes the lock: one attempt, then (unless --no-wait) waits for it.
+async fn acquire(locker: &Locker, args: &RunArgs) -> Result<Lease, Error> {
+    let deadline = args.wait.map(|wait| Instant::now() + wait);
+    let first = locker.try_lock(args.key.as_str()).keep_alive().await;
+    match first {
+        Ok(lease) => return Ok(lease),
+        Err(e) if no_wait(args) || !worth_waiting(&e) => return Err(e),
+        Err(_) => {}
+    }
+    let request = locker.lock(args.key.as_str()).keep_alive();
+    match deadline {
+        Some(deadline) => {
+            request
+                .wait(deadline.saturating_duration_since(Instant::now()))
+                .await
+        }
+        // Like flock: without --wait, as long as it takes.
+        None => request.retry(RetryPolicy::new().wait_forever()).await,
+    }
+}
+
+/// `--wait 0` is `--no-wait`, as with flock.
+fn no_wait(args: &RunArgs) -> bool {
+    args.no_wait || args.wait == Some(Duration::ZERO)
+}
+
+/// Whether waiting can help: someone holds the lock, or the nodes were only
+/// slow. When no node holds it and a quorum failed, waiting would only hide
+/// unreachable nodes (possibly forever), so that is reported at once.
+fn worth_waiting(e: &Error) -> bool {
+    match e {
+        Error::Taken { .. } | Error::ValidityExhausted { .. } => true,
+        Error::NoQuorum { refused_by, .. } => !refused_by.is_empty(),
+        _ => false,
+    }
+}
+
+/// The exit for a lock we could not take.
+fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
+    let cause = match e {
+        Error::WaitTimeout { last, .. } => last.as_ref(),
+        other => other,
+    };
+    match cause {
+        Error::Taken { held_on, nodes, .. } => {
+            let when = if no_wait(args) {
+                String::new()
+            } else {
+                format!(" after waiting {}", duration::show(waited))
+            };
+            let message = format!(
+                "lock {:?} is held by another owner (on {} of {nodes} nodes){when}; \
+                 the command was not run",
+                args.key,
+                held_on.len()
+            );
+            match args.quiet {
+                true => Exit::code(args.conflict_exit_code),
+                false => Exit::with(args.conflict_exit_code, message),
+            }
+        }
+        Error::InvalidInput { .. } => Exit::with(exit::USAGE, e),
+        Error::NoQuorum { .. } | Error::ValidityExhausted { .. } => Exit::with(
+            exit::UNAVAILABLE,
+            format!("{e}; the command was not run (`redlease doctor` checks the nodes)"),
+        ),
+        _ => Exit::with(exit::INTERNAL, format!("{e}; the command was not run")),
+    }
+}
+
+/// Starts the command with the lock's name and fencing token in its
+/// environment, and its stdio shared with ours.
+fn spawn(args: &RunArgs, fencing_token: u64) -> io::Result<Child> {
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("REDLEASE_KEY", &args.key)
+        .env("REDLEASE_FENCING_TOKEN", fencing_token.to_string());
+    if !args.foreground {
+        cmd.process_group(0);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // If redlease itself is killed (SIGKILL, OOM), nobody renews the
+        // lease any more: the command must not go on unprotected. The
+        // kernel sends it SIGTERM when the forking thread exits; that is a
+        // runtime worker thread, which lives until redlease exits.
+        // SAFETY: the closure only makes async-signal-safe syscalls.
+        let parent = std::process::id();
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                // We may have died between fork and prctl.
+                if libc::getppid() as u32 != parent {
+                    return Err(io::Error::other(
+                        "redlease exited before the command started",
+                    ));
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn()
+}
+
+fn cannot_spawn(program: &OsString, e: &io::Error) -> Exit {
+    let program = program.to_string_lossy();
+    match e.kind() {
+        io::ErrorKind::NotFound => {
+            Exit::with(exit::NOT_FOUND, format!("{program}: command not found"))
+        }
+        _ => Exit::with(
+            exit::CANNOT_EXECUTE,
+            format!("{program}: cannot execute: {e}"),
+        ),
+    }
+}
+
+/// How the command ended.
+struct Ended {
+    status: io::Result<ExitStatus>,
+    /// The lease was lost while it ran (and it was told to stop).
+    lost: Option<LostReason>,
+}
+
+/// Waits for the command, passing signals on and stopping it if the lease
+/// is lost.
+async fn supervise(
+    child: &mut Child,
+    lease: &Lease,
+    signals: &mut Signals,
+    args: &RunArgs,
+) -> Ended {
+    let Some(target) = child
+        .id()
+        .and_then(|pid| Target::new(pid, !args.foreground))
+    else {
+        return Ended {
+            status: child.wait().await,
+            lost: None,
+        };
+    };
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    let mut lost_why = None;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            why = &mut lost, if lost_why.is_none() => {
+                lost_why = Some(why);
+                target.stop(libc::SIGTERM);
+                eprintln!(
+                    "redlease: lost the lock {:?} while the command ran ({why}); sent it \
+                     SIGTERM (SIGKILL in {})",
+                    args.key,
+                    duration::show(args.grace)
+                );
+                kill_at = Some(tokio::time::Instant::now() + args.grace);
+            }
+            () = sleep_until(kill_at), if kill_at.is_some() => {
+                kill_at = None;
+                target.stop(libc::SIGKILL);
+                eprintln!(
+                    "redlease: the command did not exit within {} of SIGTERM; sent SIGKILL",
+                    duration::show(args.grace)
+                );
+            }
+            sig = signals.recv() => target.forward(sig),
+        }
+    };
+    if let Some(kill_at) = kill_at {
+        // The command exited, but what it started may linger: no process
+        // of it may outlive the grace now that the lock is gone.
+        while target.group_alive() {
+            if tokio::time::Instant::now() >= kill_at {
+                target.stop(libc::SIGKILL);
+                break;
+            }
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+    }
+    Ended {
+        status,
+        lost: lost_why,
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The exit after the command ended and the lock was given back.
+fn finish(ended: Ended, released: Result<(), Error>, key: &str) -> Exit {
+    let code = match ended.status {
+        Ok(status) => exit::of_status(status),
+        Err(e) => return Exit::with(exit::INTERNAL, format!("lost track of the command: {e}")),
+    };
+    if ended.lost.is_some() {
+        // Already said when it happened; the release cannot succeed.
+        return Exit::code(exit::LOST);
+    }
+    match released {
+        Ok(()) => Exit::code(code),
+        Err(e @ Error::NotHeld { .. }) => Exit::with(
+            exit::LOST,
+            format!("the command finished, but the lock {key:?} was not ours to the end: {e}"),
+        ),
+        // The work was protected throughout; only the release failed, and
+        // the keys expire by their TTL.
+        Err(e) => Exit::with(
+            code,
+            format!("warning: the command finished but the release failed (the lock frees itself within its TTL): {e}"),
+        ),
+    }
+}

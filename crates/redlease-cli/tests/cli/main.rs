@@ -1,0 +1,9 @@
+//! End-to-end tests of the `redlease` binary against real redis-server
+//! processes on free loopback ports (never 6379).
+
+mod demo;
+mod doctor;
+mod run;
+mod status;
+mod support;
+mod usage;

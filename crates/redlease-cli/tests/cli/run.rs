@@ -1,0 +1,304 @@
+//! `redlease run`: mutual exclusion across processes, exit codes, the
+//! command's environment, lost leases, signals, and releasing at the end.
+
+use std::process::Child;
+use std::time::Duration;
+
+use redlease_testkit::{RedisNode, RedisNodes};
+
+use crate::support::{eventually, finish, has_key, lock_key, redlease, run, signal, start, Holder};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// `redlease run` against `urls` for lock `key`, flags and command to add.
+fn run_cmd(urls: &[String], key: &str) -> std::process::Command {
+    let mut cmd = redlease();
+    cmd.args(["run", "--nodes", &urls.join(","), "--key", key]);
+    cmd
+}
+
+#[test]
+fn twenty_concurrent_runs_never_lose_an_increment() {
+    let nodes = RedisNodes::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&counter, "0\n").unwrap();
+    // A read-modify-write with nothing but the lock around it; the pause
+    // makes any overlap lose an increment. Each holder logs its token.
+    let script = r#"n=$(cat "$COUNTER"); sleep 0.05; echo $((n + 1)) > "$COUNTER"; echo "$REDLEASE_FENCING_TOKEN" >> "$TOKENS""#;
+    let children: Vec<Child> = (0..20)
+        .map(|_| {
+            start(
+                run_cmd(&nodes.urls(), "counter")
+                    .args(["--wait", "60s", "--", "sh", "-c", script])
+                    .env("COUNTER", &counter)
+                    .env("TOKENS", &tokens),
+            )
+        })
+        .collect();
+    for child in children {
+        finish(child, Duration::from_secs(60)).expect(0);
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "20");
+    let tokens: Vec<u64> = std::fs::read_to_string(&tokens)
+        .unwrap()
+        .lines()
+        .map(|t| t.parse().expect("a numeric fencing token"))
+        .collect();
+    assert_eq!(tokens.len(), 20);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "each holder's fencing token exceeds the previous one: {tokens:?}"
+    );
+    // Released: a release is confirmed by a quorum; a request to the third
+    // node may be cut off when its process exits (that key expires by TTL).
+    let holding = nodes
+        .iter()
+        .filter(|node| has_key(node, &lock_key("counter")))
+        .count();
+    assert!(holding < 2, "still held on {holding} of 3 nodes");
+}
+
+#[test]
+fn the_commands_exit_status_is_passed_through() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let dir = tempfile::tempdir().unwrap();
+
+    run(
+        run_cmd(&urls, "job").args(["--", "sh", "-c", "exit 7"]),
+        LIMIT,
+    )
+    .expect(7);
+    run(run_cmd(&urls, "job").args(["--", "true"]), LIMIT).expect(0);
+    // Died of SIGTERM: 128 + 15, as a shell reports it.
+    run(
+        run_cmd(&urls, "job").args(["--", "sh", "-c", "kill -TERM $$"]),
+        LIMIT,
+    )
+    .expect(143);
+
+    let missing = run(
+        run_cmd(&urls, "job").args(["--", "no-such-command-here"]),
+        LIMIT,
+    );
+    missing.expect(127);
+    assert!(missing.one_line_error().contains("command not found"));
+
+    let not_executable = dir.path().join("data.txt");
+    std::fs::write(&not_executable, "not a program").unwrap();
+    let denied = run(run_cmd(&urls, "job").arg("--").arg(&not_executable), LIMIT);
+    denied.expect(126);
+    denied.one_line_error();
+
+    assert!(
+        !has_key(&node, &lock_key("job")),
+        "released after every run"
+    );
+}
+
+#[test]
+fn the_command_gets_its_key_and_a_growing_fencing_token() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let show = r#"echo "$REDLEASE_KEY $REDLEASE_FENCING_TOKEN""#;
+    let first = run(
+        run_cmd(&urls, "env-check").args(["--", "sh", "-c", show]),
+        LIMIT,
+    );
+    first.expect(0);
+    let second = run(
+        run_cmd(&urls, "env-check").args(["--", "sh", "-c", show]),
+        LIMIT,
+    );
+    second.expect(0);
+    let parse = |out: &str| -> (String, u64) {
+        let (key, token) = out.trim().split_once(' ').expect("key and token");
+        (key.to_string(), token.parse().expect("numeric token"))
+    };
+    let (key1, token1) = parse(&first.stdout);
+    let (key2, token2) = parse(&second.stdout);
+    assert_eq!((key1.as_str(), key2.as_str()), ("env-check", "env-check"));
+    assert!(token2 > token1, "{token2} > {token1}");
+}
+
+#[test]
+fn a_held_lock_gives_the_conflict_code_and_the_command_does_not_run() {
+    let nodes = RedisNodes::start(3);
+    let urls = nodes.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let touch = ["--", "touch", marker.to_str().unwrap()];
+    let mut holder = Holder::take(&urls, "busy");
+
+    let busy = run(run_cmd(&urls, "busy").arg("--no-wait").args(touch), LIMIT);
+    busy.expect(1);
+    assert!(busy.one_line_error().contains("held by another owner"));
+
+    let quiet = run(
+        run_cmd(&urls, "busy")
+            .args(["--no-wait", "--quiet", "--conflict-exit-code", "9"])
+            .args(touch),
+        LIMIT,
+    );
+    quiet.expect(9);
+    assert_eq!(quiet.stderr, "", "--quiet says nothing on conflict");
+
+    let waited = run(
+        run_cmd(&urls, "busy").args(["--wait", "300ms"]).args(touch),
+        LIMIT,
+    );
+    waited.expect(1);
+    assert!(waited.one_line_error().contains("after waiting"));
+    assert!(
+        !marker.exists(),
+        "the command never ran while the lock was held"
+    );
+
+    holder.release();
+    run(run_cmd(&urls, "busy").arg("--no-wait").args(touch), LIMIT).expect(0);
+    assert!(marker.exists());
+}
+
+#[test]
+fn a_waiting_run_starts_once_the_holder_releases() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let mut holder = Holder::take(&urls, "queue");
+    let held_token = holder.fencing_token();
+
+    let waiter = start(
+        run_cmd(&urls, "queue")
+            .args(["--wait", "20s", "--", "sh", "-c"])
+            .arg(r#"echo "$REDLEASE_FENCING_TOKEN" > "$MARKER""#)
+            .env("MARKER", &marker),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!marker.exists(), "the command waits while the lock is held");
+    holder.release();
+    finish(waiter, LIMIT).expect(0);
+    let token: u64 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(token > held_token, "{token} > {held_token}");
+}
+
+#[test]
+fn a_lost_lease_stops_the_command_and_exits_75() {
+    let mut node = RedisNode::start();
+    let urls = [node.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let (started, stopped) = (dir.path().join("started"), dir.path().join("stopped"));
+    // Handles SIGTERM by noting it; would otherwise sleep 30 s.
+    let script = r#"trap 'echo term > "$STOPPED"; exit 0' TERM; touch "$STARTED"; sleep 30 & wait"#;
+    let child = start(
+        run_cmd(&urls, "fragile")
+            .args(["--ttl", "1s", "--", "sh", "-c", script])
+            .env("STARTED", &started)
+            .env("STOPPED", &stopped),
+    );
+    eventually(LIMIT, "the command to start", || started.exists());
+    node.pause(); // renewals go unanswered: the lease runs out
+                  // Well before the command's own 30 s would end it.
+    let ended = finish(child, Duration::from_secs(20));
+    node.resume();
+    ended.expect(75);
+    assert!(ended.stderr.contains("lost the lock"), "{ended:#?}");
+    assert_eq!(std::fs::read_to_string(&stopped).unwrap().trim(), "term");
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_gets_sigkill_with_its_children() {
+    let mut node = RedisNode::start();
+    let urls = [node.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    // Both the shell and its child ignore SIGTERM. The child lets go of
+    // the output pipes, so only its own fate is measured.
+    let script = r#"trap '' TERM; sleep 30 >/dev/null 2>&1 & echo $! > "$PIDS"; wait"#;
+    let child = start(
+        run_cmd(&urls, "stubborn")
+            .args(["--ttl", "1s", "--grace", "500ms", "--", "sh", "-c", script])
+            .env("PIDS", &pids),
+    );
+    eventually(LIMIT, "the command to start", || {
+        std::fs::read_to_string(&pids).is_ok_and(|p| p.ends_with('\n'))
+    });
+    let grandchild: u32 = std::fs::read_to_string(&pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    node.kill();
+    let ended = finish(child, Duration::from_secs(20));
+    ended.expect(75);
+    assert!(ended.stderr.contains("sent SIGKILL"), "{ended:#?}");
+    let proc_dir = format!("/proc/{grandchild}");
+    eventually(
+        Duration::from_secs(5),
+        "the command's child to be gone",
+        || {
+            // Gone, or a zombie about to be reaped by init.
+            std::fs::read_to_string(format!("{proc_dir}/stat"))
+                .map_or(true, |stat| stat.contains(") Z "))
+        },
+    );
+}
+
+#[test]
+fn signals_are_passed_on_and_the_lock_released_before_exit() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = r#"trap 'exit 42' TERM; touch "$READY"; sleep 30 & wait"#;
+    let child = start(
+        run_cmd(&urls, "signalled")
+            .args(["--", "sh", "-c", script])
+            .env("READY", &ready),
+    );
+    eventually(LIMIT, "the command to start", || ready.exists());
+    assert!(has_key(&node, &lock_key("signalled")));
+    signal(&child, libc::SIGTERM);
+    finish(child, LIMIT).expect(42);
+    assert!(
+        !has_key(&node, &lock_key("signalled")),
+        "released before redlease exited"
+    );
+
+    // A command that does not handle SIGINT dies of it: 128 + 2.
+    std::fs::remove_file(&ready).unwrap();
+    let child = start(
+        run_cmd(&urls, "signalled")
+            .args(["--", "sh", "-c", r#"touch "$READY"; exec sleep 30"#])
+            .env("READY", &ready),
+    );
+    eventually(LIMIT, "the command to start", || ready.exists());
+    signal(&child, libc::SIGINT);
+    finish(child, LIMIT).expect(130);
+    assert!(!has_key(&node, &lock_key("signalled")));
+}
+
+#[test]
+fn unreachable_nodes_exit_69_without_running_the_command() {
+    let mut node = RedisNode::start();
+    let urls = [node.url()];
+    node.kill();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    // Even while willing to wait: nobody holds the lock, the nodes are gone.
+    let ended = run(
+        run_cmd(&urls, "nowhere")
+            .args(["--wait", "30s", "--", "touch"])
+            .arg(&marker),
+        LIMIT,
+    );
+    ended.expect(69);
+    assert!(ended.one_line_error().contains("no quorum"));
+    assert!(!marker.exists());
+}

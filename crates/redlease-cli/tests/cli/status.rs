@@ -1,0 +1,85 @@
+//! `redlease status`: held or free per node, the fencing counter, never the
+//! token.
+
+use std::time::Duration;
+
+use redlease_testkit::RedisNodes;
+
+use crate::support::{eventually, finish, get, has_key, lock_key, redlease, run, start, Holder};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn status(urls: &[String], key: &str) -> crate::support::Finished {
+    run(
+        redlease().args([
+            "status",
+            "--nodes",
+            &urls.join(","),
+            "--key",
+            key,
+            "--timeout",
+            "500ms",
+        ]),
+        LIMIT,
+    )
+}
+
+#[test]
+fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
+    let mut nodes = RedisNodes::start(3);
+    let urls = nodes.urls();
+    let mut holder = Holder::take(&urls, "report");
+    // The lease is granted at quorum; the third node's SET may land later.
+    eventually(Duration::from_secs(10), "the key on every node", || {
+        nodes.iter().all(|node| has_key(node, &lock_key("report")))
+    });
+    let token = get(nodes.node(0), &lock_key("report")).expect("the lock key holds a token");
+
+    let held = status(&urls, "report");
+    held.expect(0);
+    assert!(held.stdout.contains("HELD on 3 of 3 nodes"), "{held:#?}");
+    assert_eq!(held.stdout.matches("held, ").count(), 3, "{held:#?}");
+    assert!(
+        held.stdout.contains(&holder.fencing_token().to_string()),
+        "shows the fencing counter: {held:#?}"
+    );
+    assert!(!held.stdout.contains(&token) && !held.stderr.contains(&token));
+
+    // A `run` waiting for the lock shows as one waiting process.
+    let waiter = start(
+        redlease()
+            .args([
+                "run",
+                "--nodes",
+                &urls.join(","),
+                "--key",
+                "report",
+                "--wait",
+                "20s",
+            ])
+            .args(["--", "true"]),
+    );
+    eventually(Duration::from_secs(10), "the waiter to subscribe", || {
+        status(&urls, "report")
+            .stdout
+            .contains("; 1 process waiting;")
+    });
+    holder.release();
+    finish(waiter, LIMIT).expect(0);
+
+    let free = status(&urls, "report");
+    free.expect(0);
+    assert!(free.stdout.contains("FREE"), "{free:#?}");
+
+    // With 2 of 3 nodes gone, nobody can tell.
+    nodes.node_mut(1).kill();
+    nodes.node_mut(2).pause();
+    let unknown = status(&urls, "report");
+    nodes.node_mut(2).resume();
+    unknown.expect(69);
+    assert!(unknown.stdout.contains("UNKNOWN"), "{unknown:#?}");
+    assert!(unknown.stdout.contains("unreachable"), "{unknown:#?}");
+    assert!(unknown
+        .one_line_error()
+        .contains("only 1 of 3 nodes answered"));
+}

@@ -1,0 +1,216 @@
+//! Running the `redlease` binary against real redis-server processes, with
+//! every wait bounded in time.
+
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::{Lease, Locker};
+use redlease_testkit::RedisNode;
+
+/// How often bounded waits look again.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The binary under test, with no node list inherited from the caller's
+/// environment (which could point at a shared Redis on 6379).
+pub fn redlease() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
+    cmd.env_remove("REDLEASE_NODES").stdin(Stdio::null());
+    cmd
+}
+
+/// A finished process and what it printed.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    pub fn code(&self) -> i32 {
+        self.status
+            .code()
+            .unwrap_or_else(|| panic!("redlease died of a signal: {self:?}"))
+    }
+
+    /// Asserts the exit code, showing the output if it differs.
+    pub fn expect(&self, code: i32) -> &Self {
+        assert_eq!(self.code(), code, "unexpected exit code: {self:#?}");
+        self
+    }
+
+    /// Asserts stderr is exactly one line, and returns it.
+    pub fn one_line_error(&self) -> &str {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "stderr is not one line: {self:#?}");
+        assert!(lines[0].starts_with("redlease: "), "{self:#?}");
+        lines[0]
+    }
+}
+
+/// Runs `cmd` to the end, at most `limit`.
+pub fn run(cmd: &mut Command, limit: Duration) -> Finished {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start redlease");
+    finish(child, limit)
+}
+
+/// Starts `cmd` with its output captured, to be [`finish`]ed later.
+pub fn start(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start redlease")
+}
+
+/// Waits for `child` (and the end of its output) at most `limit`; kills
+/// it and fails the test if it runs longer.
+pub fn finish(mut child: Child, limit: Duration) -> Finished {
+    let deadline = Instant::now() + limit;
+    // Read on threads, so a full pipe cannot block the child; the text
+    // comes back through a channel so that waiting for it is bounded too
+    // (a process the command started may hold the pipe open).
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            let _ = tx.send(text);
+        });
+        rx
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for redlease") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("redlease still ran after {limit:?}");
+        }
+        thread::sleep(POLL);
+    };
+    let collect = |rx: mpsc::Receiver<String>, name: &str| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        rx.recv_timeout(left.max(Duration::from_secs(1)))
+            .unwrap_or_else(|_| panic!("redlease exited ({status}) but its {name} stayed open"))
+    };
+    Finished {
+        status,
+        stdout: collect(stdout, "stdout"),
+        stderr: collect(stderr, "stderr"),
+    }
+}
+
+/// Polls `condition` until it holds, failing the test after `limit`.
+pub fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        thread::sleep(POLL);
+    }
+}
+
+/// Sends `sig` to a child process.
+pub fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own unreaped child.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, sig);
+    }
+}
+
+/// The Redis key of lock `name` with the default prefix.
+pub fn lock_key(name: &str) -> String {
+    format!("redlease:{{{name}}}")
+}
+
+/// Whether `node` has `key`.
+pub fn has_key(node: &RedisNode, key: &str) -> bool {
+    let mut con = node
+        .client()
+        .get_connection()
+        .expect("connect to test node");
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut con)
+        .expect("EXISTS")
+        == 1
+}
+
+/// The raw value of `key` on `node` (for lock keys: the secret token).
+pub fn get(node: &RedisNode, key: &str) -> Option<String> {
+    let mut con = node
+        .client()
+        .get_connection()
+        .expect("connect to test node");
+    redis::cmd("GET").arg(key).query(&mut con).expect("GET")
+}
+
+/// A lock held by the test itself, through the library, as another
+/// machine would hold it.
+pub struct Holder {
+    lease: Option<Lease>,
+    // Declared after the lease: the lease is released before the runtime
+    // its connections live on is dropped.
+    _locker: Locker,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Holder {
+    pub fn take(urls: &[String], name: &str) -> Holder {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (locker, lease) = runtime.block_on(async {
+            let locker = Locker::builder(urls)
+                .ttl(Duration::from_secs(30))
+                .build()
+                .expect("locker");
+            let lease = locker
+                .try_lock(name)
+                .await
+                .expect("the test takes the lock");
+            (locker, lease)
+        });
+        Holder {
+            lease: Some(lease),
+            _locker: locker,
+            runtime,
+        }
+    }
+
+    pub fn fencing_token(&self) -> u64 {
+        self.lease.as_ref().expect("held").fencing_token()
+    }
+
+    pub fn release(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.runtime
+                .block_on(lease.release())
+                .expect("the test releases its lock");
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            let _ = self.runtime.block_on(lease.release());
+        }
+    }
+}
