@@ -344,19 +344,6 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
     }
 }
 
-/// A URL with any `user:password@` part hidden, for printing.
-fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{}***@{}", &url[..scheme_end], &rest[at + 1..]),
-        None => url.to_string(),
-    }
-}
-
 fn print_header(plan: &Plan) {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg")
@@ -378,7 +365,7 @@ fn print_header(plan: &Plan) {
         } else {
             plan.urls
                 .iter()
-                .map(|u| redact(u))
+                .map(|u| redlease::redact_url(u))
                 .collect::<Vec<_>>()
                 .join(",")
         }
@@ -400,12 +387,6 @@ fn print_header(plan: &Plan) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn printed_urls_hide_credentials() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
-    }
 
     #[test]
     fn rounds_default_to_quarter_seconds_and_seconds_may_be_fractional() {

@@ -76,15 +76,7 @@ pub fn describe(url: &str) -> String {
 
 /// The URL with any `user:password@` replaced by `***@`.
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return "<unparsable URL>".to_string();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{}***@{}", &url[..scheme_end], &rest[at + 1..]),
-        None => url.to_string(),
-    }
+    redlease::redact_url(url)
 }
 
 #[cfg(test)]

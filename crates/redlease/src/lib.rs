@@ -182,5 +182,6 @@ pub use backoff::RetryPolicy;
 pub use error::{Error, Held, NodeError, NodeErrorKind, NodeId, Op};
 pub use lease::{Lease, LeaseHandle};
 pub use locker::{Locker, LockerBuilder};
+pub use node::redact_url;
 pub use renew::{LostReason, RenewalStats};
 pub use validity::MAX_TTL;

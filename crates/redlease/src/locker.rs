@@ -555,7 +555,7 @@ impl LockerBuilder {
                         format!(
                             "node {i} ({}) is {identity} again: one server counted twice would \
                              fake a majority",
-                            node::redact(url)
+                            node::redact_url(url)
                         ),
                     ));
                 }

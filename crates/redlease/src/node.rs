@@ -118,7 +118,7 @@ impl Node {
     /// its nodes are down and uses them once they answer.
     pub(crate) fn new(index: usize, url: &str, settings: ConnectSettings) -> Result<Node, Error> {
         let client = Client::open(url).map_err(|e| {
-            let mut reason = format!("node {index} ({}): {e}", redact(url));
+            let mut reason = format!("node {index} ({}): {e}", redact_url(url));
             if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
                 reason
                     .push_str(" (build redlease with the `tls-rustls` feature for rediss:// URLs)");
@@ -135,8 +135,10 @@ impl Node {
             // one inside redis-rs would cut long TTLs' timeouts short.
             .set_response_timeout(None)
             .set_number_of_retries(0);
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| Error::invalid("urls", format!("node {index} ({}): {e}", redact(url))))?;
+        let conn =
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|e| {
+                Error::invalid("urls", format!("node {index} ({}): {e}", redact_url(url)))
+            })?;
         Ok(Node {
             id,
             client,
@@ -358,8 +360,13 @@ fn describe(client: &Client) -> String {
     }
 }
 
-/// The URL with any `user:password@` replaced, for error messages.
-pub(crate) fn redact(url: &str) -> String {
+/// A Redis URL fit to print: any `user:password@` becomes `***@`.
+///
+/// ```
+/// assert_eq!(redlease::redact_url("redis://app:s3cret@10.0.0.1:6379/2"), "redis://***@10.0.0.1:6379/2");
+/// assert_eq!(redlease::redact_url("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
+/// ```
+pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return "<unparsable URL>".to_string();
     };
@@ -392,12 +399,15 @@ mod tests {
     #[test]
     fn redact_hides_credentials_only() {
         assert_eq!(
-            redact("redis://127.0.0.1:6380/2"),
+            redact_url("redis://127.0.0.1:6380/2"),
             "redis://127.0.0.1:6380/2"
         );
-        assert_eq!(redact("redis://alice:s3cret@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact("rediss://:p@ss@h:1"), "rediss://***@h:1");
-        assert_eq!(redact("nonsense"), "<unparsable URL>");
+        assert_eq!(
+            redact_url("redis://alice:s3cret@h:1/0"),
+            "redis://***@h:1/0"
+        );
+        assert_eq!(redact_url("rediss://:p@ss@h:1"), "rediss://***@h:1");
+        assert_eq!(redact_url("nonsense"), "<unparsable URL>");
     }
 
     #[test]
