@@ -33,6 +33,7 @@
 //! ```
 
 mod process;
+pub mod proxy;
 
 use std::process::Child;
 use std::time::{Duration, Instant};

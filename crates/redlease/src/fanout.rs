@@ -3,6 +3,7 @@
 //! they are handed back so the caller can wait for them (to clean up after
 //! a failure) or let them finish in the background (after a success).
 
+use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,40 +18,57 @@ use crate::quorum::{Decision, Tally, Vote};
 
 type Pending<R> = Pin<Box<dyn Future<Output = Result<R, NodeError>> + Send>>;
 
-/// Requests by node index; `None` once answered.
+/// Requests by node index (`None` once answered), and answers that came in
+/// but were not taken yet.
 ///
 /// A handful of futures polled together on every wake: cheaper here than
 /// `FuturesUnordered`, whose wake-ups cost a measurable round of thread
-/// hand-offs per request on a small machine.
-struct InFlight<R>(Vec<Option<Pending<R>>>);
+/// hand-offs per request on a small machine. Every pass polls every request
+/// still pending, so each one is on the wire before the caller can act on
+/// a decision: a later request to the same node (a release after an
+/// acquire, say) then queues behind it on the connection.
+struct InFlight<R> {
+    requests: Vec<Option<Pending<R>>>,
+    ready: VecDeque<(usize, Result<R, NodeError>)>,
+}
 
 impl<R> InFlight<R> {
+    fn new(requests: Vec<Option<Pending<R>>>) -> Self {
+        InFlight {
+            requests,
+            ready: VecDeque::new(),
+        }
+    }
+
     /// The next answer, or `None` when every request has answered.
     async fn next(&mut self) -> Option<(usize, Result<R, NodeError>)> {
+        if let Some(answer) = self.ready.pop_front() {
+            return Some(answer);
+        }
         poll_fn(|cx| {
             let mut pending = false;
-            for (i, slot) in self.0.iter_mut().enumerate() {
+            for (i, slot) in self.requests.iter_mut().enumerate() {
                 if let Some(request) = slot {
                     match request.as_mut().poll(cx) {
                         Poll::Ready(answer) => {
                             *slot = None;
-                            return Poll::Ready(Some((i, answer)));
+                            self.ready.push_back((i, answer));
                         }
                         Poll::Pending => pending = true,
                     }
                 }
             }
-            if pending {
-                Poll::Pending
-            } else {
-                Poll::Ready(None)
+            match self.ready.pop_front() {
+                Some(answer) => Poll::Ready(Some(answer)),
+                None if pending => Poll::Pending,
+                None => Poll::Ready(None),
             }
         })
         .await
     }
 
     fn is_empty(&self) -> bool {
-        self.0.iter().all(Option::is_none)
+        self.ready.is_empty() && self.requests.iter().all(Option::is_none)
     }
 }
 
@@ -75,7 +93,7 @@ where
     F: Fn(Arc<Node>) -> Fut,
     Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
 {
-    let mut in_flight = InFlight(
+    let mut in_flight = InFlight::new(
         nodes
             .iter()
             .map(|node| Some(Box::pin(request(node.clone())) as Pending<R>))

@@ -267,6 +267,11 @@ impl Lease {
         let extended_until = timing.valid_until(start);
         self.set_valid_until(old_valid_until.min(extended_until));
         self.guard.settle().await;
+        // Waiting for the acquire's slow requests may have used up what
+        // was left: then send nothing.
+        if self.is_lost() {
+            return Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()));
+        }
 
         let (key, token) = (self.guard.key.clone(), self.guard.token.clone());
         let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
@@ -309,11 +314,18 @@ impl Lease {
             }
             Decision::Impossible | Decision::Pending => {
                 replies.finish(flag_vote).await;
-                let error = self.refusal(Op::Extend, &replies, start >= old_valid_until);
+                // Judged after the replies: a lease that ran out meanwhile
+                // expired; it was not taken over.
+                let expired = self.lost_reason() == Some(LostReason::Expired);
+                let error = self.refusal(Op::Extend, &replies, expired);
                 if matches!(error, Error::NotHeld { .. }) {
                     // A majority no longer has our token: the lease is gone.
-                    self.state
-                        .send_modify(|s| s.lost = Some(LostReason::Refused));
+                    let why = if expired {
+                        LostReason::Expired
+                    } else {
+                        LostReason::Refused
+                    };
+                    self.state.send_modify(|s| s.lost = Some(why));
                 }
                 Err(error)
             }

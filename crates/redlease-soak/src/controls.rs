@@ -1,0 +1,354 @@
+//! Negative controls: runs in which safety is broken on purpose, by a fixed
+//! interleaving (no luck involved), recorded like any run. The checker must
+//! flag each one, or the suite proves nothing.
+//!
+//! - `control-empty-restart`: 3 of 5. Client A reaches only nodes 0-2 (its
+//!   links to 3 and 4 are reset) and takes the lock there. Node 2 is killed
+//!   and restarted at once, empty. Client B reaches all nodes and gets 2, 3
+//!   and 4 while A's lease is valid: two holders (overlap, lost update).
+//! - `control-sleepy-holder`: A takes the lock, reads the counter, sleeps
+//!   past `valid_until` and then writes without looking at its lease or
+//!   fencing; meanwhile B took the expired lock and wrote: lost update.
+//! - `control-broken-release` (build with `--features broken-release`):
+//!   release is a plain DEL. A's lease expires, B takes the lock, A's late
+//!   release deletes B's key, C takes the lock while B holds it: overlap.
+
+use std::time::{Duration, Instant};
+
+use redlease_testkit::proxy::{Mode, Proxy};
+
+use crate::checker::FinalState;
+use crate::history::Recorder;
+use crate::panics;
+use crate::report::Run;
+use crate::rig::{self, with_node, Nodes};
+use crate::store::Store;
+use crate::watchdog::Watchdog;
+use crate::workload::{Client, Settings};
+
+pub const CONTROLS: &[(&str, &str)] = &[
+    (
+        "control-empty-restart",
+        "3 of 5: a node restarted empty at once lets a second client in (always 5 nodes)",
+    ),
+    (
+        "control-sleepy-holder",
+        "a holder sleeps past its lease and writes without fencing",
+    ),
+    (
+        "control-broken-release",
+        "release is a plain DEL (needs --features broken-release)",
+    ),
+];
+
+/// Nodes and a data Redis for a control, and its clients' shared recorder.
+struct Bench {
+    nodes: Nodes,
+    addrs: Vec<String>,
+    data: redlease_testkit::RedisNode,
+    rec: Recorder,
+    watchdog: Watchdog,
+    settings: Settings,
+    notes: Vec<String>,
+}
+
+impl Bench {
+    async fn start(nodes: usize) -> Result<Bench, String> {
+        let nodes = rig::start_nodes(&vec![false; nodes]).await?;
+        let data = rig::start_data().await?;
+        let addrs = nodes
+            .iter()
+            .map(|n| n.lock().unwrap_or_else(|p| p.into_inner()).addr())
+            .collect();
+        let epoch = Instant::now();
+        Ok(Bench {
+            nodes,
+            addrs,
+            data,
+            rec: Recorder::new(epoch),
+            watchdog: Watchdog::start(epoch),
+            settings: Settings::standard(false),
+            notes: Vec::new(),
+        })
+    }
+
+    fn direct(&self) -> Vec<String> {
+        self.addrs.iter().map(|a| format!("redis://{a}")).collect()
+    }
+
+    async fn client(
+        &self,
+        worker: usize,
+        urls: Vec<String>,
+        ttl: Duration,
+    ) -> Result<Client, String> {
+        Client::connect(
+            worker,
+            urls,
+            &self.data.url(),
+            ttl,
+            Duration::from_millis(100),
+            Duration::from_secs(2),
+            &self.settings,
+            self.rec.clone(),
+        )
+        .await
+    }
+
+    fn note(&mut self, text: impl Into<String>) {
+        let t = self.rec.now();
+        self.notes.push(format!(
+            "[{:>7.1} ms] {}",
+            t.as_secs_f64() * 1e3,
+            text.into()
+        ));
+    }
+
+    /// Nodes (by index) holding `lock`'s key now.
+    async fn holders(&self) -> Result<Vec<usize>, String> {
+        let mut held: Vec<usize> = rig::leftover_keys(&self.addrs)
+            .await?
+            .into_iter()
+            .map(|k| k.node)
+            .collect();
+        held.dedup();
+        Ok(held)
+    }
+
+    /// Waits out the TTL, inspects the nodes and the data Redis, and packs
+    /// the run up for the checker.
+    async fn finish(
+        self,
+        name: &str,
+        seed: u64,
+        ttl: Duration,
+        faults: &[(&'static str, u64)],
+    ) -> Result<Run, String> {
+        tokio::time::sleep(ttl + Duration::from_millis(500)).await;
+        let elapsed = self.rec.epoch().elapsed();
+        let stalls = self.watchdog.stop();
+        let leftover_keys = rig::leftover_keys(&self.addrs).await?;
+        let counters = Store::connect(&self.data.url()).await?.counters(1).await?;
+        Ok(Run {
+            scenario: name.to_string(),
+            seed,
+            nodes: self.addrs.len(),
+            seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+            elapsed,
+            ttl,
+            history: self.rec.history(),
+            faults: faults.iter().copied().collect(),
+            state: FinalState {
+                counters,
+                leftover_keys,
+                process_panics: panics::count(),
+                stuck_workers: 0,
+                stalls,
+            },
+            notes: self.notes,
+        })
+    }
+}
+
+/// The error for a control whose scripted interleaving did not happen:
+/// the run proves nothing either way.
+fn inconclusive(control: &str, step: &str) -> String {
+    format!("{control}: could not script the interleaving: {step}")
+}
+
+pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
+    match name {
+        "control-empty-restart" => empty_restart(seed).await,
+        "control-sleepy-holder" => sleepy_holder(nodes, seed).await,
+        "control-broken-release" => broken_release(nodes, seed).await,
+        other => Err(format!("unknown control {other:?}")),
+    }
+}
+
+async fn empty_restart(seed: u64) -> Result<Run, String> {
+    const NAME: &str = "control-empty-restart";
+    let ttl = Duration::from_secs(3);
+    let mut bench = Bench::start(5).await?;
+    // A's links to nodes 3 and 4 are cut for the whole control.
+    let cut: Vec<Proxy> = (3..5).map(|n| Proxy::start(&bench.addrs[n])).collect();
+    for proxy in &cut {
+        proxy.set(Mode::Reset);
+    }
+    let mut a_urls = bench.direct();
+    a_urls[3] = cut[0].url();
+    a_urls[4] = cut[1].url();
+    let mut a = bench.client(0, a_urls, ttl).await?;
+    let mut b = bench.client(1, bench.direct(), ttl).await?;
+
+    let held_a = a
+        .acquire(0, true)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "A did not get nodes 0-2"))?;
+    let holders = bench.holders().await?;
+    if holders != [0, 1, 2] {
+        return Err(inconclusive(
+            NAME,
+            &format!("A's key is on {holders:?}, not 0-2"),
+        ));
+    }
+    bench.note(format!(
+        "A took the lock on nodes 0, 1, 2 (links to 3, 4 reset), token {}",
+        held_a.lease.fencing_token()
+    ));
+    let seen_a = a
+        .read(&held_a)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "A's read failed"))?;
+
+    with_node(&bench.nodes, 2, |n| {
+        n.kill();
+        n.restart();
+    })
+    .await?;
+    bench.note("node 2 killed and restarted at once, empty (no fsync'd persistence)");
+
+    let held_b = b
+        .acquire(0, true)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "B did not get nodes 2-4"))?;
+    bench.note(format!(
+        "B took the lock on nodes 2, 3, 4 while A's lease has {} ms left, token {}",
+        held_a.lease.remaining().as_millis(),
+        held_b.lease.fencing_token()
+    ));
+    let seen_b = b
+        .read(&held_b)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "B's read failed"))?;
+    b.write(&held_b, seen_b + 1, false).await;
+    b.fenced_write(&held_b, false).await;
+    a.write(&held_a, seen_a + 1, false).await;
+    let fenced = a.fenced_write(&held_a, false).await;
+    bench.note(format!(
+        "both wrote counter = {}; after B's fenced write, A's (token {} vs B's {}) {}",
+        seen_a + 1,
+        held_a.lease.fencing_token(),
+        held_b.lease.fencing_token(),
+        match fenced {
+            Some(true) => "was accepted",
+            Some(false) => "was rejected",
+            None => "was not made",
+        }
+    ));
+    let _ = a.release(held_a).await;
+    let _ = b.release(held_b).await;
+    drop(cut);
+    bench
+        .finish(NAME, seed, ttl, &[("kill_immediate_restart_empty", 1)])
+        .await
+}
+
+async fn sleepy_holder(nodes: usize, seed: u64) -> Result<Run, String> {
+    const NAME: &str = "control-sleepy-holder";
+    let ttl = Duration::from_millis(500);
+    let mut bench = Bench::start(nodes).await?;
+    let mut a = bench.client(0, bench.direct(), ttl).await?;
+    let mut b = bench.client(1, bench.direct(), ttl).await?;
+
+    let held_a = a
+        .acquire(0, false)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "A did not get the lock"))?;
+    let seen_a = a
+        .read(&held_a)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "A's read failed"))?;
+    bench.note(format!("A took the lock and read counter = {seen_a}"));
+    // Past valid_until and the keys' own expiry on every node.
+    let wake = held_a.lease.valid_until() + ttl + Duration::from_millis(100);
+    tokio::time::sleep_until(wake.into()).await;
+    bench.note("A slept past its lease");
+
+    let held_b = b
+        .acquire(0, false)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "B did not get the expired lock"))?;
+    let seen_b = b
+        .read(&held_b)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "B's read failed"))?;
+    if !b.write(&held_b, seen_b + 1, false).await {
+        return Err(inconclusive(NAME, "B's write was not acknowledged"));
+    }
+    b.fenced_write(&held_b, false).await;
+    bench.note(format!("B took the expired lock and wrote {}", seen_b + 1));
+
+    // The stale write: no look at valid_until, no fencing.
+    if !a.write(&held_a, seen_a + 1, true).await {
+        return Err(inconclusive(NAME, "A's stale write was not acknowledged"));
+    }
+    let fenced = a.fenced_write(&held_a, true).await;
+    bench.note(format!(
+        "A woke and wrote {} over B's update; the fenced store {} A's stale token",
+        seen_a + 1,
+        match fenced {
+            Some(false) => "rejected",
+            Some(true) => "ACCEPTED",
+            None => "never saw",
+        }
+    ));
+    let released = a.release(held_a).await;
+    bench.note(format!("A's release: {released:?}"));
+    let _ = b.release(held_b).await;
+    bench.finish(NAME, seed, ttl, &[("holder_pause", 1)]).await
+}
+
+#[cfg(not(feature = "broken-release"))]
+async fn broken_release(_nodes: usize, _seed: u64) -> Result<Run, String> {
+    Err(
+        "control-broken-release needs the deliberately broken build of release; run:\n  \
+         cargo run --release -p redlease-soak --features broken-release -- \
+         --scenario control-broken-release --expect-violation"
+            .to_string(),
+    )
+}
+
+#[cfg(feature = "broken-release")]
+async fn broken_release(nodes: usize, seed: u64) -> Result<Run, String> {
+    const NAME: &str = "control-broken-release";
+    let short = Duration::from_millis(500);
+    let long = Duration::from_secs(3);
+    let mut bench = Bench::start(nodes).await?;
+    let mut a = bench.client(0, bench.direct(), long).await?;
+    let mut b = bench.client(1, bench.direct(), long).await?;
+    let mut c = bench.client(2, bench.direct(), long).await?;
+
+    let held_a = a
+        .acquire_with(0, false, Some(short))
+        .await
+        .ok_or_else(|| inconclusive(NAME, "A did not get the lock"))?;
+    let wake = held_a.lease.valid_until() + short + Duration::from_millis(100);
+    tokio::time::sleep_until(wake.into()).await;
+    bench.note("A took the lock with a 500 ms TTL and let it expire");
+
+    let held_b: crate::workload::Held = b
+        .acquire(0, false)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "B did not get the expired lock"))?;
+    bench.note("B took the lock (3 s TTL)");
+    let released = a.release(held_a).await;
+    bench.note(format!(
+        "A released its expired lease with the broken (plain DEL) release: {released:?}"
+    ));
+    let held_c = c.acquire(0, true).await.ok_or_else(|| {
+        inconclusive(NAME, "C did not get the lock: B's key survived the release")
+    })?;
+    bench.note(format!(
+        "C took the lock while B's lease has {} ms left",
+        held_b.lease.remaining().as_millis()
+    ));
+    let seen_b = b.read(&held_b).await.unwrap_or(0);
+    let seen_c = c.read(&held_c).await.unwrap_or(0);
+    b.write(&held_b, seen_b + 1, false).await;
+    c.write(&held_c, seen_c + 1, false).await;
+    let _ = b.release(held_b).await;
+    let _ = c.release(held_c).await;
+    bench
+        .finish(NAME, seed, long, &[("broken_release", 1)])
+        .await
+}

@@ -1,0 +1,209 @@
+//! The history of a run: every operation with its worker, invoke and
+//! complete times on the monotonic clock, result or error, `valid_until` and
+//! fencing token. Times are offsets from the run's epoch, so a history is
+//! plain data the checker can judge without clocks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One acquisition, numbered across the run; every operation done under a
+/// lease carries its number.
+pub type LeaseId = u64;
+
+/// What an operation was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Call {
+    /// `locker.lock(name)`: waits per the retry policy.
+    Lock,
+    /// `locker.try_lock(name)`: one attempt.
+    TryLock,
+    /// `lease.extend(ttl)`.
+    Extend,
+    /// `lease.release()`.
+    Release,
+    /// The lease was dropped without `release` (the library releases it in
+    /// the background): for the checker, it ends here like a release.
+    Abandon,
+    /// GET of the lock's counter on the data Redis (inside the lease).
+    Read,
+    /// SET of the lock's counter to the value read plus one.
+    Write,
+    /// Write to the lock's fenced store, carrying the fencing token.
+    FencedWrite,
+}
+
+impl Call {
+    /// Whether this is a redlease call (as opposed to one on the data Redis).
+    pub fn is_library(self) -> bool {
+        matches!(
+            self,
+            Call::Lock | Call::TryLock | Call::Extend | Call::Release
+        )
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Call::Lock => "lock",
+            Call::TryLock => "try_lock",
+            Call::Extend => "extend",
+            Call::Release => "release",
+            Call::Abandon => "abandon",
+            Call::Read => "read",
+            Call::Write => "write",
+            Call::FencedWrite => "fenced_write",
+        }
+    }
+}
+
+/// How a failure was classified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    Taken,
+    NoQuorum,
+    ValidityExhausted,
+    NotHeld,
+    WaitTimeout,
+    Lost,
+    InvalidInput,
+    /// A `redlease::Error` variant this suite does not know (the enum is
+    /// non-exhaustive).
+    Unknown,
+    /// The call panicked.
+    Panic,
+    /// The data Redis failed (not a lock failure; the write's fate is unknown).
+    Data,
+}
+
+impl ErrorKind {
+    pub fn of(e: &redlease::Error) -> ErrorKind {
+        use redlease::Error as E;
+        match e {
+            E::Taken { .. } => ErrorKind::Taken,
+            E::NoQuorum { .. } => ErrorKind::NoQuorum,
+            E::ValidityExhausted { .. } => ErrorKind::ValidityExhausted,
+            E::NotHeld { .. } => ErrorKind::NotHeld,
+            E::WaitTimeout { .. } => ErrorKind::WaitTimeout,
+            E::Lost { .. } => ErrorKind::Lost,
+            E::InvalidInput { .. } => ErrorKind::InvalidInput,
+            _ => ErrorKind::Unknown,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Taken => "Taken",
+            ErrorKind::NoQuorum => "NoQuorum",
+            ErrorKind::ValidityExhausted => "ValidityExhausted",
+            ErrorKind::NotHeld => "NotHeld",
+            ErrorKind::WaitTimeout => "WaitTimeout",
+            ErrorKind::Lost => "Lost",
+            ErrorKind::InvalidInput => "InvalidInput",
+            ErrorKind::Unknown => "Unknown",
+            ErrorKind::Panic => "panic",
+            ErrorKind::Data => "data-redis",
+        }
+    }
+}
+
+/// The result of an operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Acquired, extended or released.
+    Ok,
+    /// Read: the value seen. Write: the value written, acknowledged.
+    Value(u64),
+    /// Fenced write turned away: a token at least as high was accepted before.
+    Rejected,
+    /// Write not attempted: too little of the lease was left.
+    Skipped,
+    /// Failed, with the kind and the error's text.
+    Failed(ErrorKind, String),
+}
+
+/// One operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    pub worker: usize,
+    /// Index of the lock (resource) it concerns.
+    pub lock: usize,
+    /// The acquisition it belongs to; set on successful acquires and on
+    /// every operation under that lease.
+    pub lease: Option<LeaseId>,
+    pub call: Call,
+    /// Just before the call started.
+    pub invoke: Duration,
+    /// Just after it returned.
+    pub complete: Duration,
+    /// The longest the call may take by its configuration (library calls),
+    /// before the checker's slack.
+    pub bound: Option<Duration>,
+    pub outcome: Outcome,
+    /// The lease's `valid_until` after the call (acquire, extend), or when
+    /// the write's validity check ran (writes).
+    pub valid_until: Option<Duration>,
+    /// The lease's fencing token.
+    pub token: Option<u64>,
+}
+
+impl Op {
+    pub fn duration(&self) -> Duration {
+        self.complete.saturating_sub(self.invoke)
+    }
+
+    pub fn error(&self) -> Option<ErrorKind> {
+        match &self.outcome {
+            Outcome::Failed(kind, _) => Some(*kind),
+            _ => None,
+        }
+    }
+}
+
+/// The recorded run.
+pub type History = Vec<Op>;
+
+/// Collects operations from every worker; cheap to clone.
+#[derive(Clone)]
+pub struct Recorder {
+    epoch: Instant,
+    ops: Arc<Mutex<Vec<Op>>>,
+    leases: Arc<AtomicU64>,
+}
+
+impl Recorder {
+    pub fn new(epoch: Instant) -> Recorder {
+        Recorder {
+            epoch,
+            ops: Arc::new(Mutex::new(Vec::new())),
+            leases: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// `t` as an offset from the epoch (the epoch precedes every call).
+    pub fn at(&self, t: Instant) -> Duration {
+        t.saturating_duration_since(self.epoch)
+    }
+
+    pub fn now(&self) -> Duration {
+        self.at(Instant::now())
+    }
+
+    pub fn next_lease(&self) -> LeaseId {
+        self.leases.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn push(&self, op: Op) {
+        self.ops.lock().expect("recorder lock").push(op);
+    }
+
+    /// Everything recorded so far, in completion order.
+    pub fn history(&self) -> History {
+        let mut ops = self.ops.lock().expect("recorder lock").clone();
+        ops.sort_by_key(|op| op.complete);
+        ops
+    }
+}

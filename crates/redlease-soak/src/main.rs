@@ -1,0 +1,195 @@
+//! `soak`: the fault-injection suite of redlease.
+//!
+//! Runs real `redis-server` processes on free loopback ports, clients that
+//! take locks and run a critical section, and a seeded schedule of faults
+//! (kills, pauses, link delays, blackholes, resets, buffered replies,
+//! partitions); then checks the recorded history for overlapping leases,
+//! expired leases handed out, lost updates, fencing failures, leaked keys,
+//! untyped errors and unbounded calls.
+//!
+//! ```text
+//! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
+//!     [--min-acquired N] [--min-faults N] [--verbose] [--list]
+//! ```
+//!
+//! Prints a summary and, last, one JSON line. Exit status: 0 when no
+//! violation was found (with `--expect-violation`: when one was), 1 when
+//! the opposite, 2 when the run could not be carried out. See GUARANTEES.md
+//! for what the runs show.
+
+mod checker;
+mod controls;
+mod faults;
+mod history;
+mod inject;
+mod panics;
+mod report;
+mod rig;
+mod scenarios;
+mod store;
+mod watchdog;
+mod workload;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "soak",
+    about = "Fault-injection soak for redlease: faults real redis-server nodes mid-run and checks the history"
+)]
+struct Args {
+    /// Lock nodes (1 = single instance; 5 = Redlock 3-of-5).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=9))]
+    nodes: u16,
+    /// Length of the workload (scenarios; the controls are scripted).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    seconds: u64,
+    /// Seed of the fault schedule and the workers' choices (random if not given).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// A scenario or negative control (see --list).
+    #[arg(long, default_value = "mixed")]
+    scenario: String,
+    /// Succeed only if the checker finds a violation (for negative controls).
+    #[arg(long)]
+    expect_violation: bool,
+    /// Fail unless at least this many leases were acquired (so a smoke run
+    /// that degenerated cannot pass).
+    #[arg(long, default_value_t = 0)]
+    min_acquired: u64,
+    /// Fail unless at least this many faults were applied.
+    #[arg(long, default_value_t = 0)]
+    min_faults: u64,
+    /// Print only the JSON line.
+    #[arg(long)]
+    json: bool,
+    /// Log each fault as it is applied (to stderr).
+    #[arg(long)]
+    verbose: bool,
+    /// List the scenarios and controls, then exit.
+    #[arg(long)]
+    list: bool,
+}
+
+fn list() {
+    println!("scenarios:");
+    for s in scenarios::SCENARIOS {
+        println!("  {:<24} {}", s.name, s.about);
+    }
+    println!("negative controls (the checker must flag them; use --expect-violation):");
+    for (name, about) in controls::CONTROLS {
+        println!("  {name:<24} {about}");
+    }
+}
+
+fn replay_command(args: &Args, seed: u64, nodes: usize) -> String {
+    let features = if args.scenario == "control-broken-release" {
+        " --features broken-release"
+    } else {
+        ""
+    };
+    let mut cmd = format!(
+        "cargo run --release -p redlease-soak{features} -- --scenario {} --nodes {nodes} --seed {seed}",
+        args.scenario
+    );
+    if scenarios::find(&args.scenario).is_some() {
+        cmd.push_str(&format!(" --seconds {}", args.seconds));
+    }
+    if args.expect_violation {
+        cmd.push_str(" --expect-violation");
+    }
+    cmd
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.list {
+        list();
+        return ExitCode::SUCCESS;
+    }
+    panics::install();
+    if cfg!(feature = "broken-release") && args.scenario != "control-broken-release" {
+        eprintln!(
+            "warning: built with --features broken-release: release is a plain DEL and \
+             this run is expected to break"
+        );
+    }
+    let seed = args.seed.unwrap_or_else(rand::random);
+    let nodes = usize::from(args.nodes);
+    let is_control = controls::CONTROLS.iter().any(|(n, _)| *n == args.scenario);
+    if !args.json {
+        eprintln!(
+            "soak: scenario {}, seed {seed} (replay with --seed {seed})",
+            args.scenario
+        );
+    }
+    let run = if let Some(scenario) = scenarios::find(&args.scenario) {
+        scenarios::run(scenario, nodes, args.seconds, seed, args.verbose).await
+    } else if is_control {
+        controls::run(&args.scenario, nodes, seed).await
+    } else {
+        eprintln!("unknown scenario {:?}", args.scenario);
+        list();
+        return ExitCode::from(2);
+    };
+    let run = match run {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("soak: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let verdict = checker::check(&run.history, &run.state, &checker::Config::default());
+    if !args.json {
+        print!(
+            "{}",
+            report::summary(&run, &verdict, &replay_command(&args, seed, run.nodes))
+        );
+    }
+    let found = verdict.total() > 0;
+    let mut shortfall = Vec::new();
+    if run.acquired() < args.min_acquired {
+        shortfall.push(format!(
+            "only {} acquisitions, --min-acquired {}",
+            run.acquired(),
+            args.min_acquired
+        ));
+    }
+    let faults: u64 = run.faults.values().sum();
+    if faults < args.min_faults {
+        shortfall.push(format!(
+            "only {faults} faults, --min-faults {}",
+            args.min_faults
+        ));
+    }
+    let ok = found == args.expect_violation && shortfall.is_empty();
+    if !args.json {
+        println!(
+            "\nresult: {}",
+            match (found, args.expect_violation) {
+                _ if !shortfall.is_empty() && found == args.expect_violation => {
+                    format!("FAIL: the run was too small: {}", shortfall.join("; "))
+                }
+                (false, false) => "PASS: no violation".to_string(),
+                (true, true) => format!(
+                    "PASS: the checker flagged this negative control ({} violation(s))",
+                    verdict.total()
+                ),
+                (true, false) => format!("FAIL: {} violation(s)", verdict.total()),
+                (false, true) => "FAIL: a violation was expected and none was found".to_string(),
+            }
+        );
+    }
+    if args.json && !shortfall.is_empty() {
+        eprintln!("soak: the run was too small: {}", shortfall.join("; "));
+    }
+    println!("{}", report::json(&run, &verdict));
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,261 @@
+//! The readable summary and the one-line JSON report of a run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::checker::{FinalState, Verdict};
+use crate::history::{Call, ErrorKind, History, Outcome};
+
+/// Everything a finished run hands to the checker and the report.
+pub struct Run {
+    pub scenario: String,
+    pub seed: u64,
+    pub nodes: usize,
+    /// The requested length (scenarios) or the measured one (controls).
+    pub seconds: f64,
+    pub elapsed: Duration,
+    pub ttl: Duration,
+    pub history: History,
+    pub faults: BTreeMap<&'static str, u64>,
+    pub state: FinalState,
+    /// What a control did, step by step; anything else worth saying.
+    pub notes: Vec<String>,
+}
+
+impl Run {
+    /// Library calls made.
+    pub fn operations(&self) -> u64 {
+        self.history
+            .iter()
+            .filter(|op| op.call.is_library())
+            .count() as u64
+    }
+
+    /// Leases handed out.
+    pub fn acquired(&self) -> u64 {
+        self.history
+            .iter()
+            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+            .count() as u64
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+/// The readable summary (everything but the JSON line).
+pub fn summary(run: &Run, verdict: &Verdict, command: &str) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(
+        w,
+        "redlease soak: scenario {}, {} node(s), seed {}",
+        run.scenario, run.nodes, run.seed
+    );
+    let _ = writeln!(w, "  replay: {command}");
+    let _ = writeln!(
+        w,
+        "  ran {:.1} s, TTL {}",
+        run.elapsed.as_secs_f64(),
+        ms(run.ttl)
+    );
+    for note in &run.notes {
+        let _ = writeln!(w, "  - {note}");
+    }
+
+    let _ = writeln!(w, "\noperations: {} library calls", run.operations());
+    for call in [Call::Lock, Call::TryLock, Call::Extend, Call::Release] {
+        let ops: Vec<_> = run.history.iter().filter(|op| op.call == call).collect();
+        if ops.is_empty() {
+            continue;
+        }
+        let ok = ops.iter().filter(|op| op.outcome == Outcome::Ok).count();
+        let mut errors: BTreeMap<ErrorKind, usize> = BTreeMap::new();
+        for op in &ops {
+            if let Some(kind) = op.error() {
+                *errors.entry(kind).or_default() += 1;
+            }
+        }
+        let mut durations: Vec<Duration> = ops.iter().map(|op| op.duration()).collect();
+        durations.sort();
+        let errors: Vec<String> = errors
+            .iter()
+            .map(|(k, n)| format!("{} {n}", k.label()))
+            .collect();
+        let _ = writeln!(
+            w,
+            "  {:<9} {:>7} calls {:>7} ok   p50 {:>7}  p99 {:>7}  max {:>7}   {}",
+            call.label(),
+            ops.len(),
+            ok,
+            ms(percentile(&durations, 0.5)),
+            ms(percentile(&durations, 0.99)),
+            ms(percentile(&durations, 1.0)),
+            if errors.is_empty() {
+                String::new()
+            } else {
+                format!("errors: {}", errors.join(", "))
+            }
+        );
+    }
+
+    let acquired = run.acquired();
+    let mut left: Vec<Duration> = run
+        .history
+        .iter()
+        .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+        .filter_map(|op| op.valid_until.map(|v| v.saturating_sub(op.complete)))
+        .collect();
+    left.sort();
+    let _ = writeln!(
+        w,
+        "acquired: {acquired} ({:.1}/s); validity left at return: min {}, p1 {}, p50 {}",
+        acquired as f64 / run.elapsed.as_secs_f64().max(0.001),
+        ms(percentile(&left, 0.0)),
+        ms(percentile(&left, 0.01)),
+        ms(percentile(&left, 0.5)),
+    );
+
+    let count = |call: Call, f: &dyn Fn(&Outcome) -> bool| {
+        run.history
+            .iter()
+            .filter(|op| op.call == call && f(&op.outcome))
+            .count()
+    };
+    let _ = writeln!(
+        w,
+        "writes: counter {} acknowledged, {} skipped (lease within the margin of its end), {} failed; \
+         fenced {} accepted, {} rejected",
+        count(Call::Write, &|o| matches!(o, Outcome::Value(_))),
+        count(Call::Write, &|o| *o == Outcome::Skipped),
+        count(Call::Write, &|o| matches!(o, Outcome::Failed(..))),
+        count(Call::FencedWrite, &|o| *o == Outcome::Ok),
+        count(Call::FencedWrite, &|o| *o == Outcome::Rejected),
+    );
+    let total_faults: u64 = run.faults.values().sum();
+    let faults: Vec<String> = run.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let _ = writeln!(
+        w,
+        "faults: {total_faults} applied{}{}",
+        if faults.is_empty() { "" } else { ": " },
+        faults.join(", ")
+    );
+
+    observations(w, run);
+
+    let _ = writeln!(w, "\nchecks:");
+    for (name, n) in verdict.counts() {
+        let _ = writeln!(
+            w,
+            "  {name:<24} {n:>6}  {}",
+            if n == 0 { "ok" } else { "VIOLATION" }
+        );
+        for example in verdict.examples.get(name).into_iter().flatten() {
+            let _ = writeln!(w, "      {example}");
+        }
+    }
+    out
+}
+
+/// Things that are not violations but say how the library behaved.
+fn observations(w: &mut String, run: &Run) {
+    let exhausted = run
+        .history
+        .iter()
+        .filter(|op| matches!(op.call, Call::Lock | Call::TryLock))
+        .filter(|op| match &op.outcome {
+            Outcome::Failed(ErrorKind::ValidityExhausted, _) => true,
+            Outcome::Failed(ErrorKind::WaitTimeout, text) => text.contains("leaving no validity"),
+            _ => false,
+        })
+        .count();
+    // A release or extend refused by a quorum while the lease was valid by
+    // our clock means our keys vanished early, or the call itself ran past
+    // valid_until: worth a look even without an overlap.
+    let refused_valid: Vec<_> = run
+        .history
+        .iter()
+        .filter(|op| matches!(op.call, Call::Release | Call::Extend))
+        .filter(|op| op.error() == Some(ErrorKind::NotHeld))
+        .filter(|op| op.valid_until.is_some_and(|v| op.invoke < v))
+        .collect();
+    let timed_out = run
+        .history
+        .iter()
+        .filter(|op| matches!(op.call, Call::Lock | Call::TryLock))
+        .filter(|op| matches!(&op.outcome, Outcome::Failed(_, text) if text.contains("no reply within")))
+        .count();
+    let late_writes = run
+        .history
+        .iter()
+        .filter(|op| op.call == Call::Write && matches!(op.outcome, Outcome::Value(_)))
+        .filter(|op| {
+            op.valid_until
+                .is_some_and(|v| op.invoke < v && op.complete > v)
+        })
+        .count();
+    let _ = writeln!(
+        w,
+        "observations: {timed_out} acquisitions failed with nodes that did not answer within \
+         the node timeout; {exhausted} ended as ValidityExhausted; \
+         {late_writes} write(s) sent inside the lease were acknowledged after it ended; \
+         {} release(s)/extend(s) refused as NotHeld while the lease was valid when called",
+        refused_valid.len()
+    );
+    for op in refused_valid.iter().take(3) {
+        if let Outcome::Failed(_, text) = &op.outcome {
+            let _ = writeln!(
+                w,
+                "      {} by worker {} lease {:?} at {:.1} ms ({} left, took {}): {text}",
+                op.call.label(),
+                op.worker,
+                op.lease,
+                op.invoke.as_secs_f64() * 1e3,
+                ms(op.valid_until.unwrap_or_default().saturating_sub(op.invoke)),
+                ms(op.duration()),
+            );
+        }
+    }
+}
+
+/// The one-line JSON report.
+pub fn json(run: &Run, verdict: &Verdict) -> String {
+    let faults: serde_json::Map<String, serde_json::Value> = run
+        .faults
+        .iter()
+        .map(|(k, n)| (k.to_string(), json!(n)))
+        .collect();
+    let violations: serde_json::Map<String, serde_json::Value> = verdict
+        .counts()
+        .iter()
+        .map(|(k, n)| (k.to_string(), json!(n)))
+        .collect();
+    json!({
+        "scenario": run.scenario,
+        "seed": run.seed,
+        "nodes": run.nodes,
+        "seconds": run.seconds,
+        "operations": run.operations(),
+        "acquired": run.acquired(),
+        "faults": faults,
+        "violations": violations,
+    })
+    .to_string()
+}

@@ -1,0 +1,198 @@
+//! The test rig: the lock nodes (some with fsync'd persistence), a data
+//! Redis that is never faulted, one proxy per faultable client-to-node
+//! link, and the end-of-run inspection of what the nodes still hold.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlease_testkit::proxy::{Mode, Proxy};
+use redlease_testkit::{NodeConfig, RedisNode};
+
+use crate::checker::LeftoverKey;
+use crate::faults::Link;
+use crate::panics;
+
+/// The lock nodes; each behind its own mutex so faults on different nodes
+/// run at the same time.
+pub type Nodes = Arc<Vec<Mutex<RedisNode>>>;
+
+/// How long inspecting one node may take.
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on SCAN round trips per node.
+const MAX_SCANS: usize = 10_000;
+
+pub struct Rig {
+    pub nodes: Nodes,
+    /// `127.0.0.1:PORT` of each node (stable across restarts).
+    pub addrs: Vec<String>,
+    pub data: RedisNode,
+    pub proxies: Arc<BTreeMap<Link, Proxy>>,
+}
+
+/// The settings of a node that survives SIGKILL with every acknowledged write.
+pub fn fsync_always() -> NodeConfig {
+    NodeConfig::new()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+}
+
+/// Runs blocking work on node `i` off the async threads.
+pub async fn with_node<T: Send + 'static>(
+    nodes: &Nodes,
+    i: usize,
+    f: impl FnOnce(&mut RedisNode) -> T + Send + 'static,
+) -> Result<T, String> {
+    let nodes = nodes.clone();
+    tokio::task::spawn_blocking(move || {
+        panics::harness(|| {
+            // A poisoned lock only means an earlier harness step panicked;
+            // the node handle itself is still usable.
+            let mut node = nodes[i].lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut node)
+        })
+    })
+    .await
+    .map_err(|e| format!("node {i}: {}", panic_text(e)))
+}
+
+fn panic_text(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(payload) => panics::message(payload.as_ref()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Starts `fsync.len()` nodes (node `i` with fsync'd AOF when `fsync[i]`).
+pub async fn start_nodes(fsync: &[bool]) -> Result<Nodes, String> {
+    let fsync = fsync.to_vec();
+    let nodes = tokio::task::spawn_blocking(move || {
+        panics::harness(|| {
+            fsync
+                .iter()
+                .map(|&durable| {
+                    Mutex::new(if durable {
+                        RedisNode::start_with(fsync_always())
+                    } else {
+                        RedisNode::start()
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+    })
+    .await
+    .map_err(|e| format!("starting redis-server: {}", panic_text(e)))?;
+    Ok(Arc::new(nodes))
+}
+
+pub async fn start_data() -> Result<RedisNode, String> {
+    tokio::task::spawn_blocking(|| panics::harness(RedisNode::start))
+        .await
+        .map_err(|e| format!("starting the data redis-server: {}", panic_text(e)))
+}
+
+impl Rig {
+    /// Nodes, the data node, and a proxy for every link of the `proxied` workers.
+    pub async fn start(fsync: &[bool], proxied: &[usize]) -> Result<Rig, String> {
+        let nodes = start_nodes(fsync).await?;
+        let data = start_data().await?;
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| n.lock().unwrap_or_else(|p| p.into_inner()).addr())
+            .collect();
+        let mut proxies = BTreeMap::new();
+        for &worker in proxied {
+            for (node, addr) in addrs.iter().enumerate() {
+                proxies.insert(Link { worker, node }, Proxy::start(addr));
+            }
+        }
+        Ok(Rig {
+            nodes,
+            addrs,
+            data,
+            proxies: Arc::new(proxies),
+        })
+    }
+
+    /// The URLs `worker` connects to: its proxies if it has any, else the nodes.
+    pub fn urls_for(&self, worker: usize) -> Vec<String> {
+        (0..self.addrs.len())
+            .map(|node| match self.proxies.get(&Link { worker, node }) {
+                Some(proxy) => proxy.url(),
+                None => format!("redis://{}", self.addrs[node]),
+            })
+            .collect()
+    }
+
+    /// Every link back to pass, every node running and resumed.
+    pub async fn heal(&self) -> Result<(), String> {
+        for proxy in self.proxies.values() {
+            proxy.set(Mode::Pass);
+        }
+        heal_nodes(&self.nodes).await
+    }
+
+    pub async fn leftover_keys(&self) -> Result<Vec<LeftoverKey>, String> {
+        leftover_keys(&self.addrs).await
+    }
+}
+
+/// Resumes paused nodes and restarts any that is down. Only called once
+/// every fault is over, when no client uses the nodes.
+pub async fn heal_nodes(nodes: &Nodes) -> Result<(), String> {
+    for i in 0..nodes.len() {
+        with_node(nodes, i, |n| {
+            n.resume();
+            if !n.is_running() {
+                n.restart();
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Lock keys (`redlease:*` but not the `:fence` counters, which are meant
+/// to outlive locks) still present on any node.
+pub async fn leftover_keys(addrs: &[String]) -> Result<Vec<LeftoverKey>, String> {
+    let mut out = Vec::new();
+    for (node, addr) in addrs.iter().enumerate() {
+        let keys = tokio::time::timeout(INSPECT_TIMEOUT, scan_node(addr))
+            .await
+            .map_err(|_| format!("node {node}: inspection timed out"))?
+            .map_err(|e| format!("node {node}: inspection failed: {e}"))?;
+        out.extend(
+            keys.into_iter()
+                .map(|(key, pttl_ms)| LeftoverKey { node, key, pttl_ms }),
+        );
+    }
+    Ok(out)
+}
+
+async fn scan_node(addr: &str) -> redis::RedisResult<Vec<(String, i64)>> {
+    let client = redis::Client::open(format!("redis://{addr}"))?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut cursor: u64 = 0;
+    let mut found = Vec::new();
+    for _ in 0..MAX_SCANS {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("redlease:*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        for key in keys.into_iter().filter(|k| !k.ends_with(":fence")) {
+            let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
+            if pttl != -2 {
+                found.push((key, pttl));
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    Ok(found)
+}

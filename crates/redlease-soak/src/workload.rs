@@ -1,0 +1,418 @@
+//! The workload: clients (each its own Locker, like separate processes)
+//! that take locks, run a critical section on the data Redis, and release,
+//! recording every call.
+//!
+//! The critical section: GET the lock's counter, sleep `U(0, TTL/10)`,
+//! sometimes extend, then SET counter + 1 and a fenced write with the
+//! lease's token, each only if more than the write margin is left before
+//! `valid_until` (the margin covers the write's own trip to Redis). A few
+//! leases are dropped without release (released in the background by the
+//! library).
+//!
+//! Bounds a call must return within (check 5 adds a slack), from the
+//! library's docs, with `nt` the client's node timeout:
+//! - `try_lock`: `3 x nt` (acquire round, fencing write-back, cleanup);
+//! - `lock`: `wait + 4 x nt` (the last attempt may start at the deadline,
+//!   after one subscription wait of `nt`);
+//! - `extend`, `release`: `2 x nt` (waiting out the acquire's stragglers,
+//!   then one round).
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redlease::{Lease, Locker, RetryPolicy};
+
+use crate::history::{Call, ErrorKind, LeaseId, Op, Outcome, Recorder};
+use crate::panics;
+use crate::store::Store;
+
+/// Upper bound on critical sections per worker, whatever the run time.
+const MAX_CYCLES: usize = 1_000_000;
+
+/// The knobs of a run's clients.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub ttl: Duration,
+    pub node_timeout: Duration,
+    /// Node timeout of the patient clients (a large share of the TTL, so
+    /// slow replies are accepted and validity runs short).
+    pub patient_node_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// How long `lock()` waits for a busy lock.
+    pub wait: Duration,
+    pub retry_delay: (Duration, Duration),
+    pub locks: usize,
+    pub workers: usize,
+    /// Workers whose links go through fault proxies; the rest connect directly.
+    pub proxied: Vec<usize>,
+    /// Workers with the patient node timeout.
+    pub patient: Vec<usize>,
+    /// A write is skipped unless more than this is left of the lease.
+    pub write_margin: Duration,
+    /// Longest sleep inside the critical section.
+    pub max_sleep: Duration,
+    /// Share of acquisitions made with `try_lock`.
+    pub try_share: f64,
+    /// Share of critical sections that extend once.
+    pub extend_share: f64,
+    /// Share of leases dropped without `release`.
+    pub abandon_share: f64,
+}
+
+impl Settings {
+    /// TTL 500 ms, node timeout 40 ms (8%), 8 clients (6 behind proxies)
+    /// on 6 locks; patient clients (0 and 1, node timeout 90% of the TTL,
+    /// the most the library accepts with the drift allowance) when `patient`.
+    pub fn standard(patient: bool) -> Settings {
+        let ttl = Duration::from_millis(500);
+        Settings {
+            ttl,
+            node_timeout: Duration::from_millis(40),
+            patient_node_timeout: ttl.mul_f64(0.9),
+            connect_timeout: Duration::from_millis(200),
+            wait: ttl,
+            retry_delay: (Duration::from_millis(2), Duration::from_millis(20)),
+            locks: 6,
+            workers: 8,
+            proxied: (0..6).collect(),
+            patient: if patient { vec![0, 1] } else { Vec::new() },
+            write_margin: ttl / 10,
+            max_sleep: ttl / 10,
+            try_share: 0.15,
+            extend_share: 0.1,
+            abandon_share: 0.02,
+        }
+    }
+
+    pub fn node_timeout_of(&self, worker: usize) -> Duration {
+        if self.patient.contains(&worker) {
+            self.patient_node_timeout
+        } else {
+            self.node_timeout
+        }
+    }
+}
+
+pub fn lock_name(lock: usize) -> String {
+    format!("soak-{lock}")
+}
+
+/// A lease and what the history knows it by.
+pub struct Held {
+    pub lease: Lease,
+    pub id: LeaseId,
+    pub lock: usize,
+}
+
+/// One client "process": its own Locker (own connections) and its own
+/// connection to the data Redis. Every call is timed and recorded.
+pub struct Client {
+    pub worker: usize,
+    pub locker: Locker,
+    store: Store,
+    rec: Recorder,
+    ttl: Duration,
+    node_timeout: Duration,
+    wait: Duration,
+    write_margin: Duration,
+}
+
+/// How a recorded call went, before it becomes an [`Outcome`].
+enum Ran<T> {
+    Ok(T),
+    Err(redlease::Error),
+    Panicked(String),
+}
+
+async fn guarded<T>(call: impl Future<Output = Result<T, redlease::Error>>) -> Ran<T> {
+    match AssertUnwindSafe(call).catch_unwind().await {
+        Ok(Ok(v)) => Ran::Ok(v),
+        Ok(Err(e)) => Ran::Err(e),
+        Err(payload) => Ran::Panicked(panics::message(payload.as_ref())),
+    }
+}
+
+impl Client {
+    /// Builds the client's Locker over `urls` (must run inside the runtime).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn connect(
+        worker: usize,
+        urls: Vec<String>,
+        data_url: &str,
+        ttl: Duration,
+        node_timeout: Duration,
+        wait: Duration,
+        settings: &Settings,
+        rec: Recorder,
+    ) -> Result<Client, String> {
+        let locker = Locker::builder(urls)
+            .ttl(ttl)
+            .node_timeout(node_timeout)
+            .connect_timeout(settings.connect_timeout)
+            .retry(
+                RetryPolicy::new()
+                    .wait(wait)
+                    .delay(settings.retry_delay.0, settings.retry_delay.1),
+            )
+            .build()
+            .map_err(|e| format!("worker {worker}: {e}"))?;
+        let store = Store::connect(data_url)
+            .await
+            .map_err(|e| format!("worker {worker}: data redis: {e}"))?;
+        Ok(Client {
+            worker,
+            locker,
+            store,
+            rec,
+            ttl,
+            node_timeout,
+            wait,
+            write_margin: settings.write_margin,
+        })
+    }
+
+    /// The configured bound of a library call (see the module docs).
+    pub fn bound(&self, call: Call) -> Option<Duration> {
+        let nt = self.node_timeout;
+        match call {
+            Call::Lock => Some(self.wait + 4 * nt),
+            Call::TryLock => Some(3 * nt),
+            Call::Extend | Call::Release => Some(2 * nt),
+            _ => None,
+        }
+    }
+
+    fn op(&self, lock: usize, lease: Option<LeaseId>, call: Call, invoke: Instant) -> Op {
+        Op {
+            worker: self.worker,
+            lock,
+            lease,
+            call,
+            invoke: self.rec.at(invoke),
+            complete: self.rec.now(),
+            bound: self.bound(call),
+            outcome: Outcome::Ok,
+            valid_until: None,
+            token: None,
+        }
+    }
+
+    fn failed<T>(ran: Ran<T>) -> Outcome {
+        match ran {
+            Ran::Err(e) => Outcome::Failed(ErrorKind::of(&e), e.to_string()),
+            Ran::Panicked(msg) => Outcome::Failed(ErrorKind::Panic, msg),
+            Ran::Ok(_) => Outcome::Ok,
+        }
+    }
+
+    /// `lock()` (or `try_lock()` when `once`) on lock `lock`.
+    pub async fn acquire(&mut self, lock: usize, once: bool) -> Option<Held> {
+        self.acquire_with(lock, once, None).await
+    }
+
+    /// Like [`acquire`](Self::acquire) with a per-call TTL.
+    pub async fn acquire_with(
+        &mut self,
+        lock: usize,
+        once: bool,
+        ttl: Option<Duration>,
+    ) -> Option<Held> {
+        let name = lock_name(lock);
+        let call = if once { Call::TryLock } else { Call::Lock };
+        let invoke = Instant::now();
+        let ran = guarded(async {
+            let request = if once {
+                self.locker.try_lock(name)
+            } else {
+                self.locker.lock(name)
+            };
+            match ttl {
+                Some(ttl) => request.ttl(ttl).await,
+                None => request.await,
+            }
+        })
+        .await;
+        let mut op = self.op(lock, None, call, invoke);
+        match ran {
+            Ran::Ok(lease) => {
+                let id = self.rec.next_lease();
+                op.lease = Some(id);
+                op.valid_until = Some(self.rec.at(lease.valid_until()));
+                op.token = Some(lease.fencing_token());
+                self.rec.push(op);
+                Some(Held { lease, id, lock })
+            }
+            other => {
+                op.outcome = Self::failed(other);
+                self.rec.push(op);
+                None
+            }
+        }
+    }
+
+    fn lease_op(&self, held: &Held, call: Call, invoke: Instant) -> Op {
+        let mut op = self.op(held.lock, Some(held.id), call, invoke);
+        op.valid_until = Some(self.rec.at(held.lease.valid_until()));
+        op.token = Some(held.lease.fencing_token());
+        op
+    }
+
+    /// Whether more than the write margin is left of the lease.
+    fn may_write(&self, held: &Held) -> bool {
+        Instant::now() + self.write_margin < held.lease.valid_until()
+    }
+
+    /// GETs the lock's counter.
+    pub async fn read(&mut self, held: &Held) -> Option<u64> {
+        let invoke = Instant::now();
+        let result = self.store.read(held.lock).await;
+        let mut op = self.lease_op(held, Call::Read, invoke);
+        let value = match result {
+            Ok(v) => {
+                op.outcome = Outcome::Value(v);
+                Some(v)
+            }
+            Err(e) => {
+                op.outcome = Outcome::Failed(ErrorKind::Data, e);
+                None
+            }
+        };
+        self.rec.push(op);
+        value
+    }
+
+    /// SETs the counter to `value`: only with more than the write margin
+    /// left, unless `unchecked` (the sleepy-holder control). True if acknowledged.
+    pub async fn write(&mut self, held: &Held, value: u64, unchecked: bool) -> bool {
+        let invoke = Instant::now();
+        if !unchecked && !self.may_write(held) {
+            let mut op = self.lease_op(held, Call::Write, invoke);
+            op.outcome = Outcome::Skipped;
+            self.rec.push(op);
+            return false;
+        }
+        let result = self.store.write(held.lock, value).await;
+        let mut op = self.lease_op(held, Call::Write, invoke);
+        op.outcome = match result {
+            Ok(()) => Outcome::Value(value),
+            Err(e) => Outcome::Failed(ErrorKind::Data, e),
+        };
+        let acked = matches!(op.outcome, Outcome::Value(_));
+        self.rec.push(op);
+        acked
+    }
+
+    /// Writes to the fenced store with the lease's token, under the same
+    /// margin rule. `Some(accepted)` when it was sent and answered.
+    pub async fn fenced_write(&mut self, held: &Held, unchecked: bool) -> Option<bool> {
+        let invoke = Instant::now();
+        if !unchecked && !self.may_write(held) {
+            let mut op = self.lease_op(held, Call::FencedWrite, invoke);
+            op.outcome = Outcome::Skipped;
+            self.rec.push(op);
+            return None;
+        }
+        let value = format!("worker {} lease {}", self.worker, held.id);
+        let result = self
+            .store
+            .fenced_write(held.lock, held.lease.fencing_token(), &value)
+            .await;
+        let mut op = self.lease_op(held, Call::FencedWrite, invoke);
+        let accepted = match result {
+            Ok(true) => Some(true),
+            Ok(false) => {
+                op.outcome = Outcome::Rejected;
+                Some(false)
+            }
+            Err(e) => {
+                op.outcome = Outcome::Failed(ErrorKind::Data, e);
+                None
+            }
+        };
+        self.rec.push(op);
+        accepted
+    }
+
+    /// Extends the lease by the client's TTL.
+    pub async fn extend(&mut self, held: &mut Held) -> bool {
+        let ttl = self.ttl;
+        let invoke = Instant::now();
+        let ran = guarded(held.lease.extend(ttl)).await;
+        let mut op = self.lease_op(held, Call::Extend, invoke);
+        let ok = matches!(ran, Ran::Ok(()));
+        op.outcome = Self::failed(ran);
+        self.rec.push(op);
+        ok
+    }
+
+    /// Releases the lease; the error kind if it failed.
+    pub async fn release(&mut self, held: Held) -> Result<(), ErrorKind> {
+        let Held { lease, id, lock } = held;
+        let (valid_until, token) = (lease.valid_until(), lease.fencing_token());
+        let invoke = Instant::now();
+        let ran = guarded(lease.release()).await;
+        let mut op = self.op(lock, Some(id), Call::Release, invoke);
+        op.valid_until = Some(self.rec.at(valid_until));
+        op.token = Some(token);
+        op.outcome = Self::failed(ran);
+        let result = match &op.outcome {
+            Outcome::Failed(kind, _) => Err(*kind),
+            _ => Ok(()),
+        };
+        self.rec.push(op);
+        result
+    }
+}
+
+impl Client {
+    /// Drops the lease without `release`: the library releases it in the
+    /// background. Recorded first, as the moment the lease was given up.
+    pub fn abandon(&mut self, held: Held) {
+        let mut op = self.lease_op(&held, Call::Abandon, Instant::now());
+        op.complete = op.invoke;
+        self.rec.push(op);
+        drop(held);
+    }
+}
+
+/// The seed of one worker's choices, derived from the run's seed.
+pub fn worker_seed(seed: u64, worker: usize) -> u64 {
+    seed ^ (worker as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Runs critical sections until `deadline` (the one in progress finishes).
+pub async fn work(mut client: Client, settings: Arc<Settings>, seed: u64, deadline: Instant) {
+    let mut rng = StdRng::seed_from_u64(worker_seed(seed, client.worker));
+    for _ in 0..MAX_CYCLES {
+        if Instant::now() >= deadline {
+            break;
+        }
+        let lock = rng.random_range(0..settings.locks);
+        let once = rng.random_bool(settings.try_share);
+        let Some(mut held) = client.acquire(lock, once).await else {
+            // Do not hammer a lock a try_lock found busy.
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..=5))).await;
+            continue;
+        };
+        let Some(seen) = client.read(&held).await else {
+            let _ = client.release(held).await;
+            continue;
+        };
+        tokio::time::sleep(settings.max_sleep.mul_f64(rng.random::<f64>())).await;
+        if rng.random_bool(settings.extend_share) {
+            client.extend(&mut held).await;
+        }
+        client.write(&held, seen + 1, false).await;
+        client.fenced_write(&held, false).await;
+        if rng.random_bool(settings.abandon_share) {
+            client.abandon(held);
+            continue;
+        }
+        let _ = client.release(held).await;
+    }
+}
