@@ -113,6 +113,11 @@
 //! in step, so this second round trip is rare; it is never skipped when it
 //! is needed.
 //!
+//! The argument needs a quorum of nodes that remember their counters: in
+//! the unsafe case of a node restarted empty at once (see below), two
+//! holders may even get the same token, so a resource should accept only
+//! tokens strictly above the last one it saw from a *different* holder.
+//!
 //! Counters do not live forever: one that sees no acquisition for the
 //! [fence expiry](LockerBuilder::fence_expiry) (10 minutes by default) is
 //! deleted, and restarts from the node's clock in microseconds (cut to
@@ -146,6 +151,20 @@
 //! - **Independent nodes.** The same server listed twice would fake a
 //!   majority; the [`LockerBuilder`] rejects identical `host:port` pairs,
 //!   but cannot see that two names point at one server.
+//!
+//! Under faults (checked by the fault-injection suite in `redlease-soak`,
+//! which kills, pauses, delays, blackholes, resets and partitions nodes in
+//! the middle of a run and checks every call's history): crashes of a
+//! minority of nodes, pauses up to twice the TTL, link latency beyond the
+//! TTL, blackholed or reset links, replies buffered past the TTL and
+//! asymmetric partitions all left the lock safe, with every call bounded
+//! and every failure a typed error; a two-minute run of all of them
+//! together took 14,582 leases under 122 faults with no violation. Two
+//! faults are not survivable by design, and the suite's negative controls
+//! show them failing: a node without fsync'd persistence restarted empty
+//! at once (two holders), and a holder paused past its lease (a lost
+//! update, unless the resource checks fencing tokens). See GUARANTEES.md in
+//! the repository for the bounds and figures.
 //!
 //! Keys a node may still hold after a failed or abandoned operation always
 //! carry the TTL, so the worst case of a lost reply is a lock that stays
