@@ -113,10 +113,10 @@
 //! in step, so this second round trip is rare; it is never skipped when it
 //! is needed.
 //!
-//! The argument needs a quorum of nodes that remember their counters: in
-//! the unsafe case of a node restarted empty at once (see below), two
-//! holders may even get the same token, so a resource should accept only
-//! tokens strictly above the last one it saw from a *different* holder.
+//! The argument needs a quorum of nodes that remember their counters. In
+//! the configuration the limits below rule out (a node without fsync'd
+//! persistence restarted empty at once), two holders can even get the same
+//! token: fencing cannot repair a lock that has already failed.
 //!
 //! Counters do not live forever: one that sees no acquisition for the
 //! [fence expiry](LockerBuilder::fence_expiry) (10 minutes by default) is
