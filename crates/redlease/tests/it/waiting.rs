@@ -29,23 +29,31 @@ fn channel(locker: &Locker, resource: &str) -> String {
     format!("{}:released", locker.key(resource))
 }
 
-async fn waiter_takes_a_released_lock_at_once(n: usize) {
-    let nodes = RedisNodes::start(n);
-    // Holder and waiter use different Lockers, as two processes would: the
-    // wake-up has to come from Redis.
-    let holder_side = locker(&nodes);
-    let waiter_side = patient_locker(&nodes);
+/// "job" held through one Locker, and a task of another (as two processes
+/// would be: the wake-up has to come from Redis) waiting for it, subscribed
+/// on every node. The task returns when it got the lock, and the lease.
+async fn held_and_awaited(
+    nodes: &RedisNodes,
+) -> (
+    redlease::Lease,
+    tokio::task::JoinHandle<(Instant, Result<redlease::Lease, redlease::Error>)>,
+    String,
+) {
+    let holder = locker(nodes).try_lock("job").await.unwrap();
+    let waiter_side = patient_locker(nodes);
     let chan = channel(&waiter_side, "job");
-    let holder = holder_side.try_lock("job").await.unwrap();
-
     let waiter = tokio::spawn(async move {
         let lease = waiter_side.lock("job").await;
         (Instant::now(), lease)
     });
-    assert_eq!(
-        wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await,
-        vec![1; n]
-    );
+    let subscribed = wait_numsub(nodes, &chan, 1, Duration::from_secs(3)).await;
+    assert_eq!(subscribed, vec![1; nodes.len()]);
+    (holder, waiter, chan)
+}
+
+async fn waiter_takes_a_released_lock_at_once(n: usize) {
+    let nodes = RedisNodes::start(n);
+    let (holder, waiter, chan) = held_and_awaited(&nodes).await;
     // Let the waiter finish its post-subscription retry and go to sleep.
     tokio::time::sleep(100 * MS).await;
 
@@ -200,18 +208,7 @@ async fn dropping_waiters_at_random_points_leaks_nothing() {
 #[tokio::test]
 async fn waiting_survives_a_broken_subscription_connection() {
     let nodes = RedisNodes::start(3);
-    let holder_side = locker(&nodes);
-    let waiter_side = patient_locker(&nodes);
-    let chan = channel(&waiter_side, "job");
-    let holder = holder_side.try_lock("job").await.unwrap();
-    let waiter = tokio::spawn(async move {
-        let lease = waiter_side.lock("job").await;
-        (Instant::now(), lease)
-    });
-    assert_eq!(
-        wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await,
-        vec![1; 3]
-    );
+    let (holder, waiter, chan) = held_and_awaited(&nodes).await;
 
     for node in nodes.iter() {
         command(node, &["CLIENT", "KILL", "TYPE", "pubsub"]).await;
