@@ -97,7 +97,7 @@ struct Backoff {
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(50);
-    const MAX: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_millis(250);
 
     fn failed(&mut self, now: std::time::Instant) {
         let wait = self.next.clamp(Self::FIRST, Self::MAX);
