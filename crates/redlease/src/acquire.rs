@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::RetryPolicy;
 use crate::error::{Held, Op};
-use crate::fanout::{self, Replies};
+use crate::fanout::{self, flag_vote, Replies};
 use crate::fencing;
 use crate::lease::{self, Lease, LeaseHandle};
 use crate::locker::{Locker, Shared};
@@ -187,14 +187,6 @@ fn vote(answer: &Result<AcquireReply, crate::NodeError>) -> Vote {
     match answer {
         Ok(AcquireReply::Acquired(_)) => Vote::Yes,
         Ok(AcquireReply::Held(_)) => Vote::No,
-        Err(_) => Vote::Failed,
-    }
-}
-
-fn flag_vote(answer: &Result<bool, crate::NodeError>) -> Vote {
-    match answer {
-        Ok(true) => Vote::Yes,
-        Ok(false) => Vote::No,
         Err(_) => Vote::Failed,
     }
 }

@@ -72,6 +72,16 @@ impl<R> InFlight<R> {
     }
 }
 
+/// The vote of a node that answered whether it did what was asked
+/// (release, extend, raise the fencing counter).
+pub(crate) fn flag_vote(answer: &Result<bool, NodeError>) -> Vote {
+    match answer {
+        Ok(true) => Vote::Yes,
+        Ok(false) => Vote::No,
+        Err(_) => Vote::Failed,
+    }
+}
+
 /// The answers gathered so far, and the requests still in flight.
 pub(crate) struct Replies<R> {
     /// Answers by node index, in arrival order.

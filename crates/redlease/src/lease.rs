@@ -9,11 +9,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::{Held, NodeError, Op};
-use crate::fanout::{self, Replies};
+use crate::fanout::{self, flag_vote, Replies};
 use crate::locker::Shared;
 use crate::node::Node;
-use crate::quorum::{Decision, Vote};
-use crate::renew::{LeaseState, LostReason};
+use crate::quorum::Decision;
+use crate::renew::{LeaseState, LostReason, Renewer};
 use crate::token::Token;
 use crate::validity::Timing;
 use crate::Error;
@@ -52,14 +52,6 @@ impl fmt::Debug for Lease {
             .field("key", &self.guard.key)
             .field("remaining", &self.remaining())
             .finish()
-    }
-}
-
-fn flag_vote(answer: &Result<bool, NodeError>) -> Vote {
-    match answer {
-        Ok(true) => Vote::Yes,
-        Ok(false) => Vote::No,
-        Err(_) => Vote::Failed,
     }
 }
 
@@ -505,11 +497,18 @@ impl ReleaseOnDrop {
     /// Stops renewal, and waits until no renewal of this lease is on the
     /// wire: after this, nothing extends the lease again.
     async fn stop_renewal(&mut self) {
-        if let Some(id) = self.renewal.take() {
-            let renewer = self.shared.renewer().clone();
-            renewer.remove(id);
+        if let Some(renewer) = self.unregister() {
             renewer.quiesce().await;
         }
+    }
+
+    /// Takes the lease off the renewer, so no new renewal of it starts;
+    /// returns the renewer, to wait for a batch already on the wire.
+    fn unregister(&mut self) -> Option<Arc<Renewer>> {
+        let id = self.renewal.take()?;
+        let renewer = self.shared.renewer().clone();
+        renewer.remove(id);
+        Some(renewer)
     }
 
     /// Waits until no earlier request for this token is still in flight
@@ -533,11 +532,7 @@ impl Drop for ReleaseOnDrop {
             return;
         }
         // Unregister now, so no renewal starts after the lease is gone.
-        let renewer = self.renewal.take().map(|id| {
-            let renewer = self.shared.renewer().clone();
-            renewer.remove(id);
-            renewer
-        });
+        let renewer = self.unregister();
         // Background::spawn needs a runtime; without one the keys simply
         // expire.
         if tokio::runtime::Handle::try_current().is_err() {
