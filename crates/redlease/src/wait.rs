@@ -49,18 +49,14 @@ pub(crate) async fn lock(
     let mut wait_first = waiter.is_some();
 
     loop {
-        if wait_first {
+        // Only a task that already queues ever waits before an attempt.
+        if let Some(w) = waiter.as_ref().filter(|_| wait_first) {
             let now = Instant::now();
             let expires_in = last.as_ref().and_then(Error::expires_in);
             let delay = policy.delay_before_next(rand::random::<f64>(), expires_in, now, deadline);
-            match &waiter {
-                Some(w) => {
-                    tokio::select! {
-                        () = w.woken() => {}
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                }
-                None => tokio::time::sleep(delay).await,
+            tokio::select! {
+                () = w.woken() => {}
+                () = tokio::time::sleep(delay) => {}
             }
         }
         attempts = attempts.saturating_add(1);
