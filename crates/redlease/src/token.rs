@@ -2,11 +2,12 @@
 
 use std::fmt;
 
-/// 128 bits from the operating system's CSPRNG, hex-encoded for Redis.
-/// Fresh for every acquisition; its `Debug` never shows the value, so it
-/// cannot leak into logs.
+/// 128 bits from a CSPRNG, hex-encoded for Redis. Fresh for every
+/// acquisition; its `Debug` never shows the value, so it cannot leak into
+/// logs. Shared, because every node's request and every renewal batch
+/// carries it: a clone is a reference count, not a copy.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Token(String);
+pub(crate) struct Token(std::sync::Arc<str>);
 
 impl Token {
     pub(crate) fn generate() -> Self {
@@ -19,7 +20,7 @@ impl Token {
             hex.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
             hex.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
         }
-        Token(hex)
+        Token(hex.into())
     }
 
     pub(crate) fn as_str(&self) -> &str {
