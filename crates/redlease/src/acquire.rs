@@ -10,10 +10,10 @@ use crate::error::{Held, Op};
 use crate::fanout::{self, flag_vote, Replies};
 use crate::fencing;
 use crate::lease::{self, Lease, LeaseHandle};
+use crate::lease_state::LostReason;
 use crate::locker::{Locker, Shared};
 use crate::node::{AcquireReply, LockKeys};
 use crate::quorum::{quorum, Decision, Vote};
-use crate::renew::LostReason;
 use crate::token::Token;
 use crate::validity::Timing;
 use crate::{wait, Error};
@@ -164,6 +164,9 @@ impl<'a> Acquire<'a> {
             return Err(Error::invalid("resource", "the lock name is empty"));
         }
         let timing = shared.timing("ttl", self.ttl.unwrap_or(shared.ttl))?;
+        if self.keep_alive {
+            timing.check_renewal("ttl", shared.renew_fraction)?;
+        }
         self.retry.check()?;
         let keys = shared.keys(&self.resource);
         let mut lease = wait::lock(shared, &self.resource, &keys, timing, &self.retry).await?;
@@ -206,18 +209,30 @@ pub(crate) async fn attempt(
     let mut guard =
         lease::ReleaseOnDrop::new(shared.clone(), keys.lock.clone(), token.clone(), timing);
     let start = Instant::now();
+    let written = guard.written().clone();
     let mut replies = fanout::until_decided(&shared.nodes, vote, |node| {
-        let (keys, token) = (keys.clone(), token.clone());
+        let (keys, token, written) = (keys.clone(), token.clone(), written.clone());
         async move {
-            node.acquire(&keys, &token, timing.ttl_ms(), timing.node_timeout)
-                .await
+            let reply = node
+                .acquire(&keys, &token, timing.ttl_ms(), timing.node_timeout)
+                .await;
+            let unwritten = match &reply {
+                Ok(AcquireReply::Held(_)) => true,
+                Err(e) => e.kind().never_sent(),
+                Ok(AcquireReply::Acquired(_)) => false,
+            };
+            if unwritten {
+                written.ruled_out(node.id().index());
+            }
+            reply
         }
     })
     .await;
 
     let failure = match replies.tally.decision() {
         Decision::Reached => {
-            match settle_fence(shared, keys, granted(&replies), timing, start).await {
+            let (granted_by, fences) = granted(&replies);
+            match settle_fence(shared, keys, fences, timing, start).await {
                 Ok(fence) => {
                     // The slower nodes' answers cannot change the outcome: let
                     // them finish on their own. The lease waits for them before
@@ -228,6 +243,7 @@ pub(crate) async fn attempt(
                         resource.to_string(),
                         timing.valid_until(start),
                         fence,
+                        granted_by,
                     ));
                 }
                 Err(failure) => failure.into_error(resource),
@@ -241,15 +257,9 @@ pub(crate) async fn attempt(
         }
     };
     replies.finish(vote).await;
-    // Undo on every node that did not plainly refuse: a node that timed out
-    // or failed may still have applied the SET.
-    let undo: Vec<_> = replies
-        .answers
-        .iter()
-        .filter(|(_, a)| vote(a) != Vote::No)
-        .map(|(i, _)| shared.nodes[*i].clone())
-        .collect();
-    lease::release_on(shared, &undo, &keys.lock, &token, timing.node_timeout).await;
+    // Undo on every node that may hold the token: one that timed out or
+    // failed may still have applied the SET.
+    lease::release_on(shared, &written, &keys.lock, &token, timing.node_timeout).await;
     guard.disarm();
     Err(failure)
 }
@@ -325,22 +335,23 @@ async fn settle_fence(
         raised.detach(&shared.background);
     }
     let elapsed = start.elapsed();
-    if timing.validity(elapsed).is_none() {
+    // Never hand out a lease that would be reported lost at once.
+    if !timing.usable(elapsed) {
         return Err(Unsettled::Expired { elapsed, timing });
     }
     Ok(fence)
 }
 
-/// The fencing counters the granting nodes reported.
-fn granted(replies: &Replies<AcquireReply>) -> Vec<u64> {
+/// The nodes that granted the lock, and the fencing counters they reported.
+fn granted(replies: &Replies<AcquireReply>) -> (Vec<usize>, Vec<u64>) {
     replies
         .answers
         .iter()
-        .filter_map(|(_, a)| match a {
-            Ok(AcquireReply::Acquired(fence)) => Some(*fence),
+        .filter_map(|(i, a)| match a {
+            Ok(AcquireReply::Acquired(fence)) => Some((*i, *fence)),
             _ => None,
         })
-        .collect()
+        .unzip()
 }
 
 /// The error for an attempt that no quorum granted.

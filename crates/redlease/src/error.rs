@@ -92,6 +92,24 @@ pub enum NodeErrorKind {
     },
     /// Redis answered something the lock scripts never return.
     Protocol(String),
+    /// Not sent: earlier requests to this node timed out and are still
+    /// unanswered, so a new one would only queue behind them. Requests
+    /// flow again as soon as the node answers (it is paused, overloaded
+    /// or cut off).
+    Unresponsive {
+        /// Requests given up on and still unanswered.
+        unanswered: usize,
+        /// How long the oldest of them has been owed.
+        since: Duration,
+    },
+}
+
+impl NodeErrorKind {
+    /// Whether the request was never sent, so it cannot have changed
+    /// anything on the node.
+    pub(crate) fn never_sent(&self) -> bool {
+        matches!(self, Self::Unresponsive { .. })
+    }
 }
 
 impl fmt::Display for NodeErrorKind {
@@ -101,6 +119,11 @@ impl fmt::Display for NodeErrorKind {
             Self::Connection(why) => write!(f, "connection failed: {why}"),
             Self::Redis { code, message } => write!(f, "Redis replied {code} {message}"),
             Self::Protocol(what) => write!(f, "unexpected reply: {what}"),
+            Self::Unresponsive { unanswered, since } => write!(
+                f,
+                "not sent: {unanswered} earlier request(s) given up on are still unanswered \
+                 after {since:?} (the node is paused, overloaded or cut off)"
+            ),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! [`Lease`]: a held lock, and giving it back.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,11 +10,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::{Held, NodeError, Op};
+use crate::expiry::ExpiryBounds;
 use crate::fanout::{self, flag_vote, Replies};
+use crate::lease_state::{LeaseState, LostReason};
 use crate::locker::Shared;
-use crate::node::Node;
 use crate::quorum::Decision;
-use crate::renew::{LeaseState, LostReason, Renewer};
+use crate::renew::ExtendFailure;
 use crate::token::Token;
 use crate::validity::Timing;
 use crate::Error;
@@ -35,11 +37,13 @@ use crate::Error;
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```
-#[must_use = "dropping a Lease releases the lock at once"]
+#[must_use = "dropping a Lease releases the lock (in the background)"]
 pub struct Lease {
     guard: ReleaseOnDrop,
     resource: String,
     fence: u64,
+    /// The nodes that granted the acquire, until the lease is kept alive.
+    granted: Vec<usize>,
     /// Validity and loss, shared with the renewer when kept alive.
     state: Arc<watch::Sender<LeaseState>>,
 }
@@ -62,15 +66,17 @@ impl Lease {
         resource: String,
         valid_until: Instant,
         fence: u64,
+        granted: Vec<usize>,
     ) -> Lease {
         let state = Arc::new(watch::Sender::new(LeaseState::new(
             valid_until,
-            &guard.timing,
+            guard.timing.drift,
         )));
         Lease {
             guard,
             resource,
             fence,
+            granted,
             state,
         }
     }
@@ -78,11 +84,16 @@ impl Lease {
     /// Hands the lease to its Locker's renewer.
     pub(crate) fn keep_alive(&mut self) {
         let shared = &self.guard.shared;
+        let bounds = ExpiryBounds::new(
+            shared.nodes.len(),
+            std::mem::take(&mut self.granted),
+            self.valid_until_now(),
+        );
         let id = shared.renewer().add(
             self.guard.key.clone(),
             self.guard.token.clone(),
             self.guard.timing,
-            shared.renew_fraction,
+            bounds,
             self.state.clone(),
         );
         self.guard.renewal = Some(id);
@@ -210,7 +221,7 @@ impl Lease {
     ///
     /// Cancel safe: it only watches.
     pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
-        crate::renew::lost(self.state.subscribe())
+        crate::lease_state::lost(self.state.subscribe())
     }
 
     /// Gives `ttl` more time from now, if a quorum still holds our token and
@@ -241,19 +252,22 @@ impl Lease {
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         let shared = self.guard.shared.clone();
         let timing = shared.timing("ttl", ttl)?;
-        // A kept-alive lease: no renewal may run alongside, or its answer
-        // could overwrite ours with a stale end.
-        let renewer = self.guard.renewal.map(|_| shared.renewer().clone());
-        let _no_renewal = match &renewer {
-            Some(r) => Some(r.exclusive().await),
-            None => None,
-        };
+        if self.guard.renewal.is_some() {
+            timing.check_renewal("ttl", shared.renew_fraction)?;
+        }
+        if let Some(why) = self.lost_reason() {
+            return Err(self.not_held(
+                Op::Extend,
+                why != LostReason::Refused,
+                Vec::new(),
+                Vec::new(),
+            ));
+        }
+        if let Some(id) = self.guard.renewal {
+            return self.extend_kept_alive(id, timing).await;
+        }
         let start = Instant::now();
         let old_valid_until = self.valid_until_now();
-        if self.is_lost() {
-            let expired = self.lost_reason() == Some(LostReason::Expired);
-            return Err(self.not_held(Op::Extend, expired, Vec::new(), Vec::new()));
-        }
         // Before anything is sent: some nodes may apply a TTL shorter than
         // what is left, so the lease can only be trusted until the earlier.
         let extended_until = timing.valid_until(start);
@@ -282,7 +296,7 @@ impl Lease {
                 replies.detach(&shared.background);
                 Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()))
             }
-            Decision::Reached if timing.validity(now - start).is_none() => {
+            Decision::Reached if !timing.usable(now - start) => {
                 replies.detach(&shared.background);
                 Err(Error::ValidityExhausted {
                     op: Op::Extend,
@@ -299,9 +313,6 @@ impl Lease {
                     s.early = timing.drift;
                 });
                 self.guard.timing = timing;
-                if let (Some(r), Some(id)) = (&renewer, self.guard.renewal) {
-                    r.retime(id, timing, shared.renew_fraction);
-                }
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {
@@ -321,6 +332,55 @@ impl Lease {
                 }
                 Err(error)
             }
+        }
+    }
+
+    /// Extends a kept-alive lease through the renewer, in order with its
+    /// renewals on every node.
+    async fn extend_kept_alive(
+        &mut self,
+        id: u64,
+        timing: crate::validity::Timing,
+    ) -> Result<(), Error> {
+        let shared = self.guard.shared.clone();
+        match shared.renewer().extend(id, timing).await {
+            Ok(()) => {
+                self.guard.timing = timing;
+                Ok(())
+            }
+            Err(ExtendFailure::Gone) => {
+                let why = self.lost_reason().unwrap_or(LostReason::Expired);
+                Err(self.not_held(
+                    Op::Extend,
+                    why != LostReason::Refused,
+                    Vec::new(),
+                    Vec::new(),
+                ))
+            }
+            Err(ExtendFailure::Lost {
+                why: LostReason::NodeErrors,
+                refused_on,
+                failed,
+            }) => Err(Error::NoQuorum {
+                op: Op::Extend,
+                resource: self.resource.clone(),
+                succeeded: shared.nodes.len() - failed.len() - refused_on.len(),
+                quorum: crate::quorum::quorum(shared.nodes.len()),
+                nodes: shared.nodes.len(),
+                failed,
+                refused_by: refused_on
+                    .into_iter()
+                    .map(|node| Held {
+                        node,
+                        expires_in: None,
+                    })
+                    .collect(),
+            }),
+            Err(ExtendFailure::Lost {
+                why,
+                refused_on,
+                failed,
+            }) => Err(self.not_held(Op::Extend, why != LostReason::Refused, refused_on, failed)),
         }
     }
 
@@ -346,7 +406,7 @@ impl Lease {
     /// Dropping the future before it completes drops the lease, which
     /// releases it again in the background.
     pub async fn release(mut self) -> Result<(), Error> {
-        self.guard.stop_renewal().await;
+        self.guard.unregister();
         self.guard.settle().await;
         let shared = self.guard.shared.clone();
         let (key, token, timeout) = (
@@ -355,9 +415,16 @@ impl Lease {
             self.guard.timing.node_timeout,
         );
         let release_id: Arc<str> = release_id().into();
+        let written = self.guard.written.clone();
         let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
             let (key, token, release_id) = (key.clone(), token.clone(), release_id.clone());
-            async move { node.release(&key, &token, &release_id, timeout).await }
+            let may_hold = written.may_hold(node.id().index());
+            async move {
+                if !may_hold {
+                    return Ok(false);
+                }
+                node.release(&key, &token, &release_id, timeout).await
+            }
         })
         .await;
         let result = match replies.tally.decision() {
@@ -429,20 +496,23 @@ fn release_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// Runs the compare-and-delete on `nodes` concurrently and waits for all of
-/// them (each bounded by `timeout`). Failures are only logged: the keys
-/// carry a TTL, so a node that missed the release frees the lock by expiry.
+/// Runs the compare-and-delete on every node that may hold our token,
+/// concurrently, and waits for all of them (each bounded by `timeout`).
+/// Failures are only logged: the keys carry a TTL, so a node that missed
+/// the release frees the lock by expiry.
 pub(crate) async fn release_on(
     shared: &Shared,
-    nodes: &[Arc<Node>],
+    written: &Written,
     key: &str,
     token: &Token,
     timeout: Duration,
 ) {
     let release_id = release_id();
     let results = join_all(
-        nodes
+        shared
+            .nodes
             .iter()
+            .filter(|n| written.may_hold(n.id().index()))
             .map(|n| n.release(key, token, &release_id, timeout)),
     )
     .await;
@@ -473,12 +543,42 @@ pub(crate) struct ReleaseOnDrop {
     /// now could reach a node before a request that is still connecting or
     /// reloading its script, and leave a key behind; so wait for them first.
     in_flight: Option<JoinHandle<()>>,
+    /// Which nodes may hold our token.
+    written: Written,
     armed: bool,
+}
+
+/// Per node, whether our token may have been written there. The token is
+/// unique to one attempt, so a node that refused the acquire (the key was
+/// held) or was never sent it (see [`NodeErrorKind::Unresponsive`]) cannot
+/// hold it: a release there is answered "not held" without a request. This
+/// keeps releases, which pass the owed-request gate, from piling up on a
+/// stalled node that never saw the acquire.
+///
+/// [`NodeErrorKind::Unresponsive`]: crate::NodeErrorKind::Unresponsive
+#[derive(Clone)]
+pub(crate) struct Written(Arc<[AtomicBool]>);
+
+impl Written {
+    fn new(nodes: usize) -> Self {
+        Written((0..nodes).map(|_| AtomicBool::new(true)).collect())
+    }
+
+    /// Node `i` is known not to hold our token.
+    pub(crate) fn ruled_out(&self, i: usize) {
+        self.0[i].store(false, Ordering::Relaxed);
+    }
+
+    /// Whether node `i` may hold our token.
+    pub(crate) fn may_hold(&self, i: usize) -> bool {
+        self.0[i].load(Ordering::Relaxed)
+    }
 }
 
 impl ReleaseOnDrop {
     pub(crate) fn new(shared: Arc<Shared>, key: Arc<str>, token: Token, timing: Timing) -> Self {
         ReleaseOnDrop {
+            written: Written::new(shared.nodes.len()),
             shared,
             key,
             token,
@@ -489,26 +589,23 @@ impl ReleaseOnDrop {
         }
     }
 
+    /// Which nodes may hold the token, for the acquire to rule nodes out.
+    pub(crate) fn written(&self) -> &Written {
+        &self.written
+    }
+
     /// Requests of the acquire still on their way to slow nodes.
     pub(crate) fn set_in_flight(&mut self, in_flight: Option<JoinHandle<()>>) {
         self.in_flight = in_flight;
     }
 
-    /// Stops renewal, and waits until no renewal of this lease is on the
-    /// wire: after this, nothing extends the lease again.
-    async fn stop_renewal(&mut self) {
-        if let Some(renewer) = self.unregister() {
-            renewer.quiesce().await;
+    /// Takes the lease off the renewer: no renewal of it is sent after
+    /// this. One already on the wire may still land, which is harmless (the
+    /// renew script never re-creates a deleted key), so nothing waits for it.
+    fn unregister(&mut self) {
+        if let Some(id) = self.renewal.take() {
+            self.shared.renewer().remove(id);
         }
-    }
-
-    /// Takes the lease off the renewer, so no new renewal of it starts;
-    /// returns the renewer, to wait for a batch already on the wire.
-    fn unregister(&mut self) -> Option<Arc<Renewer>> {
-        let id = self.renewal.take()?;
-        let renewer = self.shared.renewer().clone();
-        renewer.remove(id);
-        Some(renewer)
     }
 
     /// Waits until no earlier request for this token is still in flight
@@ -532,7 +629,7 @@ impl Drop for ReleaseOnDrop {
             return;
         }
         // Unregister now, so no renewal starts after the lease is gone.
-        let renewer = self.unregister();
+        self.unregister();
         // Background::spawn needs a runtime; without one the keys simply
         // expire.
         if tokio::runtime::Handle::try_current().is_err() {
@@ -543,14 +640,12 @@ impl Drop for ReleaseOnDrop {
         let (key, token) = (self.key.clone(), self.token.clone());
         let timeout = self.timing.node_timeout;
         let in_flight = self.in_flight.take();
+        let written = self.written.clone();
         shared.background.clone().spawn(async move {
-            if let Some(renewer) = renewer {
-                renewer.quiesce().await;
-            }
             if let Some(in_flight) = in_flight {
                 let _ = in_flight.await;
             }
-            release_on(&shared, &shared.nodes, &key, &token, timeout).await
+            release_on(&shared, &written, &key, &token, timeout).await
         });
     }
 }
@@ -639,7 +734,7 @@ impl LeaseHandle {
     /// # async fn f(lease: redlease::LeaseHandle) { let why = lease.lost().await; }
     /// ```
     pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
-        crate::renew::lost(self.state.clone())
+        crate::lease_state::lost(self.state.clone())
     }
 }
 

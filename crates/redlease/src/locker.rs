@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::acquire::Acquire;
@@ -31,23 +31,21 @@ pub(crate) struct Shared {
     /// Release notifications, started by the first waiter.
     notifier: OnceLock<Arc<Notifier>>,
     /// Automatic renewal, started by the first kept-alive lease.
-    renewer: OnceLock<Arc<Renewer>>,
+    renewer: OnceLock<Renewer>,
     /// Requests finishing in the background.
     pub(crate) background: Arc<Background>,
-    /// Lets the renewal task hold the Locker without keeping it alive.
-    this: Weak<Shared>,
 }
 
 impl Shared {
     /// The renewal task, if any lease was ever kept alive.
-    pub(crate) fn started_renewer(&self) -> Option<&Arc<Renewer>> {
+    pub(crate) fn started_renewer(&self) -> Option<&Renewer> {
         self.renewer.get()
     }
 
-    /// The renewal task, starting it on first use.
-    pub(crate) fn renewer(&self) -> &Arc<Renewer> {
+    /// The renewer, set up on first use.
+    pub(crate) fn renewer(&self) -> &Renewer {
         self.renewer
-            .get_or_init(|| Renewer::start(self.this.clone()))
+            .get_or_init(|| Renewer::new(self.nodes.clone(), self.renew_fraction))
     }
 
     /// The release notifications, starting them on first use.
@@ -598,7 +596,8 @@ impl LockerBuilder {
                 ),
             ));
         }
-        Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?;
+        Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?
+            .check_renewal("ttl", self.renew_fraction)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid(
                 "runtime",
@@ -615,7 +614,7 @@ impl LockerBuilder {
             .map(|(i, url)| Node::new(i, url, settings).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Locker {
-            shared: Arc::new_cyclic(|this| Shared {
+            shared: Arc::new(Shared {
                 nodes,
                 ttl: self.ttl,
                 node_timeout: self.node_timeout,
@@ -628,7 +627,6 @@ impl LockerBuilder {
                 notifier: OnceLock::new(),
                 renewer: OnceLock::new(),
                 background: Arc::default(),
-                this: this.clone(),
             }),
         })
     }

@@ -2,7 +2,7 @@
 //! redis-rs errors to [`NodeError`]s. Every request here has a timeout.
 
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -27,8 +27,6 @@ static BROKEN_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new("return redis.call('DEL', KEYS[1])"));
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
-static EXTEND_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
 
 /// A node's answer to an acquire.
@@ -49,29 +47,6 @@ pub(crate) struct LockKeys {
     pub(crate) fence_expiry_ms: u64,
 }
 
-/// One renewal batch as an EVALSHA command, encoded once and sent to every
-/// node (thousands of leases would otherwise be copied once per node).
-pub(crate) struct ExtendMany {
-    cmd: redis::Cmd,
-    len: usize,
-}
-
-impl ExtendMany {
-    /// A batch of `(key, token, ttl_ms)` leases.
-    pub(crate) fn new<'a>(leases: impl Iterator<Item = (&'a str, &'a Token, u64)> + Clone) -> Self {
-        let mut cmd = redis::cmd("EVALSHA");
-        let len = leases.clone().count();
-        cmd.arg(EXTEND_MANY.get_hash()).arg(len);
-        for (key, _, _) in leases.clone() {
-            cmd.arg(key);
-        }
-        for (_, token, ttl_ms) in leases {
-            cmd.arg(token.as_str()).arg(ttl_ms);
-        }
-        ExtendMany { cmd, len }
-    }
-}
-
 /// Connection settings shared by all nodes of a Locker.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ConnectSettings {
@@ -83,10 +58,76 @@ pub(crate) struct Node {
     id: NodeId,
     client: Client,
     conn: ConnectionManager,
+    settings: ConnectSettings,
     /// After a refused connection, requests fail at once until this
     /// instant, instead of each one trying to connect again.
     down: std::sync::Mutex<Backoff>,
+    /// Requests the client gave up on that the node has not answered yet.
+    owed: Arc<Owed>,
 }
+
+/// Requests whose caller timed out but which are still queued on the
+/// connection. While any is unanswered the node is not sent anything new:
+/// it would only queue behind them, time out as well and pile more work on
+/// a node that is already behind (congestion collapse). The oldest owed
+/// request is the probe: once the node answers it, requests flow again.
+#[derive(Default)]
+struct Owed {
+    state: std::sync::Mutex<OwedState>,
+}
+
+#[derive(Default)]
+struct OwedState {
+    count: usize,
+    since: Option<std::time::Instant>,
+}
+
+impl Owed {
+    /// How many are owed and since when, if any.
+    fn pending(&self) -> Option<(usize, std::time::Instant)> {
+        let s = self.lock();
+        s.since.map(|since| (s.count, since))
+    }
+
+    fn add(&self) {
+        let mut s = self.lock();
+        s.count += 1;
+        s.since.get_or_insert_with(std::time::Instant::now);
+    }
+
+    fn paid(&self) {
+        let mut s = self.lock();
+        s.count = s.count.saturating_sub(1);
+        if s.count == 0 {
+            s.since = None;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, OwedState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How long a request given up on is still waited for before it is
+/// written off (the connection is then presumed dead, and new requests go
+/// out again: at most one burst of given-up work per this period).
+fn write_off_after(timeout: Duration) -> Duration {
+    (8 * timeout).max(Duration::from_secs(2))
+}
+
+/// Whether a request waits behind the owed-request gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    /// New work (acquire, extend, fence): refused while requests are owed.
+    New,
+    /// Undoing our own writes (release): always sent. Queued behind an
+    /// owed acquire on the same connection, it runs right after it when the
+    /// node wakes, so a failed acquire leaves nothing behind; there is at
+    /// most one per lease or failed attempt, so it cannot pile up.
+    Cleanup,
+}
+
+type Request<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, RedisError>> + Send>>;
 
 /// How long requests to a node that refused a connection skip it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -143,12 +184,24 @@ impl Node {
             id,
             client,
             conn,
+            settings,
             down: std::sync::Mutex::new(Backoff::default()),
+            owed: Arc::default(),
         })
     }
 
     pub(crate) fn id(&self) -> &NodeId {
         &self.id
+    }
+
+    /// The node's client (address, credentials, TLS), for connections of
+    /// its own.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.settings.connect_timeout
     }
 
     /// `SET key token NX PX ttl`, or the holder's remaining TTL.
@@ -165,7 +218,7 @@ impl Node {
             .arg(token.as_str())
             .arg(ttl_ms)
             .arg(keys.fence_expiry_ms);
-        let (acquired, value): (i64, i64) = self.run(&call, timeout).await?;
+        let (acquired, value): (i64, i64) = self.run(call, timeout, Gate::New).await?;
         match (acquired, value) {
             (1, fence) if fence > 0 => Ok(AcquireReply::Acquired(fence as u64)),
             (0, pttl) if pttl >= 0 => {
@@ -187,7 +240,7 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let mut call = RAISE_FENCE.prepare_invoke();
         call.key(&*keys.fence).arg(fence).arg(keys.fence_expiry_ms);
-        self.flag(&call, timeout, "raise-fence").await
+        self.flag(call, timeout, Gate::New, "raise-fence").await
     }
 
     /// A client for this node's subscription connection: same address and
@@ -218,7 +271,7 @@ impl Node {
             .arg(token.as_str())
             .arg(crate::subscription::channel_for(key))
             .arg(release_id);
-        self.flag(&call, timeout, "release").await
+        self.flag(call, timeout, Gate::Cleanup, "release").await
     }
 
     /// Sets a new TTL if the key holds `token`; `Ok(false)` if it does not.
@@ -231,48 +284,17 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let mut call = EXTEND.prepare_invoke();
         call.key(key).arg(token.as_str()).arg(ttl_ms);
-        self.flag(&call, timeout, "extend").await
-    }
-
-    /// Runs one renewal batch; one flag per lease, `true` where it was
-    /// extended.
-    pub(crate) async fn extend_many(
-        &self,
-        batch: &ExtendMany,
-        timeout: Duration,
-    ) -> Result<Vec<bool>, NodeError> {
-        let mut conn = self.conn.clone();
-        let flags: Vec<i64> = self
-            .bounded(timeout, async move {
-                match batch.cmd.query_async(&mut conn).await {
-                    Err(e)
-                        if e.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-                    {
-                        EXTEND_MANY.load_async(&mut conn).await?;
-                        batch.cmd.query_async(&mut conn).await
-                    }
-                    other => other,
-                }
-            })
-            .await?;
-        if flags.len() != batch.len || flags.iter().any(|f| !matches!(f, 0 | 1)) {
-            return Err(self.error(NodeErrorKind::Protocol(format!(
-                "renew script returned {} flags for {} leases",
-                flags.len(),
-                batch.len
-            ))));
-        }
-        Ok(flags.into_iter().map(|f| f == 1).collect())
+        self.flag(call, timeout, Gate::New, "extend").await
     }
 
     async fn flag(
         &self,
-        call: &ScriptInvocation<'_>,
+        call: ScriptInvocation<'static>,
         timeout: Duration,
+        gate: Gate,
         what: &str,
     ) -> Result<bool, NodeError> {
-        match self.run::<i64>(call, timeout).await? {
+        match self.run::<i64>(call, timeout, gate).await? {
             1 => Ok(true),
             0 => Ok(false),
             n => Err(self.error(NodeErrorKind::Protocol(format!(
@@ -281,20 +303,26 @@ impl Node {
         }
     }
 
-    async fn run<T: FromRedisValue>(
+    async fn run<T: FromRedisValue + Send + 'static>(
         &self,
-        call: &ScriptInvocation<'_>,
+        call: ScriptInvocation<'static>,
         timeout: Duration,
+        gate: Gate,
     ) -> Result<T, NodeError> {
         let mut conn = self.conn.clone();
-        self.bounded(timeout, async move { call.invoke_async(&mut conn).await })
-            .await
+        self.bounded(
+            timeout,
+            gate,
+            Box::pin(async move { call.invoke_async(&mut conn).await }),
+        )
+        .await
     }
 
-    async fn bounded<T>(
+    async fn bounded<T: Send + 'static>(
         &self,
         timeout: Duration,
-        request: impl Future<Output = Result<T, RedisError>>,
+        gate: Gate,
+        mut request: Request<T>,
     ) -> Result<T, NodeError> {
         let now = std::time::Instant::now();
         if let Some(until) = self.backoff().until.filter(|&until| now < until) {
@@ -303,10 +331,19 @@ impl Node {
                 until - now
             ))));
         }
-        let result = match tokio::time::timeout(timeout, request).await {
+        if let Some((count, since)) = self.owed.pending().filter(|_| gate == Gate::New) {
+            return Err(self.error(NodeErrorKind::Unresponsive {
+                unanswered: count,
+                since: now.saturating_duration_since(since),
+            }));
+        }
+        let result = match tokio::time::timeout(timeout, &mut request).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(map_error(&e, timeout)),
-            Err(_) => Err(NodeErrorKind::Timeout(timeout)),
+            Err(_) => {
+                self.owe(request, timeout);
+                Err(NodeErrorKind::Timeout(timeout))
+            }
         };
         match &result {
             // Only a broken connection backs off: a slow or paused node
@@ -318,12 +355,29 @@ impl Node {
         result.map_err(|kind| self.error(kind))
     }
 
+    /// Keeps waiting, in the background, for a request its caller gave up
+    /// on, and counts it as owed until the node answers it (or it is
+    /// written off).
+    fn owe<T: Send + 'static>(&self, request: Request<T>, timeout: Duration) {
+        let owed = self.owed.clone();
+        owed.add();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(write_off_after(timeout), request).await;
+            owed.paid();
+        });
+    }
+
     fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
         self.down.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn error(&self, kind: NodeErrorKind) -> NodeError {
+    pub(crate) fn error(&self, kind: NodeErrorKind) -> NodeError {
         NodeError::new(self.id.clone(), kind)
+    }
+
+    /// A redis-rs error from this node, as a [`NodeError`].
+    pub(crate) fn redis_error(&self, e: &RedisError, timeout: Duration) -> NodeError {
+        self.error(map_error(e, timeout))
     }
 }
 

@@ -1,60 +1,41 @@
-//! Automatic renewal: one background task per Locker extends every lease
-//! that asked to be kept alive, in batches: all leases due in a tick go to
-//! each node in one pipelined round trip, so thousands of held leases cost a
-//! few round trips per tick instead of a timer and a round trip each.
+//! Automatic renewal of kept-alive leases, each decided at quorum on its
+//! own clock.
 //!
-//! Each renewal follows the rules of [`Lease::extend`](crate::Lease::extend):
-//! it counts only with a quorum that answered within the lease's remaining
-//! validity, and a quorum that no longer holds the token ends the lease.
+//! Two kinds of task do the work. The scheduler queues each lease when it
+//! falls due (leases due within half an interval travel together). Each
+//! node has a [`Lane`] that sends what is queued for it as one batch and
+//! waits for the answer; what falls due meanwhile is coalesced into its
+//! next batch, so a slow node never has more than one batch of renewals on
+//! the wire.
+//!
+//! Every answer updates, per lease, what that node promised
+//! ([`ExpiryBounds`]): a lease is renewed as soon as a quorum of nodes
+//! confirmed it, whatever the other nodes are doing and whatever other
+//! leases share the batch. A lease is lost only when it can no longer be
+//! trusted: a quorum refused it, or its validity ran out first (reported
+//! one drift allowance early). It never comes back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
 use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
 
-use crate::error::NodeError;
-use crate::locker::Shared;
-use crate::node::ExtendMany;
-use crate::quorum::{Tally, Vote};
+use crate::error::{NodeError, NodeErrorKind, NodeId};
+use crate::expiry::ExpiryBounds;
+use crate::lane::{Delivery, ExtendMany, Lane, CHUNK};
+use crate::lease_state::{LeaseState, LostReason};
+use crate::node::Node;
+use crate::quorum::quorum;
+use crate::renew_schedule::{coalesce, next_due, patience, retry_at};
 use crate::token::Token;
 use crate::validity::Timing;
 
-/// Most leases one script call renews, so no single call keeps a node busy
-/// for long; the calls of one tick still share one round trip.
-pub(crate) const BATCH: usize = 1_000;
-
-/// Why a lease can no longer be trusted.
-///
-/// ```
-/// use redlease::LostReason;
-/// fn explain(why: LostReason) -> &'static str {
-///     match why {
-///         LostReason::Refused => "a quorum no longer holds our token",
-///         LostReason::Expired => "no renewal was confirmed before the lease ran out",
-///     }
-/// }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LostReason {
-    /// A quorum of nodes answered that the key no longer holds our token
-    /// (it expired and someone else may hold the lock).
-    Refused,
-    /// The lease reached its `valid_until` without a confirmed renewal
-    /// (nodes down, paused or too slow).
-    Expired,
-}
-
-impl std::fmt::Display for LostReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LostReason::Refused => "a quorum of nodes no longer holds our token",
-            LostReason::Expired => "its validity ran out before a renewal was confirmed",
-        })
-    }
-}
+/// Most leases one lane sends in one round trip: the most urgent go first,
+/// and no batch keeps a node busy long enough to starve the next.
+pub(crate) const TRIP: usize = 5 * CHUNK;
 
 /// Figures of a Locker's automatic renewal, from
 /// [`Locker::renewal_stats`](crate::Locker::renewal_stats).
@@ -71,410 +52,551 @@ pub struct RenewalStats {
     /// Leases being kept alive now.
     pub leases: usize,
     /// Node round trips spent on renewals since the Locker was built (one
-    /// per node per tick, however many leases the tick renewed).
+    /// per node per batch, however many leases the batch renewed).
     pub round_trips: u64,
+    /// Batches whose node did not answer in time: their connection was
+    /// dropped rather than queueing more behind them.
+    pub abandoned: u64,
 }
 
-/// What a lease's holder can see of it; the renewer updates it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LeaseState {
-    pub(crate) valid_until: Instant,
-    /// Loss is reported this much before `valid_until` (one drift
-    /// allowance: 1% of the TTL + 2 ms), so that a timer that fires late on
-    /// a busy machine still fires before the lease ends.
-    pub(crate) early: Duration,
-    pub(crate) lost: Option<LostReason>,
+/// Why an extend through the renewer failed.
+pub(crate) enum ExtendFailure {
+    /// The lease is lost (or was already).
+    Lost {
+        why: LostReason,
+        /// Nodes whose latest answer said our token is gone.
+        refused_on: Vec<NodeId>,
+        /// Nodes whose latest answer was an error.
+        failed: Vec<NodeError>,
+    },
+    /// The lease is not kept alive any more (released meanwhile).
+    Gone,
 }
 
-impl LeaseState {
-    pub(crate) fn new(valid_until: Instant, timing: &Timing) -> Self {
-        LeaseState {
-            valid_until,
-            early: timing.drift,
-            lost: None,
-        }
-    }
-
-    /// Lost explicitly, or (nearly) past its validity.
-    pub(crate) fn lost_at(&self, now: Instant) -> Option<LostReason> {
-        self.lost
-            .or((now + self.early >= self.valid_until).then_some(LostReason::Expired))
-    }
-
-    fn deadline(&self) -> tokio::time::Instant {
-        self.valid_until
-            .checked_sub(self.early)
-            .unwrap_or(self.valid_until)
-            .into()
-    }
-}
-
-/// Waits until `state` reports the lease lost, or its validity passes.
-/// Never later than the current `valid_until`, whatever the renewer does.
-pub(crate) async fn lost(mut state: watch::Receiver<LeaseState>) -> LostReason {
-    loop {
-        let now = *state.borrow_and_update();
-        if let Some(why) = now.lost_at(Instant::now()) {
-            return why;
-        }
-        tokio::select! {
-            changed = state.changed() => {
-                if changed.is_err() {
-                    // The lease is gone (released): it cannot be renewed any
-                    // more, so it lasts until its last validity.
-                    tokio::time::sleep_until(now.deadline()).await;
-                    return LostReason::Expired;
-                }
-            }
-            () = tokio::time::sleep_until(now.deadline()) => {}
-        }
-    }
-}
-
+/// A kept-alive lease.
 struct Entry {
     key: Arc<str>,
     token: Token,
     timing: Timing,
-    /// How often to renew: the TTL times the renew fraction.
     interval: Duration,
+    bounds: ExpiryBounds,
+    /// Bumped by each manual extend; per node, the latest epoch confirmed.
+    epoch: u64,
+    seen_epoch: Vec<u64>,
+    /// Per node, the error of its latest answer, if it was one.
+    errors: Vec<Option<NodeError>>,
+    /// Queued on the lanes and not yet renewed by a quorum since.
+    queued: bool,
+    /// When to queue it next (a retry, while `queued`).
     due: Instant,
     state: Arc<watch::Sender<LeaseState>>,
 }
 
-/// The leases a Locker keeps alive.
-pub(crate) struct Renewer {
-    entries: Mutex<HashMap<u64, Entry>>,
+impl Entry {
+    fn lost_from(&self) -> Instant {
+        self.state.borrow().lost_from()
+    }
+
+    /// Reports the lease lost (first reason wins) and logs it.
+    fn lose(&self, why: LostReason) {
+        let newly = self.state.send_if_modified(|s| {
+            let first = s.lost.is_none();
+            s.lost.get_or_insert(why);
+            first
+        });
+        if newly {
+            let failed: Vec<String> = self
+                .errors
+                .iter()
+                .flatten()
+                .map(|e| e.to_string())
+                .collect();
+            tracing::warn!(key = %self.key, reason = %why, ?failed, "lease lost");
+        }
+    }
+
+    /// Folds the nodes' latest answers into the holder's view; `false` if
+    /// the lease is lost.
+    fn evaluate(&mut self, now: Instant, fraction_quorum: usize) -> bool {
+        let state = *self.state.borrow();
+        if let Some(why) = state.lost_at(now) {
+            self.lose(why);
+            return false;
+        }
+        let Some(valid_until) = self
+            .bounds
+            .valid_until()
+            .filter(|_| !self.bounds.refused_by_quorum())
+        else {
+            self.lose(LostReason::Refused);
+            return false;
+        };
+        let expiry_reason = if self.bounds.failed_by_quorum() {
+            LostReason::NodeErrors
+        } else {
+            LostReason::Expired
+        };
+        let epoch = self.epoch;
+        let confirmed = self.seen_epoch.iter().filter(|&&e| e >= epoch).count() >= fraction_quorum;
+        let advanced = valid_until > state.valid_until;
+        self.state.send_if_modified(|s| {
+            let before = *s;
+            s.valid_until = valid_until;
+            s.expiry_reason = expiry_reason;
+            if confirmed {
+                s.confirmed_epoch = s.confirmed_epoch.max(epoch);
+            }
+            *s != before
+        });
+        let lost = self.state.borrow().lost_at(now);
+        if let Some(why) = lost {
+            self.lose(why);
+            return false;
+        }
+        if advanced {
+            self.queued = false;
+            self.due = next_due(valid_until, &self.timing, self.interval);
+        }
+        true
+    }
+}
+
+/// The leases, and per node the ones queued for its lane.
+struct Table {
+    leases: HashMap<u64, Entry>,
+    queued: Vec<HashSet<u64>>,
+}
+
+impl Table {
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        for q in &mut self.queued {
+            q.remove(&id);
+        }
+        self.leases.remove(&id)
+    }
+}
+
+/// One lease of a batch, as it was sent.
+struct Sent {
+    id: u64,
+    key: Arc<str>,
+    token: Token,
+    timing: Timing,
+    epoch: u64,
+    lost_from: Instant,
+}
+
+struct Inner {
+    nodes: Vec<Arc<Node>>,
+    quorum: usize,
+    fraction: f64,
+    table: Mutex<Table>,
+    /// The schedule may have changed: the scheduler looks again.
+    rescheduled: Notify,
+    /// Per node: leases were queued for its lane.
+    work: Vec<Notify>,
     next_id: AtomicU64,
-    /// A lease was added or removed: the schedule may have changed.
-    changed: Notify,
-    /// Held while a batch is on the wire, so a release can wait until no
-    /// renewal of its lease is still travelling.
-    in_flight: tokio::sync::Mutex<()>,
-    /// Round trips sent, for the figures.
     round_trips: AtomicU64,
+    abandoned: AtomicU64,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Inner {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake_lanes(&self) {
+        for w in &self.work {
+            w.notify_one();
+        }
+    }
+}
+
+/// The leases a Locker keeps alive, and the tasks that renew them. The
+/// tasks stop when this is dropped (with the last handle on the Locker).
+pub(crate) struct Renewer {
+    inner: Arc<Inner>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.inner.stop.cancel();
+    }
 }
 
 impl Renewer {
-    /// Starts the renewal task of `shared`. Needs a Tokio runtime.
-    pub(crate) fn start(shared: Weak<Shared>) -> Arc<Renewer> {
-        let renewer = Arc::new(Renewer {
-            entries: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
-            changed: Notify::new(),
-            in_flight: tokio::sync::Mutex::new(()),
-            round_trips: AtomicU64::new(0),
-        });
-        tokio::spawn(run(shared, Arc::downgrade(&renewer)));
-        renewer
+    /// A renewer over `nodes`, renewing every `fraction` of a lease's TTL.
+    /// Its tasks start with the first lease.
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, fraction: f64) -> Renewer {
+        let n = nodes.len();
+        Renewer {
+            inner: Arc::new(Inner {
+                quorum: quorum(n),
+                nodes,
+                fraction,
+                table: Mutex::new(Table {
+                    leases: HashMap::new(),
+                    queued: vec![HashSet::new(); n],
+                }),
+                rescheduled: Notify::new(),
+                work: (0..n).map(|_| Notify::new()).collect(),
+                next_id: AtomicU64::new(0),
+                round_trips: AtomicU64::new(0),
+                abandoned: AtomicU64::new(0),
+                stop: tokio_util::sync::CancellationToken::new(),
+            }),
+            tasks: Mutex::new(Vec::new()),
+        }
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    /// Starts the tasks on the current runtime, or again if the runtime
+    /// they ran on has shut down (a test's or a short-lived CLI runtime):
+    /// renewal follows the Locker, not the first runtime that used it.
+    fn ensure_running(&self) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        if !tasks.is_empty() && tasks.iter().all(|t| !t.is_finished()) {
+            return;
+        }
+        tasks.iter().for_each(JoinHandle::abort);
+        tasks.clear();
+        tasks.push(tokio::spawn(schedule(self.inner.clone())));
+        for i in 0..self.inner.nodes.len() {
+            tasks.push(tokio::spawn(lane(self.inner.clone(), i)));
+        }
     }
 
-    /// Keeps a lease alive from now on; returns its registration.
+    /// Keeps a lease alive from now on; returns its registration. Needs a
+    /// Tokio runtime.
     pub(crate) fn add(
         &self,
         key: Arc<str>,
         token: Token,
         timing: Timing,
-        fraction: f64,
+        bounds: ExpiryBounds,
         state: Arc<watch::Sender<LeaseState>>,
     ) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let interval = timing.ttl.mul_f64(fraction);
+        self.ensure_running();
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let interval = timing.renew_interval(self.inner.fraction);
+        let valid_until = state.borrow().valid_until;
+        let n = self.inner.nodes.len();
         let entry = Entry {
             key,
             token,
             timing,
             interval,
-            due: Instant::now() + interval,
+            bounds,
+            epoch: 0,
+            seen_epoch: vec![0; n],
+            errors: vec![None; n],
+            queued: false,
+            due: next_due(valid_until, &timing, interval),
             state,
         };
-        self.entries().insert(id, entry);
-        self.changed.notify_one();
+        self.inner.table().leases.insert(id, entry);
+        self.inner.rescheduled.notify_one();
         id
     }
 
-    /// Stops renewing a lease; once this returns no new renewal of it is
-    /// sent. [`quiesce`](Self::quiesce) waits for one already sent.
+    /// Stops renewing a lease: no renewal of it is sent after this returns
+    /// (one already on the wire may still land, which is harmless: the
+    /// renew script never re-creates a released key).
     pub(crate) fn remove(&self, id: u64) {
-        self.entries().remove(&id);
-        self.changed.notify_one();
-    }
-
-    /// Waits until no batch is on the wire.
-    pub(crate) async fn quiesce(&self) {
-        drop(self.exclusive().await);
-    }
-
-    /// Keeps batches off the wire while the guard lives.
-    pub(crate) async fn exclusive(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.in_flight.lock().await
+        self.inner.table().remove(id);
+        self.inner.rescheduled.notify_one();
     }
 
     pub(crate) fn stats(&self) -> RenewalStats {
         RenewalStats {
-            leases: self.entries().len(),
-            round_trips: self.round_trips.load(Ordering::Relaxed),
+            leases: self.inner.table().leases.len(),
+            round_trips: self.inner.round_trips.load(Ordering::Relaxed),
+            abandoned: self.inner.abandoned.load(Ordering::Relaxed),
         }
     }
 
-    /// A manual extend changed the lease's TTL: renew with the new one.
-    pub(crate) fn retime(&self, id: u64, timing: Timing, fraction: f64) {
-        if let Some(e) = self.entries().get_mut(&id) {
-            e.timing = timing;
-            e.interval = timing.ttl.mul_f64(fraction);
-            e.due = Instant::now() + e.interval;
-        }
-    }
-}
-
-/// One lease in a batch.
-struct Due {
-    id: u64,
-    key: Arc<str>,
-    token: Token,
-    timing: Timing,
-    valid_until: Instant,
-}
-
-async fn run(shared: Weak<Shared>, renewer: Weak<Renewer>) {
-    loop {
-        let Some(r) = renewer.upgrade() else { return };
-        let next = r.entries().values().map(|e| e.due).min();
-        let changed = r.changed.notified();
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    () = changed => {}
-                    () = tokio::time::sleep_until(at.into()) => {}
-                }
+    /// A manual extend of a kept-alive lease: renews it now with `timing`
+    /// through the lanes (so it stays in order with the lease's renewals on
+    /// every node) and waits until a quorum confirmed it, or the lease is
+    /// lost. Leases are sequenced one by one: other leases' renewals go on
+    /// meanwhile.
+    pub(crate) async fn extend(&self, id: u64, timing: Timing) -> Result<(), ExtendFailure> {
+        self.ensure_running();
+        let (epoch, mut state) = {
+            let mut table = self.inner.table();
+            let Some(entry) = table.leases.get_mut(&id) else {
+                return Err(ExtendFailure::Gone);
+            };
+            let now = Instant::now();
+            let lost = entry.state.borrow().lost_at(now);
+            if let Some(why) = lost {
+                return Err(self.failure(entry, why));
             }
-            // No lease to renew: wake now and then to notice that the
-            // Locker is gone, and end with it.
-            None => drop(tokio::time::timeout(Duration::from_secs(1), changed).await),
-        }
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        tick(&shared, &r).await;
-    }
-}
-
-/// Renews every lease that is due (or nearly: within half its interval, so
-/// leases taken at different moments travel together).
-async fn tick(shared: &Shared, renewer: &Renewer) {
-    let guard = renewer.in_flight.lock().await;
-    let now = Instant::now();
-    let batch: Vec<Due> = {
-        let mut entries = renewer.entries();
-        let mut batch = Vec::new();
-        entries.retain(|&id, e| {
-            let state = *e.state.borrow();
-            if let Some(why) = state.lost_at(now) {
-                e.state.send_modify(|s| s.lost = Some(why));
-                return false;
-            }
-            if e.due <= now + e.interval / 2 {
-                batch.push(Due {
-                    id,
-                    key: e.key.clone(),
-                    token: e.token.clone(),
-                    timing: e.timing,
-                    valid_until: state.valid_until,
+            // A node that applies the new TTL keeps the key only that long
+            // from now: trust no more than that until a quorum confirms.
+            entry.bounds.sending_to_all(now, timing.ttl, timing.drift);
+            entry.timing = timing;
+            entry.interval = timing.renew_interval(self.inner.fraction);
+            entry.epoch += 1;
+            entry.queued = true;
+            if let Some(valid_until) = entry.bounds.valid_until() {
+                entry.state.send_modify(|s| {
+                    s.valid_until = valid_until;
+                    s.early = timing.drift;
                 });
             }
-            true
-        });
-        batch
-    };
-    if batch.is_empty() {
-        return;
+            entry.due = retry_at(now, entry.lost_from(), entry.interval);
+            let epoch = entry.epoch;
+            let state = entry.state.subscribe();
+            for q in &mut table.queued {
+                q.insert(id);
+            }
+            (epoch, state)
+        };
+        self.inner.wake_lanes();
+        self.inner.rescheduled.notify_one();
+        loop {
+            let now = *state.borrow_and_update();
+            if now.confirmed_epoch >= epoch {
+                return Ok(());
+            }
+            if let Some(why) = now.lost_at(Instant::now()) {
+                let table = self.inner.table();
+                return Err(match table.leases.get(&id) {
+                    Some(entry) => self.failure(entry, why),
+                    None => ExtendFailure::Lost {
+                        why,
+                        refused_on: Vec::new(),
+                        failed: Vec::new(),
+                    },
+                });
+            }
+            tokio::select! {
+                changed = state.changed() => if changed.is_err() {
+                    return Err(ExtendFailure::Gone);
+                },
+                () = tokio::time::sleep_until(now.lost_from().into()) => {}
+            }
+        }
     }
-    let timeout = batch
-        .iter()
-        .map(|d| d.timing.node_timeout)
-        .max()
-        .unwrap_or_default();
-    // Each chunk's command is encoded once and sent to every node.
-    let commands: Vec<ExtendMany> = batch
-        .chunks(BATCH)
-        .map(|chunk| ExtendMany::new(chunk.iter().map(|d| (&*d.key, &d.token, d.timing.ttl_ms()))))
-        .collect();
-    let start = Instant::now();
-    let replies = join_all(shared.nodes.iter().map(|node| {
-        // Concurrent calls share the node's connection: one round trip.
-        join_all(
-            commands
-                .iter()
-                .map(|command| node.extend_many(command, timeout)),
-        )
-    }))
-    .await;
-    drop(commands);
-    renewer
-        .round_trips
-        .fetch_add(shared.nodes.len() as u64, Ordering::Relaxed);
-    drop(guard);
-    let done = Instant::now();
 
-    let mut entries = renewer.entries();
-    for (i, due) in batch.iter().enumerate() {
-        let Some(entry) = entries.get_mut(&due.id) else {
+    fn failure(&self, entry: &Entry, why: LostReason) -> ExtendFailure {
+        ExtendFailure::Lost {
+            why,
+            refused_on: entry
+                .bounds
+                .refused_nodes()
+                .map(|i| self.inner.nodes[i].id().clone())
+                .collect(),
+            failed: entry.errors.iter().flatten().cloned().collect(),
+        }
+    }
+}
+
+/// Queues leases as they fall due, and sweeps out lost ones.
+async fn schedule(inner: Arc<Inner>) {
+    loop {
+        let rescheduled = inner.rescheduled.notified();
+        let next = {
+            let table = inner.table();
+            table
+                .leases
+                .values()
+                // Wake when the first lease is due, not when it could be
+                // coalesced: waking early would send every lease as soon as
+                // it can join a batch, and leases taken at different
+                // moments would never fall into step.
+                .map(|e| e.due.min(e.lost_from()))
+                .min()
+        };
+        let sleep = match next {
+            Some(at) => tokio::time::sleep_until(at.into()),
+            None => tokio::time::sleep(Duration::from_secs(3600)),
+        };
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            () = rescheduled => {}
+            () = sleep => {}
+        }
+        queue_due(&inner, Instant::now());
+    }
+}
+
+fn queue_due(inner: &Inner, now: Instant) {
+    let mut queued_any = false;
+    let mut table = inner.table();
+    let Table { leases, queued } = &mut *table;
+    leases.retain(|id, e| {
+        // Copy out of the watch first: `lose` writes to it.
+        let lost = e.state.borrow().lost_at(now);
+        if let Some(why) = lost {
+            e.lose(why);
+            queued.iter_mut().for_each(|q| {
+                q.remove(id);
+            });
+            return false;
+        }
+        let due = if e.queued {
+            e.due <= now
+        } else {
+            coalesce(now, e.due, e.interval)
+        };
+        if due {
+            queued.iter_mut().for_each(|q| {
+                q.insert(*id);
+            });
+            e.queued = true;
+            e.due = retry_at(now, e.lost_from(), e.interval);
+            queued_any = true;
+        }
+        true
+    });
+    drop(table);
+    if queued_any {
+        inner.wake_lanes();
+    }
+}
+
+/// Node `i`'s lane: sends what is queued for it, one batch at a time.
+async fn lane(inner: Arc<Inner>, i: usize) {
+    let mut lane = Lane::new(inner.nodes[i].clone());
+    let mut failing = false;
+    let mut pause = Duration::ZERO;
+    loop {
+        let work = inner.work[i].notified();
+        let batch = take_batch(&inner, i);
+        if batch.is_empty() {
+            tokio::select! {
+                () = inner.stop.cancelled() => return,
+                () = work => continue,
+            }
+        }
+        let calls: Vec<ExtendMany> = batch
+            .chunks(CHUNK)
+            .map(|chunk| {
+                ExtendMany::new(chunk.iter().map(|s| (&*s.key, &s.token, s.timing.ttl_ms())))
+            })
+            .collect();
+        let latest = batch
+            .iter()
+            .map(|s| s.lost_from)
+            .max()
+            .unwrap_or_else(Instant::now);
+        let sent = Instant::now();
+        let delivery = tokio::select! {
+            () = inner.stop.cancelled() => return,
+            d = lane.deliver(&calls, patience(sent, latest)) => d,
+        };
+        drop(calls);
+        inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        let trouble = match &delivery {
+            Delivery::Answered(answers) => answers
+                .iter()
+                .find_map(|a| a.as_ref().err())
+                .map(|e| e.to_string()),
+            Delivery::Abandoned => {
+                inner.abandoned.fetch_add(1, Ordering::Relaxed);
+                Some(format!(
+                    "{}: no answer in time; connection dropped",
+                    lane.node().id()
+                ))
+            }
+            Delivery::Unsent(e) => Some(e.to_string()),
+        };
+        match (&trouble, failing) {
+            (Some(why), false) => tracing::warn!(error = %why, "renewals to a node are failing"),
+            (None, true) => {
+                tracing::info!(node = %lane.node().id(), "renewals to the node work again")
+            }
+            _ => {}
+        }
+        failing = trouble.is_some();
+        let unsent = matches!(delivery, Delivery::Unsent(_));
+        apply(&inner, i, &batch, sent, delivery);
+        // A node that refuses connections is tried again after a short,
+        // growing pause instead of at once.
+        pause = if unsent {
+            (pause * 2).clamp(Duration::from_millis(50), Duration::from_millis(250))
+        } else {
+            Duration::ZERO
+        };
+        if !pause.is_zero() {
+            tokio::select! {
+                () = inner.stop.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+/// Takes the most urgent leases queued for node `i`, up to [`TRIP`].
+fn take_batch(inner: &Inner, i: usize) -> Vec<Sent> {
+    let mut table = inner.table();
+    let Table { leases, queued } = &mut *table;
+    let mut batch: Vec<Sent> = queued[i]
+        .iter()
+        .filter_map(|id| {
+            leases.get(id).map(|e| Sent {
+                id: *id,
+                key: e.key.clone(),
+                token: e.token.clone(),
+                timing: e.timing,
+                epoch: e.epoch,
+                lost_from: e.lost_from(),
+            })
+        })
+        .collect();
+    if batch.len() > TRIP {
+        batch.select_nth_unstable_by_key(TRIP, |s| s.lost_from);
+        batch.truncate(TRIP);
+    }
+    for s in &batch {
+        queued[i].remove(&s.id);
+    }
+    // Ids of leases removed meanwhile.
+    queued[i].retain(|id| leases.contains_key(id));
+    batch
+}
+
+/// Folds node `i`'s answer to a batch sent at `sent` into its leases.
+fn apply(inner: &Inner, i: usize, batch: &[Sent], sent: Instant, delivery: Delivery) {
+    let now = Instant::now();
+    let mut table = inner.table();
+    let mut lost = Vec::new();
+    for (k, s) in batch.iter().enumerate() {
+        let Some(entry) = table.leases.get_mut(&s.id) else {
             continue; // released meanwhile
         };
-        let mut tally = Tally::new(shared.nodes.len());
-        for node in &replies {
-            tally.record(vote(&node[i / BATCH], i % BATCH));
+        let (ttl, drift) = (s.timing.ttl, s.timing.drift);
+        match &delivery {
+            Delivery::Answered(answers) => match &answers[k / CHUNK] {
+                Ok(flags) if flags[k % CHUNK] => {
+                    entry.bounds.confirmed(i, sent, ttl, drift);
+                    entry.seen_epoch[i] = entry.seen_epoch[i].max(s.epoch);
+                    entry.errors[i] = None;
+                }
+                Ok(_) => {
+                    entry.bounds.refused(i);
+                    entry.errors[i] = None;
+                }
+                Err(e) => {
+                    entry.bounds.unknown(i, sent, ttl, drift, true);
+                    entry.errors[i] = Some(e.clone());
+                }
+            },
+            Delivery::Abandoned => entry.bounds.unknown(i, sent, ttl, drift, false),
+            Delivery::Unsent(e) => {
+                let silent = matches!(e.kind(), NodeErrorKind::Timeout(_));
+                entry.bounds.unsent(i, !silent);
+                entry.errors[i] = Some(e.clone());
+            }
         }
-        let outcome = decide(&tally, due, start, done);
-        match outcome {
-            Outcome::Renewed(valid_until) => {
-                entry.due = start + entry.interval;
-                entry.state.send_modify(|s| s.valid_until = valid_until);
-            }
-            Outcome::Lost(why) => {
-                entry.state.send_modify(|s| s.lost = Some(why));
-                entries.remove(&due.id);
-            }
-            Outcome::Retry => {
-                // Some nodes may have applied the TTL: trust the earlier end.
-                let bound = due.timing.valid_until(start);
-                entry
-                    .state
-                    .send_modify(|s| s.valid_until = s.valid_until.min(bound));
-                // Try again soon, but well inside what is left.
-                let left = due.valid_until.saturating_duration_since(done);
-                entry.due = done + (left / 4).min(entry.interval / 4);
-            }
-        }
-    }
-}
-
-fn vote(chunk: &Result<Vec<bool>, NodeError>, i: usize) -> Vote {
-    match chunk {
-        Ok(flags) => match flags.get(i) {
-            Some(true) => Vote::Yes,
-            Some(false) => Vote::No,
-            None => Vote::Failed,
-        },
-        Err(_) => Vote::Failed,
-    }
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Outcome {
-    Renewed(Instant),
-    Lost(LostReason),
-    Retry,
-}
-
-/// The extend rules, for one lease of a batch sent at `start` and answered
-/// by `done`. Pure, so it is tested without Redis.
-fn decide(tally: &Tally, due: &Due, start: Instant, done: Instant) -> Outcome {
-    if tally.refused() {
-        return Outcome::Lost(LostReason::Refused);
-    }
-    // The same line the lost signal uses: a lease reported lost never
-    // comes back, even if a late answer would still have counted.
-    if done + due.timing.drift >= due.valid_until {
-        return Outcome::Lost(LostReason::Expired);
-    }
-    if tally.yes >= tally.quorum && due.timing.validity(done - start).is_some() {
-        return Outcome::Renewed(due.timing.valid_until(start));
-    }
-    Outcome::Retry
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::validity::DriftModel;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    fn due(valid_for: Duration, start: Instant) -> Due {
-        Due {
-            id: 0,
-            key: "k".into(),
-            token: Token::generate(),
-            timing: Timing::new("ttl", 1_000 * MS, DriftModel::DEFAULT, None).unwrap(),
-            valid_until: start + valid_for,
+        if !entry.evaluate(now, inner.quorum) {
+            lost.push(s.id);
         }
     }
-
-    fn tally(nodes: usize, yes: usize, no: usize) -> Tally {
-        let mut t = Tally::new(nodes);
-        (0..yes).for_each(|_| t.record(Vote::Yes));
-        (0..no).for_each(|_| t.record(Vote::No));
-        (0..nodes - yes - no).for_each(|_| t.record(Vote::Failed));
-        t
-    }
-
-    #[test]
-    fn a_quorum_in_time_renews_from_the_start_of_the_batch() {
-        let start = Instant::now();
-        let d = due(600 * MS, start);
-        assert_eq!(
-            decide(&tally(5, 3, 0), &d, start, start + 2 * MS),
-            Outcome::Renewed(start + 988 * MS)
-        );
-    }
-
-    #[test]
-    fn a_quorum_of_refusals_loses_the_lease() {
-        let start = Instant::now();
-        let d = due(600 * MS, start);
-        assert_eq!(
-            decide(&tally(5, 2, 3), &d, start, start + MS),
-            Outcome::Lost(LostReason::Refused)
-        );
-    }
-
-    #[test]
-    fn an_answer_after_the_validity_is_too_late() {
-        let start = Instant::now();
-        let d = due(100 * MS, start);
-        assert_eq!(
-            decide(&tally(5, 5, 0), &d, start, start + 100 * MS),
-            Outcome::Lost(LostReason::Expired)
-        );
-        // Within the drift allowance (12 ms) before the end, when the lost
-        // signal already fired, is too late as well.
-        assert_eq!(
-            decide(&tally(5, 5, 0), &d, start, start + 90 * MS),
-            Outcome::Lost(LostReason::Expired)
-        );
-        assert_eq!(
-            decide(&tally(5, 5, 0), &d, start, start + 80 * MS),
-            Outcome::Renewed(start + 988 * MS)
-        );
-    }
-
-    #[test]
-    fn failures_without_a_quorum_retry() {
-        let start = Instant::now();
-        let d = due(600 * MS, start);
-        assert_eq!(
-            decide(&tally(5, 2, 2), &d, start, start + MS),
-            Outcome::Retry
-        );
-        assert_eq!(
-            decide(&tally(1, 0, 0), &d, start, start + MS),
-            Outcome::Retry
-        );
-    }
-
-    #[test]
-    fn the_new_end_follows_the_renewed_ttl_even_when_earlier() {
-        // Nodes now expire the key at start + ttl: the lease may not claim
-        // a longer end it had before.
-        let start = Instant::now();
-        let d = due(2_000 * MS, start);
-        assert_eq!(
-            decide(&tally(3, 3, 0), &d, start, start + MS),
-            Outcome::Renewed(start + 988 * MS)
-        );
+    for id in lost {
+        table.remove(id);
     }
 }

@@ -109,12 +109,18 @@ impl Timing {
             ));
         }
         let drift = drift.drift(ttl);
-        if ttl <= drift + node_timeout {
+        // The lease ends one drift allowance before the TTL, and is reported
+        // lost one more allowance before that (so that a late timer still
+        // fires in time): a lease must outlive both and one node timeout, or
+        // it would be lost the moment it is handed out.
+        if ttl <= 2 * drift + node_timeout {
             return Err(Error::invalid(
                 field,
                 format!(
-                    "{ttl:?} leaves no validity after the {drift:?} drift allowance and the \
-                     {node_timeout:?} node timeout"
+                    "{ttl:?} leaves no validity after twice the {drift:?} drift allowance (the \
+                     lease ends one allowance early and is reported lost one more before that) \
+                     and the {node_timeout:?} node timeout: raise the TTL, or lower \
+                     drift_factor, drift_floor or node_timeout"
                 ),
             ));
         }
@@ -143,6 +149,41 @@ impl Timing {
             .checked_sub(self.drift)
             .and_then(|v| v.checked_sub(elapsed))
             .filter(|v| !v.is_zero())
+    }
+
+    /// Whether a lease whose quorum answered `elapsed` after the first
+    /// request can still be handed out: it must have validity left beyond
+    /// the margin at which it is reported lost (one drift allowance).
+    pub(crate) fn usable(&self, elapsed: Duration) -> bool {
+        self.validity(elapsed).is_some_and(|v| v > self.drift)
+    }
+
+    /// How often a kept-alive lease with this timing is renewed.
+    pub(crate) fn renew_interval(&self, fraction: f64) -> Duration {
+        self.ttl.mul_f64(fraction)
+    }
+
+    /// Checks that automatic renewal can keep this lease: the first
+    /// renewal, sent `renew_fraction` of the TTL after the acquire and
+    /// answered within the node timeout, must land before the lease is
+    /// reported lost (`ttl - 2 × drift` after the acquire began).
+    pub(crate) fn check_renewal(&self, field: &'static str, fraction: f64) -> Result<(), Error> {
+        let interval = self.renew_interval(fraction);
+        let lost_at = self.ttl - 2 * self.drift;
+        if interval + self.node_timeout >= lost_at {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "a kept-alive lease with a {:?} TTL is renewed after {interval:?} \
+                     (renew_fraction {fraction}) and may take the {:?} node timeout to \
+                     answer, but is reported lost {lost_at:?} after it was taken (TTL minus \
+                     twice the {:?} drift allowance): lower renew_fraction, node_timeout or \
+                     drift_factor, or raise the TTL",
+                    self.ttl, self.node_timeout, self.drift
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -189,13 +230,13 @@ mod tests {
     fn ttl_is_truncated_to_whole_milliseconds() {
         let t = Timing::new(
             "ttl",
-            Duration::from_micros(5_999),
+            Duration::from_micros(9_999),
             DriftModel::DEFAULT,
             None,
         )
         .unwrap();
-        assert_eq!(t.ttl, 5 * MS);
-        assert_eq!(t.ttl_ms(), 5);
+        assert_eq!(t.ttl, 9 * MS);
+        assert_eq!(t.ttl_ms(), 9);
     }
 
     #[test]
@@ -211,6 +252,7 @@ mod tests {
             (100 * MS, Some(100 * MS), "node_timeout"), // timeout == ttl
             (100 * MS, Some(Duration::ZERO), "node_timeout"),
             (100 * MS, Some(97 * MS), "ttl"), // 3 ms drift + 97 ms timeout
+            (100 * MS, Some(94 * MS), "ttl"), // lost (2 × 3 ms early) on arrival
         ] {
             match bad(ttl, nt) {
                 Error::InvalidInput { field: f, .. } => assert_eq!(f, field, "{ttl:?} {nt:?}"),
@@ -218,6 +260,49 @@ mod tests {
             }
         }
         assert!(Timing::new("ttl", MAX_TTL, DriftModel::DEFAULT, None).is_ok());
+    }
+
+    #[test]
+    fn a_lease_is_never_handed_out_already_lost() {
+        // drift_factor 0.5: the lease would end at half the TTL and be
+        // reported lost at zero.
+        let half = DriftModel {
+            factor: 0.5,
+            floor: 2 * MS,
+        };
+        assert!(Timing::new("ttl", 2_000 * MS, half, None).is_err());
+        let t = timing(1_000); // drift 12 ms
+        assert!(t.usable(Duration::ZERO));
+        assert!(t.usable(975 * MS));
+        assert!(
+            !t.usable(976 * MS),
+            "976 ms + 12 ms drift + 12 ms early = TTL"
+        );
+    }
+
+    #[test]
+    fn renewal_must_land_before_the_loss_point() {
+        let with = |factor: f64, fraction: f64| {
+            let drift = DriftModel {
+                factor,
+                floor: 2 * MS,
+            };
+            Timing::new("ttl", 1_000 * MS, drift, Some(100 * MS))
+                .and_then(|t| t.check_renewal("ttl", fraction))
+        };
+        // The combinations that used to be accepted and lose every lease.
+        assert!(with(0.05, 0.9).is_err());
+        assert!(with(0.1, 0.8).is_err());
+        assert!(with(0.25, 0.5).is_err());
+        // The defaults, and a tight but workable one.
+        assert!(with(0.01, 1.0 / 3.0).is_ok());
+        assert!(with(0.01, 0.8).is_ok(), "800 + 100 < 1000 - 24");
+        match with(0.05, 0.9).unwrap_err() {
+            Error::InvalidInput { reason, .. } => {
+                assert!(reason.contains("renew_fraction"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -24,6 +24,13 @@ async fn bad_builder_settings_are_rejected() {
     let url = node.url();
     let b = || Locker::builder([url.as_str()]);
     let none: [&str; 0] = [];
+    let tight = |fraction: f64, drift: f64| {
+        b().ttl(1_000 * MS)
+            .node_timeout(100 * MS)
+            .renew_fraction(fraction)
+            .drift_factor(drift)
+            .build()
+    };
     let cases: Vec<(Result<Locker, Error>, &str)> = vec![
         (Locker::builder(none).build(), "urls"),
         (
@@ -56,6 +63,12 @@ async fn bad_builder_settings_are_rejected() {
         (b().drift_factor(-0.01).build(), "drift_factor"),
         (b().drift_factor(f64::NAN).build(), "drift_factor"),
         (b().drift_factor(1.0).build(), "drift_factor"),
+        // Accepted once, and every lease was lost the moment it was taken.
+        (b().drift_factor(0.5).build(), "ttl"),
+        // Accepted once, and the first renewal came after the loss point.
+        (tight(0.9, 0.05), "ttl"),
+        (tight(0.8, 0.1), "ttl"),
+        (tight(0.5, 0.25), "ttl"),
         (
             b().retry(RetryPolicy::new().attempts(0)).build(),
             "retry.attempts",
@@ -71,6 +84,7 @@ async fn bad_builder_settings_are_rejected() {
         assert_eq!(field(result), expected, "case {i}");
     }
     assert!(b().build().is_ok(), "the defaults are valid");
+    assert!(tight(0.8, 0.01).is_ok(), "tight but workable");
     assert_eq!(dbsize(&node).await, 0);
 }
 
@@ -99,7 +113,22 @@ async fn bad_call_arguments_are_rejected_before_io() {
         ),
         "retry.attempts"
     );
+    // A per-call TTL that automatic renewal cannot keep: with this
+    // Locker's 100 ms node timeout and renew_fraction 0.5, a 150 ms lease
+    // is renewed at 75 ms and may answer at 175 ms, after it is lost.
+    let tight = Locker::builder([node.url()])
+        .node_timeout(100 * MS)
+        .renew_fraction(0.5)
+        .build()
+        .unwrap();
+    assert_eq!(
+        field(tight.try_lock("job").ttl(150 * MS).keep_alive().await),
+        "ttl"
+    );
     assert_eq!(dbsize(&node).await, 0, "nothing written");
+    let plain = tight.try_lock("job").ttl(150 * MS).await;
+    assert!(plain.is_ok(), "without keep-alive the same TTL is fine");
+    plain.unwrap().release().await.unwrap();
 
     let mut lease = locker.try_lock("job").await.unwrap();
     let key = locker.key("job");

@@ -68,7 +68,8 @@ async fn losing_the_quorum_fires_the_signal_before_valid_until() {
         .await
         .expect("the signal fires");
     let fired = Instant::now();
-    assert_eq!(why, LostReason::Expired);
+    // Killed nodes refuse connections: errors, not silence.
+    assert_eq!(why, LostReason::NodeErrors);
     assert!(lease.is_lost());
     assert!(
         fired <= lease.valid_until(),
@@ -142,6 +143,9 @@ async fn no_renewal_reaches_redis_after_release() {
     let before_release = script_calls(nodes.node(0)).await;
     assert!(before_release >= after_acquire + 2, "it renewed while held");
     lease.release().await.unwrap();
+    // Release does not wait for a batch already on the wire; give one that
+    // was sent just before it time to land, then nothing more may come.
+    tokio::time::sleep(50 * MS).await;
     let released = script_calls(nodes.node(0)).await;
     tokio::time::sleep(400 * MS).await;
     assert_eq!(
