@@ -12,4 +12,5 @@ mod faults;
 mod fencing;
 mod ownership;
 mod renewal;
+mod slow_nodes;
 mod waiting;
