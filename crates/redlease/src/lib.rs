@@ -37,14 +37,15 @@
 //! 4. With a quorum, the lease is valid until `start + ttl - drift`, where
 //!    `drift = ttl × 1% + 2 ms` allows for clocks ticking at different rates.
 //!    If that instant has already passed, the lease is not handed out.
-//! 5. On any failure, the token is deleted from every node that did not
-//!    plainly refuse (a node that timed out may still have set the key)
-//!    before the error is returned.
+//! 5. On any failure, the token is deleted from every node that may have
+//!    set it (a node that timed out may have; one that refused, or that the
+//!    request never reached, has not) before the error is returned.
 //!
 //! Release and extend run a compare-and-delete and a compare-and-`PEXPIRE`
-//! on every node, so only the token's owner can touch the lock; both need a
+//! on the nodes, so only the token's owner can touch the lock; both need a
 //! quorum to succeed, and an extend must also answer within the remaining
-//! validity.
+//! validity. A release counts a node that cannot hold the token (it
+//! refused the acquire, or never received it) as done without asking it.
 //!
 //! # Waiting for a busy lock
 //!
@@ -76,13 +77,79 @@
 //! A holder need not guess a TTL: `locker.lock(name).keep_alive()` hands the
 //! lease to the Locker, which renews it every third of its TTL (see
 //! [`LockerBuilder::renew_fraction`]) with the rules of [`Lease::extend`],
-//! until it is released or dropped. Renewals are batched: every lease due
-//! in a tick goes to each node in one round trip, however many there are.
-//! [`Lease::lost`] and [`Lease::is_lost`] tell the holder as soon as the
-//! lease can no longer be trusted (a renewal was refused, or none was
-//! confirmed in time), and always before `valid_until`. [`Locker::with_lock`]
-//! wraps it all: acquire, keep alive, run the work, release, and drop the
-//! work at once if the lease is lost.
+//! until it is released or dropped. [`Lease::lost`] and [`Lease::is_lost`]
+//! tell the holder as soon as the lease can no longer be trusted, and
+//! always before `valid_until`; [`Lease::lost_reason`] says why
+//! ([`LostReason`]). [`Locker::with_lock`] wraps it all: acquire, keep
+//! alive, run the work, release, and drop the work at once if the lease is
+//! lost.
+//!
+//! **Each lease is decided at quorum, on its own clock.** Every answer a
+//! node gives about a lease moves only that node's bound for it: a node
+//! that confirmed a renewal sent at `sent` holds the key until at least
+//! `sent + ttl - drift` on our clock. The lease is valid until the
+//! quorum-th latest of those bounds, so it is renewed the moment a quorum
+//! confirmed, whatever a slow minority is doing and whatever other leases
+//! shared the batch. No lease waits for a node timeout meant for another,
+//! and none for the acquire path's node timeout: a renewal may wait as long
+//! as the lease has left.
+//!
+//! **No congestion collapse.** Renewals travel in batches (leases falling
+//! due within half an interval of each other go together, and fall into
+//! step after a round or two, so a thousand leases on five nodes cost a few
+//! round trips per node per TTL). Each node has a lane: a connection of its
+//! own with at most one batch on the wire. What falls due while a batch is
+//! out is coalesced into the next one instead of queueing behind it. A
+//! batch not answered while any of its leases could still use the answer
+//! (at least 500 ms) is abandoned with its connection, so nothing more
+//! queues behind it on a stalled node; its fate stays unknown, and a later
+//! confirmation from that node is trusted only as far as the shortest TTL
+//! such a request carried. A batch holds at most 5,000 leases, the most
+//! urgent first, so one batch cannot keep a node busy long enough to
+//! starve the next. Renewals never share a connection with acquire and
+//! release.
+//!
+//! **Lost means lost.** A lease is reported lost when nodes answered that
+//! our token is gone so that no quorum holds it ([`LostReason::Refused`]),
+//! or when its validity runs out (one drift allowance early, so that a
+//! late timer still fires in time) before a quorum confirmed a renewal:
+//! [`LostReason::NodeErrors`] if errors kept the quorum from confirming,
+//! [`LostReason::Expired`] if nodes were silent or slow. A lost lease never
+//! comes back, even if a late answer arrives.
+//!
+//! **Manual extend.** [`Lease::extend`] on a kept-alive lease goes through
+//! the same lanes, so on every node it is ordered with the lease's own
+//! renewals; it waits for a quorum to confirm it, while other leases'
+//! renewals go on. A renewal sent before the extend cannot count as
+//! confirming it.
+//!
+//! **Settings that cannot work are refused** by
+//! [`LockerBuilder::build`] and, for a per-call TTL, by the call: a TTL
+//! that leaves no validity after twice the drift allowance and the node
+//! timeout, and a renewal schedule whose first renewal (after
+//! `renew_fraction` of the TTL, answered within the node timeout) would
+//! land after the loss point. A lease is never handed out already lost.
+//!
+//! Limits: renewal needs a quorum of nodes to answer within each lease's
+//! remaining validity. A majority stalled for longer than a lease's slack
+//! (TTL minus the renewal interval) loses that lease, correctly: it can no
+//! longer be trusted. Figures for stalled nodes are in BENCHMARKS.md.
+//!
+//! # Slow and overloaded nodes
+//!
+//! A request the client stops waiting for is still queued on the
+//! connection and still executed by Redis. So once a node owes the client
+//! an answer it gave up on, new acquires, extends and fencing writes to
+//! that node fail at once ([`NodeErrorKind::Unresponsive`]) instead of
+//! queueing behind it; the owed request is the probe, and the node gets new
+//! work again as soon as it answers (or once it is written off, eight node
+//! timeouts and at least 2 s later). A stalled minority costs an acquire
+//! one node timeout at most, and throughput is back to its level before
+//! within about a second of the node waking. Releases are the exception:
+//! they undo our own writes, are sent only to nodes that may hold the token
+//! (never to one that refused it or that the request never reached), and
+//! queue right behind the acquire they undo, so a node that wakes deletes
+//! the key at once instead of holding it until it expires.
 //!
 //! # Fencing tokens
 //!
