@@ -132,3 +132,39 @@ async fn mixed_ttls_on_5_nodes_survive_two_paused_nodes() {
 async fn mixed_ttls_on_5_nodes_survive_two_blackholed_nodes() {
     mixed_ttls_survive_a_slow_minority(5, Slowness::Blackholed).await;
 }
+
+/// A manual extend of a kept-alive lease is confirmed by the quorum that
+/// answers, and neither waits for the paused node nor holds back the
+/// renewal of other leases (it once held the renewer's lock for a whole
+/// round trip, the long lease's 1 s node timeout on the paused node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_extend_neither_waits_for_a_slow_node_nor_holds_back_others() {
+    let mut nodes = RedisNodes::start(3);
+    let locker = Locker::builder(nodes.urls())
+        .connect_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    let short = locker.lock("short").ttl(SHORT).keep_alive().await.unwrap();
+    let mut long = locker.lock("long").ttl(LONG).keep_alive().await.unwrap();
+    nodes.node_mut(0).pause();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..30 {
+        let began = std::time::Instant::now();
+        long.extend(LONG).await.expect("a quorum still answers");
+        slowest = slowest.max(began.elapsed());
+        tokio::time::sleep(100 * MS).await;
+        assert_alive(&short, "short");
+        assert!(
+            short.remaining() > SHORT / 3,
+            "the short lease was renewed late: {:?} left",
+            short.remaining()
+        );
+    }
+    assert!(
+        slowest < 300 * MS,
+        "an extend waited {slowest:?}: longer than a healthy quorum takes"
+    );
+    nodes.node_mut(0).resume();
+    short.release().await.unwrap();
+    long.release().await.unwrap();
+}
