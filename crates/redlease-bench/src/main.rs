@@ -5,6 +5,8 @@
 //!
 //! ```text
 //! cargo run --release -p redlease-bench -- --workload all --nodes 1,5 --seconds 3 --compare rslock
+//! # leases held while each node is SIGSTOPped 600 ms of every 900 ms, staggered:
+//! cargo run --release -p redlease-bench -- --workload renewal --nodes 5 --stall 600ms/900ms --json
 //! ```
 
 mod client;
@@ -15,6 +17,7 @@ mod report;
 #[cfg(feature = "rslock")]
 mod rslock_cmp;
 mod runner;
+mod stall;
 mod stats;
 mod workloads;
 
@@ -26,6 +29,7 @@ use redlease_testkit::RedisNodes;
 
 use crate::client::{BenchError, Redlease, RETRY_MAX, RETRY_MIN, TTL, WAIT};
 use crate::runner::Settings;
+use crate::stall::{StallPhase, StallSpec};
 use crate::workloads::Workload;
 
 /// Tokio worker threads: the machines this is tuned for have 2 cores.
@@ -73,6 +77,23 @@ struct Args {
     /// Leases to hold at once in the renewal workload.
     #[arg(long, default_value_t = 10_000)]
     leases: usize,
+    /// Renewal workload only, on the bench's own nodes (not with --urls):
+    /// while the leases are held (not while they are taken), every period P
+    /// each redis-server node is stopped (SIGSTOP) for D, then resumed
+    /// (SIGCONT). E.g. 600ms/900ms: stopped 600 ms, running 300 ms, again
+    /// and again. Durations take ms or s, fractions allowed (100ms, 1s,
+    /// 1.5s); 1 ms <= D < P, 10 ms <= P <= 600 s. Every node is resumed
+    /// when the hold ends. Lost leases are then a measured outcome: the
+    /// report is printed in full, and the exit code still says whether any
+    /// was lost.
+    #[arg(long, value_name = "D/P", value_parser = stall::parse_stall)]
+    stall: Option<StallSpec>,
+    /// With --stall: `staggered` (default) starts node i's stop window i*P/n
+    /// into the period, so the windows rotate through the nodes and about
+    /// n*D/P nodes are stopped at any moment (a minority or a majority,
+    /// depending on D/P); `same` stops and resumes all nodes together.
+    #[arg(long, value_enum, value_name = "PHASE", requires = "stall")]
+    stall_phase: Option<StallPhase>,
     /// Also run another lock library on the same workloads.
     #[arg(long, value_enum)]
     compare: Vec<Compare>,
@@ -86,7 +107,9 @@ enum WorkloadArg {
     /// All three, one after another.
     All,
     /// Many leases held at once under automatic renewal (--leases, TTL 3 s,
-    /// held for --seconds): client CPU, memory, round trips, leases lost.
+    /// held for --seconds): client CPU, memory, round trips, leases lost
+    /// (by reason), abandoned renewal batches; optionally with the nodes
+    /// stalled on a schedule (--stall).
     Renewal,
 }
 
@@ -153,6 +176,9 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
                 .into(),
         );
     }
+    if args.stall.is_some() {
+        return Err("--stall applies to the renewal workload only (--workload renewal)".into());
+    }
     let workloads = match args.workload {
         WorkloadArg::Uncontended => vec![Workload::Uncontended],
         WorkloadArg::Contended => vec![Workload::Contended],
@@ -212,6 +238,13 @@ fn run_renewal(args: &Args) -> Result<ExitCode, BenchError> {
         (0, _) => return Err("--nodes takes one count from 1 to 15 for renewal".into()),
         (n, _) => n,
     };
+    if args.stall.is_some() && !args.urls.is_empty() {
+        return Err(
+            "--stall stops the bench's own redis-server nodes: it cannot be used with --urls"
+                .into(),
+        );
+    }
+    let phase = args.stall_phase.unwrap_or(StallPhase::Staggered);
     if args.urls.is_empty() {
         check_redis_server()?;
     }
@@ -219,29 +252,61 @@ fn run_renewal(args: &Args) -> Result<ExitCode, BenchError> {
         .worker_threads(RUNTIME_THREADS)
         .enable_all()
         .build()?;
-    let nodes = args.urls.is_empty().then(|| RedisNodes::start(n));
+    let mut nodes = args.urls.is_empty().then(|| RedisNodes::start(n));
     let urls = nodes
         .as_ref()
         .map_or_else(|| args.urls.clone(), RedisNodes::urls);
+    let stall = match (args.stall, &nodes) {
+        (Some(spec), Some(nodes)) => {
+            let pids: Vec<u32> = nodes.iter().filter_map(|node| node.pid()).collect();
+            if pids.len() != nodes.len() {
+                return Err("--stall: a redis-server node is not running".into());
+            }
+            Some(renewal::Stall { spec, phase, pids })
+        }
+        _ => None,
+    };
     println!(
-        "redlease-bench renewal: {} leases, TTL {:?}, renewed every TTL/3, held {:.1} s on {n} node(s)",
+        "redlease-bench renewal: {} leases, TTL {:?}, renewed every TTL/3, held {:.1} s on {n} node(s){}",
         args.leases,
         renewal::TTL,
-        args.seconds
+        args.seconds,
+        args.stall.map_or_else(String::new, |s| format!(
+            "; while held, each node stopped {:?} of every {:?} ({})",
+            s.stopped,
+            s.period,
+            phase.name()
+        ))
     );
     let tag = format!("bench-{}-renewal", std::process::id());
-    let report = runtime.block_on(renewal::run(
+    let result = runtime.block_on(renewal::run(
         &urls,
         args.leases,
         Duration::from_secs_f64(args.seconds),
         &tag,
-    ))?;
+        stall,
+    ));
+    // The stall driver resumes every node when it ends; resume again
+    // whatever happened, so no node is ever left stopped (idempotent).
+    if let Some(nodes) = nodes.as_mut() {
+        (0..nodes.len()).for_each(|i| nodes.node_mut(i).resume());
+    }
+    let report = result?;
     print!("{}", report.table());
     if args.json {
         println!("{}", report.json());
     }
     if report.lost > 0 {
-        eprintln!("FAILED: {} leases were lost under renewal", report.lost);
+        let by = &report.lost_by_reason;
+        eprintln!(
+            "FAILED: {} leases were lost under renewal{} (refused {}, expired {}, node errors {}{})",
+            report.lost,
+            if args.stall.is_some() { " with --stall" } else { "" },
+            by.refused,
+            by.expired,
+            by.node_errors,
+            if by.other > 0 { format!(", other {}", by.other) } else { String::new() }
+        );
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -402,5 +467,64 @@ mod tests {
         assert_eq!(checked.settings.slice, Duration::from_millis(250));
         assert_eq!(checked.node_counts, vec![1, 5]);
         assert!(plan(Args::parse_from(["bench", "--seconds", "0"])).is_err());
+    }
+
+    #[test]
+    fn stall_is_checked_while_parsing_and_only_for_renewal_on_own_nodes() {
+        let args =
+            Args::try_parse_from(["bench", "--workload", "renewal", "--stall", "600ms/900ms"])
+                .unwrap();
+        assert_eq!(
+            args.stall,
+            Some(StallSpec {
+                stopped: Duration::from_millis(600),
+                period: Duration::from_millis(900)
+            })
+        );
+        assert_eq!(args.stall_phase, None);
+        let args = Args::try_parse_from([
+            "bench",
+            "--workload",
+            "renewal",
+            "--stall",
+            "1s/1.5s",
+            "--stall-phase",
+            "same",
+        ])
+        .unwrap();
+        assert_eq!(args.stall_phase, Some(StallPhase::Same));
+        // Refused before any server starts.
+        for bad in [
+            &["bench", "--workload", "renewal", "--stall", "900ms/600ms"][..],
+            &["bench", "--workload", "renewal", "--stall", "600ms"],
+            &["bench", "--workload", "renewal", "--stall", "1m/2m"],
+            &["bench", "--workload", "renewal", "--stall-phase", "same"],
+            &[
+                "bench",
+                "--workload",
+                "renewal",
+                "--stall",
+                "1s/2s",
+                "--stall-phase",
+                "odd",
+            ],
+        ] {
+            assert!(Args::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        let err = run_renewal(&Args::parse_from([
+            "bench",
+            "--workload",
+            "renewal",
+            "--stall",
+            "1s/2s",
+            "--urls",
+            "redis://127.0.0.1:1",
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("--urls"), "{err}");
+        let err = plan(Args::parse_from(["bench", "--stall", "1s/2s"]))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("renewal workload only"), "{err}");
     }
 }

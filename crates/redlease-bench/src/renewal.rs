@@ -1,6 +1,7 @@
 //! The `renewal` workload: many leases held at once under automatic
 //! renewal, to show what keeping them alive costs the client (CPU, memory,
-//! round trips) and that none is lost.
+//! round trips) and that none is lost; with `--stall`, how many are lost
+//! (and why) while the nodes are stopped and resumed on a schedule.
 
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
@@ -10,11 +11,59 @@ use serde_json::json;
 
 use crate::client::BenchError;
 use crate::cpu;
+use crate::stall::{self, StallPhase, StallSpec, StallSummary};
 
 /// TTL of every lease: short, so renewals are frequent.
 pub const TTL: Duration = Duration::from_secs(3);
 /// Acquisitions in flight at once while taking the leases.
 const CONCURRENT: usize = 200;
+
+/// A stall schedule to play on the nodes while the leases are held.
+pub struct Stall {
+    pub spec: StallSpec,
+    pub phase: StallPhase,
+    /// The bench's own redis-server processes, alive (not killed, so not
+    /// reaped) for the whole run.
+    pub pids: Vec<u32>,
+}
+
+/// Leases lost by the end of the hold, by [`redlease::LostReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LostByReason {
+    pub refused: usize,
+    pub expired: usize,
+    pub node_errors: usize,
+    /// A reason added to the (non-exhaustive) enum after this bench.
+    pub other: usize,
+}
+
+impl LostByReason {
+    pub fn count(reasons: impl IntoIterator<Item = Option<redlease::LostReason>>) -> Self {
+        let mut by = LostByReason::default();
+        for why in reasons.into_iter().flatten() {
+            match why {
+                redlease::LostReason::Refused => by.refused += 1,
+                redlease::LostReason::Expired => by.expired += 1,
+                redlease::LostReason::NodeErrors => by.node_errors += 1,
+                _ => by.other += 1,
+            }
+        }
+        by
+    }
+
+    pub fn total(&self) -> usize {
+        self.refused + self.expired + self.node_errors + self.other
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        json!({
+            "refused": self.refused,
+            "expired": self.expired,
+            "node_errors": self.node_errors,
+            "other": self.other,
+        })
+    }
+}
 
 /// What one renewal run measured.
 pub struct RenewalReport {
@@ -22,9 +71,15 @@ pub struct RenewalReport {
     pub nodes: usize,
     pub seconds: f64,
     pub lost: usize,
+    pub lost_by_reason: LostByReason,
     pub round_trips: u64,
+    /// Renewal batches abandoned during the hold (node did not answer in
+    /// time).
+    pub abandoned: u64,
     pub cpu: Duration,
     pub peak_rss_mb: f64,
+    /// What the stall driver did, if `--stall` was given.
+    pub stall: Option<StallSummary>,
 }
 
 impl RenewalReport {
@@ -38,9 +93,18 @@ impl RenewalReport {
     }
 
     pub fn table(&self) -> String {
+        let by = &self.lost_by_reason;
+        let other = if by.other > 0 {
+            format!(", other {}", by.other)
+        } else {
+            String::new()
+        };
         format!(
             "workload  nodes  leases  seconds  lost  renew round trips/s  cpu_s  core share  peak RSS MB\n\
              renewal   {:>5}  {:>6}  {:>7.1}  {:>4}  {:>19.1}  {:>5.2}  {:>9.2}%  {:>11.1}\n\
+             {}\n\
+             lost by reason: refused {}, expired {}, node errors {}{other}; \
+             abandoned renewal batches: {}\n\
              target (goal, not assert): {} leases on {} nodes <= 5% of one core and <= 50 MB: {}\n",
             self.nodes,
             self.leases,
@@ -50,6 +114,13 @@ impl RenewalReport {
             self.cpu.as_secs_f64(),
             100.0 * self.core_share(),
             self.peak_rss_mb,
+            self.stall
+                .as_ref()
+                .map_or_else(|| "stall: none".to_string(), |s| s.line(self.nodes)),
+            by.refused,
+            by.expired,
+            by.node_errors,
+            self.abandoned,
             self.leases,
             self.nodes,
             if self.core_share() <= 0.05 && self.peak_rss_mb <= 50.0 {
@@ -67,6 +138,9 @@ impl RenewalReport {
             "nodes": self.nodes,
             "seconds": self.seconds,
             "lost": self.lost,
+            "lost_by_reason": self.lost_by_reason.json(),
+            "abandoned_batches": self.abandoned,
+            "stall": self.stall.as_ref().map(StallSummary::json),
             "renew_round_trips_per_s": self.round_trips_per_s(),
             "cpu_s": self.cpu.as_secs_f64(),
             "core_share": self.core_share(),
@@ -75,14 +149,16 @@ impl RenewalReport {
     }
 }
 
-/// Takes `leases` locks kept alive, holds them for `hold`, then checks that
-/// none was lost and releases them. CPU and round trips count the holding
-/// only; peak RSS is the whole process's high-water mark.
+/// Takes `leases` locks kept alive, holds them for `hold` (playing `stall`
+/// on the nodes meanwhile, if given: never while acquiring), then counts
+/// those lost and releases them. CPU, round trips and abandoned batches
+/// count the holding only; peak RSS is the whole process's high-water mark.
 pub async fn run(
     urls: &[String],
     leases: usize,
     hold: Duration,
     tag: &str,
+    stall: Option<Stall>,
 ) -> Result<RenewalReport, BenchError> {
     let locker = redlease::Locker::builder(urls).ttl(TTL).build()?;
     let mut held = Vec::with_capacity(leases);
@@ -101,11 +177,21 @@ pub async fn run(
     let before = locker.renewal_stats();
     let cpu_before = cpu::process();
     let started = Instant::now();
+    // Dropped (every node resumed, thread joined) on any way out of here.
+    let driver = stall
+        .map(|s| stall::Driver::start(s.spec, s.phase, s.pids, started, hold))
+        .transpose()?;
     tokio::time::sleep(hold).await;
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu::process().saturating_sub(cpu_before);
-    let round_trips = locker.renewal_stats().round_trips - before.round_trips;
-    let lost = held.iter().filter(|l| l.is_lost()).count();
+    let after = locker.renewal_stats();
+    let round_trips = after.round_trips - before.round_trips;
+    let abandoned = after.abandoned.saturating_sub(before.abandoned);
+    // Ends the schedule (it ends by itself at the hold's end too) and
+    // resumes every node, before the leases are counted and released.
+    let stall = driver.map(stall::Driver::finish);
+    let lost_by_reason = LostByReason::count(held.iter().map(|l| l.lost_reason()));
+    let lost = lost_by_reason.total();
     let peak_rss_mb = peak_rss_kb().map_or(f64::NAN, |kb| kb as f64 / 1024.0);
     // Give the locks back, a chunk at a time. A lost lease reports
     // NotHeld here; it was already counted.
@@ -119,9 +205,12 @@ pub async fn run(
         nodes: urls.len(),
         seconds,
         lost,
+        lost_by_reason,
         round_trips,
+        abandoned,
         cpu,
         peak_rss_mb,
+        stall,
     })
 }
 
@@ -141,6 +230,33 @@ fn peak_rss_kb() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_leases_are_counted_by_reason() {
+        use redlease::LostReason::*;
+        let by = LostByReason::count([
+            None,
+            Some(Expired),
+            Some(Refused),
+            Some(Expired),
+            None,
+            Some(NodeErrors),
+        ]);
+        assert_eq!(
+            by,
+            LostByReason {
+                refused: 1,
+                expired: 2,
+                node_errors: 1,
+                other: 0
+            }
+        );
+        assert_eq!(by.total(), 4);
+        assert_eq!(
+            by.json(),
+            json!({"refused": 1, "expired": 2, "node_errors": 1, "other": 0})
+        );
+    }
 
     #[test]
     fn peak_rss_is_readable() {
