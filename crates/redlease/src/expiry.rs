@@ -42,6 +42,8 @@ struct NodeBound {
     last: Option<Answer>,
     /// The shortest TTL of a request whose fate is unknown.
     doubt: Option<Duration>,
+    /// The latest renewal round it confirmed (0: the acquire).
+    round: u64,
 }
 
 /// The per-node expiry bounds of one lease.
@@ -67,6 +69,7 @@ impl ExpiryBounds {
                     until: None,
                     last: None,
                     doubt: None,
+                    round: 0,
                 };
                 nodes
             ],
@@ -79,10 +82,23 @@ impl ExpiryBounds {
         bounds
     }
 
-    /// Node `i` confirmed a request sent at `sent` with `ttl` and drift
-    /// allowance `drift`.
-    pub(crate) fn confirmed(&mut self, i: usize, sent: Instant, ttl: Duration, drift: Duration) {
+    /// How many nodes the lease is on.
+    pub(crate) fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Node `i` confirmed a request of renewal round `round`, sent at
+    /// `sent` with `ttl` and drift allowance `drift`.
+    pub(crate) fn confirmed(
+        &mut self,
+        i: usize,
+        sent: Instant,
+        ttl: Duration,
+        drift: Duration,
+        round: u64,
+    ) {
         let node = &mut self.nodes[i];
+        node.round = node.round.max(round);
         // An unknown request with a shorter TTL may still land after this one.
         let ttl = node.doubt.map_or(ttl, |d| d.min(ttl));
         node.until = Some(sent + ttl.saturating_sub(drift));
@@ -147,12 +163,24 @@ impl ExpiryBounds {
     /// Until when a quorum holds the key: the quorum-th latest node bound.
     /// `None` if fewer than a quorum are known to hold it.
     pub(crate) fn valid_until(&self) -> Option<Instant> {
-        let mut untils: Vec<Instant> = self.nodes.iter().filter_map(|n| n.until).collect();
-        if untils.len() < self.quorum {
-            return None;
-        }
-        untils.sort_unstable_by(|a, b| b.cmp(a));
-        Some(untils[self.quorum - 1])
+        // The latest bound that at least a quorum of bounds reach. No
+        // allocation: this runs for every lease on every node's answer,
+        // and there are few nodes.
+        let untils = || self.nodes.iter().filter_map(|n| n.until);
+        untils()
+            .filter(|&u| untils().filter(|&v| v >= u).count() >= self.quorum)
+            .max()
+    }
+
+    /// Whether a quorum of nodes that still hold the key confirmed renewal
+    /// round `round` or a later one.
+    pub(crate) fn confirmed_by_quorum(&self, round: u64) -> bool {
+        let confirmed = self
+            .nodes
+            .iter()
+            .filter(|n| n.until.is_some() && n.round >= round)
+            .count();
+        confirmed >= self.quorum
     }
 
     /// Whether refusals alone rule out a quorum: the lock is not ours.
@@ -201,13 +229,13 @@ mod tests {
         let t0 = Instant::now();
         let mut b = granted(3, &[0, 1, 2], t0);
         // Node 2 is paused: it never answers. Nodes 0 and 1 confirm.
-        b.confirmed(0, t0 + 300 * MS, TTL, DRIFT);
+        b.confirmed(0, t0 + 300 * MS, TTL, DRIFT, 1);
         assert_eq!(
             b.valid_until(),
             Some(t0 + 988 * MS),
             "one node is not a quorum"
         );
-        b.confirmed(1, t0 + 310 * MS, TTL, DRIFT);
+        b.confirmed(1, t0 + 310 * MS, TTL, DRIFT, 1);
         // The quorum-th latest: node 0's 1288 and node 1's 1298 vs node 2's 988.
         assert_eq!(b.valid_until(), Some(t0 + 1_288 * MS));
     }
@@ -217,7 +245,7 @@ mod tests {
         let t0 = Instant::now();
         let mut b = granted(5, &[0, 1, 2, 3, 4], t0);
         for (i, at) in [(0, 100), (1, 400), (3, 200)] {
-            b.confirmed(i, t0 + at * MS, TTL, DRIFT);
+            b.confirmed(i, t0 + at * MS, TTL, DRIFT, 1);
         }
         // Bounds: 1088, 1388, 988, 1188, 988 -> sorted 1388 1188 1088 ...
         assert_eq!(b.valid_until(), Some(t0 + 1_088 * MS));
@@ -245,7 +273,7 @@ mod tests {
         assert!(b.failed_by_quorum());
         // An error does not take back what the node promised before.
         assert_eq!(b.valid_until(), Some(t0 + 988 * MS));
-        b.confirmed(1, t0 + 50 * MS, TTL, DRIFT);
+        b.confirmed(1, t0 + 50 * MS, TTL, DRIFT, 1);
         assert!(!b.failed_by_quorum(), "only the latest answer counts");
     }
 
@@ -257,7 +285,7 @@ mod tests {
         b.unknown(0, t0 + 100 * MS, 200 * MS, 4 * MS, false);
         assert_eq!(b.valid_until(), Some(t0 + 296 * MS));
         // A later 1 s confirmation may be overwritten by it: trust 200 ms.
-        b.confirmed(0, t0 + 150 * MS, TTL, DRIFT);
+        b.confirmed(0, t0 + 150 * MS, TTL, DRIFT, 1);
         assert_eq!(b.valid_until(), Some(t0 + 338 * MS));
     }
 
@@ -271,7 +299,7 @@ mod tests {
             Some(t0 + 988 * MS),
             "the acquire bound is earlier"
         );
-        b.confirmed(0, t0 + 300 * MS, TTL, DRIFT);
+        b.confirmed(0, t0 + 300 * MS, TTL, DRIFT, 1);
         assert_eq!(b.valid_until(), Some(t0 + 1_288 * MS));
     }
 
@@ -284,5 +312,25 @@ mod tests {
         // A longer TTL sent does not lengthen anything before it is confirmed.
         b.sending_to_all(t0 + 100 * MS, 10 * TTL, DRIFT);
         assert_eq!(b.valid_until(), Some(t0 + 395 * MS));
+    }
+
+    #[test]
+    fn only_a_quorum_of_the_current_round_renews() {
+        let t0 = Instant::now();
+        let mut b = granted(5, &[0, 1, 2, 3, 4], t0);
+        assert!(b.confirmed_by_quorum(0), "the acquire is round 0");
+        // Round 2 is being sent; late answers for round 1 arrive first.
+        for i in [0, 1, 2] {
+            b.confirmed(i, t0 + 100 * MS, TTL, DRIFT, 1);
+        }
+        assert!(!b.confirmed_by_quorum(2), "older rounds never count");
+        b.confirmed(3, t0 + 200 * MS, TTL, DRIFT, 2);
+        b.confirmed(4, t0 + 200 * MS, TTL, DRIFT, 2);
+        assert!(!b.confirmed_by_quorum(2), "two of five");
+        b.confirmed(0, t0 + 200 * MS, TTL, DRIFT, 2);
+        assert!(b.confirmed_by_quorum(2));
+        // A node that refuses no longer counts, whatever it confirmed.
+        b.refused(0);
+        assert!(!b.confirmed_by_quorum(2));
     }
 }

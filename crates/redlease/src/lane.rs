@@ -144,25 +144,25 @@ impl Lane {
 
     fn check(
         &self,
-        result: Result<Vec<i64>, redis::RedisError>,
+        result: Result<Vec<u8>, redis::RedisError>,
         call: &ExtendMany,
         patience: Duration,
     ) -> Result<Vec<bool>, NodeError> {
         let flags = result.map_err(|e| self.node.redis_error(&e, patience))?;
-        if flags.len() != call.len || flags.iter().any(|f| !matches!(f, 0 | 1)) {
+        if flags.len() != call.len || flags.iter().any(|f| !matches!(f, b'0' | b'1')) {
             return Err(self.node.error(NodeErrorKind::Protocol(format!(
                 "renew script returned {} flags for {} leases",
                 flags.len(),
                 call.len
             ))));
         }
-        Ok(flags.into_iter().map(|f| f == 1).collect())
+        Ok(flags.into_iter().map(|f| f == b'1').collect())
     }
 }
 
 /// Runs one call, loading the script first if the node lost it (a restart
 /// or `SCRIPT FLUSH`).
-async fn run(conn: &mut MultiplexedConnection, call: &ExtendMany) -> redis::RedisResult<Vec<i64>> {
+async fn run(conn: &mut MultiplexedConnection, call: &ExtendMany) -> redis::RedisResult<Vec<u8>> {
     match call.cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             EXTEND_MANY.load_async(conn).await?;

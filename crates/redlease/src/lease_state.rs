@@ -61,8 +61,9 @@ pub(crate) struct LeaseState {
     pub(crate) lost: Option<LostReason>,
     /// What to report if the validity runs out before a renewal.
     pub(crate) expiry_reason: LostReason,
-    /// The latest manual extend a quorum confirmed (see `Renewer::extend`).
-    pub(crate) confirmed_epoch: u64,
+    /// The latest renewal round a quorum confirmed (a manual extend waits
+    /// for its own; see `Renewer::extend`).
+    pub(crate) confirmed_round: u64,
 }
 
 impl LeaseState {
@@ -72,7 +73,7 @@ impl LeaseState {
             early,
             lost: None,
             expiry_reason: LostReason::Expired,
-            confirmed_epoch: 0,
+            confirmed_round: 0,
         }
     }
 
