@@ -18,13 +18,17 @@ use crate::Error;
 // SCRIPT FLUSH): redis-rs `Script` does both, so NOSCRIPT never surfaces.
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-#[cfg_attr(feature = "test-broken-release", allow(dead_code))]
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+// Release is sent whole with EVAL instead: one command, never a NOSCRIPT
+// round trip, so it is on the wire as soon as it is first polled, and this
+// client's next request to the node (say, acquiring the lock again right
+// after releasing it) queues behind it even when `release` returned at
+// the quorum. With EVALSHA, a node that had not loaded the script yet got
+// the retry after that next request. It runs once per lease.
+#[cfg(not(feature = "test-broken-release"))]
+const RELEASE: &str = include_str!("scripts/release.lua");
 // The negative control of the fault suite: deletes whatever the key holds.
 #[cfg(feature = "test-broken-release")]
-static BROKEN_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new("return redis.call('DEL', KEYS[1])"));
+const RELEASE: &str = "return redis.call('DEL', KEYS[1])";
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
@@ -263,15 +267,17 @@ impl Node {
         release_id: &str,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        #[cfg(feature = "test-broken-release")]
-        let mut call = BROKEN_RELEASE.prepare_invoke();
-        #[cfg(not(feature = "test-broken-release"))]
-        let mut call = RELEASE.prepare_invoke();
-        call.key(key)
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(RELEASE)
+            .arg(1)
+            .arg(key)
             .arg(token.as_str())
             .arg(crate::subscription::channel_for(key))
             .arg(release_id);
-        self.flag(call, timeout, Gate::Cleanup, "release").await
+        let mut conn = self.conn.clone();
+        let request = Box::pin(async move { cmd.query_async(&mut conn).await });
+        let n = self.bounded(timeout, Gate::Cleanup, request).await?;
+        self.as_flag(n, "release")
     }
 
     /// Sets a new TTL if the key holds `token`; `Ok(false)` if it does not.
@@ -294,7 +300,12 @@ impl Node {
         gate: Gate,
         what: &str,
     ) -> Result<bool, NodeError> {
-        match self.run::<i64>(call, timeout, gate).await? {
+        let n = self.run::<i64>(call, timeout, gate).await?;
+        self.as_flag(n, what)
+    }
+
+    fn as_flag(&self, n: i64, what: &str) -> Result<bool, NodeError> {
+        match n {
             1 => Ok(true),
             0 => Ok(false),
             n => Err(self.error(NodeErrorKind::Protocol(format!(

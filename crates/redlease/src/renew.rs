@@ -238,6 +238,14 @@ type Ids = BuildHasherDefault<IdHasher>;
 struct Table {
     leases: HashMap<u64, Entry, Ids>,
     queued: Vec<HashSet<u64, Ids>>,
+    /// Bumped whenever what a batch would hold may have changed (leases
+    /// queued, extended or removed).
+    version: u64,
+    /// The batch a lane encoded last, for the other lanes to send as it is
+    /// while nothing changed: with healthy nodes every lane takes the same
+    /// leases, and encoding them once instead of once per node is most of
+    /// what renewal costs the client.
+    last_batch: Option<Arc<Batch>>,
 }
 
 impl Table {
@@ -245,8 +253,17 @@ impl Table {
         for q in &mut self.queued {
             q.remove(&id);
         }
+        self.version += 1;
         self.leases.remove(&id)
     }
+}
+
+/// Leases as sent to a node in one round trip, and their script calls.
+struct Batch {
+    sent: Vec<Sent>,
+    calls: Vec<ExtendMany>,
+    /// The table's version when it was made.
+    version: u64,
 }
 
 /// One lease of a batch, as it was sent.
@@ -308,6 +325,8 @@ impl Renewer {
                 table: Mutex::new(Table {
                     leases: HashMap::default(),
                     queued: vec![HashSet::default(); n],
+                    version: 0,
+                    last_batch: None,
                 }),
                 rescheduled: Notify::new(),
                 work: (0..n).map(|_| Notify::new()).collect(),
@@ -423,6 +442,7 @@ impl Renewer {
             for q in &mut table.queued {
                 q.insert(id);
             }
+            table.version += 1;
             (round, state)
         };
         self.inner.wake_lanes();
@@ -496,14 +516,21 @@ async fn schedule(inner: Arc<Inner>) {
 
 fn queue_due(inner: &Inner, now: Instant) {
     let mut queued_any = false;
+    let mut removed_any = false;
     let mut table = inner.table();
-    let Table { leases, queued } = &mut *table;
+    let Table {
+        leases,
+        queued,
+        version,
+        ..
+    } = &mut *table;
     leases.retain(|id, e| {
         if let Some(why) = e.view.lost_at(now) {
             e.lose(why);
             queued.iter_mut().for_each(|q| {
                 q.remove(id);
             });
+            removed_any = true;
             return false;
         }
         let due = if e.queued {
@@ -524,6 +551,9 @@ fn queue_due(inner: &Inner, now: Instant) {
         }
         true
     });
+    if queued_any || removed_any {
+        *version += 1;
+    }
     drop(table);
     if queued_any {
         inner.wake_lanes();
@@ -537,14 +567,14 @@ async fn lane(inner: Arc<Inner>, i: usize) {
     let mut pause = Duration::ZERO;
     loop {
         let work = inner.work[i].notified();
-        let (batch, calls) = take_batch(&inner, i);
-        if batch.is_empty() {
+        let Some(batch) = take_batch(&inner, i) else {
             tokio::select! {
                 () = inner.stop.cancelled() => return,
                 () = work => continue,
             }
-        }
+        };
         let latest = batch
+            .sent
             .iter()
             .map(|s| s.lost_from)
             .max()
@@ -552,9 +582,8 @@ async fn lane(inner: Arc<Inner>, i: usize) {
         let sent = Instant::now();
         let delivery = tokio::select! {
             () = inner.stop.cancelled() => return,
-            d = lane.deliver(&calls, patience(sent, latest)) => d,
+            d = lane.deliver(&batch.calls, patience(sent, latest)) => d,
         };
-        drop(calls);
         inner.round_trips.fetch_add(1, Ordering::Relaxed);
         let trouble = match &delivery {
             Delivery::Answered(answers) => answers
@@ -579,7 +608,7 @@ async fn lane(inner: Arc<Inner>, i: usize) {
         }
         failing = trouble.is_some();
         let unsent = matches!(delivery, Delivery::Unsent(_));
-        apply(&inner, i, &batch, sent, delivery);
+        apply(&inner, i, &batch.sent, sent, delivery);
         // A node that refuses connections is tried again after a short,
         // growing pause instead of at once.
         pause = if unsent {
@@ -596,12 +625,30 @@ async fn lane(inner: Arc<Inner>, i: usize) {
     }
 }
 
-/// Takes the most urgent leases queued for node `i`, up to [`TRIP`], and
-/// encodes their script calls (under the table's lock, so that keys and
-/// tokens are read in place rather than copied out).
-fn take_batch(inner: &Inner, i: usize) -> (Vec<Sent>, Vec<ExtendMany>) {
+/// Takes the most urgent leases queued for node `i`, up to [`TRIP`], with
+/// their script calls: the batch another lane encoded last if it is still
+/// current and queued here too, or a new one (encoded under the table's
+/// lock, so that keys and tokens are read in place rather than copied).
+fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     let mut table = inner.table();
-    let Table { leases, queued } = &mut *table;
+    let Table {
+        leases,
+        queued,
+        version,
+        last_batch,
+    } = &mut *table;
+    if queued[i].is_empty() {
+        return None;
+    }
+    if let Some(batch) = last_batch
+        .as_ref()
+        .filter(|b| b.version == *version && b.sent.iter().all(|s| queued[i].contains(&s.id)))
+    {
+        for s in &batch.sent {
+            queued[i].remove(&s.id);
+        }
+        return Some(batch.clone());
+    }
     let mut chosen: Vec<(Instant, u64)> = queued[i]
         .iter()
         .filter_map(|id| leases.get(id).map(|e| (e.lost_from(), *id)))
@@ -628,7 +675,13 @@ fn take_batch(inner: &Inner, i: usize) -> (Vec<Sent>, Vec<ExtendMany>) {
         .chunks(CHUNK)
         .map(|chunk| ExtendMany::new(chunk.iter().map(|e| (&*e.key, &e.token, e.timing.ttl_ms()))))
         .collect();
-    (sent, calls)
+    let batch = Arc::new(Batch {
+        sent,
+        calls,
+        version: *version,
+    });
+    *last_batch = Some(batch.clone());
+    Some(batch)
 }
 
 /// Folds node `i`'s answer to a batch sent at `sent` into its leases.
