@@ -15,6 +15,8 @@ use crate::stall::{self, StallPhase, StallSpec, StallSummary};
 
 /// TTL of every lease: short, so renewals are frequent.
 pub const TTL: Duration = Duration::from_secs(3);
+/// How long taking one lease may keep retrying.
+const ACQUIRE_WAIT: Duration = Duration::from_secs(30);
 /// Acquisitions in flight at once while taking the leases.
 const CONCURRENT: usize = 200;
 
@@ -167,7 +169,16 @@ pub async fn run(
         let batch = join_all(
             chunk
                 .iter()
-                .map(|name| locker.try_lock(name.as_str()).keep_alive().into_future()),
+                // `lock` with a bound, not `try_lock`: on a busy machine
+                // some acquisitions time out, and the workload measures
+                // holding, not taking.
+                .map(|name| {
+                    locker
+                        .lock(name.as_str())
+                        .wait(ACQUIRE_WAIT)
+                        .keep_alive()
+                        .into_future()
+                }),
         )
         .await;
         for lease in batch {
