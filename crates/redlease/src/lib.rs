@@ -123,12 +123,14 @@
 //! renewals go on. A renewal sent before the extend cannot count as
 //! confirming it.
 //!
-//! **Settings that cannot work are refused** by
-//! [`LockerBuilder::build`] and, for a per-call TTL, by the call: a TTL
-//! that leaves no validity after twice the drift allowance and the node
-//! timeout, and a renewal schedule whose first renewal (after
-//! `renew_fraction` of the TTL, answered within the node timeout) would
-//! land after the loss point. A lease is never handed out already lost.
+//! **Settings that cannot work are refused.** [`LockerBuilder::build`]
+//! refuses a TTL that leaves no validity after twice the drift allowance
+//! and the node timeout, and a `renew_fraction` whose first renewal would
+//! be sent after the loss point. Keeping a lease alive also needs that
+//! first renewal answered within the node timeout before the loss point;
+//! the acquire call checks this for the lease's own TTL, so a Locker meant
+//! for short waits (a node timeout close to the TTL) still builds. A lease
+//! is never handed out already lost.
 //!
 //! Limits: renewal needs a quorum of nodes to answer within each lease's
 //! remaining validity. A majority stalled for longer than a lease's slack

@@ -499,7 +499,11 @@ impl LockerBuilder {
 
     /// How often kept-alive leases are renewed, as a share of their TTL: the
     /// default, 1/3, renews a 30 s lease every 10 s, leaving two more tries
-    /// before it would run out. Must be in `(0, 0.9]`.
+    /// before it would run out. Must be in `(0, 0.9]`, and the first
+    /// renewal must come before the lease is reported lost (TTL minus twice
+    /// the drift allowance): [`build`](Self::build) checks that for the
+    /// default TTL, and a kept-alive acquire checks, for its own TTL, that
+    /// the renewal is also answered within the node timeout by then.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), redlease::Error> {
@@ -597,7 +601,7 @@ impl LockerBuilder {
             ));
         }
         Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?
-            .check_renewal("ttl", self.renew_fraction)?;
+            .check_renewal_schedule("ttl", self.renew_fraction)?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::invalid(
                 "runtime",

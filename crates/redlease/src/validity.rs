@@ -163,23 +163,50 @@ impl Timing {
         self.ttl.mul_f64(fraction)
     }
 
-    /// Checks that automatic renewal can keep this lease: the first
-    /// renewal, sent `renew_fraction` of the TTL after the acquire and
-    /// answered within the node timeout, must land before the lease is
-    /// reported lost (`ttl - 2 × drift` after the acquire began).
+    /// Checks that a kept-alive lease with this timing can be renewed in
+    /// time: the first renewal, sent `fraction` of the TTL after the
+    /// acquire, must be answered before the lease is reported lost
+    /// (`ttl - 2 × drift` after the acquire began). Per kept-alive lease,
+    /// the answer is expected within the node timeout.
     pub(crate) fn check_renewal(&self, field: &'static str, fraction: f64) -> Result<(), Error> {
+        self.check_renewal_within(field, fraction, self.node_timeout)
+    }
+
+    /// The part of [`check_renewal`](Self::check_renewal) that no node
+    /// timeout can fix: the first renewal must at least be sent before the
+    /// loss point. Checked when a Locker is built, for its default TTL, so
+    /// that a Locker meant for short waits (a node timeout close to the
+    /// TTL) still builds if it never keeps a lease alive.
+    pub(crate) fn check_renewal_schedule(
+        &self,
+        field: &'static str,
+        fraction: f64,
+    ) -> Result<(), Error> {
+        self.check_renewal_within(field, fraction, Duration::ZERO)
+    }
+
+    fn check_renewal_within(
+        &self,
+        field: &'static str,
+        fraction: f64,
+        answer: Duration,
+    ) -> Result<(), Error> {
         let interval = self.renew_interval(fraction);
         let lost_at = self.ttl - 2 * self.drift;
-        if interval + self.node_timeout >= lost_at {
+        if interval + answer >= lost_at {
+            let answer = if answer.is_zero() {
+                String::new()
+            } else {
+                format!(" and may take the {answer:?} node timeout to answer")
+            };
             return Err(Error::invalid(
                 field,
                 format!(
                     "a kept-alive lease with a {:?} TTL is renewed after {interval:?} \
-                     (renew_fraction {fraction}) and may take the {:?} node timeout to \
-                     answer, but is reported lost {lost_at:?} after it was taken (TTL minus \
-                     twice the {:?} drift allowance): lower renew_fraction, node_timeout or \
-                     drift_factor, or raise the TTL",
-                    self.ttl, self.node_timeout, self.drift
+                     (renew_fraction {fraction}){answer}, but is reported lost {lost_at:?} \
+                     after it was taken (TTL minus twice the {:?} drift allowance): lower \
+                     renew_fraction, node_timeout or drift_factor, or raise the TTL",
+                    self.ttl, self.drift
                 ),
             ));
         }
@@ -294,6 +321,11 @@ mod tests {
         assert!(with(0.05, 0.9).is_err());
         assert!(with(0.1, 0.8).is_err());
         assert!(with(0.25, 0.5).is_err());
+        // A Locker for short waits (the soak's patient clients: node
+        // timeout 90% of a 500 ms TTL) builds, but cannot keep leases alive.
+        let patient = Timing::new("ttl", 500 * MS, DriftModel::DEFAULT, Some(450 * MS)).unwrap();
+        assert!(patient.check_renewal_schedule("ttl", 1.0 / 3.0).is_ok());
+        assert!(patient.check_renewal("ttl", 1.0 / 3.0).is_err());
         // The defaults, and a tight but workable one.
         assert!(with(0.01, 1.0 / 3.0).is_ok());
         assert!(with(0.01, 0.8).is_ok(), "800 + 100 < 1000 - 24");
