@@ -11,6 +11,4 @@ soak="${CARGO_TARGET_DIR:-target}/release/soak"
 "$soak" --scenario mixed --nodes 5 --seconds 120 --min-acquired 10000 --min-faults 40
 "$soak" --scenario control-empty-restart --expect-violation
 "$soak" --scenario control-sleepy-holder --expect-violation
-# The broken build replaces target/release/soak; build it last.
-cargo build --release -q -p redlease-soak --features broken-release
 "$soak" --scenario control-broken-release --expect-violation

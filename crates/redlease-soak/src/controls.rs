@@ -9,9 +9,11 @@
 //! - `control-sleepy-holder`: A takes the lock, reads the counter, sleeps
 //!   past `valid_until` and then writes without looking at its lease or
 //!   fencing; meanwhile B took the expired lock and wrote: lost update.
-//! - `control-broken-release` (build with `--features broken-release`):
-//!   release is a plain DEL. A's lease expires, B takes the lock, A's late
-//!   release deletes B's key, C takes the lock while B holds it: overlap.
+//! - `control-broken-release`: A releases with a plain DEL instead of the
+//!   library's compare-and-delete (the soak sends the DEL itself; the
+//!   library has no switch for it). A's lease expires, B takes the lock,
+//!   A's late release deletes B's key, C takes the lock while B holds it:
+//!   overlap.
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +39,7 @@ pub const CONTROLS: &[(&str, &str)] = &[
     ),
     (
         "control-broken-release",
-        "release is a plain DEL (needs --features broken-release)",
+        "a late release is a plain DEL that deletes the next holder's key",
     ),
 ];
 
@@ -298,17 +300,6 @@ async fn sleepy_holder(nodes: usize, seed: u64) -> Result<Run, String> {
     bench.finish(NAME, seed, ttl, &[("holder_pause", 1)]).await
 }
 
-#[cfg(not(feature = "broken-release"))]
-async fn broken_release(_nodes: usize, _seed: u64) -> Result<Run, String> {
-    Err(
-        "control-broken-release needs the deliberately broken build of release; run:\n  \
-         cargo run --release -p redlease-soak --features broken-release -- \
-         --scenario control-broken-release --expect-violation"
-            .to_string(),
-    )
-}
-
-#[cfg(feature = "broken-release")]
 async fn broken_release(nodes: usize, seed: u64) -> Result<Run, String> {
     const NAME: &str = "control-broken-release";
     let short = Duration::from_millis(500);
@@ -331,9 +322,9 @@ async fn broken_release(nodes: usize, seed: u64) -> Result<Run, String> {
         .await
         .ok_or_else(|| inconclusive(NAME, "B did not get the expired lock"))?;
     bench.note("B took the lock (3 s TTL)");
-    let released = a.release(held_a).await;
+    let released = a.release_with_plain_del(held_a, &bench.direct()).await;
     bench.note(format!(
-        "A released its expired lease with the broken (plain DEL) release: {released:?}"
+        "A released its expired lease with a plain DEL on every node: {released:?}"
     ));
     let held_c = c.acquire(0, true).await.ok_or_else(|| {
         inconclusive(NAME, "C did not get the lock: B's key survived the release")

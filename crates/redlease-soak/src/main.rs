@@ -85,13 +85,8 @@ fn list() {
 }
 
 fn replay_command(args: &Args, seed: u64, nodes: usize) -> String {
-    let features = if args.scenario == "control-broken-release" {
-        " --features broken-release"
-    } else {
-        ""
-    };
     let mut cmd = format!(
-        "cargo run --release -p redlease-soak{features} -- --scenario {} --nodes {nodes} --seed {seed}",
+        "cargo run --release -p redlease-soak -- --scenario {} --nodes {nodes} --seed {seed}",
         args.scenario
     );
     if scenarios::find(&args.scenario).is_some() {
@@ -111,12 +106,6 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     panics::install();
-    if cfg!(feature = "broken-release") && args.scenario != "control-broken-release" {
-        eprintln!(
-            "warning: built with --features broken-release: release is a plain DEL and \
-             this run is expected to break"
-        );
-    }
     let seed = args.seed.unwrap_or_else(rand::random);
     let nodes = usize::from(args.nodes);
     let is_control = controls::CONTROLS.iter().any(|(n, _)| *n == args.scenario);

@@ -370,6 +370,47 @@ impl Client {
 }
 
 impl Client {
+    /// The negative control's broken release, done on the soak's side (the
+    /// library has no switch for it): a plain `DEL` of the lock's key on
+    /// every node in `urls`, which removes whoever holds it now. Recorded
+    /// as a release; the lease is dropped afterwards, and the library's own
+    /// release in the background finds another token and does nothing.
+    pub async fn release_with_plain_del(
+        &mut self,
+        held: Held,
+        urls: &[String],
+    ) -> Result<(), ErrorKind> {
+        let key = self.locker.key(held.lease.resource());
+        let mut op = self.lease_op(&held, Call::Release, Instant::now());
+        let mut result = Ok(());
+        for url in urls {
+            let deleted = async {
+                let client = redis::Client::open(url.as_str())?;
+                let mut conn = client.get_multiplexed_async_connection().await?;
+                redis::cmd("DEL")
+                    .arg(&key)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            };
+            if let Err(e) = tokio::time::timeout(Duration::from_secs(2), deleted)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "DEL timed out",
+                    )))
+                })
+            {
+                op.outcome = Outcome::Failed(ErrorKind::Data, e.to_string());
+                result = Err(ErrorKind::Data);
+            }
+        }
+        op.complete = self.rec.now();
+        self.rec.push(op);
+        drop(held);
+        result
+    }
+
     /// Drops the lease without `release`: the library releases it in the
     /// background. Recorded first, as the moment the lease was given up.
     pub fn abandon(&mut self, held: Held) {

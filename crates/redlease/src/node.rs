@@ -24,11 +24,7 @@ static ACQUIRE: LazyLock<Script> =
 // after releasing it) queues behind it even when `release` returned at
 // the quorum. With EVALSHA, a node that had not loaded the script yet got
 // the retry after that next request. It runs once per lease.
-#[cfg(not(feature = "test-broken-release"))]
 const RELEASE: &str = include_str!("scripts/release.lua");
-// The negative control of the fault suite: deletes whatever the key holds.
-#[cfg(feature = "test-broken-release")]
-const RELEASE: &str = "return redis.call('DEL', KEYS[1])";
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
