@@ -204,7 +204,7 @@ impl Client {
 
     fn failed<T>(ran: Ran<T>) -> Outcome {
         match ran {
-            Ran::Err(e) => Outcome::Failed(ErrorKind::of(&e), e.to_string()),
+            Ran::Err(e) => Outcome::Failed(ErrorKind::of(&e), with_causes(&e)),
             Ran::Panicked(msg) => Outcome::Failed(ErrorKind::Panic, msg),
             Ran::Ok(_) => Outcome::Ok,
         }
@@ -419,6 +419,19 @@ impl Client {
         self.rec.push(op);
         drop(held);
     }
+}
+
+/// An error and its causes, one after the other (a wait timeout keeps the
+/// last attempt's error as its source, not in its own text).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// The seed of one worker's choices, derived from the run's seed.

@@ -186,6 +186,7 @@ impl std::error::Error for NodeError {}
 /// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Held {
     /// The node.
     pub node: NodeId,
@@ -200,6 +201,7 @@ pub struct Held {
 /// assert_eq!(redlease::Op::Extend.to_string(), "extend");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Op {
     /// Taking the lock.
     Acquire,
@@ -239,6 +241,7 @@ impl fmt::Display for Op {
 #[non_exhaustive]
 pub enum Error {
     /// Bad input, rejected before any network I/O: nothing was written.
+    #[non_exhaustive]
     InvalidInput {
         /// The setting or argument at fault, e.g. `"ttl"`.
         field: &'static str,
@@ -246,6 +249,7 @@ pub enum Error {
         reason: String,
     },
     /// Another owner holds the lock on so many nodes that no quorum is possible.
+    #[non_exhaustive]
     Taken {
         /// The resource name.
         resource: String,
@@ -259,6 +263,7 @@ pub enum Error {
         quorum: usize,
     },
     /// Too few nodes answered for the operation to reach a quorum.
+    #[non_exhaustive]
     NoQuorum {
         /// Which operation.
         op: Op,
@@ -278,6 +283,7 @@ pub enum Error {
     },
     /// A quorum agreed, but so late that no validity was left (the TTL was
     /// spent on the round trip). Everything taken was released again.
+    #[non_exhaustive]
     ValidityExhausted {
         /// Which operation.
         op: Op,
@@ -292,6 +298,7 @@ pub enum Error {
     },
     /// Release or extend of a lease we no longer hold: it expired, or the
     /// lock was taken over. Never reported as success; nothing was written.
+    #[non_exhaustive]
     NotHeld {
         /// Which operation.
         op: Op,
@@ -308,13 +315,22 @@ pub enum Error {
     /// The lease was lost while work ran under it
     /// ([`Locker::with_lock`](crate::Locker::with_lock)): the work was
     /// stopped, or it finished but the lock was not ours to the end.
+    #[non_exhaustive]
     Lost {
         /// The resource name.
         resource: String,
         /// Why the lease could no longer be trusted.
         why: crate::LostReason,
     },
-    /// [`Locker::lock`](crate::Locker::lock) gave up: the wait deadline passed.
+    /// [`LockerBuilder::build`](crate::LockerBuilder::build) was called
+    /// outside a Tokio runtime: the Locker's connections and background
+    /// work need one. Build it inside `#[tokio::main]`, a runtime's
+    /// `block_on`, or after `Runtime::enter`.
+    NoRuntime,
+    /// [`Locker::lock`](crate::Locker::lock) gave up: the wait deadline
+    /// passed. The last attempt's error is the [`source`](std::error::Error::source)
+    /// (not repeated in `Display`).
+    #[non_exhaustive]
     WaitTimeout {
         /// The resource name.
         resource: String,
@@ -339,7 +355,8 @@ impl Error {
     /// failed, as opposed to bad input or a lease that is gone.
     ///
     /// ```
-    /// let e = redlease::Error::InvalidInput { field: "ttl", reason: "zero".into() };
+    /// // Outside a Tokio runtime: a setup mistake, not worth retrying.
+    /// let e = redlease::Locker::new(["redis://127.0.0.1:6379"]).unwrap_err();
     /// assert!(!e.is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
@@ -504,11 +521,15 @@ impl fmt::Display for Error {
                 resource,
                 waited,
                 attempts,
-                last,
+                ..
             } => write!(
                 f,
                 "gave up waiting for lock {resource:?} after {waited:?} and {attempts} \
-                 attempts; last: {last}"
+                 attempts"
+            ),
+            Error::NoRuntime => f.write_str(
+                "no Tokio runtime: build the Locker inside a runtime (#[tokio::main], \
+                 block_on, or Runtime::enter)",
             ),
         }
     }

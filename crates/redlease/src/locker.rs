@@ -603,10 +603,7 @@ impl LockerBuilder {
         Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?
             .check_renewal_schedule("ttl", self.renew_fraction)?;
         if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::invalid(
-                "runtime",
-                "a Locker must be built inside a Tokio runtime (its connections run there)",
-            ));
+            return Err(Error::NoRuntime);
         }
         let settings = ConnectSettings {
             connect_timeout: self.connect_timeout,

@@ -10,7 +10,7 @@ use crate::support::*;
 
 fn field(result: Result<impl std::fmt::Debug, Error>) -> &'static str {
     match result {
-        Err(Error::InvalidInput { field, reason }) => {
+        Err(Error::InvalidInput { field, reason, .. }) => {
             assert!(!reason.is_empty());
             field
         }
@@ -90,7 +90,9 @@ async fn bad_builder_settings_are_rejected() {
 
 #[test]
 fn building_outside_a_runtime_is_a_typed_error() {
-    assert_eq!(field(Locker::new(["redis://127.0.0.1:1"])), "runtime");
+    let err = Locker::new(["redis://127.0.0.1:1"]).unwrap_err();
+    assert!(matches!(err, Error::NoRuntime), "{err:?}");
+    assert!(err.to_string().contains("Tokio runtime"), "{err}");
 }
 
 #[tokio::test]
