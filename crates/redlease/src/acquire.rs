@@ -36,6 +36,17 @@ pub struct Acquire<'a> {
     keep_alive: bool,
 }
 
+impl std::fmt::Debug for Acquire<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acquire")
+            .field("resource", &self.resource)
+            .field("ttl", &self.ttl)
+            .field("retry", &self.retry)
+            .field("keep_alive", &self.keep_alive)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a> Acquire<'a> {
     pub(crate) fn new(locker: &'a Locker, resource: String, retry: RetryPolicy) -> Self {
         Acquire {

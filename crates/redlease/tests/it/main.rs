@@ -7,6 +7,7 @@ mod support;
 mod fenced_store;
 
 mod bad_input;
+mod bounds;
 mod expiry;
 mod faults;
 mod fencing;
