@@ -137,15 +137,39 @@ impl fmt::Display for NodeErrorKind {
 ///     }
 /// }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// `Display` names the node and the kind of failure; the alternate form
+/// (`{:#}`) adds the underlying redis-rs error, which is also the
+/// [`source`](std::error::Error::source) of a connection or protocol
+/// failure.
+#[derive(Clone, Debug)]
 pub struct NodeError {
     node: NodeId,
     kind: NodeErrorKind,
+    source: Option<Arc<redis::RedisError>>,
 }
+
+/// Equal when the same node failed the same way, whatever redis-rs said.
+impl PartialEq for NodeError {
+    fn eq(&self, other: &Self) -> bool {
+        self.node == other.node && self.kind == other.kind
+    }
+}
+
+impl Eq for NodeError {}
 
 impl NodeError {
     pub(crate) fn new(node: NodeId, kind: NodeErrorKind) -> Self {
-        Self { node, kind }
+        Self {
+            node,
+            kind,
+            source: None,
+        }
+    }
+
+    pub(crate) fn caused_by(mut self, e: redis::RedisError) -> Self {
+        self.source = Some(Arc::new(e));
+        self
     }
 
     /// The node that failed.
@@ -171,11 +195,21 @@ impl NodeError {
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.node, self.kind)
+        write!(f, "{}: {}", self.node, self.kind)?;
+        match &self.source {
+            Some(source) if f.alternate() => write!(f, " ({source})"),
+            _ => Ok(()),
+        }
     }
 }
 
-impl std::error::Error for NodeError {}
+impl std::error::Error for NodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// A node on which the lock is held by another owner, with the remaining
 /// time the node reported.
@@ -443,7 +477,7 @@ impl fmt::Display for Error {
                 list(f, held_on, held)?;
                 if !failed.is_empty() {
                     f.write_str("; also failed: ")?;
-                    list(f, failed, |f, e| write!(f, "{e}"))?;
+                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
                 }
                 Ok(())
             }
@@ -463,7 +497,7 @@ impl fmt::Display for Error {
                 )?;
                 if !failed.is_empty() {
                     f.write_str("; failed: ")?;
-                    list(f, failed, |f, e| write!(f, "{e}"))?;
+                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
                 }
                 if !refused_by.is_empty() {
                     if *op == Op::Acquire {
@@ -507,7 +541,7 @@ impl fmt::Display for Error {
                 }
                 if !failed.is_empty() {
                     f.write_str("; failed: ")?;
-                    list(f, failed, |f, e| write!(f, "{e}"))?;
+                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
                 }
                 Ok(())
             }

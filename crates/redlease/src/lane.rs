@@ -133,7 +133,7 @@ impl Lane {
             .get_multiplexed_async_connection_with_config(&config);
         let conn = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(self.node.redis_error(&e, timeout)),
+            Ok(Err(e)) => return Err(self.node.redis_error(e, timeout)),
             // A node that accepts the socket but never answers the
             // handshake is silent (paused, overloaded), not broken.
             Err(_) => return Err(self.node.error(NodeErrorKind::Timeout(timeout))),
@@ -148,7 +148,7 @@ impl Lane {
         call: &ExtendMany,
         patience: Duration,
     ) -> Result<Vec<bool>, NodeError> {
-        let flags = result.map_err(|e| self.node.redis_error(&e, patience))?;
+        let flags = result.map_err(|e| self.node.redis_error(e, patience))?;
         if flags.len() != call.len || flags.iter().any(|f| !matches!(f, b'0' | b'1')) {
             return Err(self.node.error(NodeErrorKind::Protocol(format!(
                 "renew script returned {} flags for {} leases",

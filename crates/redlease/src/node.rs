@@ -346,20 +346,20 @@ impl Node {
         }
         let result = match tokio::time::timeout(timeout, &mut request).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(map_error(&e, timeout)),
+            Ok(Err(e)) => Err(self.redis_error(e, timeout)),
             Err(_) => {
                 self.owe(request, timeout);
-                Err(NodeErrorKind::Timeout(timeout))
+                Err(self.error(NodeErrorKind::Timeout(timeout)))
             }
         };
-        match &result {
+        match result.as_ref().map_err(NodeError::kind) {
             // Only a broken connection backs off: a slow or paused node
             // still gets every request (its timeout bounds them).
             Err(NodeErrorKind::Connection(_)) => self.backoff().failed(std::time::Instant::now()),
             Ok(_) => *self.backoff() = Backoff::default(),
             Err(_) => {}
         }
-        result.map_err(|kind| self.error(kind))
+        result
     }
 
     /// Keeps waiting, in the background, for a request its caller gave up
@@ -382,27 +382,29 @@ impl Node {
         NodeError::new(self.id.clone(), kind)
     }
 
-    /// A redis-rs error from this node, as a [`NodeError`].
-    pub(crate) fn redis_error(&self, e: &RedisError, timeout: Duration) -> NodeError {
-        self.error(map_error(e, timeout))
-    }
-}
-
-fn map_error(e: &RedisError, timeout: Duration) -> NodeErrorKind {
-    if let Some(code) = e.code() {
-        return NodeErrorKind::Redis {
-            code: code.to_string(),
-            message: e.detail().unwrap_or_default().to_string(),
-        };
-    }
-    if e.is_timeout() {
-        return NodeErrorKind::Timeout(timeout);
-    }
-    match e.kind() {
-        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
-            NodeErrorKind::Protocol(e.to_string())
+    /// A redis-rs error from this node, as a [`NodeError`]. A connection
+    /// or protocol failure keeps the redis-rs error as its `source()` (the
+    /// kind holds only its category, so a reporter that prints the chain
+    /// does not print it twice); a Redis error reply is fully described by
+    /// its code and message, and a timeout by its duration.
+    pub(crate) fn redis_error(&self, e: RedisError, timeout: Duration) -> NodeError {
+        if let Some(code) = e.code() {
+            return self.error(NodeErrorKind::Redis {
+                code: code.to_string(),
+                message: e.detail().unwrap_or_default().to_string(),
+            });
         }
-        _ => NodeErrorKind::Connection(e.to_string()),
+        if e.is_timeout() {
+            return self.error(NodeErrorKind::Timeout(timeout));
+        }
+        let category = e.category().to_string();
+        let kind = match e.kind() {
+            redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
+                NodeErrorKind::Protocol(category)
+            }
+            _ => NodeErrorKind::Connection(category),
+        };
+        self.error(kind).caused_by(e)
     }
 }
 

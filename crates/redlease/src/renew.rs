@@ -145,7 +145,7 @@ impl Entry {
                 s.lost = Some(why);
                 true
             });
-            let failed: Vec<String> = self.errors().map(|e| e.to_string()).collect();
+            let failed: Vec<String> = self.errors().map(|e| format!("{e:#}")).collect();
             tracing::warn!(key = %self.key, reason = %why, ?failed, "lease lost");
         }
     }
@@ -589,7 +589,7 @@ async fn lane(inner: Arc<Inner>, i: usize) {
             Delivery::Answered(answers) => answers
                 .iter()
                 .find_map(|a| a.as_ref().err())
-                .map(|e| e.to_string()),
+                .map(|e| format!("{e:#}")),
             Delivery::Abandoned => {
                 inner.abandoned.fetch_add(1, Ordering::Relaxed);
                 Some(format!(
@@ -597,7 +597,7 @@ async fn lane(inner: Arc<Inner>, i: usize) {
                     lane.node().id()
                 ))
             }
-            Delivery::Unsent(e) => Some(e.to_string()),
+            Delivery::Unsent(e) => Some(format!("{e:#}")),
         };
         match (&trouble, failing) {
             (Some(why), false) => tracing::warn!(error = %why, "renewals to a node are failing"),

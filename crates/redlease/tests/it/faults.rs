@@ -336,3 +336,30 @@ async fn noscript_after_script_flush_is_recovered() {
         .expect("extend reloads its script");
     lease.release().await.expect("release reloads its script");
 }
+
+#[tokio::test]
+async fn a_connection_failure_keeps_the_redis_error_as_its_source() {
+    let mut nodes = RedisNodes::start(1);
+    let locker = locker(&nodes);
+    nodes.node_mut(0).kill();
+    let err = locker.try_lock("job").await.unwrap_err();
+    let failed = err.node_errors();
+    assert_eq!(failed.len(), 1, "{err:?}");
+    let e = &failed[0];
+    assert!(
+        matches!(e.kind(), NodeErrorKind::Connection(_)),
+        "{:?}",
+        e.kind()
+    );
+    let source = std::error::Error::source(e).expect("the redis-rs error is the source");
+    let redis = source
+        .downcast_ref::<redis::RedisError>()
+        .expect("a redis::RedisError");
+    // Printed once by a reporter that walks the chain: the node error's
+    // own text does not repeat its source's, the alternate form adds it,
+    // and the aggregate error names it for each node.
+    let (plain, alternate) = (e.to_string(), format!("{e:#}"));
+    assert!(!plain.contains(&redis.to_string()), "{plain}");
+    assert!(alternate.contains(&redis.to_string()), "{alternate}");
+    assert!(err.to_string().contains(&redis.to_string()), "{err}");
+}
