@@ -5,15 +5,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backoff::RetryPolicy;
 use crate::error::{Held, Op};
 use crate::fanout::{self, flag_vote, Replies};
 use crate::fencing;
+use crate::keys::LockKeys;
 use crate::lease::{self, Lease, LeaseHandle};
 use crate::lease_state::LostReason;
 use crate::locker::{Locker, Shared};
-use crate::node::{AcquireReply, LockKeys};
+use crate::node::AcquireReply;
 use crate::quorum::{quorum, Decision, Vote};
+use crate::retry::RetryPolicy;
 use crate::token::Token;
 use crate::validity::Timing;
 use crate::{wait, Error};

@@ -251,11 +251,11 @@
 
 mod acquire;
 mod background;
-mod backoff;
 mod error;
 mod expiry;
 mod fanout;
 mod fencing;
+mod keys;
 mod lane;
 mod lease;
 mod lease_state;
@@ -264,17 +264,18 @@ mod node;
 mod quorum;
 mod renew;
 mod renew_schedule;
+mod retry;
 mod subscription;
 mod token;
 mod validity;
 mod wait;
 
 pub use acquire::Acquire;
-pub use backoff::RetryPolicy;
 pub use error::{Error, Held, NodeError, NodeErrorKind, NodeId, Op};
 pub use lease::{Lease, LeaseHandle};
 pub use lease_state::LostReason;
 pub use locker::{Locker, LockerBuilder};
 pub use node::redact_url;
 pub use renew::RenewalStats;
+pub use retry::RetryPolicy;
 pub use validity::MAX_TTL;

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use crate::acquire::Acquire;
 use crate::background::Background;
-use crate::backoff::RetryPolicy;
 use crate::error::NodeId;
-use crate::node::{self, ConnectSettings, LockKeys, Node};
+use crate::keys::{lock_key, release_channel, LockKeys};
+use crate::node::{self, ConnectSettings, Node};
 use crate::quorum::quorum;
 use crate::renew::Renewer;
-use crate::subscription::{channel_for, Notifier};
+use crate::retry::RetryPolicy;
+use crate::subscription::Notifier;
 use crate::validity::{DriftModel, Timing};
 use crate::Error;
 
@@ -63,7 +64,7 @@ impl Shared {
     /// without waiting for Redis to echo the PUBLISH.
     pub(crate) fn announce_release(&self, key: &str, release_id: &str) {
         if let Some(notifier) = self.notifier.get() {
-            notifier.released(&channel_for(key), release_id);
+            notifier.released(&release_channel(key), release_id);
         }
     }
 
@@ -73,18 +74,11 @@ impl Shared {
     }
 
     pub(crate) fn key(&self, resource: &str) -> String {
-        // The braces make the resource a Redis Cluster hash tag, so the
-        // fencing counter can live in the same slot.
-        format!("{}{{{resource}}}", self.prefix)
+        lock_key(&self.prefix, resource)
     }
 
     pub(crate) fn keys(&self, resource: &str) -> LockKeys {
-        let lock = self.key(resource);
-        LockKeys {
-            fence: format!("{lock}:fence").into(),
-            lock: lock.into(),
-            fence_expiry_ms: self.fence_expiry.as_millis() as u64,
-        }
+        LockKeys::new(&self.prefix, resource, self.fence_expiry.as_millis() as u64)
     }
 }
 
@@ -295,7 +289,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn release_channel(&self, resource: &str) -> String {
-        channel_for(&self.key(resource))
+        release_channel(&self.key(resource))
     }
 
     /// The nodes, in the order given.

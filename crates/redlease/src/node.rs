@@ -11,6 +11,7 @@ use redis::{
 };
 
 use crate::error::{NodeError, NodeErrorKind, NodeId};
+use crate::keys::{release_channel, LockKeys};
 use crate::token::Token;
 use crate::Error;
 
@@ -36,15 +37,6 @@ pub(crate) enum AcquireReply {
     Acquired(u64),
     /// Held by another owner, who has this long left (`None`: no expiry).
     Held(Option<Duration>),
-}
-
-/// The keys of one lock: the lock itself and its fencing counter, which
-/// share a Redis Cluster hash slot.
-#[derive(Clone, Debug)]
-pub(crate) struct LockKeys {
-    pub(crate) lock: std::sync::Arc<str>,
-    pub(crate) fence: std::sync::Arc<str>,
-    pub(crate) fence_expiry_ms: u64,
 }
 
 /// Connection settings shared by all nodes of a Locker.
@@ -268,7 +260,7 @@ impl Node {
             .arg(1)
             .arg(key)
             .arg(token.as_str())
-            .arg(crate::subscription::channel_for(key))
+            .arg(release_channel(key))
             .arg(release_id);
         let mut conn = self.conn.clone();
         let request = Box::pin(async move { cmd.query_async(&mut conn).await });

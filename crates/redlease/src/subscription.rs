@@ -250,11 +250,6 @@ impl Drop for Waiter {
     }
 }
 
-/// The channel a lock's release is announced on.
-pub(crate) fn channel_for(key: &str) -> String {
-    format!("{key}:released")
-}
-
 /// One node's subscription connection: runs SUBSCRIBE / UNSUBSCRIBE in the
 /// order asked, and turns published messages into wake-ups. Ends when the
 /// Locker is gone.

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::acquire::attempt;
-use crate::backoff::RetryPolicy;
+use crate::keys::release_channel;
+use crate::keys::LockKeys;
 use crate::lease::Lease;
 use crate::locker::Shared;
-use crate::node::LockKeys;
-use crate::subscription::{channel_for, Waiter};
+use crate::retry::RetryPolicy;
+use crate::subscription::Waiter;
 use crate::validity::Timing;
 use crate::Error;
 
@@ -32,7 +33,7 @@ pub(crate) async fn lock(
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
     let waits = policy.attempts != Some(1);
-    let channel = channel_for(&keys.lock);
+    let channel = release_channel(&keys.lock);
     let mut waiter: Option<Waiter> = None;
     let mut last: Option<Error> = None;
     let mut attempts: u32 = 0;
