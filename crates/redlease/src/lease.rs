@@ -40,8 +40,9 @@ use crate::Error;
 #[must_use = "dropping a Lease releases the lock (in the background)"]
 pub struct Lease {
     guard: ReleaseOnDrop,
-    resource: String,
-    fence: u64,
+    /// What the holder reads (resource, fencing token, validity, loss):
+    /// the same view a [`LeaseHandle`] has, so it is written once.
+    view: LeaseHandle,
     /// The nodes that granted the acquire, until the lease is kept alive.
     granted: Vec<usize>,
     /// Validity and loss, shared with the renewer when kept alive.
@@ -52,7 +53,7 @@ impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // No token here: whoever reads the logs must not be able to release.
         f.debug_struct("Lease")
-            .field("resource", &self.resource)
+            .field("resource", &self.view.resource)
             .field("key", &self.guard.key)
             .field("remaining", &self.remaining())
             .finish()
@@ -74,8 +75,11 @@ impl Lease {
         )));
         Lease {
             guard,
-            resource,
-            fence,
+            view: LeaseHandle {
+                resource: resource.into(),
+                fence,
+                state: state.subscribe(),
+            },
             granted,
             state,
         }
@@ -100,7 +104,7 @@ impl Lease {
     }
 
     fn valid_until_now(&self) -> Instant {
-        self.state.borrow().valid_until
+        self.view.valid_until()
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
@@ -116,7 +120,7 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn resource(&self) -> &str {
-        &self.resource
+        self.view.resource()
     }
 
     /// The fencing token of this acquisition: larger than that of every
@@ -134,7 +138,7 @@ impl Lease {
     /// # let _ = fence; lease.release().await }
     /// ```
     pub fn fencing_token(&self) -> u64 {
-        self.fence
+        self.view.fencing_token()
     }
 
     /// Until when the lock is ours: `start + ttl - drift`, where `start` is
@@ -148,7 +152,7 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        self.valid_until_now()
+        self.view.valid_until()
     }
 
     /// Time left until [`valid_until`](Self::valid_until); zero once passed.
@@ -162,8 +166,7 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn remaining(&self) -> Duration {
-        self.valid_until_now()
-            .saturating_duration_since(Instant::now())
+        self.view.remaining()
     }
 
     /// Whether the lease can no longer be trusted: its validity ran out (or
@@ -183,7 +186,7 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.lost_reason().is_some()
+        self.view.is_lost()
     }
 
     /// Why the lease is lost, if it is.
@@ -196,7 +199,7 @@ impl Lease {
     /// # }
     /// ```
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.state.borrow().lost_at(Instant::now())
+        self.view.lost_reason()
     }
 
     /// Resolves when the lease can no longer be trusted, and at the latest
@@ -221,7 +224,7 @@ impl Lease {
     ///
     /// Cancel safe: it only watches.
     pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
-        crate::lease_state::lost(self.state.subscribe())
+        self.view.lost()
     }
 
     /// Gives `ttl` more time from now, if a quorum still holds our token and
@@ -300,7 +303,7 @@ impl Lease {
                 replies.detach(&shared.background);
                 Err(Error::ValidityExhausted {
                     op: Op::Extend,
-                    resource: self.resource.clone(),
+                    resource: self.view.resource.to_string(),
                     elapsed: now - start,
                     ttl: timing.ttl,
                     drift: timing.drift,
@@ -363,7 +366,7 @@ impl Lease {
                 failed,
             }) => Err(Error::NoQuorum {
                 op: Op::Extend,
-                resource: self.resource.clone(),
+                resource: self.view.resource.to_string(),
                 succeeded: shared.nodes.len() - failed.len() - refused_on.len(),
                 quorum: crate::quorum::quorum(shared.nodes.len()),
                 nodes: shared.nodes.len(),
@@ -458,7 +461,7 @@ impl Lease {
         }
         Error::NoQuorum {
             op,
-            resource: self.resource.clone(),
+            resource: self.view.resource.to_string(),
             succeeded: replies.tally.yes,
             quorum: replies.tally.quorum,
             nodes: replies.tally.nodes,
@@ -482,7 +485,7 @@ impl Lease {
     ) -> Error {
         Error::NotHeld {
             op,
-            resource: self.resource.clone(),
+            resource: self.view.resource.to_string(),
             expired,
             not_held_on,
             failed,
@@ -725,7 +728,16 @@ impl LeaseHandle {
     /// # fn f(lease: &redlease::LeaseHandle) { assert!(!lease.is_lost()); }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.state.borrow().lost_at(Instant::now()).is_some()
+        self.lost_reason().is_some()
+    }
+
+    /// Why the lease is lost, if it is (see [`Lease::lost_reason`]).
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::LeaseHandle) { assert_eq!(lease.lost_reason(), None); }
+    /// ```
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.state.borrow().lost_at(Instant::now())
     }
 
     /// Resolves when the lease is lost (see [`Lease::lost`]).
@@ -749,10 +761,6 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn handle(&self) -> LeaseHandle {
-        LeaseHandle {
-            resource: self.resource.as_str().into(),
-            fence: self.fence,
-            state: self.state.subscribe(),
-        }
+        self.view.clone()
     }
 }
