@@ -1,63 +1,54 @@
 //! Durations on the command line (`500ms`, `10s`, `2m`, `1h`, `1m30s`,
-//! `1.5s`) and short human-readable ones in output.
+//! `1.5s`), parsed by `humantime`, and short human-readable ones in output.
 
 use std::time::Duration;
 
-/// Parses a duration: one or more `<number><unit>` parts, unit one of
-/// `ms`, `s`, `m`, `h`; `0` alone is zero. A bare number is refused, since
-/// whether `10` means seconds or milliseconds is exactly the kind of guess
-/// that makes a lock's TTL wrong.
+/// What every duration error suggests.
+const EXAMPLES: &str = "use e.g. 500ms, 10s, 2m";
+
+/// Parses a duration with [`humantime::parse_duration`]: one or more
+/// `<number><unit>` parts (`1m30s`, `1m 30s`, `1.5s`), units from `ns` to
+/// `years` (`ms`, `s`/`sec`, `m`/`min`, `h`, `d`, ...); `0` alone is zero.
+///
+/// On top of humantime, two guesses are refused, since they are exactly
+/// the kind that makes a lock's TTL wrong: a bare number (does `10` mean
+/// seconds or milliseconds?), and the unit `M`, which humantime reads as
+/// months where `m` is minutes.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
+    let parsed = humantime::parse_duration(text).map_err(|e| explain(text, &e))?;
+    if units(text).any(|unit| unit == "M") {
+        return Err(format!(
+            "{text:?}: the unit M means months; write m for minutes, or months if you \
+             mean it"
+        ));
     }
-    if text.is_empty() {
-        return Err("empty duration; use e.g. 500ms, 10s, 2m".to_string());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, after) = rest.split_at(number_len);
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_len);
-        if number.is_empty() {
-            return Err(format!(
-                "{text:?} is not a duration; use e.g. 500ms, 10s, 2m"
-            ));
+    Ok(parsed)
+}
+
+/// The unit words of a duration text (`"1m 30s"` → `m`, `s`).
+fn units(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_alphabetic()))
+        .filter(|word| !word.is_empty())
+}
+
+/// A humantime error as a message that says what to write instead.
+fn explain(text: &str, e: &humantime::DurationError) -> String {
+    use humantime::DurationError as E;
+    match e {
+        E::Empty => format!("empty duration; {EXAMPLES}"),
+        E::UnknownUnit { unit, value, .. } if unit.is_empty() => {
+            format!("{text:?} has no unit; write e.g. {value}s or {value}ms")
         }
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("{text:?}: {number:?} is not a number"))?;
-        let unit_secs = match unit {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            "" => {
-                return Err(format!(
-                    "{text:?} has no unit; write e.g. {number}s or {number}ms"
-                ))
-            }
-            other => {
-                return Err(format!(
-                    "{text:?}: unknown unit {other:?} (use ms, s, m or h)"
-                ))
-            }
-        };
-        let part = Duration::try_from_secs_f64(value * unit_secs)
-            .map_err(|_| format!("{text:?} is too large"))?;
-        total = total
-            .checked_add(part)
-            .ok_or_else(|| format!("{text:?} is too large"))?;
-        rest = next;
+        E::UnknownUnit { unit, .. } => format!(
+            "{text:?}: unknown unit {unit:?} (use ms, s, m or h; also ns, us, d, w, and \
+             long forms such as sec, min, hours)"
+        ),
+        E::NumberOverflow => format!("{text:?} is too large, or finer than a nanosecond"),
+        E::InvalidCharacter(_) | E::NumberExpected(_) => {
+            format!("{text:?} is not a duration ({e}); {EXAMPLES}")
+        }
     }
-    Ok(total)
 }
 
 /// A short rendering for people: `850ms`, `9.2s`, `2m05s`, `3h12m`.
@@ -102,17 +93,36 @@ mod tests {
     }
 
     #[test]
+    fn accepts_humantimes_other_forms() {
+        assert_eq!(parse("1m 30s"), Ok(ms(90_000)));
+        assert_eq!(parse("2min"), Ok(ms(120_000)));
+        assert_eq!(parse("10sec"), Ok(ms(10_000)));
+        assert_eq!(parse("1d"), Ok(ms(86_400_000)));
+        assert_eq!(parse("2 months"), Ok(Duration::from_secs(2 * 2_630_016)));
+        assert_eq!(parse("250us"), Ok(Duration::from_micros(250)));
+    }
+
+    #[test]
     fn refuses_guesses_with_a_reason() {
         assert!(parse("10").unwrap_err().contains("no unit"));
-        assert!(parse("10x").unwrap_err().contains("unknown unit"));
-        assert!(parse("ten s").is_err());
-        assert!(parse("").is_err());
-        assert!(parse("s").is_err());
-        assert!(parse("1..5s").unwrap_err().contains("not a number"));
-        assert!(parse("-1s").is_err());
+        assert!(parse(" 10 ")
+            .unwrap_err()
+            .contains("write e.g. 10s or 10ms"));
+        assert!(parse("10x").unwrap_err().contains("unknown unit \"x\""));
+        assert!(parse("2M").unwrap_err().contains("M means months"));
+        assert!(parse("1h2M").unwrap_err().contains("M means months"));
+        assert!(parse("ten s").unwrap_err().contains("not a duration"));
+        assert!(parse("").unwrap_err().contains("empty"));
+        assert!(parse("  ").unwrap_err().contains("empty"));
+        assert!(parse("s").unwrap_err().contains("not a duration"));
+        assert!(parse("1..5s").unwrap_err().contains("not a duration"));
+        assert!(parse("-1s").unwrap_err().contains("not a duration"));
         assert!(parse("99999999999999999999h")
             .unwrap_err()
             .contains("too large"));
+        assert!(parse("0.5ns")
+            .unwrap_err()
+            .contains("finer than a nanosecond"));
     }
 
     #[test]

@@ -149,7 +149,8 @@ pub async fn run(args: RunArgs) -> Exit {
 
 /// Takes the lock: one attempt, then (unless --no-wait) waits for it.
 async fn acquire(locker: &Locker, args: &RunArgs) -> Result<Lease, Error> {
-    let deadline = args.wait.map(|wait| Instant::now() + wait);
+    // A wait too long for the clock to represent is no bound at all.
+    let deadline = args.wait.and_then(|wait| Instant::now().checked_add(wait));
     let first = locker.try_lock(args.key.as_str()).keep_alive().await;
     match first {
         Ok(lease) => return Ok(lease),

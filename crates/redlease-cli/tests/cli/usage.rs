@@ -10,7 +10,7 @@ const LIMIT: Duration = Duration::from_secs(10);
 fn usage_errors_are_one_line_with_exit_code_2() {
     // No node is contacted: all of these fail while parsing.
     let nodes = ["--nodes", "redis://127.0.0.1:1"];
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["run", "--key", "k", "--ttl", "10", "--", "true"],
             "no unit",
@@ -18,6 +18,10 @@ fn usage_errors_are_one_line_with_exit_code_2() {
         (
             &["run", "--key", "k", "--wait", "soon", "--", "true"],
             "not a duration",
+        ),
+        (
+            &["run", "--key", "k", "--ttl", "2M", "--", "true"],
+            "M means months",
         ),
         (
             &["run", "--key", "k", "--frobnicate", "--", "true"],
