@@ -229,6 +229,12 @@ pub struct Held {
     pub expires_in: Option<Duration>,
 }
 
+impl Held {
+    pub(crate) fn new(node: NodeId, expires_in: Option<Duration>) -> Self {
+        Held { node, expires_in }
+    }
+}
+
 /// The lock operation an error is about.
 ///
 /// ```
@@ -243,6 +249,8 @@ pub enum Op {
     Release,
     /// Moving its expiry.
     Extend,
+    /// Deleting it whoever holds it ([`Locker::force_release`](crate::Locker::force_release)).
+    ForceRelease,
 }
 
 impl fmt::Display for Op {
@@ -251,6 +259,7 @@ impl fmt::Display for Op {
             Op::Acquire => "acquire",
             Op::Release => "release",
             Op::Extend => "extend",
+            Op::ForceRelease => "force-release",
         })
     }
 }
@@ -361,6 +370,11 @@ pub enum Error {
     /// work need one. Build it inside `#[tokio::main]`, a runtime's
     /// `block_on`, or after `Runtime::enter`.
     NoRuntime,
+    /// The [`Locker`](crate::Locker) was closed
+    /// ([`Locker::close`](crate::Locker::close)): it takes no more locks,
+    /// and the leases it held were released by `close` (their holders saw
+    /// [`LostReason::Closed`](crate::LostReason::Closed)).
+    Closed,
     /// [`Locker::lock`](crate::Locker::lock) gave up: the wait deadline
     /// passed. The last attempt's error is the [`source`](std::error::Error::source)
     /// (not repeated in `Display`).
@@ -432,6 +446,55 @@ impl Error {
             _ => return None,
         };
         held.iter().filter_map(|h| h.expires_in).min()
+    }
+}
+
+/// How a quorum operation fell short, from the nodes' answers: the one
+/// place that decides which error that is.
+pub(crate) struct Shortfall {
+    pub(crate) op: Op,
+    /// Nodes that did what was asked.
+    pub(crate) succeeded: usize,
+    pub(crate) nodes: usize,
+    /// Nodes that refused: another owner holds the lock (acquire), or our
+    /// token is gone (extend, release).
+    pub(crate) refused: Vec<Held>,
+    pub(crate) failed: Vec<NodeError>,
+}
+
+impl Shortfall {
+    /// `Taken` (acquire) or `NotHeld` (extend, release) when refusals alone
+    /// rule out a quorum, whatever the failed nodes would have said;
+    /// otherwise `NoQuorum`. `expired`: the lease's validity had run out.
+    pub(crate) fn into_error(self, resource: &str, expired: bool) -> Error {
+        let quorum = crate::quorum::quorum(self.nodes);
+        let resource = resource.to_string();
+        let refused_quorum = crate::quorum::refused(self.refused.len(), self.nodes);
+        match self.op {
+            Op::Acquire if refused_quorum => Error::Taken {
+                resource,
+                held_on: self.refused,
+                failed: self.failed,
+                nodes: self.nodes,
+                quorum,
+            },
+            op if refused_quorum => Error::NotHeld {
+                op,
+                resource,
+                expired,
+                not_held_on: self.refused.into_iter().map(|h| h.node).collect(),
+                failed: self.failed,
+            },
+            op => Error::NoQuorum {
+                op,
+                resource,
+                succeeded: self.succeeded,
+                quorum,
+                nodes: self.nodes,
+                failed: self.failed,
+                refused_by: self.refused,
+            },
+        }
     }
 }
 
@@ -560,6 +623,10 @@ impl fmt::Display for Error {
                 f,
                 "gave up waiting for lock {resource:?} after {waited:?} and {attempts} \
                  attempts"
+            ),
+            Error::Closed => f.write_str(
+                "the Locker was closed: it takes no more locks, and close() released the \
+                 leases it held",
             ),
             Error::NoRuntime => f.write_str(
                 "no Tokio runtime: build the Locker inside a runtime (#[tokio::main], \

@@ -8,12 +8,13 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 use crate::background::Background;
-use crate::error::NodeError;
-use crate::node::Node;
+use crate::error::{Held, NodeError, Op, Shortfall};
+use crate::node::{AcquireReply, Node};
 use crate::quorum::{Decision, Tally, Vote};
 
 type Pending<R> = Pin<Box<dyn Future<Output = Result<R, NodeError>> + Send>>;
@@ -72,12 +73,44 @@ impl<R> InFlight<R> {
     }
 }
 
-/// The vote of a node that answered whether it did what was asked
-/// (release, extend, raise the fencing counter).
-pub(crate) fn flag_vote(answer: &Result<bool, NodeError>) -> Vote {
+/// A node's answer to a quorum request: whether it did what was asked.
+pub(crate) trait Answer: Send + 'static {
+    /// Did what was asked (took, released or extended the lock, raised the
+    /// fencing counter).
+    fn agreed(&self) -> bool;
+
+    /// For a refusal: when the other owner's key expires there, if the node
+    /// said (`None`: no expiry, or not reported).
+    fn expires_in(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Release, extend and raising the fencing counter answer yes or no.
+impl Answer for bool {
+    fn agreed(&self) -> bool {
+        *self
+    }
+}
+
+impl Answer for AcquireReply {
+    fn agreed(&self) -> bool {
+        matches!(self, AcquireReply::Acquired(_))
+    }
+
+    fn expires_in(&self) -> Option<Duration> {
+        match self {
+            AcquireReply::Held(expires_in) => *expires_in,
+            AcquireReply::Acquired(_) => None,
+        }
+    }
+}
+
+/// How an answer counts toward the quorum.
+fn vote<R: Answer>(answer: &Result<R, NodeError>) -> Vote {
     match answer {
-        Ok(true) => Vote::Yes,
-        Ok(false) => Vote::No,
+        Ok(a) if a.agreed() => Vote::Yes,
+        Ok(_) => Vote::No,
         Err(_) => Vote::Failed,
     }
 }
@@ -90,16 +123,12 @@ pub(crate) struct Replies<R> {
     in_flight: InFlight<R>,
 }
 
-/// Calls `request` on every node concurrently and returns once `vote` over
-/// the answers decides the quorum either way (or every node has answered).
-/// Each request must bound its own time (the node methods take a timeout).
-pub(crate) async fn until_decided<R, F, Fut>(
-    nodes: &[Arc<Node>],
-    vote: impl Fn(&Result<R, NodeError>) -> Vote,
-    request: F,
-) -> Replies<R>
+/// Calls `request` on every node concurrently and returns once the answers
+/// decide the quorum either way (or every node has answered). Each request
+/// must bound its own time (the node methods take a timeout).
+pub(crate) async fn until_decided<R, F, Fut>(nodes: &[Arc<Node>], request: F) -> Replies<R>
 where
-    R: Send + 'static,
+    R: Answer,
     F: Fn(Arc<Node>) -> Fut,
     Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
 {
@@ -125,9 +154,9 @@ where
     }
 }
 
-impl<R: Send + 'static> Replies<R> {
+impl<R: Answer> Replies<R> {
     /// Waits for the requests still in flight, so every node's answer is known.
-    pub(crate) async fn finish(&mut self, vote: impl Fn(&Result<R, NodeError>) -> Vote) {
+    pub(crate) async fn finish(&mut self) {
         while let Some((i, answer)) = self.in_flight.next().await {
             self.tally.record(vote(&answer));
             self.answers.push((i, answer));
@@ -152,5 +181,23 @@ impl<R: Send + 'static> Replies<R> {
             .iter()
             .filter_map(|(_, a)| a.as_ref().err().cloned())
             .collect()
+    }
+
+    /// How `op` fell short of a quorum, for the error it returns.
+    pub(crate) fn shortfall(&self, op: Op, nodes: &[Arc<Node>]) -> Shortfall {
+        Shortfall {
+            op,
+            succeeded: self.tally.yes,
+            nodes: self.tally.nodes,
+            refused: self
+                .answers
+                .iter()
+                .filter_map(|(i, a)| match a {
+                    Ok(a) if !a.agreed() => Some(Held::new(nodes[*i].id().clone(), a.expires_in())),
+                    _ => None,
+                })
+                .collect(),
+            failed: self.failures(),
+        }
     }
 }

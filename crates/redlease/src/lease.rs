@@ -1,24 +1,21 @@
 //! [`Lease`]: a held lock, and giving it back.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-use crate::error::{Held, NodeError, Op};
+use crate::attempt::Grant;
+use crate::error::{Error, Held, NodeError, NodeId, Op, Shortfall};
 use crate::expiry::ExpiryBounds;
-use crate::fanout::{self, flag_vote, Replies};
+use crate::fanout;
+use crate::guard::ReleaseOnDrop;
 use crate::lease_state::{LeaseState, LostReason};
-use crate::locker::Shared;
 use crate::quorum::Decision;
+use crate::release::{release_id, release_on};
 use crate::renew::ExtendFailure;
-use crate::token::Token;
 use crate::validity::Timing;
-use crate::Error;
 
 /// A lock we hold, until [`valid_until`](Self::valid_until).
 ///
@@ -54,48 +51,69 @@ impl fmt::Debug for Lease {
         // No token here: whoever reads the logs must not be able to release.
         f.debug_struct("Lease")
             .field("resource", &self.view.resource)
-            .field("key", &self.guard.key)
+            .field("key", &self.guard.ownership.key)
             .field("remaining", &self.remaining())
             .finish()
     }
 }
 
 impl Lease {
-    /// A lease from the guard of the attempt that won it.
-    pub(crate) fn new(
-        guard: ReleaseOnDrop,
-        resource: String,
-        valid_until: Instant,
-        fence: u64,
-        granted: Vec<usize>,
-    ) -> Lease {
+    /// The lease for a granted lock, recorded as held by its Locker. A
+    /// Locker closed meanwhile gets its lock back at once: [`Error::Closed`].
+    pub(crate) async fn new(grant: Grant, resource: String) -> Result<Lease, Error> {
+        let Grant {
+            mut guard,
+            valid_until,
+            fence,
+            granted_by,
+        } = grant;
         let state = Arc::new(watch::Sender::new(LeaseState::new(
             valid_until,
             guard.timing.drift,
         )));
-        Lease {
+        let engine = guard.engine.clone();
+        match engine.register(
+            guard.ownership.clone(),
+            state.clone(),
+            guard.timing.node_timeout,
+        ) {
+            Ok(id) => guard.registration = Some(id),
+            Err(closed) => {
+                guard.settle().await;
+                let o = &guard.ownership;
+                let timeout = guard.timing.node_timeout;
+                if let Some(id) =
+                    release_on(engine.nodes(), &o.written, &o.key, &o.token, timeout).await
+                {
+                    engine.announce_release(&o.key, &id);
+                }
+                guard.disarm();
+                return Err(closed);
+            }
+        }
+        Ok(Lease {
             guard,
             view: LeaseHandle {
                 resource: resource.into(),
                 fence,
                 state: state.subscribe(),
             },
-            granted,
+            granted: granted_by,
             state,
-        }
+        })
     }
 
     /// Hands the lease to its Locker's renewer.
     pub(crate) fn keep_alive(&mut self) {
-        let shared = &self.guard.shared;
+        let engine = &self.guard.engine;
         let bounds = ExpiryBounds::new(
-            shared.nodes.len(),
+            engine.nodes().len(),
             std::mem::take(&mut self.granted),
             self.valid_until_now(),
         );
-        let id = shared.renewer().add(
-            self.guard.key.clone(),
-            self.guard.token.clone(),
+        let id = engine.renewer().add(
+            self.guard.ownership.key.clone(),
+            self.guard.ownership.token.clone(),
             self.guard.timing,
             bounds,
             self.state.clone(),
@@ -253,18 +271,13 @@ impl Lease {
     /// If the future is dropped before it completes, the lease keeps the
     /// earlier of its old validity and the one the extend would have given.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        let shared = self.guard.shared.clone();
-        let timing = shared.timing("ttl", ttl)?;
+        let engine = self.guard.engine.clone();
+        let timing = engine.timing("ttl", ttl)?;
         if self.guard.renewal.is_some() {
-            timing.check_renewal("ttl", shared.renew_fraction)?;
+            timing.check_renewal("ttl", engine.settings().renew_fraction)?;
         }
         if let Some(why) = self.lost_reason() {
-            return Err(self.not_held(
-                Op::Extend,
-                why != LostReason::Refused,
-                Vec::new(),
-                Vec::new(),
-            ));
+            return Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()));
         }
         if let Some(id) = self.guard.renewal {
             return self.extend_kept_alive(id, timing).await;
@@ -278,15 +291,16 @@ impl Lease {
         self.guard.settle().await;
         // Waiting for the acquire's slow requests may have used up what
         // was left: then send nothing.
-        if self.is_lost() {
-            return Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()));
+        if let Some(why) = self.lost_reason() {
+            return Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()));
         }
 
-        let (key, token) = (self.guard.key.clone(), self.guard.token.clone());
-        let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
-            let (key, token) = (key.clone(), token.clone());
+        let ownership = self.guard.ownership.clone();
+        let mut replies = fanout::until_decided(engine.nodes(), |node| {
+            let ownership = ownership.clone();
             async move {
-                node.extend(&key, &token, timing.ttl_ms(), timing.node_timeout)
+                let (key, token) = (&ownership.key, &ownership.token);
+                node.extend(key, token, timing.ttl_ms(), timing.node_timeout)
                     .await
             }
         })
@@ -296,11 +310,12 @@ impl Lease {
             // Too late: the lease was (or was about to be) reported lost,
             // and a lost lease never comes back.
             Decision::Reached if self.lost_reason().is_some() => {
-                replies.detach(&shared.background);
-                Err(self.not_held(Op::Extend, true, Vec::new(), Vec::new()))
+                replies.detach(engine.background());
+                let why = self.lost_reason().unwrap_or(LostReason::Expired);
+                Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()))
             }
             Decision::Reached if !timing.usable(now - start) => {
-                replies.detach(&shared.background);
+                replies.detach(engine.background());
                 Err(Error::ValidityExhausted {
                     op: Op::Extend,
                     resource: self.view.resource.to_string(),
@@ -310,7 +325,7 @@ impl Lease {
                 })
             }
             Decision::Reached => {
-                replies.detach(&shared.background);
+                replies.detach(engine.background());
                 self.state.send_modify(|s| {
                     s.valid_until = extended_until;
                     s.early = timing.drift;
@@ -319,11 +334,13 @@ impl Lease {
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {
-                replies.finish(flag_vote).await;
+                replies.finish().await;
                 // Judged after the replies: a lease that ran out meanwhile
                 // expired; it was not taken over.
                 let expired = self.lost_reason() == Some(LostReason::Expired);
-                let error = self.refusal(Op::Extend, &replies, expired);
+                let error = replies
+                    .shortfall(Op::Extend, engine.nodes())
+                    .into_error(self.resource(), expired);
                 if matches!(error, Error::NotHeld { .. }) {
                     // A majority no longer has our token: the lease is gone.
                     let why = if expired {
@@ -340,50 +357,40 @@ impl Lease {
 
     /// Extends a kept-alive lease through the renewer, in order with its
     /// renewals on every node.
-    async fn extend_kept_alive(
-        &mut self,
-        id: u64,
-        timing: crate::validity::Timing,
-    ) -> Result<(), Error> {
-        let shared = self.guard.shared.clone();
-        match shared.renewer().extend(id, timing).await {
+    async fn extend_kept_alive(&mut self, id: u64, timing: Timing) -> Result<(), Error> {
+        let engine = self.guard.engine.clone();
+        match engine.renewer().extend(id, timing).await {
             Ok(()) => {
                 self.guard.timing = timing;
                 Ok(())
             }
             Err(ExtendFailure::Gone) => {
                 let why = self.lost_reason().unwrap_or(LostReason::Expired);
-                Err(self.not_held(
-                    Op::Extend,
-                    why != LostReason::Refused,
-                    Vec::new(),
-                    Vec::new(),
-                ))
+                Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()))
             }
             Err(ExtendFailure::Lost {
                 why: LostReason::NodeErrors,
                 refused_on,
                 failed,
-            }) => Err(Error::NoQuorum {
-                op: Op::Extend,
-                resource: self.view.resource.to_string(),
-                succeeded: shared.nodes.len() - failed.len() - refused_on.len(),
-                quorum: crate::quorum::quorum(shared.nodes.len()),
-                nodes: shared.nodes.len(),
-                failed,
-                refused_by: refused_on
-                    .into_iter()
-                    .map(|node| Held {
-                        node,
-                        expires_in: None,
-                    })
-                    .collect(),
-            }),
+            }) => {
+                let nodes = engine.nodes().len();
+                let shortfall = Shortfall {
+                    op: Op::Extend,
+                    succeeded: nodes - failed.len() - refused_on.len(),
+                    nodes,
+                    refused: refused_on
+                        .into_iter()
+                        .map(|node| Held::new(node, None))
+                        .collect(),
+                    failed,
+                };
+                Err(shortfall.into_error(self.resource(), true))
+            }
             Err(ExtendFailure::Lost {
                 why,
                 refused_on,
                 failed,
-            }) => Err(self.not_held(Op::Extend, why != LostReason::Refused, refused_on, failed)),
+            }) => Err(self.gone(Op::Extend, why, refused_on, failed)),
         }
     }
 
@@ -409,247 +416,63 @@ impl Lease {
     /// Dropping the future before it completes drops the lease, which
     /// releases it again in the background.
     pub async fn release(mut self) -> Result<(), Error> {
-        self.guard.unregister();
+        if !self.guard.unregister() {
+            // `close` released it already.
+            return Err(Error::Closed);
+        }
         self.guard.settle().await;
-        let shared = self.guard.shared.clone();
-        let (key, token, timeout) = (
-            self.guard.key.clone(),
-            self.guard.token.clone(),
-            self.guard.timing.node_timeout,
-        );
+        let engine = self.guard.engine.clone();
+        let ownership = self.guard.ownership.clone();
+        let timeout = self.guard.timing.node_timeout;
         let release_id: Arc<str> = release_id().into();
-        let written = self.guard.written.clone();
-        let mut replies = fanout::until_decided(&shared.nodes, flag_vote, |node| {
-            let (key, token, release_id) = (key.clone(), token.clone(), release_id.clone());
-            let may_hold = written.may_hold(node.id().index());
+        let mut replies = fanout::until_decided(engine.nodes(), |node| {
+            let (ownership, release_id) = (ownership.clone(), release_id.clone());
             async move {
-                if !may_hold {
+                if !ownership.written.may_hold(node.id().index()) {
                     return Ok(false);
                 }
-                node.release(&key, &token, &release_id, timeout).await
+                let (key, token) = (&ownership.key, &ownership.token);
+                node.release(key, token, &release_id, timeout).await
             }
         })
         .await;
         let result = match replies.tally.decision() {
             Decision::Reached => {
-                replies.detach(&shared.background);
-                shared.announce_release(&key, &release_id);
+                replies.detach(engine.background());
+                engine.announce_release(&ownership.key, &release_id);
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {
-                replies.finish(flag_vote).await;
+                replies.finish().await;
                 let expired = Instant::now() >= self.valid_until_now();
-                Err(self.refusal(Op::Release, &replies, expired))
+                Err(replies
+                    .shortfall(Op::Release, engine.nodes())
+                    .into_error(self.resource(), expired))
             }
         };
         self.guard.disarm();
         result
     }
 
-    /// The error for a release or extend that reached no quorum.
-    fn refusal(&self, op: Op, replies: &Replies<bool>, expired: bool) -> Error {
-        let nodes = &self.guard.shared.nodes;
-        let refused: Vec<_> = replies
-            .answers
-            .iter()
-            .filter(|(_, a)| matches!(a, Ok(false)))
-            .map(|(i, _)| nodes[*i].id().clone())
-            .collect();
-        let failed = replies.failures();
-        if replies.tally.refused() {
-            return self.not_held(op, expired, refused, failed);
-        }
-        Error::NoQuorum {
-            op,
-            resource: self.view.resource.to_string(),
-            succeeded: replies.tally.yes,
-            quorum: replies.tally.quorum,
-            nodes: replies.tally.nodes,
-            failed,
-            refused_by: refused
-                .into_iter()
-                .map(|node| Held {
-                    node,
-                    expires_in: None,
-                })
-                .collect(),
-        }
-    }
-
-    fn not_held(
+    /// The error for an operation on a lease known to be lost, and the
+    /// nodes that said so, if any.
+    fn gone(
         &self,
         op: Op,
-        expired: bool,
-        not_held_on: Vec<crate::NodeId>,
+        why: LostReason,
+        not_held_on: Vec<NodeId>,
         failed: Vec<NodeError>,
     ) -> Error {
+        if why == LostReason::Closed {
+            return Error::Closed;
+        }
         Error::NotHeld {
             op,
             resource: self.view.resource.to_string(),
-            expired,
+            expired: why != LostReason::Refused,
             not_held_on,
             failed,
         }
-    }
-}
-
-/// A fresh id for one release, published with it so waiters can tell which
-/// nodes confirmed the same release.
-fn release_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
-}
-
-/// Runs the compare-and-delete on every node that may hold our token,
-/// concurrently, and waits for all of them (each bounded by `timeout`).
-/// Failures are only logged: the keys carry a TTL, so a node that missed
-/// the release frees the lock by expiry.
-pub(crate) async fn release_on(
-    shared: &Shared,
-    written: &Written,
-    key: &str,
-    token: &Token,
-    timeout: Duration,
-) {
-    let release_id = release_id();
-    let results = join_all(
-        shared
-            .nodes
-            .iter()
-            .filter(|n| written.may_hold(n.id().index()))
-            .map(|n| n.release(key, token, &release_id, timeout)),
-    )
-    .await;
-    let mut deleted = false;
-    for result in results {
-        match result {
-            Ok(d) => deleted |= d,
-            Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
-        }
-    }
-    if deleted {
-        shared.announce_release(key, &release_id);
-    }
-}
-
-/// Releases a token on every node when dropped, unless disarmed: backs both
-/// a [`Lease`] dropped without `release` and an acquire attempt dropped
-/// mid-flight.
-pub(crate) struct ReleaseOnDrop {
-    shared: Arc<Shared>,
-    key: Arc<str>,
-    token: Token,
-    /// The TTL and timeouts of the latest acquire or extend.
-    timing: Timing,
-    /// The lease's registration with the renewer, if kept alive.
-    renewal: Option<u64>,
-    /// Acquire requests still on their way to slow nodes. A release sent
-    /// now could reach a node before a request that is still connecting or
-    /// reloading its script, and leave a key behind; so wait for them first.
-    in_flight: Option<JoinHandle<()>>,
-    /// Which nodes may hold our token.
-    written: Written,
-    armed: bool,
-}
-
-/// Per node, whether our token may have been written there. The token is
-/// unique to one attempt, so a node that refused the acquire (the key was
-/// held) or was never sent it (see [`NodeErrorKind::Unresponsive`]) cannot
-/// hold it: a release there is answered "not held" without a request. This
-/// keeps releases, which pass the owed-request gate, from piling up on a
-/// stalled node that never saw the acquire.
-///
-/// [`NodeErrorKind::Unresponsive`]: crate::NodeErrorKind::Unresponsive
-#[derive(Clone)]
-pub(crate) struct Written(Arc<[AtomicBool]>);
-
-impl Written {
-    fn new(nodes: usize) -> Self {
-        Written((0..nodes).map(|_| AtomicBool::new(true)).collect())
-    }
-
-    /// Node `i` is known not to hold our token.
-    pub(crate) fn ruled_out(&self, i: usize) {
-        self.0[i].store(false, Ordering::Relaxed);
-    }
-
-    /// Whether node `i` may hold our token.
-    pub(crate) fn may_hold(&self, i: usize) -> bool {
-        self.0[i].load(Ordering::Relaxed)
-    }
-}
-
-impl ReleaseOnDrop {
-    pub(crate) fn new(shared: Arc<Shared>, key: Arc<str>, token: Token, timing: Timing) -> Self {
-        ReleaseOnDrop {
-            written: Written::new(shared.nodes.len()),
-            shared,
-            key,
-            token,
-            timing,
-            renewal: None,
-            in_flight: None,
-            armed: true,
-        }
-    }
-
-    /// Which nodes may hold the token, for the acquire to rule nodes out.
-    pub(crate) fn written(&self) -> &Written {
-        &self.written
-    }
-
-    /// Requests of the acquire still on their way to slow nodes.
-    pub(crate) fn set_in_flight(&mut self, in_flight: Option<JoinHandle<()>>) {
-        self.in_flight = in_flight;
-    }
-
-    /// Takes the lease off the renewer: no renewal of it is sent after
-    /// this. One already on the wire may still land, which is harmless (the
-    /// renew script never re-creates a deleted key), so nothing waits for it.
-    fn unregister(&mut self) {
-        if let Some(id) = self.renewal.take() {
-            self.shared.renewer().remove(id);
-        }
-    }
-
-    /// Waits until no earlier request for this token is still in flight
-    /// (each is bounded by its node timeout).
-    async fn settle(&mut self) {
-        if let Some(in_flight) = self.in_flight.as_mut() {
-            // An error here only means the drain task ended early.
-            let _ = in_flight.await;
-            self.in_flight = None;
-        }
-    }
-
-    pub(crate) fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for ReleaseOnDrop {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        // Unregister now, so no renewal starts after the lease is gone.
-        self.unregister();
-        // Background::spawn needs a runtime; without one the keys simply
-        // expire.
-        if tokio::runtime::Handle::try_current().is_err() {
-            tracing::warn!(key = %self.key, "lock dropped outside a Tokio runtime; it stays until its TTL ends");
-            return;
-        }
-        let shared = self.shared.clone();
-        let (key, token) = (self.key.clone(), self.token.clone());
-        let timeout = self.timing.node_timeout;
-        let in_flight = self.in_flight.take();
-        let written = self.written.clone();
-        shared.background.clone().spawn(async move {
-            if let Some(in_flight) = in_flight {
-                let _ = in_flight.await;
-            }
-            release_on(&shared, &written, &key, &token, timeout).await
-        });
     }
 }
 

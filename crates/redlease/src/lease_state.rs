@@ -33,6 +33,9 @@ pub enum LostReason {
     /// kept a quorum from confirming. [`Locker`](crate::Locker)'s log says
     /// which.
     NodeErrors,
+    /// The [`Locker`](crate::Locker) was closed
+    /// ([`Locker::close`](crate::Locker::close)), which released the lease.
+    Closed,
 }
 
 impl std::fmt::Display for LostReason {
@@ -45,6 +48,7 @@ impl std::fmt::Display for LostReason {
             LostReason::NodeErrors => {
                 "its validity ran out while nodes answered renewals with errors"
             }
+            LostReason::Closed => "the Locker was closed, which released it",
         })
     }
 }

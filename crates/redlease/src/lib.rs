@@ -250,18 +250,23 @@
 #![deny(missing_docs)]
 
 mod acquire;
+mod attempt;
 mod background;
+mod engine;
 mod error;
 mod expiry;
 mod fanout;
 mod fencing;
+mod guard;
 mod keys;
 mod lane;
 mod lease;
 mod lease_state;
+mod lock_status;
 mod locker;
 mod node;
 mod quorum;
+mod release;
 mod renew;
 mod renew_schedule;
 mod retry;
@@ -274,6 +279,7 @@ pub use acquire::Acquire;
 pub use error::{Error, Held, NodeError, NodeErrorKind, NodeId, Op};
 pub use lease::{Lease, LeaseHandle};
 pub use lease_state::LostReason;
+pub use lock_status::{KeyState, LockStatus, NodeLockState, Verdict};
 pub use locker::{Locker, LockerBuilder};
 pub use node::redact_url;
 pub use renew::RenewalStats;

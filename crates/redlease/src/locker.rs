@@ -2,85 +2,22 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::Acquire;
-use crate::background::Background;
-use crate::error::NodeId;
-use crate::keys::{lock_key, release_channel, LockKeys};
+use crate::engine::{Engine, Settings};
+use futures_util::future::join_all;
+
+use crate::error::{Error, NodeId, Op};
+use crate::keys::release_channel;
+use crate::lease::LeaseHandle;
+use crate::lock_status::LockStatus;
 use crate::node::{self, ConnectSettings, Node};
 use crate::quorum::quorum;
-use crate::renew::Renewer;
+use crate::release::release_id;
 use crate::retry::RetryPolicy;
-use crate::subscription::Notifier;
 use crate::validity::{DriftModel, Timing};
-use crate::Error;
-
-/// State shared by a [`Locker`], its clones and every [`Lease`](crate::Lease)
-/// it handed out.
-pub(crate) struct Shared {
-    pub(crate) nodes: Vec<Arc<Node>>,
-    pub(crate) ttl: Duration,
-    pub(crate) node_timeout: Option<Duration>,
-    pub(crate) drift: DriftModel,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) prefix: String,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) renew_fraction: f64,
-    pub(crate) fence_expiry: Duration,
-    /// Release notifications, started by the first waiter.
-    notifier: OnceLock<Arc<Notifier>>,
-    /// Automatic renewal, started by the first kept-alive lease.
-    renewer: OnceLock<Renewer>,
-    /// Requests finishing in the background.
-    pub(crate) background: Arc<Background>,
-}
-
-impl Shared {
-    /// The renewal task, if any lease was ever kept alive.
-    pub(crate) fn started_renewer(&self) -> Option<&Renewer> {
-        self.renewer.get()
-    }
-
-    /// The renewer, set up on first use.
-    pub(crate) fn renewer(&self) -> &Renewer {
-        self.renewer
-            .get_or_init(|| Renewer::new(self.nodes.clone(), self.renew_fraction))
-    }
-
-    /// The release notifications, starting them on first use.
-    pub(crate) fn notifier(&self) -> &Arc<Notifier> {
-        self.notifier
-            .get_or_init(|| Notifier::start(&self.nodes, self.connect_timeout))
-    }
-
-    /// The release notifications, if any task ever waited.
-    pub(crate) fn started_notifier(&self) -> Option<&Arc<Notifier>> {
-        self.notifier.get()
-    }
-
-    /// Tells this process's waiters that our release of `key` went through,
-    /// without waiting for Redis to echo the PUBLISH.
-    pub(crate) fn announce_release(&self, key: &str, release_id: &str) {
-        if let Some(notifier) = self.notifier.get() {
-            notifier.released(&release_channel(key), release_id);
-        }
-    }
-
-    /// Checks a TTL against this Locker's drift and timeout settings.
-    pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
-        Timing::new(field, ttl, self.drift, self.node_timeout)
-    }
-
-    pub(crate) fn key(&self, resource: &str) -> String {
-        lock_key(&self.prefix, resource)
-    }
-
-    pub(crate) fn keys(&self, resource: &str) -> LockKeys {
-        LockKeys::new(&self.prefix, resource, self.fence_expiry.as_millis() as u64)
-    }
-}
 
 /// A set of Redis nodes to take locks on, with the defaults for each lock.
 ///
@@ -112,18 +49,19 @@ impl Shared {
 /// ```
 #[derive(Clone)]
 pub struct Locker {
-    pub(crate) shared: Arc<Shared>,
+    engine: Arc<Engine>,
 }
 
 impl fmt::Debug for Locker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.shared;
+        let s = self.engine.settings();
+        let nodes = self.engine.nodes();
         f.debug_struct("Locker")
             .field(
                 "nodes",
-                &s.nodes.iter().map(|n| n.id().addr()).collect::<Vec<_>>(),
+                &nodes.iter().map(|n| n.id().addr()).collect::<Vec<_>>(),
             )
-            .field("quorum", &quorum(s.nodes.len()))
+            .field("quorum", &quorum(nodes.len()))
             .field("ttl", &s.ttl)
             .field("node_timeout", &s.node_timeout)
             .field("drift", &s.drift)
@@ -202,7 +140,11 @@ impl Locker {
     /// flight is undone in the background, the task leaves the queue of
     /// waiters (unsubscribing if it was the last), and no lease is leaked.
     pub fn lock(&self, resource: impl Into<String>) -> Acquire<'_> {
-        Acquire::new(self, resource.into(), self.shared.retry.clone())
+        Acquire::new(
+            &self.engine,
+            resource.into(),
+            self.engine.settings().retry.clone(),
+        )
     }
 
     /// Takes the lock on `resource` (waiting per the retry policy), keeps it
@@ -225,7 +167,7 @@ impl Locker {
         work: F,
     ) -> Result<T, Error>
     where
-        F: FnOnce(crate::LeaseHandle) -> Fut,
+        F: FnOnce(LeaseHandle) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
         self.lock(resource).with(work).await
@@ -247,9 +189,9 @@ impl Locker {
         let once = RetryPolicy {
             attempts: Some(1),
             wait: None,
-            ..self.shared.retry.clone()
+            ..self.engine.settings().retry.clone()
         };
-        Acquire::new(self, resource.into(), once)
+        Acquire::new(&self.engine, resource.into(), once)
     }
 
     /// The Redis key that holds the lock on `resource`: the key prefix, then
@@ -262,7 +204,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn key(&self, resource: &str) -> String {
-        self.shared.key(resource)
+        self.engine.key(resource)
     }
 
     /// The Redis key of `resource`'s fencing counter: the lock key with
@@ -275,7 +217,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn fence_key(&self, resource: &str) -> String {
-        self.shared.keys(resource).fence.to_string()
+        self.engine.keys(resource).fence.to_string()
     }
 
     /// The pub/sub channel a release of `resource` is announced on: the
@@ -302,7 +244,7 @@ impl Locker {
     /// # }
     /// ```
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = &NodeId> {
-        self.shared.nodes.iter().map(|n| n.id())
+        self.engine.nodes().iter().map(|n| n.id())
     }
 
     /// Waits until every request this Locker finishes in the background is
@@ -321,7 +263,139 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub async fn flush(&self) {
-        self.shared.background.idle().await;
+        self.engine.background().idle().await;
+    }
+
+    /// Gives back every lease this Locker still holds, stops taking locks,
+    /// and waits for its background work: renewal ends, the leases' holders
+    /// see [`LostReason::Closed`](crate::LostReason::Closed) at once, each
+    /// lease is released on every node that may hold it, requests still
+    /// finishing in the background are waited for (each bounded by its node
+    /// timeout), and the release notifications stop. Later calls on the
+    /// Locker or its clones return [`Error::Closed`], as do `release` and
+    /// `extend` of the leases it released.
+    ///
+    /// Dropping the last Locker handle and lease stops the background work
+    /// too, but does not wait for it or release leases still held elsewhere;
+    /// `close` is the orderly shutdown of a process that holds locks.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let lease = locker.lock("worker:7").keep_alive().await?;
+    /// // ... a shutdown signal arrives while the work runs ...
+    /// locker.close().await;
+    /// assert!(lease.is_lost());
+    /// assert!(matches!(lease.release().await, Err(redlease::Error::Closed)));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// The Locker is closed as soon as the call starts; dropping the future
+    /// early may leave leases to expire by their TTL instead of being
+    /// released.
+    pub async fn close(&self) {
+        self.engine.close().await;
+    }
+
+    /// What every node says about the lock on `resource`: whether its key
+    /// exists and for how long, the fencing counter, and how many processes
+    /// wait for it. Never the token. Nodes that fail are reported in place;
+    /// [`LockStatus::verdict`](crate::LockStatus::verdict) says whether a
+    /// quorum holds it. One round trip per node, at once, each bounded by
+    /// the node timeout.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let status = locker.inspect("nightly-report").await?;
+    /// println!("{:?}, fencing counter {:?}", status.verdict(), status.fencing_counter());
+    /// for (node, answer) in &status.nodes {
+    ///     match answer {
+    ///         Ok(state) => println!("{node}: {:?}", state.key),
+    ///         Err(e) => println!("{node}: {e}"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, resource: &str) -> Result<LockStatus, Error> {
+        if resource.is_empty() {
+            return Err(Error::invalid("resource", "the lock name is empty"));
+        }
+        let timeout = self
+            .engine
+            .timing("ttl", self.engine.settings().ttl)?
+            .node_timeout;
+        let keys = self.engine.keys(resource);
+        let answers = join_all(self.engine.nodes().iter().map(|node| {
+            let keys = &keys;
+            async move { (node.id().clone(), node.inspect(keys, timeout).await) }
+        }))
+        .await;
+        Ok(LockStatus {
+            resource: resource.to_string(),
+            key: keys.lock.to_string(),
+            nodes: answers,
+        })
+    }
+
+    /// Deletes the lock on `resource` on every node, **whoever holds it**,
+    /// and wakes its waiters. Returns on how many nodes a key was deleted.
+    ///
+    /// This breaks the lock's promise: a holder that is still working is
+    /// not told (it finds out at its next renewal or extend, up to a third
+    /// of its TTL later, and its lease reports [`LostReason::Refused`](crate::LostReason::Refused)),
+    /// and another client may take the lock at once, so two may work at
+    /// the same time. Use it for a lock whose holder is known dead and
+    /// whose TTL is too long to wait out (or was set without one), and let
+    /// the fencing token protect the resource: the fencing counter is kept,
+    /// so the next holder's token is still higher than the old holder's.
+    ///
+    /// Every node must answer: if one fails, the error says which
+    /// ([`Error::NoQuorum`] with [`Op::ForceRelease`](crate::Op::ForceRelease))
+    /// and the keys on the others are deleted all the same.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// let deleted_on = locker.force_release("nightly-report").await?;
+    /// eprintln!("force-released: the key was on {deleted_on} nodes");
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_release(&self, resource: &str) -> Result<usize, Error> {
+        if resource.is_empty() {
+            return Err(Error::invalid("resource", "the lock name is empty"));
+        }
+        let timeout = self
+            .engine
+            .timing("ttl", self.engine.settings().ttl)?
+            .node_timeout;
+        let key = self.engine.key(resource);
+        let release_id = release_id();
+        let answers = join_all(
+            self.engine
+                .nodes()
+                .iter()
+                .map(|node| node.force_release(&key, &release_id, timeout)),
+        )
+        .await;
+        let deleted = answers.iter().filter(|a| matches!(a, Ok(true))).count();
+        tracing::warn!(resource, key, deleted_on = deleted, "lock force-released");
+        if deleted > 0 {
+            self.engine.announce_release(&key, &release_id);
+        }
+        let failed: Vec<_> = answers.into_iter().filter_map(Result::err).collect();
+        if failed.is_empty() {
+            return Ok(deleted);
+        }
+        let nodes = self.engine.nodes().len();
+        Err(Error::NoQuorum {
+            op: Op::ForceRelease,
+            resource: resource.to_string(),
+            succeeded: nodes - failed.len(),
+            quorum: nodes,
+            nodes,
+            failed,
+            refused_by: Vec::new(),
+        })
     }
 
     /// How automatic renewal is doing: leases kept alive and round trips
@@ -333,7 +407,7 @@ impl Locker {
     /// # }
     /// ```
     pub fn renewal_stats(&self) -> crate::RenewalStats {
-        self.shared
+        self.engine
             .started_renewer()
             .map(|r| r.stats())
             .unwrap_or_default()
@@ -347,7 +421,7 @@ impl Locker {
     /// # }
     /// ```
     pub fn quorum(&self) -> usize {
-        quorum(self.shared.nodes.len())
+        quorum(self.engine.nodes().len())
     }
 }
 
@@ -599,30 +673,27 @@ impl LockerBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
-        let settings = ConnectSettings {
+        let connect = ConnectSettings {
             connect_timeout: self.connect_timeout,
         };
         let nodes = self
             .urls
             .iter()
             .enumerate()
-            .map(|(i, url)| Node::new(i, url, settings).map(Arc::new))
+            .map(|(i, url)| Node::new(i, url, connect).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
+        let settings = Settings {
+            ttl: self.ttl,
+            node_timeout: self.node_timeout,
+            connect_timeout: self.connect_timeout,
+            drift: self.drift,
+            retry: self.retry,
+            prefix: self.prefix,
+            renew_fraction: self.renew_fraction,
+            fence_expiry: self.fence_expiry,
+        };
         Ok(Locker {
-            shared: Arc::new(Shared {
-                nodes,
-                ttl: self.ttl,
-                node_timeout: self.node_timeout,
-                drift: self.drift,
-                retry: self.retry,
-                prefix: self.prefix,
-                connect_timeout: self.connect_timeout,
-                renew_fraction: self.renew_fraction,
-                fence_expiry: self.fence_expiry,
-                notifier: OnceLock::new(),
-                renewer: OnceLock::new(),
-                background: Arc::default(),
-            }),
+            engine: Arc::new(Engine::new(nodes, settings)),
         })
     }
 }

@@ -12,6 +12,7 @@ use redis::{
 
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{release_channel, LockKeys};
+use crate::lock_status::{KeyState, NodeLockState};
 use crate::token::Token;
 use crate::Error;
 
@@ -26,6 +27,7 @@ static ACQUIRE: LazyLock<Script> =
 // the quorum. With EVALSHA, a node that had not loaded the script yet got
 // the retry after that next request. It runs once per lease.
 const RELEASE: &str = include_str!("scripts/release.lua");
+const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
@@ -266,6 +268,72 @@ impl Node {
         let request = Box::pin(async move { cmd.query_async(&mut conn).await });
         let n = self.bounded(timeout, Gate::Cleanup, request).await?;
         self.as_flag(n, "release")
+    }
+
+    /// Deletes the lock key whatever it holds, and announces it on the
+    /// lock's release channel; `Ok(false)` if there was no key.
+    pub(crate) async fn force_release(
+        &self,
+        key: &str,
+        release_id: &str,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(FORCE_RELEASE)
+            .arg(1)
+            .arg(key)
+            .arg(release_channel(key))
+            .arg(release_id);
+        let mut conn = self.conn.clone();
+        let request = Box::pin(async move { cmd.query_async(&mut conn).await });
+        let n = self.bounded(timeout, Gate::Cleanup, request).await?;
+        self.as_flag(n, "force-release")
+    }
+
+    /// What this node holds of a lock: the key's TTL (never its value, the
+    /// holder's token), the fencing counter, and the subscribers of its
+    /// release channel.
+    pub(crate) async fn inspect(
+        &self,
+        keys: &LockKeys,
+        timeout: Duration,
+    ) -> Result<NodeLockState, NodeError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("PTTL")
+            .arg(&*keys.lock)
+            .cmd("GET")
+            .arg(&*keys.fence)
+            .cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(release_channel(&keys.lock));
+        let mut conn = self.conn.clone();
+        let request = Box::pin(async move { pipe.query_async(&mut conn).await });
+        let (pttl, fence, subscribers): (i64, Option<String>, Vec<(String, u64)>) =
+            self.bounded(timeout, Gate::New, request).await?;
+        let key = match pttl {
+            -2 => KeyState::Free,
+            -1 => KeyState::Held { expires_in: None },
+            ms if ms >= 0 => KeyState::Held {
+                expires_in: Some(Duration::from_millis(ms as u64)),
+            },
+            other => {
+                return Err(self.error(NodeErrorKind::Protocol(format!("PTTL returned {other}"))))
+            }
+        };
+        let fencing_counter = match fence {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                self.error(NodeErrorKind::Protocol(format!(
+                    "the fencing counter {} is not a number",
+                    keys.fence
+                )))
+            })?),
+        };
+        Ok(NodeLockState {
+            key,
+            fencing_counter,
+            waiting: subscribers.iter().map(|(_, n)| n).sum(),
+        })
     }
 
     /// Sets a new TTL if the key holds `token`; `Ok(false)` if it does not.

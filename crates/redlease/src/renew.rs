@@ -347,12 +347,28 @@ impl Renewer {
         if !tasks.is_empty() && tasks.iter().all(|t| !t.is_finished()) {
             return;
         }
+        if self.inner.stop.is_cancelled() {
+            return;
+        }
         tasks.iter().for_each(JoinHandle::abort);
         tasks.clear();
         tasks.push(tokio::spawn(schedule(self.inner.clone())));
         for i in 0..self.inner.nodes.len() {
             tasks.push(tokio::spawn(lane(self.inner.clone(), i)));
         }
+    }
+
+    /// Stops renewing for good: the tasks end, and every lease is dropped
+    /// from the table without another word to its holder (the caller, a
+    /// closing Locker, tells them). Once this returns, nothing here writes
+    /// to a lease's state again.
+    pub(crate) fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.iter().for_each(JoinHandle::abort);
+        let mut table = self.inner.table();
+        table.leases.clear();
+        table.queued.iter_mut().for_each(HashSet::clear);
     }
 
     /// Keeps a lease alive from now on; returns its registration. Needs a

@@ -16,6 +16,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
 
 use crate::node::Node;
 
@@ -29,8 +30,36 @@ enum Command {
 pub(crate) struct Notifier {
     quorum: usize,
     channels: Mutex<HashMap<String, Channel>>,
-    nodes: Vec<mpsc::UnboundedSender<Command>>,
+    /// The node tasks, started by the first waiter.
+    tasks: Mutex<Tasks>,
     next_id: AtomicU64,
+}
+
+/// One subscription task per node, on the runtime that started them.
+struct Tasks {
+    nodes: Vec<Arc<Node>>,
+    timeout: Duration,
+    senders: Vec<mpsc::UnboundedSender<Command>>,
+    handles: Vec<JoinHandle<()>>,
+    shut_down: bool,
+}
+
+impl Tasks {
+    fn send(&self, command: impl Fn() -> Command) {
+        for node in &self.senders {
+            // A task that ended (runtime gone, shut down) drops its
+            // commands; the next waiter starts a new one.
+            let _ = node.send(command());
+        }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        // The tasks would end anyway once their command channel closes;
+        // aborting ends them at once.
+        self.handles.iter().for_each(JoinHandle::abort);
+    }
 }
 
 /// The waiters of one lock name.
@@ -54,26 +83,69 @@ struct Release {
 }
 
 impl Notifier {
-    /// Starts one subscription task per node. Needs a Tokio runtime.
-    pub(crate) fn start(nodes: &[Arc<Node>], timeout: Duration) -> Arc<Notifier> {
-        let mut senders = Vec::with_capacity(nodes.len());
-        let mut receivers = Vec::with_capacity(nodes.len());
-        for _ in nodes {
-            let (tx, rx) = mpsc::unbounded_channel();
-            senders.push(tx);
-            receivers.push(rx);
-        }
-        let notifier = Arc::new(Notifier {
+    /// Release notifications over `nodes`; the node tasks start with the
+    /// first waiter.
+    pub(crate) fn new(nodes: &[Arc<Node>], timeout: Duration) -> Arc<Notifier> {
+        Arc::new(Notifier {
             quorum: crate::quorum::quorum(nodes.len()),
             channels: Mutex::new(HashMap::new()),
-            nodes: senders,
+            tasks: Mutex::new(Tasks {
+                nodes: nodes.to_vec(),
+                timeout,
+                senders: Vec::new(),
+                handles: Vec::new(),
+                shut_down: false,
+            }),
             next_id: AtomicU64::new(0),
-        });
-        for (node, commands) in nodes.iter().zip(receivers) {
-            let weak = Arc::downgrade(&notifier);
-            tokio::spawn(node_task(node.subscriber(), weak, commands, timeout));
+        })
+    }
+
+    fn tasks(&self) -> MutexGuard<'_, Tasks> {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the node tasks on the current runtime, or again if the
+    /// runtime they ran on has ended (a test's or a short-lived CLI
+    /// runtime), subscribing again to every channel with waiters. Called
+    /// with the channels locked, so no command is sent meanwhile.
+    fn ensure_running(self: &Arc<Self>, channels: &mut HashMap<String, Channel>) {
+        let mut tasks = self.tasks();
+        let running = !tasks.handles.is_empty() && tasks.handles.iter().all(|h| !h.is_finished());
+        if running || tasks.shut_down {
+            return;
         }
-        notifier
+        tasks.handles.iter().for_each(JoinHandle::abort);
+        tasks.handles.clear();
+        tasks.senders.clear();
+        for node in tasks.nodes.clone() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let weak = Arc::downgrade(self);
+            let task = node_task(node.subscriber(), weak, rx, tasks.timeout);
+            tasks.senders.push(tx);
+            tasks.handles.push(tokio::spawn(task));
+        }
+        for (name, channel) in channels.iter() {
+            channel.subscribed.send_replace(0);
+            tasks.send(|| Command::Subscribe {
+                channel: name.clone(),
+                generation: channel.generation,
+            });
+        }
+    }
+
+    /// Stops the node tasks for good and wakes every waiter (they find the
+    /// Locker closed).
+    pub(crate) fn shutdown(&self) {
+        let channels = self.channels();
+        let mut tasks = self.tasks();
+        tasks.shut_down = true;
+        tasks.handles.iter().for_each(JoinHandle::abort);
+        tasks.senders.clear();
+        for channel in channels.values() {
+            for (_, notify) in &channel.waiters {
+                notify.notify_one();
+            }
+        }
     }
 
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
@@ -96,13 +168,12 @@ impl Notifier {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
         let mut channels = self.channels();
+        self.ensure_running(&mut channels);
         let entry = channels.entry(channel.to_string()).or_insert_with(|| {
-            for node in &self.nodes {
-                let _ = node.send(Command::Subscribe {
-                    channel: channel.to_string(),
-                    generation: id,
-                });
-            }
+            self.tasks().send(|| Command::Subscribe {
+                channel: channel.to_string(),
+                generation: id,
+            });
             Channel {
                 generation: id,
                 waiters: VecDeque::new(),
@@ -187,11 +258,9 @@ impl Notifier {
         }
         if c.waiters.is_empty() {
             channels.remove(channel);
-            for node in &self.nodes {
-                let _ = node.send(Command::Unsubscribe {
-                    channel: channel.to_string(),
-                });
-            }
+            self.tasks().send(|| Command::Unsubscribe {
+                channel: channel.to_string(),
+            });
         }
     }
 }

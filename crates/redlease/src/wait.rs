@@ -7,29 +7,27 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::acquire::attempt;
-use crate::keys::release_channel;
-use crate::keys::LockKeys;
-use crate::lease::Lease;
-use crate::locker::Shared;
+use crate::attempt::{attempt, Grant};
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::keys::{release_channel, LockKeys};
 use crate::retry::RetryPolicy;
 use crate::subscription::Waiter;
 use crate::validity::Timing;
-use crate::Error;
 
-/// Tries to take the lock until it succeeds, fails for good (bad input), or
-/// the policy's attempts or deadline run out. Out of attempts: the last
+/// Tries to take the lock until it succeeds, fails for good (bad input, a
+/// closed Locker), or the policy's attempts or deadline run out. Out of attempts: the last
 /// error as it is. Past the deadline: [`Error::WaitTimeout`] wrapping it.
 ///
 /// Cancel safe: a dropped attempt undoes itself, and a dropped [`Waiter`]
 /// leaves the queue and, if it was the last, unsubscribes.
 pub(crate) async fn lock(
-    shared: &Arc<Shared>,
+    engine: &Arc<Engine>,
     resource: &str,
     keys: &LockKeys,
     timing: Timing,
     policy: &RetryPolicy,
-) -> Result<Lease, Error> {
+) -> Result<Grant, Error> {
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
     let waits = policy.attempts != Some(1);
@@ -41,7 +39,7 @@ pub(crate) async fn lock(
     // Fairness within this process: if other tasks already queue for this
     // lock, get in line behind them instead of racing them for it.
     if waits {
-        if let Some(notifier) = shared.started_notifier() {
+        if let Some(notifier) = engine.started_notifier() {
             if notifier.has_waiters(&channel) {
                 waiter = Some(notifier.join(&channel));
             }
@@ -60,13 +58,16 @@ pub(crate) async fn lock(
                 () = tokio::time::sleep(delay) => {}
             }
         }
+        if engine.is_closed() {
+            return Err(Error::Closed);
+        }
         attempts = attempts.saturating_add(1);
-        let error = match attempt(shared, resource, keys, timing).await {
-            Ok(lease) => {
+        let error = match attempt(engine, resource, keys, timing).await {
+            Ok(grant) => {
                 if let Some(w) = waiter.take() {
                     w.acquired();
                 }
-                return Ok(lease);
+                return Ok(grant);
             }
             Err(e) if !e.is_retryable() => return Err(e),
             Err(e) => e,
@@ -87,7 +88,7 @@ pub(crate) async fn lock(
         last = Some(error);
         wait_first = true;
         if waiter.is_none() {
-            let mut w = shared.notifier().join(&channel);
+            let mut w = engine.notifier().join(&channel);
             w.subscribed(timing.node_timeout).await;
             // A release between the failed attempt and the subscription went
             // unheard: the first in line tries again at once.

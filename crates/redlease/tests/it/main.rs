@@ -6,11 +6,13 @@ mod support;
 #[path = "../../examples/fencing/store.rs"]
 mod fenced_store;
 
+mod admin;
 mod bad_input;
 mod bounds;
 mod expiry;
 mod faults;
 mod fencing;
+mod lifecycle;
 mod ownership;
 mod renewal;
 mod slow_nodes;

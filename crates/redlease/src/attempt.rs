@@ -1,0 +1,179 @@
+//! One attempt to take a lock: send the acquire script to every node at
+//! once, decide at quorum, settle the fencing token, and either grant the
+//! lock with validity left or undo everything before saying why not.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::engine::Engine;
+use crate::error::{Error, Op};
+use crate::fanout;
+use crate::fencing;
+use crate::guard::ReleaseOnDrop;
+use crate::keys::LockKeys;
+use crate::node::AcquireReply;
+use crate::quorum::{quorum, Decision};
+use crate::release::{release_on, Ownership};
+use crate::validity::Timing;
+
+/// A lock a quorum granted, not yet a [`Lease`](crate::Lease).
+pub(crate) struct Grant {
+    /// Releases the lock if the grant is dropped.
+    pub(crate) guard: ReleaseOnDrop,
+    pub(crate) valid_until: Instant,
+    pub(crate) fence: u64,
+    /// The nodes that granted it.
+    pub(crate) granted_by: Vec<usize>,
+}
+
+/// One attempt on `keys` with `timing`.
+///
+/// Cancel safe: if the future is dropped mid-flight, the nodes that may
+/// hold the new token are released in the background.
+pub(crate) async fn attempt(
+    engine: &Arc<Engine>,
+    resource: &str,
+    keys: &LockKeys,
+    timing: Timing,
+) -> Result<Grant, Error> {
+    let ownership = Arc::new(Ownership::new(keys.lock.clone(), engine.nodes().len()));
+    let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
+    let start = Instant::now();
+    let mut replies = fanout::until_decided(engine.nodes(), |node| {
+        let (keys, ownership) = (keys.clone(), ownership.clone());
+        async move {
+            let reply = node
+                .acquire(
+                    &keys,
+                    &ownership.token,
+                    timing.ttl_ms(),
+                    timing.node_timeout,
+                )
+                .await;
+            let unwritten = match &reply {
+                Ok(AcquireReply::Held(_)) => true,
+                Err(e) => e.kind().never_sent(),
+                Ok(AcquireReply::Acquired(_)) => false,
+            };
+            if unwritten {
+                ownership.written.ruled_out(node.id().index());
+            }
+            reply
+        }
+    })
+    .await;
+
+    let failure = match replies.tally.decision() {
+        Decision::Reached => {
+            let (granted_by, fences) = granted(&replies);
+            match settle_fence(engine, keys, fences, timing, start).await {
+                Ok(fence) => {
+                    // The slower nodes' answers cannot change the outcome: let
+                    // them finish on their own. The lease waits for them before
+                    // its next request, so a release cannot overtake a late SET.
+                    guard.set_in_flight(replies.detach(engine.background()));
+                    return Ok(Grant {
+                        guard,
+                        valid_until: timing.valid_until(start),
+                        fence,
+                        granted_by,
+                    });
+                }
+                Err(failure) => failure.into_error(engine, resource),
+            }
+        }
+        Decision::Impossible | Decision::Pending => {
+            // Wait for the stragglers: the cleanup below must reach every
+            // node that may have applied the SET, and must not overtake it.
+            replies.finish().await;
+            replies
+                .shortfall(Op::Acquire, engine.nodes())
+                .into_error(resource, false)
+        }
+    };
+    replies.finish().await;
+    // Undo on every node that may hold the token: one that timed out or
+    // failed may still have applied the SET.
+    let o = &ownership;
+    if let Some(id) = release_on(
+        engine.nodes(),
+        &o.written,
+        &o.key,
+        &o.token,
+        timing.node_timeout,
+    )
+    .await
+    {
+        engine.announce_release(&o.key, &id);
+    }
+    guard.disarm();
+    Err(failure)
+}
+
+/// Why a quorum that granted the lock still gave no lease.
+enum Unsettled {
+    Expired { elapsed: Duration, timing: Timing },
+    WriteBack(fanout::Replies<bool>),
+}
+
+impl Unsettled {
+    fn into_error(self, engine: &Engine, resource: &str) -> Error {
+        match self {
+            Unsettled::Expired { elapsed, timing } => Error::ValidityExhausted {
+                op: Op::Acquire,
+                resource: resource.to_string(),
+                elapsed,
+                ttl: timing.ttl,
+                drift: timing.drift,
+            },
+            // Raising the counter is never refused: a shortfall there is
+            // failures, reported as this acquire's.
+            Unsettled::WriteBack(raised) => raised
+                .shortfall(Op::Acquire, engine.nodes())
+                .into_error(resource, false),
+        }
+    }
+}
+
+/// The fencing token of a granted acquisition: the largest counter the
+/// granting nodes reported, stored on a quorum (written back if needed) and
+/// all within the lease's validity.
+async fn settle_fence(
+    engine: &Engine,
+    keys: &LockKeys,
+    granted: Vec<u64>,
+    timing: Timing,
+    start: Instant,
+) -> Result<u64, Unsettled> {
+    let (fence, write_back) = fencing::choose(&granted, quorum(engine.nodes().len()));
+    if write_back {
+        let mut raised = fanout::until_decided(engine.nodes(), |node| {
+            let keys = keys.clone();
+            async move { node.raise_fence(&keys, fence, timing.node_timeout).await }
+        })
+        .await;
+        if raised.tally.decision() != Decision::Reached {
+            raised.finish().await;
+            return Err(Unsettled::WriteBack(raised));
+        }
+        raised.detach(engine.background());
+    }
+    let elapsed = start.elapsed();
+    // Never hand out a lease that would be reported lost at once.
+    if !timing.usable(elapsed) {
+        return Err(Unsettled::Expired { elapsed, timing });
+    }
+    Ok(fence)
+}
+
+/// The nodes that granted the lock, and the fencing counters they reported.
+fn granted(replies: &fanout::Replies<AcquireReply>) -> (Vec<usize>, Vec<u64>) {
+    replies
+        .answers
+        .iter()
+        .filter_map(|(i, a)| match a {
+            Ok(AcquireReply::Acquired(fence)) => Some((*i, *fence)),
+            _ => None,
+        })
+        .unzip()
+}

@@ -1,0 +1,224 @@
+//! [`Engine`]: what a Locker, its clones and its leases share: the nodes,
+//! the settings, the leases held, and the background services (renewal,
+//! release notifications, requests finishing after a quorum answered).
+//!
+//! The services start on first use on the runtime of the task using them,
+//! and start again on another runtime if the one they ran on has ended: they
+//! follow the Locker, not the first runtime that touched it. They stop when
+//! the last handle on the engine is dropped (the Locker and its leases), or
+//! at [`Engine::close`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::background::Background;
+use crate::error::Error;
+use crate::keys::{lock_key, release_channel, LockKeys};
+use crate::lease_state::{LeaseState, LostReason};
+use crate::node::Node;
+use crate::release::{release_on, Ownership};
+use crate::renew::Renewer;
+use crate::retry::RetryPolicy;
+use crate::subscription::Notifier;
+use crate::validity::{DriftModel, Timing};
+
+/// A Locker's settings, checked by its builder.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) drift: DriftModel,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) prefix: String,
+    pub(crate) renew_fraction: f64,
+    pub(crate) fence_expiry: Duration,
+}
+
+pub(crate) struct Engine {
+    nodes: Vec<Arc<Node>>,
+    settings: Settings,
+    /// Release notifications, started by the first waiter.
+    notifier: OnceLock<Arc<Notifier>>,
+    /// Automatic renewal, started by the first kept-alive lease.
+    renewer: OnceLock<Renewer>,
+    /// Requests finishing in the background.
+    background: Arc<Background>,
+    /// The leases held, for [`close`](Self::close) to give back.
+    held: Mutex<HeldLeases>,
+}
+
+#[derive(Default)]
+struct HeldLeases {
+    closed: bool,
+    next_id: u64,
+    leases: HashMap<u64, Registered>,
+}
+
+/// What `close` needs of a lease: how to release it and how to tell its
+/// holder.
+struct Registered {
+    ownership: Arc<Ownership>,
+    state: Arc<watch::Sender<LeaseState>>,
+    node_timeout: Duration,
+}
+
+impl Engine {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, settings: Settings) -> Engine {
+        Engine {
+            nodes,
+            settings,
+            notifier: OnceLock::new(),
+            renewer: OnceLock::new(),
+            background: Arc::default(),
+            held: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn nodes(&self) -> &[Arc<Node>] {
+        &self.nodes
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn background(&self) -> &Arc<Background> {
+        &self.background
+    }
+
+    /// The renewal task, if any lease was ever kept alive.
+    pub(crate) fn started_renewer(&self) -> Option<&Renewer> {
+        self.renewer.get()
+    }
+
+    /// The renewer, set up on first use.
+    pub(crate) fn renewer(&self) -> &Renewer {
+        self.renewer
+            .get_or_init(|| Renewer::new(self.nodes.clone(), self.settings.renew_fraction))
+    }
+
+    /// The release notifications, set up on first use.
+    pub(crate) fn notifier(&self) -> &Arc<Notifier> {
+        self.notifier
+            .get_or_init(|| Notifier::new(&self.nodes, self.settings.connect_timeout))
+    }
+
+    /// The release notifications, if any task ever waited.
+    pub(crate) fn started_notifier(&self) -> Option<&Arc<Notifier>> {
+        self.notifier.get()
+    }
+
+    /// Tells this process's waiters that our release of `key` went through,
+    /// without waiting for Redis to echo the PUBLISH.
+    pub(crate) fn announce_release(&self, key: &str, release_id: &str) {
+        if let Some(notifier) = self.notifier.get() {
+            notifier.released(&release_channel(key), release_id);
+        }
+    }
+
+    /// Checks a TTL against this Locker's drift and timeout settings.
+    pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
+        Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)
+    }
+
+    pub(crate) fn key(&self, resource: &str) -> String {
+        lock_key(&self.settings.prefix, resource)
+    }
+
+    pub(crate) fn keys(&self, resource: &str) -> LockKeys {
+        LockKeys::new(
+            &self.settings.prefix,
+            resource,
+            self.settings.fence_expiry.as_millis() as u64,
+        )
+    }
+
+    fn held(&self) -> MutexGuard<'_, HeldLeases> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.held().closed
+    }
+
+    /// Records a lease as held, so that `close` gives it back; its id, or
+    /// [`Error::Closed`] once the Locker is closed.
+    pub(crate) fn register(
+        &self,
+        ownership: Arc<Ownership>,
+        state: Arc<watch::Sender<LeaseState>>,
+        node_timeout: Duration,
+    ) -> Result<u64, Error> {
+        let mut held = self.held();
+        if held.closed {
+            return Err(Error::Closed);
+        }
+        let id = held.next_id;
+        held.next_id += 1;
+        held.leases.insert(
+            id,
+            Registered {
+                ownership,
+                state,
+                node_timeout,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Takes a lease off the record. `false` if `close` took it first: the
+    /// lease is released already, and nobody else may release it again.
+    pub(crate) fn unregister(&self, id: u64) -> bool {
+        self.held().leases.remove(&id).is_some()
+    }
+
+    /// Closes the engine: no lease is handed out any more, every lease still
+    /// held is reported lost ([`LostReason::Closed`]) and released, and once
+    /// the background requests are done the services stop.
+    pub(crate) async fn close(&self) {
+        let leases: Vec<Registered> = {
+            let mut held = self.held();
+            held.closed = true;
+            held.leases.drain().map(|(_, r)| r).collect()
+        };
+        // Renewal stops first: from here on nothing publishes to a lease's
+        // state but us, and no renewal races the releases below.
+        if let Some(renewer) = self.renewer.get() {
+            renewer.shutdown();
+        }
+        for lease in &leases {
+            lease.state.send_modify(|s| {
+                s.lost.get_or_insert(LostReason::Closed);
+            });
+        }
+        if !leases.is_empty() {
+            tracing::info!(leases = leases.len(), "closing: releasing the leases held");
+        }
+        // Acquire requests still on their way to slow nodes go first, so a
+        // release cannot overtake them.
+        self.background.idle().await;
+        let releases = leases.iter().map(|lease| async {
+            let o = &lease.ownership;
+            let released = release_on(
+                &self.nodes,
+                &o.written,
+                &o.key,
+                &o.token,
+                lease.node_timeout,
+            )
+            .await;
+            if let Some(release_id) = released {
+                self.announce_release(&o.key, &release_id);
+            }
+        });
+        futures_util::future::join_all(releases).await;
+        self.background.idle().await;
+        if let Some(notifier) = self.notifier.get() {
+            notifier.shutdown();
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Giving a lock back on every node that may hold our token, when nobody
+//! waits for the answer: an attempt that failed or was dropped, a lease
+//! dropped without `release`, a Locker closing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::node::Node;
+use crate::token::Token;
+
+/// One acquisition's claim on a lock: the key, the token, and which nodes
+/// may hold it.
+pub(crate) struct Ownership {
+    pub(crate) key: Arc<str>,
+    pub(crate) token: Token,
+    pub(crate) written: Written,
+}
+
+impl Ownership {
+    /// A claim with a fresh token, not yet sent to any of `nodes` nodes.
+    pub(crate) fn new(key: Arc<str>, nodes: usize) -> Self {
+        Ownership {
+            key,
+            token: Token::generate(),
+            written: Written::new(nodes),
+        }
+    }
+}
+
+/// Per node, whether our token may have been written there. The token is
+/// unique to one attempt, so a node that refused the acquire (the key was
+/// held) or was never sent it (see [`NodeErrorKind::Unresponsive`]) cannot
+/// hold it: a release there is answered "not held" without a request. This
+/// keeps releases, which pass the owed-request gate, from piling up on a
+/// stalled node that never saw the acquire.
+///
+/// [`NodeErrorKind::Unresponsive`]: crate::NodeErrorKind::Unresponsive
+pub(crate) struct Written(Arc<[AtomicBool]>);
+
+impl Written {
+    fn new(nodes: usize) -> Self {
+        Written((0..nodes).map(|_| AtomicBool::new(true)).collect())
+    }
+
+    /// Node `i` is known not to hold our token.
+    pub(crate) fn ruled_out(&self, i: usize) {
+        self.0[i].store(false, Ordering::Relaxed);
+    }
+
+    /// Whether node `i` may hold our token.
+    pub(crate) fn may_hold(&self, i: usize) -> bool {
+        self.0[i].load(Ordering::Relaxed)
+    }
+}
+
+/// A fresh id for one release, published with it so waiters can tell which
+/// nodes confirmed the same release.
+pub(crate) fn release_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Runs the compare-and-delete on every node that may hold our token,
+/// concurrently, and waits for all of them (each bounded by `timeout`).
+/// Returns the release's id if some node deleted the key, for the caller to
+/// tell local waiters. Failures are only logged: the keys carry a TTL, so a
+/// node that missed the release frees the lock by expiry.
+pub(crate) async fn release_on(
+    nodes: &[Arc<Node>],
+    written: &Written,
+    key: &str,
+    token: &Token,
+    timeout: Duration,
+) -> Option<String> {
+    let release_id = release_id();
+    let results = join_all(
+        nodes
+            .iter()
+            .filter(|n| written.may_hold(n.id().index()))
+            .map(|n| n.release(key, token, &release_id, timeout)),
+    )
+    .await;
+    let mut deleted = false;
+    for result in results {
+        match result {
+            Ok(d) => deleted |= d,
+            Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
+        }
+    }
+    deleted.then_some(release_id)
+}
