@@ -5,18 +5,15 @@
 
 use std::time::Duration;
 
+use rustix::time::{clock_gettime, ClockId};
+
 /// CPU time used so far by this process, all threads, user + system.
 pub fn process() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime only writes the timespec we lend it.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    let ts = clock_gettime(ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// CPU time used so far by the main thread of process `pid` (where

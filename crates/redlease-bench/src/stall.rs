@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
+use rustix::process::{kill_process, Pid, Signal};
 use serde_json::json;
 
 /// Shortest period accepted: keeps the signal rate sane (15 nodes x 2
@@ -219,10 +220,9 @@ impl StallSummary {
 /// `RedisNodes` that outlives the driver and is not killed meanwhile: an
 /// unreaped child's pid cannot be recycled, so the signal cannot reach
 /// another process.
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid as libc::pid_t, sig);
+fn signal(pid: u32, sig: Signal) {
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        let _ = kill_process(pid, sig);
     }
 }
 
@@ -233,7 +233,7 @@ struct ResumeAll<'a>(&'a [u32]);
 impl Drop for ResumeAll<'_> {
     fn drop(&mut self) {
         for &pid in self.0 {
-            signal(pid, libc::SIGCONT);
+            signal(pid, Signal::CONT);
         }
     }
 }
@@ -329,10 +329,10 @@ fn drive(
             break;
         }
         if event.stop {
-            signal(pids[event.node], libc::SIGSTOP);
+            signal(pids[event.node], Signal::STOP);
             summary.stops += 1;
         } else {
-            signal(pids[event.node], libc::SIGCONT);
+            signal(pids[event.node], Signal::CONT);
         }
         stopped[event.node] = event.stop;
         let now = stopped.iter().filter(|&&s| s).count();

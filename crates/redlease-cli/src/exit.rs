@@ -105,6 +105,7 @@ pub fn of_status(status: std::process::ExitStatus) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::process::Signal;
     use std::os::unix::process::ExitStatusExt;
     use std::process::ExitStatus;
 
@@ -114,8 +115,8 @@ mod tests {
         assert_eq!(of_status(ExitStatus::from_raw(0)), 0);
         assert_eq!(of_status(ExitStatus::from_raw(7 << 8)), 7);
         assert_eq!(of_status(ExitStatus::from_raw(255 << 8)), 255);
-        assert_eq!(of_status(ExitStatus::from_raw(libc::SIGTERM)), 143);
-        assert_eq!(of_status(ExitStatus::from_raw(libc::SIGKILL)), 137);
+        assert_eq!(of_status(ExitStatus::from_raw(Signal::TERM.as_raw())), 143);
+        assert_eq!(of_status(ExitStatus::from_raw(Signal::KILL.as_raw())), 137);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use redlease::{Error, Lease, Locker, LostReason, RetryPolicy};
+use rustix::process::{self, Signal};
 use tokio::process::{Child, Command};
 
 use crate::duration;
@@ -125,7 +126,7 @@ pub async fn run(args: RunArgs) -> Exit {
             // The acquisition was dropped; an attempt in flight undoes
             // itself in the background: wait for that before exiting.
             locker.flush().await;
-            return Exit::code(exit::signal_code(sig));
+            return Exit::code(exit::signal_code(sig.as_raw()));
         }
     };
 
@@ -234,15 +235,14 @@ fn spawn(args: &RunArgs, fencing_token: u64) -> io::Result<Child> {
         // lease any more: the command must not go on unprotected. The
         // kernel sends it SIGTERM when the forking thread exits; that is a
         // runtime worker thread, which lives until redlease exits.
-        // SAFETY: the closure only makes async-signal-safe syscalls.
-        let parent = std::process::id();
+        let parent = process::getpid();
+        // SAFETY: the closure only makes async-signal-safe syscalls (rustix
+        // wraps them without allocating). pre_exec itself has no safe form.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
+                process::set_parent_process_death_signal(Some(Signal::TERM))?;
                 // We may have died between fork and prctl.
-                if libc::getppid() as u32 != parent {
+                if process::getppid() != Some(parent) {
                     return Err(io::Error::other(
                         "redlease exited before the command started",
                     ));
@@ -300,7 +300,7 @@ async fn supervise(
             status = child.wait() => break status,
             why = &mut lost, if lost_why.is_none() => {
                 lost_why = Some(why);
-                target.stop(libc::SIGTERM);
+                target.stop(Signal::TERM);
                 eprintln!(
                     "redlease: lost the lock {:?} while the command ran ({why}); sent it \
                      SIGTERM (SIGKILL in {})",
@@ -311,7 +311,7 @@ async fn supervise(
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
                 kill_at = None;
-                target.stop(libc::SIGKILL);
+                target.stop(Signal::KILL);
                 eprintln!(
                     "redlease: the command did not exit within {} of SIGTERM; sent SIGKILL",
                     duration::show(args.grace)
@@ -325,7 +325,7 @@ async fn supervise(
         // of it may outlive the grace now that the lock is gone.
         while target.group_alive() {
             if tokio::time::Instant::now() >= kill_at {
-                target.stop(libc::SIGKILL);
+                target.stop(Signal::KILL);
                 break;
             }
             tokio::time::sleep(GROUP_POLL).await;

@@ -4,41 +4,43 @@ use std::future::poll_fn;
 use std::io;
 use std::task::Poll;
 
-use tokio::signal::unix::{signal, Signal, SignalKind};
+use rustix::fs::{Mode, OFlags};
+use rustix::process::{self, Pid, Signal};
+use tokio::signal::unix::{self, SignalKind};
 
 /// What redlease catches and passes on: the ways people and supervisors
 /// (systemd, Kubernetes, cron's shell, a terminal) ask a job to stop or
 /// react. Catching them also keeps redlease alive to release the lock.
-pub const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
+pub const FORWARDED: [Signal; 6] = [
+    Signal::TERM,
+    Signal::INT,
+    Signal::HUP,
+    Signal::QUIT,
+    Signal::USR1,
+    Signal::USR2,
 ];
 
 /// Handlers for [`FORWARDED`]; from creation on, these signals no longer
 /// end redlease but are queued for [`Signals::recv`].
 pub struct Signals {
-    streams: Vec<(libc::c_int, Signal)>,
+    streams: Vec<(Signal, unix::Signal)>,
 }
 
 impl Signals {
     pub fn install() -> io::Result<Signals> {
         let streams = FORWARDED
             .iter()
-            .map(|&n| signal(SignalKind::from_raw(n)).map(|s| (n, s)))
+            .map(|&sig| unix::signal(SignalKind::from_raw(sig.as_raw())).map(|s| (sig, s)))
             .collect::<io::Result<_>>()?;
         Ok(Signals { streams })
     }
 
-    /// The next signal received (its number).
-    pub async fn recv(&mut self) -> libc::c_int {
+    /// The next signal received.
+    pub async fn recv(&mut self) -> Signal {
         poll_fn(|cx| {
-            for (n, stream) in &mut self.streams {
+            for (sig, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {
-                    return Poll::Ready(*n);
+                    return Poll::Ready(*sig);
                 }
             }
             Poll::Pending
@@ -50,7 +52,7 @@ impl Signals {
 /// Where signals for the command go.
 #[derive(Clone, Copy, Debug)]
 pub struct Target {
-    pid: libc::pid_t,
+    pid: Pid,
     /// The command leads its own process group (the default): stop signals
     /// go to the whole group, so a shell script's children stop too.
     own_group: bool,
@@ -59,23 +61,32 @@ pub struct Target {
 impl Target {
     pub fn new(pid: u32, own_group: bool) -> Option<Target> {
         Some(Target {
-            pid: libc::pid_t::try_from(pid).ok()?,
+            pid: Pid::from_raw(i32::try_from(pid).ok()?)?,
             own_group,
         })
     }
 
     /// Sends a stop signal (SIGTERM, SIGKILL, ...) to everything the
     /// command started, or to the command alone if it shares our group.
-    pub fn stop(&self, sig: libc::c_int) {
-        kill(if self.own_group { -self.pid } else { self.pid }, sig);
+    ///
+    /// The pid is our child's, unreaped when we signal it alone; a group id
+    /// is not handed to anyone else while a member lives. An error means
+    /// nothing is left to signal, so errors are ignored.
+    pub fn stop(&self, sig: Signal) {
+        let _ = match self.own_group {
+            true => process::kill_process_group(self.pid, sig),
+            false => process::kill_process(self.pid, sig),
+        };
     }
 
     /// Passes on a signal redlease received.
-    pub fn forward(&self, sig: libc::c_int) {
+    pub fn forward(&self, sig: Signal) {
         match sig {
             // Application signals ("reload", "dump stats") are meant for
             // the program; in its helpers they would kill by default.
-            libc::SIGUSR1 | libc::SIGUSR2 => kill(self.pid, sig),
+            Signal::USR1 | Signal::USR2 => {
+                let _ = process::kill_process(self.pid, sig);
+            }
             _ if !self.own_group && terminal_already_sent(sig) => {}
             _ => self.stop(sig),
         }
@@ -84,17 +95,7 @@ impl Target {
     /// Whether any process of the command's group is left (always false
     /// when it shares our group: then only the command itself counts).
     pub fn group_alive(&self) -> bool {
-        // SAFETY: signal 0 only checks existence and permission.
-        self.own_group && unsafe { libc::kill(-self.pid, 0) } == 0
-    }
-}
-
-fn kill(pid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: kill(2) has no memory-safety preconditions. The pid is our
-    // child's, unreaped when we signal it alone; a group id is not handed
-    // to anyone else while a member lives. An error means nothing is left.
-    unsafe {
-        libc::kill(pid, sig);
+        self.own_group && process::test_kill_process_group(self.pid).is_ok()
     }
 }
 
@@ -103,22 +104,14 @@ fn kill(pid: libc::pid_t, sig: libc::c_int) {
 /// group, which a `--foreground` command shares with redlease. Forwarding
 /// it as well would hit the command twice, and many programs treat a second
 /// Ctrl-C as "abort the cleanup".
-fn terminal_already_sent(sig: libc::c_int) -> bool {
-    if sig != libc::SIGINT && sig != libc::SIGQUIT {
+fn terminal_already_sent(sig: Signal) -> bool {
+    if sig != Signal::INT && sig != Signal::QUIT {
         return false;
     }
-    // SAFETY: plain syscalls on a descriptor we open and close here.
-    unsafe {
-        let fd = libc::open(
-            c"/dev/tty".as_ptr(),
-            libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            // No controlling terminal (cron, systemd, CI): nobody else sent it.
-            return false;
-        }
-        let foreground = libc::tcgetpgrp(fd);
-        libc::close(fd);
-        foreground > 0 && foreground == libc::getpgrp()
-    }
+    let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::CLOEXEC;
+    // No controlling terminal (cron, systemd, CI): nobody else sent it.
+    let Ok(tty) = rustix::fs::open("/dev/tty", flags, Mode::empty()) else {
+        return false;
+    };
+    rustix::termios::tcgetpgrp(&tty).is_ok_and(|foreground| foreground == process::getpgrp())
 }

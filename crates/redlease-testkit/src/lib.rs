@@ -38,6 +38,7 @@ pub mod proxy;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use rustix::process::Signal;
 use tempfile::TempDir;
 
 /// Attempts at finding a port nobody else grabs before redis binds it.
@@ -237,7 +238,7 @@ impl RedisNode {
     /// ```
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            process::signal(child.id(), libc::SIGKILL);
+            process::signal(child.id(), Signal::KILL);
             let _ = child.wait();
         }
     }
@@ -252,7 +253,7 @@ impl RedisNode {
     /// ```
     pub fn pause(&mut self) {
         if let Some(child) = &self.child {
-            process::signal(child.id(), libc::SIGSTOP);
+            process::signal(child.id(), Signal::STOP);
         }
     }
 
@@ -265,7 +266,7 @@ impl RedisNode {
     /// ```
     pub fn resume(&mut self) {
         if let Some(child) = &self.child {
-            process::signal(child.id(), libc::SIGCONT);
+            process::signal(child.id(), Signal::CONT);
         }
     }
 

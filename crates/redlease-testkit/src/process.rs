@@ -9,6 +9,8 @@ use std::sync::{mpsc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use rustix::process::{self, Pid, Signal, WaitId, WaitIdOptions};
+
 use crate::NodeConfig;
 
 /// How often bounded waits re-check their condition.
@@ -76,11 +78,10 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
             .stdout(Stdio::null())
             .stderr(stderr);
         // SAFETY: prctl is a plain syscall, safe between fork and exec.
+        // pre_exec itself has no safe form.
         unsafe {
             cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
+                process::set_parent_process_death_signal(Some(Signal::KILL))?;
                 Ok(())
             });
         }
@@ -166,28 +167,27 @@ pub(crate) fn ping(port: u16, timeout: Duration) -> bool {
 }
 
 /// Sends `sig` to `pid`; errors (e.g. already exited) are ignored on purpose.
-pub(crate) fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) has no memory-safety preconditions. The pid is ours and
-    // not yet reaped, so it cannot have been recycled for another process.
-    unsafe {
-        libc::kill(pid as libc::pid_t, sig);
+/// The pid is ours and not yet reaped, so it cannot have been recycled for
+/// another process.
+pub(crate) fn signal(pid: u32, sig: Signal) {
+    if let Some(pid) = as_pid(pid) {
+        let _ = process::kill_process(pid, sig);
     }
 }
 
 /// True while `pid` (our unreaped child) has not exited; stopped counts as alive.
 pub(crate) fn alive(pid: u32) -> bool {
-    // SAFETY: zeroed siginfo_t is a valid value; WNOWAIT leaves the child
-    // unreaped so `Child::wait` still works afterwards.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        rc == 0 && info.si_pid() == 0
-    }
+    let Some(pid) = as_pid(pid) else {
+        return false;
+    };
+    // WNOWAIT leaves the child unreaped so `Child::wait` still works
+    // afterwards; `None` means no state change yet.
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    matches!(process::waitid(WaitId::Pid(pid), options), Ok(None))
+}
+
+fn as_pid(pid: u32) -> Option<Pid> {
+    Pid::from_raw(i32::try_from(pid).ok()?)
 }
 
 /// Last lines of the node's log and stderr, for panic messages.

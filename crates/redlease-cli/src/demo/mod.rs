@@ -176,7 +176,7 @@ pub async fn demo(args: DemoArgs) -> Exit {
     println!("Cleaned up: stopped the {running} redis-server processes still running.");
 
     if let Some(sig) = interrupted {
-        return Exit::with(exit::signal_code(sig), "demo interrupted");
+        return Exit::with(exit::signal_code(sig.as_raw()), "demo interrupted");
     }
     if summary.passed() {
         Exit::code(exit::OK)

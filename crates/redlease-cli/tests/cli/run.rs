@@ -5,6 +5,7 @@ use std::process::Child;
 use std::time::Duration;
 
 use redlease_testkit::{RedisNode, RedisNodes};
+use rustix::process::Signal;
 
 use crate::support::{eventually, finish, has_key, lock_key, redlease, run, signal, start, Holder};
 
@@ -264,7 +265,7 @@ fn signals_are_passed_on_and_the_lock_released_before_exit() {
     );
     eventually(LIMIT, "the command to start", || ready.exists());
     assert!(has_key(&node, &lock_key("signalled")));
-    signal(&child, libc::SIGTERM);
+    signal(&child, Signal::TERM);
     finish(child, LIMIT).expect(42);
     assert!(
         !has_key(&node, &lock_key("signalled")),
@@ -279,7 +280,7 @@ fn signals_are_passed_on_and_the_lock_released_before_exit() {
             .env("READY", &ready),
     );
     eventually(LIMIT, "the command to start", || ready.exists());
-    signal(&child, libc::SIGINT);
+    signal(&child, Signal::INT);
     finish(child, LIMIT).expect(130);
     assert!(!has_key(&node, &lock_key("signalled")));
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use redlease::{Lease, Locker};
 use redlease_testkit::RedisNode;
+use rustix::process::{kill_process, Pid, Signal};
 
 /// How often bounded waits look again.
 const POLL: Duration = Duration::from_millis(10);
@@ -124,12 +125,9 @@ pub fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
     }
 }
 
-/// Sends `sig` to a child process.
-pub fn signal(child: &Child, sig: libc::c_int) {
-    // SAFETY: kill(2) on our own unreaped child.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, sig);
-    }
+/// Sends `sig` to a child process (our own, unreaped).
+pub fn signal(child: &Child, sig: Signal) {
+    kill_process(Pid::from_child(child), sig).expect("signal redlease");
 }
 
 /// The Redis key of lock `name` with the default prefix.
