@@ -3,13 +3,16 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
 
 use crate::engine::Engine;
-use crate::error::Error;
+use crate::error::{Error, Op};
 use crate::lease::{Lease, LeaseHandle};
 use crate::lease_state::LostReason;
 use crate::retry::RetryPolicy;
+use crate::telemetry;
 use crate::wait;
 
 /// A lock request from [`Locker::lock`](crate::Locker::lock) or
@@ -193,6 +196,25 @@ impl<'a> IntoFuture for Acquire<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Result<Lease, Error>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.run())
+        let span = tracing::debug_span!(
+            "redlease.acquire",
+            resource = %self.resource,
+            keep_alive = self.keep_alive,
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+            fencing_token = tracing::field::Empty,
+        );
+        Box::pin(
+            async move {
+                let start = Instant::now();
+                let result = self.run().await;
+                if let Ok(lease) = &result {
+                    tracing::Span::current().record("fencing_token", lease.fencing_token());
+                }
+                telemetry::finished(Op::Acquire, result.as_ref().map(|_| ()), start.elapsed());
+                result
+            }
+            .instrument(span),
+        )
     }
 }

@@ -23,6 +23,7 @@ use crate::release::{release_on, Ownership};
 use crate::renew::Renewer;
 use crate::retry::RetryPolicy;
 use crate::subscription::Notifier;
+use crate::telemetry;
 use crate::validity::{DriftModel, Timing};
 
 /// A Locker's settings, checked by its builder.
@@ -159,6 +160,7 @@ impl Engine {
         }
         let id = held.next_id;
         held.next_id += 1;
+        telemetry::leases_held(1);
         held.leases.insert(
             id,
             Registered {
@@ -173,7 +175,11 @@ impl Engine {
     /// Takes a lease off the record. `false` if `close` took it first: the
     /// lease is released already, and nobody else may release it again.
     pub(crate) fn unregister(&self, id: u64) -> bool {
-        self.held().leases.remove(&id).is_some()
+        let removed = self.held().leases.remove(&id).is_some();
+        if removed {
+            telemetry::leases_held(-1);
+        }
+        removed
     }
 
     /// Closes the engine: no lease is handed out any more, every lease still
@@ -190,10 +196,16 @@ impl Engine {
         if let Some(renewer) = self.renewer.get() {
             renewer.shutdown();
         }
+        telemetry::leases_held(-(leases.len() as i64));
         for lease in &leases {
-            lease.state.send_modify(|s| {
+            let newly_lost = lease.state.send_if_modified(|s| {
+                let fresh = s.lost.is_none();
                 s.lost.get_or_insert(LostReason::Closed);
+                fresh
             });
+            if newly_lost {
+                telemetry::lease_lost(LostReason::Closed);
+            }
         }
         if !leases.is_empty() {
             tracing::info!(leases = leases.len(), "closing: releasing the leases held");

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::attempt::Grant;
 use crate::error::{Error, Held, NodeError, NodeId, Op, Shortfall};
@@ -15,6 +16,7 @@ use crate::lease_state::{LeaseState, LostReason};
 use crate::quorum::Decision;
 use crate::release::{release_id, release_on};
 use crate::renew::ExtendFailure;
+use crate::telemetry;
 use crate::validity::Timing;
 
 /// A lock we hold, until [`valid_until`](Self::valid_until).
@@ -271,6 +273,24 @@ impl Lease {
     /// If the future is dropped before it completes, the lease keeps the
     /// earlier of its old validity and the one the extend would have given.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        let span = tracing::debug_span!(
+            "redlease.extend",
+            resource = self.resource(),
+            ttl_ms = ttl.as_millis() as u64,
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
+        async {
+            let start = Instant::now();
+            let result = self.extend_once(ttl).await;
+            telemetry::finished(Op::Extend, result.as_ref().copied(), start.elapsed());
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn extend_once(&mut self, ttl: Duration) -> Result<(), Error> {
         let engine = self.guard.engine.clone();
         let timing = engine.timing("ttl", ttl)?;
         if self.guard.renewal.is_some() {
@@ -349,6 +369,7 @@ impl Lease {
                         LostReason::Refused
                     };
                     self.state.send_modify(|s| s.lost = Some(why));
+                    telemetry::lease_lost(why);
                 }
                 Err(error)
             }
@@ -415,7 +436,24 @@ impl Lease {
     ///
     /// Dropping the future before it completes drops the lease, which
     /// releases it again in the background.
-    pub async fn release(mut self) -> Result<(), Error> {
+    pub async fn release(self) -> Result<(), Error> {
+        let span = tracing::debug_span!(
+            "redlease.release",
+            resource = self.resource(),
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
+        async {
+            let start = Instant::now();
+            let result = self.release_once().await;
+            telemetry::finished(Op::Release, result.as_ref().copied(), start.elapsed());
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release_once(mut self) -> Result<(), Error> {
         if !self.guard.unregister() {
             // `close` released it already.
             return Err(Error::Closed);

@@ -239,6 +239,47 @@
 //! carry the TTL, so the worst case of a lost reply is a lock that stays
 //! taken until it expires, never one that is free while someone holds it.
 //!
+//! # Shutdown, inspection and force release
+//!
+//! A [`Locker`]'s background work (renewal, release notifications, requests
+//! finishing after a quorum answered) starts on the runtime of the task
+//! that first needs it, and again on another runtime if that one has ended:
+//! a Locker outlives a `#[tokio::test]` or a short-lived runtime. It stops
+//! when the last handle on the Locker (clones and leases included) is
+//! dropped. [`Locker::close`] is the orderly way out: it reports every
+//! lease it holds lost ([`LostReason::Closed`]), releases them on every
+//! node, waits for the background requests, stops the tasks, and makes
+//! later calls return [`Error::Closed`]. [`Locker::flush`] only waits for
+//! the background requests.
+//!
+//! [`Locker::inspect`] tells, per node, whether a lock's key exists and for
+//! how long, its fencing counter and how many processes wait for it (never
+//! the token); [`LockStatus::verdict`] judges it as an acquire would.
+//! [`Locker::force_release`] deletes a stuck lock whoever holds it: an
+//! operator's tool that breaks mutual exclusion for a holder still at work,
+//! so fencing tokens must guard the resource (the counter is kept).
+//!
+//! # Observability
+//!
+//! Every operation runs in a `tracing` span at debug level:
+//! `redlease.acquire` (resource, keep_alive, and when it ends `outcome`,
+//! `elapsed_ms`, `fencing_token`), `redlease.extend`, `redlease.release`,
+//! `redlease.wait` (each wait between attempts: `delay_ms`, `woken_by`
+//! release or timer), `redlease.renewal_batch` (node, leases, outcome:
+//! answered, abandoned or unsent) and `redlease.force_release` (info).
+//! `outcome` is `ok` or the error's kind (`taken`, `no_quorum`, ...).
+//! Node errors are trace events with the node and kind. A lost lease and
+//! failing renewals are `warn!`. No span or event carries a token.
+//!
+//! With the `metrics` feature the library reports through the `metrics`
+//! facade (install any recorder, such as a Prometheus exporter):
+//! `redlease_operations_total` and `redlease_operation_seconds` (by `op`
+//! and `outcome`), `redlease_node_errors_total` (by `node` and `kind`),
+//! `redlease_leases_held`, `redlease_leases_lost_total` (by `reason`),
+//! `redlease_renewal_round_trips_total` (by `node` and `outcome`) and
+//! `redlease_renewals_total` (by `node`). Without the feature none of this
+//! is compiled in.
+//!
 //! # Cancel safety
 //!
 //! Every future here can be dropped at any point. An acquire dropped
@@ -271,6 +312,7 @@ mod renew;
 mod renew_schedule;
 mod retry;
 mod subscription;
+mod telemetry;
 mod token;
 mod validity;
 mod wait;

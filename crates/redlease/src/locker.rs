@@ -3,11 +3,12 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::acquire::Acquire;
 use crate::engine::{Engine, Settings};
 use futures_util::future::join_all;
+use tracing::Instrument;
 
 use crate::error::{Error, NodeId, Op};
 use crate::keys::release_channel;
@@ -17,6 +18,7 @@ use crate::node::{self, ConnectSettings, Node};
 use crate::quorum::quorum;
 use crate::release::release_id;
 use crate::retry::RetryPolicy;
+use crate::telemetry;
 use crate::validity::{DriftModel, Timing};
 
 /// A set of Redis nodes to take locks on, with the defaults for each lock.
@@ -361,6 +363,27 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self, resource: &str) -> Result<usize, Error> {
+        let span = tracing::info_span!(
+            "redlease.force_release",
+            resource,
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
+        async {
+            let start = Instant::now();
+            let result = self.force_release_everywhere(resource).await;
+            telemetry::finished(
+                Op::ForceRelease,
+                result.as_ref().map(|_| ()),
+                start.elapsed(),
+            );
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn force_release_everywhere(&self, resource: &str) -> Result<usize, Error> {
         if resource.is_empty() {
             return Err(Error::invalid("resource", "the lock name is empty"));
         }

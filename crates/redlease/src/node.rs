@@ -13,6 +13,7 @@ use redis::{
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{release_channel, LockKeys};
 use crate::lock_status::{KeyState, NodeLockState};
+use crate::telemetry;
 use crate::token::Token;
 use crate::Error;
 
@@ -439,7 +440,9 @@ impl Node {
     }
 
     pub(crate) fn error(&self, kind: NodeErrorKind) -> NodeError {
-        NodeError::new(self.id.clone(), kind)
+        let error = NodeError::new(self.id.clone(), kind);
+        telemetry::node_error(&error);
+        error
     }
 
     /// A redis-rs error from this node, as a [`NodeError`]. A connection

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::expiry::ExpiryBounds;
@@ -30,6 +31,7 @@ use crate::lane::{Delivery, ExtendMany, Lane, CHUNK};
 use crate::lease_state::{LeaseState, LostReason};
 use crate::node::Node;
 use crate::renew_schedule::{coalesce, next_due, patience, retry_at};
+use crate::telemetry;
 use crate::token::Token;
 use crate::validity::Timing;
 
@@ -147,6 +149,7 @@ impl Entry {
             });
             let failed: Vec<String> = self.errors().map(|e| format!("{e:#}")).collect();
             tracing::warn!(key = %self.key, reason = %why, ?failed, "lease lost");
+            telemetry::lease_lost(why);
         }
     }
 
@@ -596,11 +599,27 @@ async fn lane(inner: Arc<Inner>, i: usize) {
             .max()
             .unwrap_or_else(Instant::now);
         let sent = Instant::now();
+        let span = tracing::debug_span!(
+            "redlease.renewal_batch",
+            node = %lane.node().id(),
+            leases = batch.sent.len(),
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
         let delivery = tokio::select! {
             () = inner.stop.cancelled() => return,
-            d = lane.deliver(&batch.calls, patience(sent, latest)) => d,
+            d = lane.deliver(&batch.calls, patience(sent, latest)).instrument(span.clone()) => d,
         };
         inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        let outcome = match &delivery {
+            Delivery::Answered(_) => "answered",
+            Delivery::Abandoned => "abandoned",
+            Delivery::Unsent(_) => "unsent",
+        };
+        span.record("outcome", outcome);
+        span.record("elapsed_ms", sent.elapsed().as_secs_f64() * 1e3);
+        span.in_scope(|| tracing::debug!(outcome, "renewal batch done"));
+        telemetry::renewal_batch(lane.node().id().addr(), batch.sent.len(), outcome);
         let trouble = match &delivery {
             Delivery::Answered(answers) => answers
                 .iter()

@@ -53,10 +53,19 @@ pub(crate) async fn lock(
             let now = Instant::now();
             let expires_in = last.as_ref().and_then(Error::expires_in);
             let delay = policy.delay_before_next(rand::random::<f64>(), expires_in, now, deadline);
-            tokio::select! {
-                () = w.woken() => {}
-                () = tokio::time::sleep(delay) => {}
-            }
+            let span = tracing::debug_span!(
+                "redlease.wait",
+                delay_ms = delay.as_millis() as u64,
+                woken_by = tracing::field::Empty,
+                elapsed_ms = tracing::field::Empty,
+            );
+            let woken_by = tokio::select! {
+                () = w.woken() => "release",
+                () = tokio::time::sleep(delay) => "timer",
+            };
+            span.record("woken_by", woken_by);
+            span.record("elapsed_ms", now.elapsed().as_secs_f64() * 1e3);
+            span.in_scope(|| tracing::debug!(woken_by, "retrying"));
         }
         if engine.is_closed() {
             return Err(Error::Closed);

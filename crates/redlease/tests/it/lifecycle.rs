@@ -47,8 +47,11 @@ fn background_work_follows_the_locker_to_a_new_runtime() {
         lease.release().await.unwrap();
 
         // A waiter is woken by the release, long before its timer would:
-        // the holder's key has 10 s left and the waiter's delay is 5 s.
-        let lease = locker.lock("c").ttl(Duration::from_secs(10)).await.unwrap();
+        // the holder's key has 10 s left and the waiter's delay is 5 s. The
+        // holder is another process (Locker), so the waiter can only hear
+        // of the release through its subscription.
+        let holder = locker_with_timeout(&nodes, 50 * MS);
+        let lease = holder.lock("c").ttl(Duration::from_secs(10)).await.unwrap();
         let other = locker.clone();
         let waiting = tokio::spawn(async move {
             other

@@ -13,6 +13,7 @@ mod expiry;
 mod faults;
 mod fencing;
 mod lifecycle;
+mod metrics_facade;
 mod ownership;
 mod renewal;
 mod slow_nodes;
