@@ -19,9 +19,12 @@ use crate::wait;
 /// [`Locker::try_lock`](crate::Locker::try_lock): set
 /// per-call options, then `.await` it.
 ///
-/// ```no_run
+/// ```
 /// use std::time::Duration;
-/// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// # let locker = redlease::Locker::new(nodes.urls())?;
 /// let lease = locker.lock("report").ttl(Duration::from_secs(120)).await?;
 /// # lease.release().await }
 /// ```
@@ -58,8 +61,11 @@ impl<'a> Acquire<'a> {
 
     /// Use this TTL instead of the Locker's.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.try_lock("x").ttl(std::time::Duration::from_millis(500)).await?;
     /// # lease.release().await }
     /// ```
@@ -72,8 +78,11 @@ impl<'a> Acquire<'a> {
     /// The attempt limit of the policy still applies, so on a
     /// [`try_lock`](crate::Locker::try_lock) this changes nothing.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("x").wait(std::time::Duration::from_secs(3)).await?;
     /// # lease.release().await }
     /// ```
@@ -84,8 +93,11 @@ impl<'a> Acquire<'a> {
 
     /// Use this retry policy instead of the Locker's.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let policy = redlease::RetryPolicy::new().attempts(5);
     /// let lease = locker.lock("x").retry(policy).await?;
     /// # lease.release().await }
@@ -101,8 +113,11 @@ impl<'a> Acquire<'a> {
     /// [`Lease::lost`] or [`Lease::is_lost`] to learn at once if a renewal
     /// fails.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("long-job").keep_alive().await?;
     /// // ... work for as long as it takes, checking lease.is_lost() ...
     /// # lease.release().await }
@@ -120,8 +135,11 @@ impl<'a> Acquire<'a> {
     /// [`Error::Lost`]. A release that finds the lock no longer ours also
     /// gives [`Error::Lost`]: the work may not have been protected to the end.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let rows = locker
     ///     .lock("nightly-import")
     ///     .wait(std::time::Duration::from_secs(60))

@@ -9,6 +9,11 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+/// Not `tokio_util::task::TaskTracker`: its `wait` resolves only once the
+/// tracker is closed, and [`Locker::flush`](crate::Locker::flush) must wait
+/// for the tasks running now while the Locker stays open (closing and
+/// reopening around each flush would race concurrent flushes). A counter
+/// and a `Notify` do exactly that.
 #[derive(Default)]
 pub(crate) struct Background {
     running: AtomicUsize,

@@ -28,8 +28,11 @@ use crate::validity::Timing;
 /// release is released in the background (when a Tokio runtime is running;
 /// otherwise its keys expire after the TTL).
 ///
-/// ```no_run
-/// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// # let locker = redlease::Locker::new(nodes.urls())?;
 /// let mut lease = locker.lock("orders:42").await?;
 /// println!("{} is ours for {:?}", lease.resource(), lease.remaining());
 /// lease.extend(std::time::Duration::from_secs(10)).await?;
@@ -133,8 +136,11 @@ impl Lease {
 
     /// The resource name the lock was taken on.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("orders:42").await?;
     /// assert_eq!(lease.resource(), "orders:42");
     /// # lease.release().await }
@@ -150,8 +156,11 @@ impl Lease {
     /// paused past its lease is then turned away (see "Fencing tokens" in
     /// the crate docs).
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("ledger").await?;
     /// let fence = lease.fencing_token();
     /// // UPDATE ledger SET ..., fence = $fence WHERE id = $id AND fence < $fence
@@ -165,8 +174,11 @@ impl Lease {
     /// taken before the first request of the acquire (or the last successful
     /// extend). After this instant, stop touching the protected resource.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("orders:42").await?;
     /// assert!(lease.valid_until() > std::time::Instant::now());
     /// # lease.release().await }
@@ -177,8 +189,11 @@ impl Lease {
 
     /// Time left until [`valid_until`](Self::valid_until); zero once passed.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("orders:42").await?;
     /// if lease.remaining() < std::time::Duration::from_secs(1) {
     ///     // too little time left for another step
@@ -194,8 +209,11 @@ impl Lease {
     /// out), or a renewal or extend found that a quorum no longer holds it.
     /// Cheap: no I/O. Once lost, a lease never comes back.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("import").keep_alive().await?;
     /// for batch in 0..100 {
     ///     if lease.is_lost() {
@@ -229,9 +247,12 @@ impl Lease {
     /// another client can take the lock. The future does not borrow the
     /// lease.
     ///
-    /// ```no_run
+    /// ```
     /// # async fn work() {}
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("import").keep_alive().await?;
     /// tokio::select! {
     ///     why = lease.lost() => eprintln!("lock lost ({why}), work abandoned"),
@@ -258,8 +279,11 @@ impl Lease {
     /// `valid_until` only ever moves earlier (nodes that did apply a shorter
     /// TTL shortened the lock).
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let mut lease = locker.lock("slow-job").await?;
     /// for step in 0..10 {
     ///     // ... one step of the work ...
@@ -422,8 +446,11 @@ impl Lease {
     /// lease that expired or was taken over gives [`Error::NotHeld`]: the
     /// protected work may have overlapped with another holder's.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("orders:42").await?;
     /// // ... work ...
     /// if let Err(e) = lease.release().await {
@@ -518,8 +545,11 @@ impl Lease {
 /// ([`Locker::with_lock`](crate::Locker::with_lock)): its name, validity and
 /// loss signal. Cheap to clone; it cannot release or extend the lock.
 ///
-/// ```no_run
-/// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// # let locker = redlease::Locker::new(nodes.urls())?;
 /// locker
 ///     .with_lock("sync", |lease| async move {
 ///         while !lease.is_lost() {
@@ -614,8 +644,11 @@ impl LeaseHandle {
 impl Lease {
     /// A read-only view of this lease for work running under it.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("job").keep_alive().await?;
     /// let view = lease.handle();
     /// tokio::spawn(async move { let _ = view.lost().await; /* alert */ });

@@ -31,18 +31,18 @@ use crate::validity::{DriftModel, Timing};
 /// builds and works while a minority of its nodes is down, and uses them
 /// again once they are back.
 ///
-/// ```no_run
+/// ```
 /// use std::time::Duration;
 /// use redlease::Locker;
 ///
-/// # async fn demo() -> Result<(), redlease::Error> {
-/// let locker = Locker::builder([
-///     "redis://10.0.0.1:6379",
-///     "redis://10.0.0.2:6379",
-///     "redis://10.0.0.3:6379",
-/// ])
-/// .ttl(Duration::from_secs(30))
-/// .build()?;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(3);
+/// # let urls = nodes.urls();
+/// // Three independent servers, say redis://10.0.0.1:6379 and so on:
+/// let locker = Locker::builder(urls)
+///     .ttl(Duration::from_secs(30))
+///     .build()?;
 ///
 /// let lease = locker.lock("invoice:42").await?;
 /// // ... only one process gets here at a time, until lease.valid_until() ...
@@ -80,8 +80,9 @@ impl Locker {
     /// `rediss://` for TLS (with the `tls-rustls` feature), `redis+unix:///path`.
     /// Must be called inside a Tokio runtime.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
     /// # let _ = locker; Ok(()) }
     /// ```
@@ -95,8 +96,9 @@ impl Locker {
 
     /// Starts configuring a Locker over `urls`.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .key_prefix("myapp:lock:")
     ///     .build()?;
@@ -125,9 +127,12 @@ impl Locker {
     /// releases it (see "Waiting for a busy lock" in the crate docs).
     /// Override TTL and wait per call:
     ///
-    /// ```no_run
+    /// ```
     /// use std::time::Duration;
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker
     ///     .lock("daily-import")
     ///     .ttl(Duration::from_secs(60))
@@ -154,8 +159,11 @@ impl Locker {
     /// output. If the lease is lost meanwhile, `work` is dropped at once and
     /// the call returns [`Error::Lost`]. See [`Acquire::with`].
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let report = locker
     ///     .with_lock("nightly-report", |lease| async move {
     ///         format!("built while holding {}", lease.resource())
@@ -178,8 +186,11 @@ impl Locker {
     /// Makes exactly one attempt: returns the lease, or why it could not be
     /// had (typically [`Error::Taken`]).
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// match locker.try_lock("cron:cleanup").await {
     ///     Ok(lease) => { /* run the job */ lease.release().await?; }
     ///     Err(redlease::Error::Taken { .. }) => { /* another machine runs it */ }
@@ -199,8 +210,9 @@ impl Locker {
     /// The Redis key that holds the lock on `resource`: the key prefix, then
     /// the resource in braces (a Redis Cluster hash tag).
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
     /// assert_eq!(locker.key("orders"), "redlease:{orders}");
     /// # Ok(()) }
@@ -212,8 +224,9 @@ impl Locker {
     /// The Redis key of `resource`'s fencing counter: the lock key with
     /// `:fence` appended (same hash slot).
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
     /// assert_eq!(locker.fence_key("orders"), "redlease:{orders}:fence");
     /// # Ok(()) }
@@ -226,8 +239,9 @@ impl Locker {
     /// lock key with `:released` appended. Each release publishes a random
     /// id there (never the token).
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
     /// assert_eq!(locker.release_channel("orders"), "redlease:{orders}:released");
     /// # Ok(()) }
@@ -238,12 +252,15 @@ impl Locker {
 
     /// The nodes, in the order given.
     ///
-    /// ```no_run
-    /// # fn f(locker: &redlease::Locker) {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// for node in locker.nodes() {
     ///     println!("{node}");
     /// }
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn nodes(&self) -> impl ExactSizeIterator<Item = &NodeId> {
         self.engine.nodes().iter().map(|n| n.id())
@@ -256,8 +273,11 @@ impl Locker {
     /// node timeout. Call it before a short-lived process exits, so the
     /// slowest node is not left holding a key until its TTL ends.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("cron:report").await?;
     /// // ... the job ...
     /// lease.release().await?;
@@ -281,8 +301,11 @@ impl Locker {
     /// too, but does not wait for it or release leases still held elsewhere;
     /// `close` is the orderly shutdown of a process that holds locks.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let lease = locker.lock("worker:7").keep_alive().await?;
     /// // ... a shutdown signal arrives while the work runs ...
     /// locker.close().await;
@@ -307,8 +330,11 @@ impl Locker {
     /// quorum holds it. One round trip per node, at once, each bounded by
     /// the node timeout.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let status = locker.inspect("nightly-report").await?;
     /// println!("{:?}, fencing counter {:?}", status.verdict(), status.fencing_counter());
     /// for (node, answer) in &status.nodes {
@@ -356,8 +382,11 @@ impl Locker {
     /// ([`Error::NoQuorum`] with [`Op::ForceRelease`](crate::Op::ForceRelease))
     /// and the keys on the others are deleted all the same.
     ///
-    /// ```no_run
-    /// # async fn demo(locker: redlease::Locker) -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// let deleted_on = locker.force_release("nightly-report").await?;
     /// eprintln!("force-released: the key was on {deleted_on} nodes");
     /// # Ok(()) }
@@ -424,10 +453,13 @@ impl Locker {
     /// How automatic renewal is doing: leases kept alive and round trips
     /// spent so far.
     ///
-    /// ```no_run
-    /// # fn f(locker: &redlease::Locker) {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// assert_eq!(locker.renewal_stats().leases, 0);
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn renewal_stats(&self) -> crate::RenewalStats {
         self.engine
@@ -438,10 +470,13 @@ impl Locker {
 
     /// How many nodes must agree: `nodes / 2 + 1`.
     ///
-    /// ```no_run
-    /// # fn f(locker: &redlease::Locker) {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
     /// println!("{} of {} nodes must agree", locker.quorum(), locker.nodes().len());
-    /// # }
+    /// # Ok(()) }
     /// ```
     pub fn quorum(&self) -> usize {
         quorum(self.engine.nodes().len())
@@ -459,11 +494,12 @@ impl Locker {
 /// | [`retry`](Self::retry) | [`RetryPolicy::new`] |
 /// | [`key_prefix`](Self::key_prefix) | `"redlease:"` |
 ///
-/// ```no_run
+/// ```
 /// use std::time::Duration;
 /// use redlease::{Locker, RetryPolicy};
 ///
-/// # async fn demo() -> Result<(), redlease::Error> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
 /// let locker = Locker::builder(["redis://a:6379", "redis://b:6379", "redis://c:6379"])
 ///     .ttl(Duration::from_secs(5))
 ///     .node_timeout(Duration::from_millis(50))
@@ -489,8 +525,9 @@ impl LockerBuilder {
     /// How long a lock lives unless extended (whole milliseconds; at least
     /// 1 ms and enough to leave validity after drift and node timeout).
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .ttl(std::time::Duration::from_secs(30))
     ///     .build()?;
@@ -504,8 +541,9 @@ impl LockerBuilder {
     /// How long each node may take to answer one request, for every
     /// operation. Must be well below the TTL; the default is 5% of it.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .node_timeout(std::time::Duration::from_millis(50))
     ///     .build()?;
@@ -518,8 +556,9 @@ impl LockerBuilder {
 
     /// How long opening a connection to a node may take.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .connect_timeout(std::time::Duration::from_millis(250))
     ///     .build()?;
@@ -533,8 +572,9 @@ impl LockerBuilder {
     /// Share of the TTL set aside for clocks running at different rates on
     /// different nodes, in `[0, 1)`.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .drift_factor(0.02)
     ///     .build()?;
@@ -547,8 +587,9 @@ impl LockerBuilder {
 
     /// Fixed part of the drift allowance, added to `ttl × drift_factor`.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .drift_floor(std::time::Duration::from_millis(5))
     ///     .build()?;
@@ -561,8 +602,9 @@ impl LockerBuilder {
 
     /// How [`Locker::lock`] retries a lock that is busy.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .retry(redlease::RetryPolicy::new().attempts(3))
     ///     .build()?;
@@ -576,8 +618,9 @@ impl LockerBuilder {
     /// Prepended to every lock key, to keep lock keys apart from other data.
     /// May not contain `{` or `}` (the resource is the hash tag).
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .key_prefix("billing:locks:")
     ///     .build()?;
@@ -596,8 +639,9 @@ impl LockerBuilder {
     /// default TTL, and a kept-alive acquire checks, for its own TTL, that
     /// the renewal is also answered within the node timeout by then.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .renew_fraction(0.25)
     ///     .build()?;
@@ -615,8 +659,9 @@ impl LockerBuilder {
     /// node's clock steps back, or differs from another node's, by more
     /// than this minus 100 ms.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
     ///     .fence_expiry(std::time::Duration::from_secs(24 * 3600))
     ///     .build()?;
@@ -630,8 +675,9 @@ impl LockerBuilder {
     /// Checks every setting and sets up (lazy) connections; no network I/O.
     /// Must be called inside a Tokio runtime.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"]).build()?;
     /// # let _ = locker; Ok(()) }
     /// ```

@@ -14,13 +14,8 @@ impl Token {
         // rand's thread-local generator is a CSPRNG (ChaCha12) seeded and
         // periodically reseeded from the operating system: as strong as
         // asking the OS each time, without a system call per lock.
-        let bytes: [u8; 16] = rand::random();
-        let mut hex = String::with_capacity(32);
-        for b in bytes {
-            hex.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-            hex.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
-        }
-        Token(hex.into())
+        // 128 bits as 32 hex digits, leading zeros kept.
+        Token(format!("{:032x}", rand::random::<u128>()).into())
     }
 
     pub(crate) fn as_str(&self) -> &str {
