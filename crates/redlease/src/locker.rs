@@ -346,13 +346,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, resource: &str) -> Result<LockStatus, Error> {
-        if resource.is_empty() {
-            return Err(Error::invalid("resource", "the lock name is empty"));
-        }
-        let timeout = self
-            .engine
-            .timing("ttl", self.engine.settings().ttl)?
-            .node_timeout;
+        let timeout = self.admin_timeout(resource)?;
         let keys = self.engine.keys(resource);
         let answers = join_all(self.engine.nodes().iter().map(|node| {
             let keys = &keys;
@@ -413,13 +407,7 @@ impl Locker {
     }
 
     async fn force_release_everywhere(&self, resource: &str) -> Result<usize, Error> {
-        if resource.is_empty() {
-            return Err(Error::invalid("resource", "the lock name is empty"));
-        }
-        let timeout = self
-            .engine
-            .timing("ttl", self.engine.settings().ttl)?
-            .node_timeout;
+        let timeout = self.admin_timeout(resource)?;
         let key = self.engine.key(resource);
         let release_id = release_id();
         let answers = join_all(
@@ -448,6 +436,16 @@ impl Locker {
             failed,
             refused_by: Vec::new(),
         })
+    }
+
+    /// Checks the name an admin call is about, and gives its per-node
+    /// timeout: the one a lock with the default TTL gets.
+    fn admin_timeout(&self, resource: &str) -> Result<Duration, Error> {
+        if resource.is_empty() {
+            return Err(Error::invalid("resource", "the lock name is empty"));
+        }
+        let settings = self.engine.settings();
+        Ok(self.engine.timing("ttl", settings.ttl)?.node_timeout)
     }
 
     /// How automatic renewal is doing: leases kept alive and round trips

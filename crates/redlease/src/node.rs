@@ -265,10 +265,7 @@ impl Node {
             .arg(token.as_str())
             .arg(release_channel(key))
             .arg(release_id);
-        let mut conn = self.conn.clone();
-        let request = Box::pin(async move { cmd.query_async(&mut conn).await });
-        let n = self.bounded(timeout, Gate::Cleanup, request).await?;
-        self.as_flag(n, "release")
+        self.cleanup(cmd, timeout, "release").await
     }
 
     /// Deletes the lock key whatever it holds, and announces it on the
@@ -285,10 +282,21 @@ impl Node {
             .arg(key)
             .arg(release_channel(key))
             .arg(release_id);
+        self.cleanup(cmd, timeout, "force-release").await
+    }
+
+    /// Sends a whole `EVAL` that deletes (past the owed-request gate: see
+    /// [`Gate::Cleanup`]) and answers 1 or 0.
+    async fn cleanup(
+        &self,
+        cmd: redis::Cmd,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<bool, NodeError> {
         let mut conn = self.conn.clone();
         let request = Box::pin(async move { cmd.query_async(&mut conn).await });
         let n = self.bounded(timeout, Gate::Cleanup, request).await?;
-        self.as_flag(n, "force-release")
+        self.as_flag(n, what)
     }
 
     /// What this node holds of a lock: the key's TTL (never its value, the
