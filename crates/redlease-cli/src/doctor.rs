@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::duration;
+use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::facts::{self, Facts};
 use crate::nodes::{self, NodesArg};
@@ -118,7 +119,7 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         found.push(
             probe
                 .await
-                .unwrap_or_else(|e| Err(format!("internal error: {e}"))),
+                .unwrap_or_else(|e| Err(format!("internal error: {}", chain(&e)))),
         );
     }
 

@@ -5,6 +5,7 @@
 mod demo;
 mod doctor;
 mod duration;
+mod errors;
 mod exit;
 mod facts;
 mod nodes;
@@ -70,7 +71,11 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            return Exit::with(exit::INTERNAL, format!("cannot start the runtime: {e}")).report()
+            return Exit::with(
+                exit::INTERNAL,
+                format!("cannot start the runtime: {}", errors::chain(&e)),
+            )
+            .report()
         }
     };
     // Spawned, so that a panic comes back as a JoinError (exit 70) instead of

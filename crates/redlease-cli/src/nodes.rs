@@ -4,6 +4,7 @@
 use clap::Args;
 use redis::{Client, ConnectionAddr};
 
+use crate::errors::chain;
 use crate::exit::{self, Exit};
 
 /// Used when neither `--nodes` nor `REDLEASE_NODES` is given.
@@ -49,8 +50,9 @@ pub fn parse(list: &str) -> Result<Vec<String>, String> {
     for (i, url) in urls.iter().enumerate() {
         if let Err(e) = Client::open(url.as_str()) {
             return Err(format!(
-                "node {i} ({}) is not a Redis URL: {e}",
-                redact(url)
+                "node {i} ({}) is not a Redis URL: {}",
+                redact(url),
+                chain(&e)
             ));
         }
     }

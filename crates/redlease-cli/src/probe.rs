@@ -8,6 +8,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{Client, FromRedisValue, RedisError};
 
 use crate::duration;
+use crate::errors::chain;
 
 /// One connection, with the timeout every request gets.
 pub struct Probe {
@@ -53,7 +54,7 @@ fn describe_error(e: &RedisError) -> String {
     if let Some(code) = e.code() {
         return format!("Redis replied {code} {}", e.detail().unwrap_or_default());
     }
-    let text = e.to_string();
+    let text = chain(e);
     if text.contains("Connection refused") {
         "connection refused (nothing listens there)".to_string()
     } else {

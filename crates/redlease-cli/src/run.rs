@@ -13,6 +13,7 @@ use rustix::process::{self, Signal};
 use tokio::process::{Child, Command};
 
 use crate::duration;
+use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::nodes::NodesArg;
 use crate::signals::{Signals, Target};
@@ -105,7 +106,12 @@ pub async fn run(args: RunArgs) -> Exit {
     // between taking the lock and handing it back.
     let mut signals = match Signals::install() {
         Ok(s) => s,
-        Err(e) => return Exit::with(exit::INTERNAL, format!("cannot handle signals: {e}")),
+        Err(e) => {
+            return Exit::with(
+                exit::INTERNAL,
+                format!("cannot handle signals: {}", chain(&e)),
+            )
+        }
     };
     let locker = match Locker::builder(&urls)
         .ttl(args.ttl)
@@ -113,7 +119,7 @@ pub async fn run(args: RunArgs) -> Exit {
         .build()
     {
         Ok(locker) => locker,
-        Err(e) => return Exit::with(exit::USAGE, e),
+        Err(e) => return Exit::with(exit::USAGE, chain(&e)),
     };
 
     let started = Instant::now();
@@ -210,12 +216,18 @@ fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
                 false => Exit::with(args.conflict_exit_code, message),
             }
         }
-        Error::InvalidInput { .. } => Exit::with(exit::USAGE, e),
+        Error::InvalidInput { .. } => Exit::with(exit::USAGE, chain(e)),
         Error::NoQuorum { .. } | Error::ValidityExhausted { .. } => Exit::with(
             exit::UNAVAILABLE,
-            format!("{e}; the command was not run (`redlease doctor` checks the nodes)"),
+            format!(
+                "{}; the command was not run (`redlease doctor` checks the nodes)",
+                chain(e)
+            ),
         ),
-        _ => Exit::with(exit::INTERNAL, format!("{e}; the command was not run")),
+        _ => Exit::with(
+            exit::INTERNAL,
+            format!("{}; the command was not run", chain(e)),
+        ),
     }
 }
 
@@ -262,7 +274,7 @@ fn cannot_spawn(program: &OsString, e: &io::Error) -> Exit {
         }
         _ => Exit::with(
             exit::CANNOT_EXECUTE,
-            format!("{program}: cannot execute: {e}"),
+            format!("{program}: cannot execute: {}", chain(e)),
         ),
     }
 }
@@ -348,7 +360,12 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 fn finish(ended: Ended, released: Result<(), Error>, key: &str) -> Exit {
     let code = match ended.status {
         Ok(status) => exit::of_status(status),
-        Err(e) => return Exit::with(exit::INTERNAL, format!("lost track of the command: {e}")),
+        Err(e) => {
+            return Exit::with(
+                exit::INTERNAL,
+                format!("lost track of the command: {}", chain(&e)),
+            )
+        }
     };
     if ended.lost.is_some() {
         // Already said when it happened; the release cannot succeed.
@@ -358,13 +375,20 @@ fn finish(ended: Ended, released: Result<(), Error>, key: &str) -> Exit {
         Ok(()) => Exit::code(code),
         Err(e @ Error::NotHeld { .. }) => Exit::with(
             exit::LOST,
-            format!("the command finished, but the lock {key:?} was not ours to the end: {e}"),
+            format!(
+                "the command finished, but the lock {key:?} was not ours to the end: {}",
+                chain(&e)
+            ),
         ),
         // The work was protected throughout; only the release failed, and
         // the keys expire by their TTL.
         Err(e) => Exit::with(
             code,
-            format!("warning: the command finished but the release failed (the lock frees itself within its TTL): {e}"),
+            format!(
+                "warning: the command finished but the release failed (the lock frees itself \
+                 within its TTL): {}",
+                chain(&e)
+            ),
         ),
     }
 }

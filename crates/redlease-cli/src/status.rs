@@ -9,6 +9,7 @@ use clap::Args;
 use redlease::Locker;
 
 use crate::duration;
+use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::nodes::{self, NodesArg};
 use crate::probe::Probe;
@@ -72,7 +73,7 @@ pub async fn status(args: StatusArgs) -> Exit {
         .build()
     {
         Ok(locker) => locker,
-        Err(e) => return Exit::with(exit::USAGE, e),
+        Err(e) => return Exit::with(exit::USAGE, chain(&e)),
     };
     if args.key.is_empty() {
         return Exit::with(exit::USAGE, "the lock name (--key) is empty");
@@ -95,7 +96,7 @@ pub async fn status(args: StatusArgs) -> Exit {
     for read in reads {
         states.push(
             read.await
-                .unwrap_or_else(|e| Err(format!("internal error: {e}"))),
+                .unwrap_or_else(|e| Err(format!("internal error: {}", chain(&e)))),
         );
     }
 

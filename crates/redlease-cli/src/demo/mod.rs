@@ -15,6 +15,7 @@ use clap::Args;
 use redlease_testkit::RedisNodes;
 
 use crate::duration;
+use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::signals::Signals;
 use report::{Progress, Summary};
@@ -69,7 +70,12 @@ pub async fn demo(args: DemoArgs) -> Exit {
     // Caught from here on, so Ctrl-C still stops every server we start.
     let mut signals = match Signals::install() {
         Ok(s) => s,
-        Err(e) => return Exit::with(exit::INTERNAL, format!("cannot handle signals: {e}")),
+        Err(e) => {
+            return Exit::with(
+                exit::INTERNAL,
+                format!("cannot handle signals: {}", chain(&e)),
+            )
+        }
     };
     let workers = usize::from(args.workers);
     println!(
@@ -88,7 +94,10 @@ pub async fn demo(args: DemoArgs) -> Exit {
     let mut nodes = match tokio::task::spawn_blocking(|| RedisNodes::start(NODES)).await {
         Ok(nodes) => nodes,
         Err(e) => {
-            return Exit::with(exit::INTERNAL, format!("could not start redis-server: {e}"));
+            return Exit::with(
+                exit::INTERNAL,
+                format!("could not start redis-server: {}", chain(&e)),
+            );
         }
     };
     let urls = nodes.urls();

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use redlease::Locker;
 
+use crate::errors::chain;
+
 /// The one lock every worker contends for.
 pub const LOCK: &str = "demo-counter";
 /// Short, so that a lock left behind (a release lost with a dying node)
@@ -59,10 +61,10 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn error(&self, e: impl ToString) {
+    fn error(&self, message: String) {
         let mut r = self.record();
         r.errors += 1;
-        r.last_error = Some(e.to_string());
+        r.last_error = Some(message);
     }
 }
 
@@ -75,14 +77,14 @@ pub async fn run(id: usize, urls: Vec<String>, shared: Arc<Shared>) {
         .build()
     {
         Ok(locker) => locker,
-        Err(e) => return shared.error(e),
+        Err(e) => return shared.error(chain(&e)),
     };
     let mut rng = XorShift::new(id);
     while !shared.stop.load(Ordering::Relaxed) {
         let lease = match locker.lock(LOCK).wait(WAIT).await {
             Ok(lease) => lease,
             Err(e) => {
-                shared.error(e);
+                shared.error(chain(&e));
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -102,7 +104,7 @@ pub async fn run(id: usize, urls: Vec<String>, shared: Arc<Shared>) {
         }
         shared.record().last_release = Some((id, Instant::now()));
         if let Err(e) = lease.release().await {
-            shared.error(e);
+            shared.error(chain(&e));
         }
         tokio::time::sleep(Duration::from_micros(rng.next() % MAX_PAUSE_US)).await;
     }
@@ -117,7 +119,7 @@ async fn critical_section(shared: &Shared, lease: &redlease::Lease) {
     tokio::time::sleep(WORK).await;
     // As any holder should: no write once the lease can't be trusted.
     if lease.is_lost() {
-        shared.error("a lease ran out inside its critical section; the write was skipped");
+        shared.error("a lease ran out inside its critical section; the write was skipped".into());
     } else {
         shared.counter.store(value + 1, Ordering::SeqCst);
         let mut r = shared.record();

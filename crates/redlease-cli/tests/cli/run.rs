@@ -257,7 +257,11 @@ fn signals_are_passed_on_and_the_lock_released_before_exit() {
     let urls = [node.url()];
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
-    let script = r#"trap 'exit 42' TERM; touch "$READY"; sleep 30 & wait"#;
+    // Ready once the background sleep is started, and that sleep lets go
+    // of the output pipes: a SIGTERM that lands while the shell is still
+    // forking it can be swallowed by the child's inherited trap before the
+    // exec, and the sleep would then hold the pipes open for 30 s.
+    let script = r#"trap 'exit 42' TERM; sleep 30 >/dev/null 2>&1 & touch "$READY"; wait"#;
     let child = start(
         run_cmd(&urls, "signalled")
             .args(["--", "sh", "-c", script])
@@ -302,4 +306,33 @@ fn unreachable_nodes_exit_69_without_running_the_command() {
     ended.expect(69);
     assert!(ended.one_line_error().contains("no quorum"));
     assert!(!marker.exists());
+}
+
+#[test]
+fn a_wait_that_times_out_says_why_the_last_attempt_failed() {
+    let mut nodes = RedisNodes::start(3);
+    let urls = nodes.urls();
+    // Another owner's key on node 0 and node 2 down: every attempt gets
+    // one node, short of the quorum of 2. Someone holds the lock somewhere,
+    // so redlease waits, until --wait runs out.
+    let mut con = nodes.node(0).client().get_connection().unwrap();
+    redis::cmd("SET")
+        .arg(lock_key("half"))
+        .arg("someone-else")
+        .arg("PX")
+        .arg(30_000)
+        .query::<()>(&mut con)
+        .unwrap();
+    nodes.node_mut(2).kill();
+    let ended = run(
+        run_cmd(&urls, "half").args(["--wait", "500ms", "--", "true"]),
+        LIMIT,
+    );
+    ended.expect(69);
+    let line = ended.one_line_error();
+    // The timeout, then its cause (the last attempt's error), which the
+    // timeout keeps only as its source().
+    assert!(line.contains("gave up waiting"), "{line}");
+    assert!(line.contains("reached no quorum"), "{line}");
+    assert!(line.contains("the command was not run"), "{line}");
 }
