@@ -8,6 +8,7 @@ mod duration;
 mod errors;
 mod exit;
 mod facts;
+mod logging;
 mod nodes;
 mod probe;
 mod run;
@@ -18,7 +19,7 @@ mod table;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 
 use crate::exit::Exit;
 
@@ -33,6 +34,13 @@ use crate::exit::Exit;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+
+    /// Log what redlease and its lock library do, on stderr: -v info, -vv
+    /// debug, -vvv trace [default: warnings only; with `run --quiet`,
+    /// errors only]. RUST_LOG, when set, overrides this (e.g.
+    /// RUST_LOG=redlease=debug, or redis=debug for the Redis client).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,6 +73,8 @@ fn main() -> ExitCode {
             }
         },
     };
+    let quiet = matches!(&cli.command, Command::Run(args) if args.quiet());
+    logging::init(cli.verbose, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -97,6 +97,13 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
+impl RunArgs {
+    /// `--quiet`: also keeps the library's warnings out of stderr.
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+}
+
 pub async fn run(args: RunArgs) -> Exit {
     let urls = match args.nodes.urls() {
         Ok(urls) => urls,
@@ -136,6 +143,12 @@ pub async fn run(args: RunArgs) -> Exit {
         }
     };
 
+    tracing::info!(
+        key = %args.key,
+        fencing_token = lease.fencing_token(),
+        waited = %duration::show(started.elapsed()),
+        "took the lock; starting the command"
+    );
     let mut child = match spawn(&args, lease.fencing_token()) {
         Ok(child) => child,
         Err(e) => {
@@ -146,6 +159,7 @@ pub async fn run(args: RunArgs) -> Exit {
         }
     };
     let ended = supervise(&mut child, &lease, &mut signals, &args).await;
+    tracing::info!(key = %args.key, status = ?ended.status, "the command ended; releasing");
     let released = lease.release().await;
     // The release returns once a quorum confirmed; its requests to slower
     // nodes would die with this process and leave a key there until its

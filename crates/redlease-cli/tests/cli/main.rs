@@ -3,6 +3,7 @@
 
 mod demo;
 mod doctor;
+mod logging;
 mod run;
 mod status;
 mod support;

@@ -15,10 +15,13 @@ use rustix::process::{kill_process, Pid, Signal};
 const POLL: Duration = Duration::from_millis(10);
 
 /// The binary under test, with no node list inherited from the caller's
-/// environment (which could point at a shared Redis on 6379).
+/// environment (which could point at a shared Redis on 6379), and no
+/// RUST_LOG (which would add log lines to stderr).
 pub fn redlease() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
-    cmd.env_remove("REDLEASE_NODES").stdin(Stdio::null());
+    cmd.env_remove("REDLEASE_NODES")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
     cmd
 }
 

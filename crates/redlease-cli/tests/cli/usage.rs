@@ -101,4 +101,8 @@ fn every_command_has_help_with_its_exit_codes() {
     ] {
         assert!(out.stdout.contains(flag), "run --help lacks {flag}");
     }
+    let out = run(redlease().arg("--help"), LIMIT);
+    for text in ["--verbose", "-vv", "RUST_LOG"] {
+        assert!(out.stdout.contains(text), "--help lacks {text}");
+    }
 }
