@@ -13,7 +13,7 @@ use crate::guard::ReleaseOnDrop;
 use crate::keys::LockKeys;
 use crate::node::AcquireReply;
 use crate::quorum::{quorum, Decision};
-use crate::release::{release_on, Ownership};
+use crate::release::{release_on, Announce, Ownership};
 use crate::validity::Timing;
 
 /// A lock a quorum granted, not yet a [`Lease`](crate::Lease).
@@ -94,18 +94,13 @@ pub(crate) async fn attempt(
     replies.finish().await;
     // Undo on every node that may hold the token: one that timed out or
     // failed may still have applied the SET.
-    let o = &ownership;
-    if let Some(id) = release_on(
+    release_on(
         engine.nodes(),
-        &o.written,
-        &o.key,
-        &o.token,
+        &ownership,
         timing.node_timeout,
+        Announce::Nobody,
     )
-    .await
-    {
-        engine.announce_release(&o.key, &id);
-    }
+    .await;
     guard.disarm();
     Err(failure)
 }

@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::keys::{lock_key, release_channel, LockKeys};
 use crate::lease_state::{LeaseState, LostReason};
 use crate::node::Node;
-use crate::release::{release_on, Ownership};
+use crate::release::{release_on, Announce, Ownership};
 use crate::renew::Renewer;
 use crate::retry::RetryPolicy;
 use crate::subscription::Notifier;
@@ -121,6 +121,15 @@ impl Engine {
         }
     }
 
+    /// Releases a lock that was held on every node that may hold it, and
+    /// tells the waiters (see [`release_on`]).
+    pub(crate) async fn release(&self, ownership: &Ownership, timeout: Duration) {
+        let announce = Announce::Waiters;
+        if let Some(id) = release_on(&self.nodes, ownership, timeout, announce).await {
+            self.announce_release(&ownership.key, &id);
+        }
+    }
+
     /// Checks a TTL against this Locker's drift and timeout settings.
     pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
         Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)
@@ -213,20 +222,9 @@ impl Engine {
         // Acquire requests still on their way to slow nodes go first, so a
         // release cannot overtake them.
         self.background.idle().await;
-        let releases = leases.iter().map(|lease| async {
-            let o = &lease.ownership;
-            let released = release_on(
-                &self.nodes,
-                &o.written,
-                &o.key,
-                &o.token,
-                lease.node_timeout,
-            )
-            .await;
-            if let Some(release_id) = released {
-                self.announce_release(&o.key, &release_id);
-            }
-        });
+        let releases = leases
+            .iter()
+            .map(|lease| self.release(&lease.ownership, lease.node_timeout));
         futures_util::future::join_all(releases).await;
         self.background.idle().await;
         if let Some(notifier) = self.notifier.get() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 
 use crate::engine::Engine;
-use crate::release::{release_on, Ownership};
+use crate::release::Ownership;
 use crate::validity::Timing;
 
 /// Releases a token on every node when dropped, unless disarmed.
@@ -99,12 +99,7 @@ impl Drop for ReleaseOnDrop {
             if let Some(in_flight) = in_flight {
                 let _ = in_flight.await;
             }
-            let o = &ownership;
-            if let Some(id) =
-                release_on(engine.nodes(), &o.written, &o.key, &o.token, timeout).await
-            {
-                engine.announce_release(&o.key, &id);
-            }
+            engine.release(&ownership, timeout).await;
         });
     }
 }

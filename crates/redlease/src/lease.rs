@@ -14,7 +14,7 @@ use crate::fanout;
 use crate::guard::ReleaseOnDrop;
 use crate::lease_state::{LeaseState, LostReason};
 use crate::quorum::Decision;
-use crate::release::{release_id, release_on};
+use crate::release::release_id;
 use crate::renew::ExtendFailure;
 use crate::telemetry;
 use crate::validity::Timing;
@@ -85,13 +85,9 @@ impl Lease {
             Ok(id) => guard.registration = Some(id),
             Err(closed) => {
                 guard.settle().await;
-                let o = &guard.ownership;
-                let timeout = guard.timing.node_timeout;
-                if let Some(id) =
-                    release_on(engine.nodes(), &o.written, &o.key, &o.token, timeout).await
-                {
-                    engine.announce_release(&o.key, &id);
-                }
+                engine
+                    .release(&guard.ownership, guard.timing.node_timeout)
+                    .await;
                 guard.disarm();
                 return Err(closed);
             }

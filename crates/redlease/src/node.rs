@@ -250,7 +250,8 @@ impl Node {
     }
 
     /// Deletes the key if it holds `token` and announces it on the lock's
-    /// release channel; `Ok(false)` if the key does not hold `token`.
+    /// release channel (unless `release_id` is empty: a failed attempt's
+    /// cleanup); `Ok(false)` if the key does not hold `token`.
     pub(crate) async fn release(
         &self,
         key: &str,

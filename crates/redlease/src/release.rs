@@ -62,19 +62,38 @@ pub(crate) fn release_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// Whether a release tells the lock's waiters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// A lock that was held is free: waiters retry at once.
+    Waiters,
+    /// The cleanup of an attempt that failed: the lock was never ours, so
+    /// nothing was freed, and waking waiters (the attempt's own task first)
+    /// would only turn waiting into a busy loop of failing attempts.
+    Nobody,
+}
+
 /// Runs the compare-and-delete on every node that may hold our token,
 /// concurrently, and waits for all of them (each bounded by `timeout`).
-/// Returns the release's id if some node deleted the key, for the caller to
-/// tell local waiters. Failures are only logged: the keys carry a TTL, so a
-/// node that missed the release frees the lock by expiry.
+/// Returns the release's id if it was announced and some node deleted the
+/// key, for the caller to tell local waiters. Failures are only logged: the
+/// keys carry a TTL, so a node that missed the release frees the lock by
+/// expiry.
 pub(crate) async fn release_on(
     nodes: &[Arc<Node>],
-    written: &Written,
-    key: &str,
-    token: &Token,
+    ownership: &Ownership,
     timeout: Duration,
+    announce: Announce,
 ) -> Option<String> {
-    let release_id = release_id();
+    let Ownership {
+        key,
+        token,
+        written,
+    } = ownership;
+    let release_id = match announce {
+        Announce::Waiters => release_id(),
+        Announce::Nobody => String::new(),
+    };
     let results = join_all(
         nodes
             .iter()
@@ -89,5 +108,5 @@ pub(crate) async fn release_on(
             Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
         }
     }
-    deleted.then_some(release_id)
+    (deleted && announce == Announce::Waiters).then_some(release_id)
 }

@@ -1,13 +1,17 @@
 -- Delete the lock only if it still holds our token: never someone else's.
 -- Then announce the release, so waiters retry at once instead of polling.
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] release channel; ARGV[3] an id
--- of this release (random; lets waiters count the nodes that confirmed it).
+-- of this release (random; lets waiters count the nodes that confirmed it),
+-- or empty for the cleanup of a failed attempt, which is announced to no
+-- one: the lock was never ours, so nothing was freed.
 -- Returns 1 if deleted, 0 if not ours.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  -- pcall: an ACL user without channel rights can still release; its
-  -- waiters fall back to their timers.
-  redis.pcall('PUBLISH', ARGV[2], ARGV[3])
+  if ARGV[3] ~= '' then
+    -- pcall: an ACL user without channel rights can still release; its
+    -- waiters fall back to their timers.
+    redis.pcall('PUBLISH', ARGV[2], ARGV[3])
+  end
   return 1
 end
 return 0

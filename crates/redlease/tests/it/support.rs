@@ -66,6 +66,18 @@ pub async fn set(node: &RedisNode, key: &str, value: &str) {
         .expect("SET");
 }
 
+/// `SET key value PX ms` on `node`: another owner's lock.
+pub async fn set_px(node: &RedisNode, key: &str, value: &str, ms: u64) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ms)
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("SET PX");
+}
+
 /// Number of keys on `node`.
 pub async fn dbsize(node: &RedisNode) -> i64 {
     redis::cmd("DBSIZE")

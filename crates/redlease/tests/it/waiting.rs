@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redlease::{Locker, RetryPolicy};
+use redlease::{Error, Locker, RetryPolicy};
 use redlease_testkit::RedisNodes;
 
 use crate::support::*;
@@ -280,5 +280,36 @@ async fn local_waiters_take_turns() {
     assert!(
         per_cycle < 3.5,
         "{per_cycle:.2} script calls per cycle: a herd of retries"
+    );
+}
+
+/// A failed attempt cleans up the keys it wrote, but that is not a release
+/// of the lock: it must not wake the waiter that made it (nor any other),
+/// or a lock that stays busy turns waiting into a busy loop of attempts.
+#[tokio::test]
+async fn a_failed_attempts_cleanup_does_not_wake_its_own_waiter() {
+    let mut nodes = RedisNodes::start(3);
+    let locker = Locker::builder(nodes.urls())
+        .ttl(Duration::from_secs(5))
+        .node_timeout(NODE_TIMEOUT)
+        .retry(
+            RetryPolicy::new()
+                .unlimited_attempts()
+                .delay(50 * MS, 100 * MS),
+        )
+        .build()
+        .unwrap();
+    // Another owner on node 0, node 2 down: each attempt gets node 1 only,
+    // writes its token there and deletes it again.
+    set_px(nodes.node(0), &locker.key("split"), "someone-else", 60_000).await;
+    nodes.node_mut(2).kill();
+    let waited = locker.lock("split").wait(Duration::from_secs(1)).await;
+    let Err(Error::WaitTimeout { attempts, .. }) = waited else {
+        panic!("the lock stays busy: {waited:?}");
+    };
+    // One attempt per 50-100 ms delay (and one at once after subscribing).
+    assert!(
+        (5..=25).contains(&attempts),
+        "{attempts} attempts in 1 s with 50-100 ms between them"
     );
 }
