@@ -13,7 +13,7 @@ use crate::duration;
 use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::facts::{self, Facts};
-use crate::nodes::{self, NodesArg};
+use crate::nodes::NodesArg;
 use crate::table::Table;
 
 /// Clocks further apart than this suggest missing time sync.
@@ -146,7 +146,10 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         );
     };
     for (i, (url, facts)) in urls.iter().zip(&found).enumerate() {
-        let node = format!("{i} {}", nodes::describe(url));
+        // URLs were checked to parse; the library names the node as its
+        // errors do.
+        let node = redlease::NodeId::from_url(i, url)
+            .map_or_else(|_| i.to_string(), |id| format!("{i} {}", id.addr()));
         for row in node_checks(facts.as_ref(), args.ttl, args.timeout) {
             add(node.clone(), row);
         }

@@ -11,6 +11,7 @@ mod facts;
 mod logging;
 mod nodes;
 mod probe;
+mod release;
 mod run;
 mod signals;
 mod status;
@@ -49,6 +50,8 @@ enum Command {
     Run(run::RunArgs),
     /// Show whether a lock is held on each node, and its fencing counter
     Status(status::StatusArgs),
+    /// Delete a stuck lock whoever holds it (--force)
+    Release(release::ReleaseArgs),
     /// Check every node for settings that can break a lock
     Doctor(doctor::DoctorArgs),
     /// Start 5 local Redis nodes and watch workers share a lock through node failures
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
             match cli.command {
                 Command::Run(args) => run::run(args).await,
                 Command::Status(args) => status::status(args).await,
+                Command::Release(args) => release::release(args).await,
                 Command::Doctor(args) => doctor::doctor(args).await,
                 Command::Demo(args) => demo::demo(args).await,
             }

@@ -1,8 +1,8 @@
 //! Which Redis nodes to talk to: `--nodes` or `REDLEASE_NODES`
-//! (comma-separated URLs), and how to name a node without its password.
+//! (comma-separated URLs), checked to parse.
 
 use clap::Args;
-use redis::{Client, ConnectionAddr};
+use redis::Client;
 
 use crate::errors::chain;
 use crate::exit::{self, Exit};
@@ -51,34 +51,12 @@ pub fn parse(list: &str) -> Result<Vec<String>, String> {
         if let Err(e) = Client::open(url.as_str()) {
             return Err(format!(
                 "node {i} ({}) is not a Redis URL: {}",
-                redact(url),
+                redlease::redact_url(url),
                 chain(&e)
             ));
         }
     }
     Ok(urls)
-}
-
-/// `host:port` (with `/db` when not 0) or the socket path: how a node is
-/// shown, never with credentials.
-pub fn describe(url: &str) -> String {
-    let Ok(client) = Client::open(url) else {
-        return redact(url);
-    };
-    let info = client.get_connection_info();
-    let addr = match info.addr() {
-        ConnectionAddr::Unix(path) => path.display().to_string(),
-        other => other.to_string(),
-    };
-    match info.redis_settings().db() {
-        0 => addr,
-        db => format!("{addr}/{db}"),
-    }
-}
-
-/// The URL with any `user:password@` replaced by `***@`.
-pub fn redact(url: &str) -> String {
-    redlease::redact_url(url)
 }
 
 #[cfg(test)]
@@ -99,13 +77,5 @@ mod tests {
         let err = parse("redis://a:1,http://user:hunter2@b:2").unwrap_err();
         assert!(err.contains("node 1"), "{err}");
         assert!(!err.contains("hunter2"), "{err}");
-    }
-
-    #[test]
-    fn nodes_are_described_without_credentials() {
-        assert_eq!(describe("redis://:pw@10.0.0.1:7000"), "10.0.0.1:7000");
-        assert_eq!(describe("redis://10.0.0.1:7000/3"), "10.0.0.1:7000/3");
-        assert_eq!(describe("redis+unix:///tmp/r.sock"), "/tmp/r.sock");
-        assert_eq!(redact("redis://u:p@h:1/0"), "redis://***@h:1/0");
     }
 }

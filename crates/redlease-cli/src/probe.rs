@@ -1,6 +1,6 @@
-//! Talking to one node directly, outside any Locker: `status` and `doctor`
-//! read what the lock library never exposes (TTLs, INFO, CONFIG, TIME),
-//! every step bounded so a paused or black-holed node cannot hang them.
+//! Talking to one node directly, outside any Locker: `doctor` reads what
+//! the lock library has no business exposing (INFO, CONFIG, TIME), every
+//! step bounded so a paused or black-holed node cannot hang it.
 
 use std::time::Duration;
 
@@ -27,11 +27,6 @@ impl Probe {
     /// Sends one command and waits at most the timeout for its reply.
     pub async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, String> {
         bounded(self.timeout, cmd.query_async(&mut self.con)).await
-    }
-
-    /// Sends a pipeline and waits at most the timeout for all its replies.
-    pub async fn pipe<T: FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T, String> {
-        bounded(self.timeout, pipe.query_async(&mut self.con)).await
     }
 }
 

@@ -1,18 +1,16 @@
 //! `redlease status`: per node, whether a lock is held and for how long,
-//! and the lock's fencing counter. Reads only the key's TTL and the
-//! counter, never the key's value: that is the holder's secret token.
+//! and the lock's fencing counter, as the library's `Locker::inspect`
+//! reports them (never the key's value: that is the holder's token).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use clap::Args;
-use redlease::Locker;
+use redlease::{Error, KeyState, Locker, Verdict};
 
 use crate::duration;
 use crate::errors::chain;
 use crate::exit::{self, Exit};
-use crate::nodes::{self, NodesArg};
-use crate::probe::Probe;
+use crate::nodes::NodesArg;
 use crate::table::Table;
 
 #[derive(Args, Debug)]
@@ -43,83 +41,42 @@ pub struct StatusArgs {
     timeout: Duration,
 }
 
-/// What one node says about the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hold {
-    Free,
-    /// Held, with this much left on the key.
-    Held(Duration),
-    /// Held by a key without expiry: not written by redlease.
-    Forever,
-}
-
-struct NodeState {
-    hold: Hold,
-    fence: Option<u64>,
-    /// Clients subscribed to the lock's release channel: one per process
-    /// (Locker) waiting for it.
-    waiting: u64,
-}
-
 pub async fn status(args: StatusArgs) -> Exit {
     let urls = match args.nodes.urls() {
         Ok(urls) => urls,
         Err(exit) => return exit,
     };
-    // The Locker names the keys exactly as `run` and the library do, and
-    // checks the node list; it does no I/O.
-    let locker = match Locker::builder(&urls)
-        .key_prefix(args.key_prefix.as_str())
-        .build()
-    {
+    let locker = match admin_locker(&urls, &args.key_prefix, args.timeout) {
         Ok(locker) => locker,
-        Err(e) => return Exit::with(exit::USAGE, chain(&e)),
+        Err(exit) => return exit,
     };
-    if args.key.is_empty() {
-        return Exit::with(exit::USAGE, "the lock name (--key) is empty");
-    }
-    let keys = Keys {
-        lock: locker.key(&args.key),
-        fence: locker.fence_key(&args.key),
-        released: locker.release_channel(&args.key),
+    let status = match locker.inspect(&args.key).await {
+        Ok(status) => status,
+        Err(e @ Error::InvalidInput { .. }) => return Exit::with(exit::USAGE, chain(&e)),
+        Err(e) => return Exit::with(exit::INTERNAL, chain(&e)),
     };
-    let key = keys.lock.clone();
 
-    let reads: Vec<_> = urls
-        .iter()
-        .map(|url| {
-            let (url, keys) = (url.clone(), keys.clone());
-            tokio::spawn(async move { read(&url, &keys, args.timeout).await })
-        })
-        .collect();
-    let mut states = Vec::new();
-    for read in reads {
-        states.push(
-            read.await
-                .unwrap_or_else(|e| Err(format!("internal error: {}", chain(&e)))),
-        );
-    }
-
+    let nodes = status.nodes.len();
     let quorum = locker.quorum();
     println!(
-        "lock {:?} (key {key}) on {} node{}, quorum {quorum}",
+        "lock {:?} (key {}) on {nodes} node{}, quorum {quorum}",
         args.key,
-        urls.len(),
-        if urls.len() == 1 { "" } else { "s" }
+        status.key,
+        if nodes == 1 { "" } else { "s" }
     );
     let mut table = Table::new(&["NODE", "LOCK", "FENCING COUNTER", "WAITING"]);
-    for (i, (url, state)) in urls.iter().zip(&states).enumerate() {
-        let node = format!("{i} {}", nodes::describe(url));
-        let row = match state {
+    for (node, answer) in &status.nodes {
+        let row = match answer {
             Ok(s) => vec![
-                node,
-                show_hold(s.hold),
-                show_fence(s.fence),
+                format!("{} {}", node.index(), node.addr()),
+                show_key(s.key),
+                s.fencing_counter
+                    .map_or_else(|| "-".to_string(), |n| n.to_string()),
                 s.waiting.to_string(),
             ],
             Err(e) => vec![
-                node,
-                format!("unreachable: {e}"),
+                format!("{} {}", node.index(), node.addr()),
+                format!("unreachable: {}", why(e)),
                 String::new(),
                 String::new(),
             ],
@@ -128,131 +85,77 @@ pub async fn status(args: StatusArgs) -> Exit {
     }
     print!("{}", table.render());
 
-    let answered: Vec<&NodeState> = states.iter().filter_map(|s| s.as_ref().ok()).collect();
-    let counter = answered.iter().filter_map(|s| s.fence).max();
-    let counter = match counter {
+    let counter = match status.fencing_counter() {
         Some(n) => format!("fencing counter {n} (the next holder's token will be higher)"),
         None => "no fencing counter (no acquisition lately)".to_string(),
     };
-    let verdict = verdict(&answered, urls.len(), quorum);
-    // Each waiting process subscribes on every node it reaches.
-    let waiting = answered.iter().map(|s| s.waiting).max().unwrap_or(0);
+    let waiting = status.waiting();
+    let verdict = status.verdict();
     println!(
         "{}; {waiting} process{} waiting; {counter}",
-        verdict.text,
+        show_verdict(verdict, nodes),
         if waiting == 1 { "" } else { "es" }
     );
-    match verdict.known {
-        true => Exit::code(exit::OK),
-        false => Exit::with(
+    match verdict {
+        Verdict::Unknown { answered, .. } => Exit::with(
             exit::UNAVAILABLE,
-            format!(
-                "only {} of {} nodes answered; a quorum is {quorum}",
-                answered.len(),
-                urls.len()
-            ),
+            format!("only {answered} of {nodes} nodes answered; a quorum is {quorum}"),
         ),
+        _ => Exit::code(exit::OK),
     }
 }
 
-/// The Redis names of one lock.
-#[derive(Clone)]
-struct Keys {
-    lock: String,
-    fence: String,
-    released: String,
+/// A Locker for looking at or clearing one lock: it names the keys exactly
+/// as `run` and the library do, checks the node list, and bounds each node
+/// by `timeout` (to connect, and to answer). Building it does no I/O.
+pub fn admin_locker(urls: &[String], prefix: &str, timeout: Duration) -> Result<Locker, Exit> {
+    Locker::builder(urls)
+        .key_prefix(prefix)
+        .connect_timeout(timeout)
+        .node_timeout(timeout)
+        // Only bounds the node timeout: nothing is locked.
+        .ttl((timeout * 4).max(Duration::from_secs(10)))
+        .build()
+        .map_err(|e| Exit::with(exit::USAGE, chain(&e)))
 }
 
-async fn read(url: &str, keys: &Keys, timeout: Duration) -> Result<NodeState, String> {
-    let mut probe = Probe::connect(url, timeout).await?;
-    // PTTL, not GET: the key's value is the holder's token.
-    let (pttl, fence, subscribers): (i64, Option<String>, HashMap<String, u64>) = probe
-        .pipe(
-            redis::pipe()
-                .cmd("PTTL")
-                .arg(&keys.lock)
-                .cmd("GET")
-                .arg(&keys.fence)
-                .cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&keys.released),
-        )
-        .await?;
-    let hold = match pttl {
-        -2 => Hold::Free,
-        -1 => Hold::Forever,
-        ms => Hold::Held(Duration::from_millis(ms.max(0) as u64)),
-    };
-    Ok(NodeState {
-        hold,
-        fence: fence.and_then(|f| f.parse().ok()),
-        waiting: subscribers.values().sum(),
-    })
-}
-
-fn show_hold(hold: Hold) -> String {
-    match hold {
-        Hold::Free => "free".to_string(),
-        Hold::Held(left) => format!("held, {} left", duration::show(left)),
-        Hold::Forever => "held, no expiry (not set by redlease?)".to_string(),
+/// What went wrong with a node, without its name (the row has it).
+fn why(e: &redlease::NodeError) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{}: {}", e.kind(), chain(cause)),
+        None => e.kind().to_string(),
     }
 }
 
-fn show_fence(fence: Option<u64>) -> String {
-    fence.map_or_else(|| "-".to_string(), |n| n.to_string())
+fn show_key(key: KeyState) -> String {
+    match key {
+        KeyState::Free => "free".to_string(),
+        KeyState::Held {
+            expires_in: Some(left),
+        } => format!("held, {} left", duration::show(left)),
+        KeyState::Held { expires_in: None } => "held, no expiry (not set by redlease?)".to_string(),
+    }
 }
 
-struct Verdict {
-    text: String,
-    /// Enough nodes answered to say held or free.
-    known: bool,
-}
-
-/// Held when a quorum has the key, free when a quorum has not: exactly the
-/// test an acquire would meet.
-fn verdict(answered: &[&NodeState], nodes: usize, quorum: usize) -> Verdict {
-    let mut left: Vec<Option<Duration>> = answered
-        .iter()
-        .filter_map(|s| match s.hold {
-            Hold::Free => None,
-            Hold::Held(d) => Some(Some(d)),
-            Hold::Forever => Some(None),
-        })
-        .collect();
-    let held = left.len();
-    let free = answered.len() - held;
-    if held >= quorum {
-        // The lock stays held while a quorum keeps the key: until the
-        // quorum-th longest TTL runs out, unless renewed.
-        left.sort_by(|a, b| b.unwrap_or(Duration::MAX).cmp(&a.unwrap_or(Duration::MAX)));
-        let until = match left[quorum - 1] {
-            Some(d) => format!("for {} more unless renewed or released", duration::show(d)),
-            None => "with no expiry".to_string(),
-        };
-        Verdict {
-            text: format!("HELD on {held} of {nodes} nodes, {until}"),
-            known: true,
+fn show_verdict(verdict: Verdict, nodes: usize) -> String {
+    match verdict {
+        Verdict::Held { on, for_at_most } => {
+            let until = match for_at_most {
+                Some(d) => format!("for {} more unless renewed or released", duration::show(d)),
+                None => "with no expiry".to_string(),
+            };
+            format!("HELD on {on} of {nodes} nodes, {until}")
         }
-    } else if free >= quorum {
-        let stale = match held {
-            0 => String::new(),
-            n => format!(
-                " (a leftover key on {n} node{} expires by itself)",
-                if n == 1 { "" } else { "s" }
-            ),
-        };
-        Verdict {
-            text: format!("FREE{stale}"),
-            known: true,
-        }
-    } else {
-        Verdict {
-            text: format!(
-                "UNKNOWN: {} of {nodes} nodes answered (held on {held}, free on {free})",
-                answered.len()
-            ),
-            known: false,
-        }
+        Verdict::Free { leftover_on: 0 } => "FREE".to_string(),
+        Verdict::Free { leftover_on } => format!(
+            "FREE (a leftover key on {leftover_on} node{} expires by itself)",
+            if leftover_on == 1 { "" } else { "s" }
+        ),
+        Verdict::Unknown { answered, held_on } => format!(
+            "UNKNOWN: {answered} of {nodes} nodes answered (held on {held_on}, free on {})",
+            answered - held_on
+        ),
+        _ => format!("{verdict:?}"),
     }
 }
 
@@ -260,39 +163,31 @@ fn verdict(answered: &[&NodeState], nodes: usize, quorum: usize) -> Verdict {
 mod tests {
     use super::*;
 
-    fn node(hold: Hold) -> NodeState {
-        NodeState {
-            hold,
-            fence: None,
-            waiting: 0,
-        }
-    }
-
-    fn judge(holds: &[Hold], nodes: usize, quorum: usize) -> Verdict {
-        let states: Vec<NodeState> = holds.iter().copied().map(node).collect();
-        verdict(&states.iter().collect::<Vec<_>>(), nodes, quorum)
-    }
-
     #[test]
-    fn held_only_on_a_quorum_and_until_the_quorum_th_longest_ttl() {
-        let s = |n| Hold::Held(Duration::from_secs(n));
-        let v = judge(&[s(9), s(3), s(7)], 3, 2);
-        assert!(v.known);
-        assert!(v.text.starts_with("HELD on 3 of 3"), "{}", v.text);
-        assert!(v.text.contains("7.0s"), "{}", v.text);
-
-        let v = judge(&[s(9), Hold::Free, Hold::Free], 3, 2);
-        assert!(
-            v.text.starts_with("FREE (a leftover key on 1 node"),
-            "{}",
-            v.text
+    fn verdicts_read_as_sentences() {
+        let held = Verdict::Held {
+            on: 3,
+            for_at_most: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            show_verdict(held, 3),
+            "HELD on 3 of 3 nodes, for 7.0s more unless renewed or released"
         );
-
-        let v = judge(&[s(9)], 3, 2);
-        assert!(!v.known);
-        assert!(v.text.starts_with("UNKNOWN: 1 of 3"), "{}", v.text);
-
-        let v = judge(&[Hold::Forever], 1, 1);
-        assert!(v.text.contains("no expiry"), "{}", v.text);
+        assert_eq!(
+            show_verdict(Verdict::Free { leftover_on: 1 }, 3),
+            "FREE (a leftover key on 1 node expires by itself)"
+        );
+        let unknown = Verdict::Unknown {
+            answered: 1,
+            held_on: 1,
+        };
+        assert_eq!(
+            show_verdict(unknown, 3),
+            "UNKNOWN: 1 of 3 nodes answered (held on 1, free on 0)"
+        );
+        assert_eq!(
+            show_key(KeyState::Held { expires_in: None }),
+            "held, no expiry (not set by redlease?)"
+        );
     }
 }

@@ -142,6 +142,32 @@ impl Backoff {
     }
 }
 
+impl NodeId {
+    /// How the node at `url` is named in errors and logs: `index` and its
+    /// address, never its credentials. Parses the URL; no I/O.
+    ///
+    /// ```
+    /// let id = redlease::NodeId::from_url(2, "redis://app:secret@10.0.0.3:6380/1")?;
+    /// assert_eq!(id.to_string(), "node 2 (10.0.0.3:6380/1)");
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
+    pub fn from_url(index: usize, url: &str) -> Result<NodeId, Error> {
+        Ok(NodeId::new(index, describe(&open(index, url)?)))
+    }
+}
+
+/// The redis-rs client for node `index` at `url`; a bad URL is an input
+/// error that names the node without its password.
+fn open(index: usize, url: &str) -> Result<Client, Error> {
+    Client::open(url).map_err(|e| {
+        let mut reason = format!("node {index} ({}): {e}", redact_url(url));
+        if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
+            reason.push_str(" (build redlease with the `tls-rustls` feature for rediss:// URLs)");
+        }
+        Error::invalid("urls", reason)
+    })
+}
+
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.id)
@@ -153,14 +179,7 @@ impl Node {
     /// multiplexed connection. No I/O happens here, so a Locker builds while
     /// its nodes are down and uses them once they answer.
     pub(crate) fn new(index: usize, url: &str, settings: ConnectSettings) -> Result<Node, Error> {
-        let client = Client::open(url).map_err(|e| {
-            let mut reason = format!("node {index} ({}): {e}", redact_url(url));
-            if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
-                reason
-                    .push_str(" (build redlease with the `tls-rustls` feature for rediss:// URLs)");
-            }
-            Error::invalid("urls", reason)
-        })?;
+        let client = open(index, url)?;
         let id = NodeId::new(index, describe(&client));
         // One connection attempt per reconnect, no backoff: a request to a
         // node that is down fails at once (instead of waiting out retries

@@ -4,6 +4,7 @@
 mod demo;
 mod doctor;
 mod logging;
+mod release;
 mod run;
 mod status;
 mod support;

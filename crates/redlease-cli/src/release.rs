@@ -1,0 +1,92 @@
+//! `redlease release --force`: delete a stuck lock whoever holds it, with
+//! the library's `Locker::force_release`.
+
+use std::time::Duration;
+
+use clap::Args;
+use redlease::Error;
+
+use crate::duration;
+use crate::errors::chain;
+use crate::exit::{self, Exit};
+use crate::nodes::NodesArg;
+use crate::status::admin_locker;
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+A lock is normally released by its holder, whose secret token alone can \
+delete it. --force deletes the key on every node whoever holds it, and \
+wakes the processes waiting for it. A holder that is still at work is not \
+told until its next renewal (up to a third of its TTL later): until then two \
+holders may run. Use it for a lock whose holder is known to be dead and \
+whose TTL is too long to wait out. The fencing counter is kept, so the next \
+holder's token is still higher than the old holder's.
+
+Example:
+  redlease status --key nightly-report      # who holds it, for how long
+  redlease release --force --key nightly-report
+
+Exit codes: 0 deleted (or there was nothing to delete) on every node; 2 \
+usage (including a missing --force); 69 a node did not answer (the others \
+were cleared).")]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    nodes: NodesArg,
+
+    /// The lock's name.
+    #[arg(long, value_name = "NAME")]
+    key: String,
+
+    /// Prefix of the lock's Redis key (the key is PREFIX{NAME}).
+    #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
+    key_prefix: String,
+
+    /// Delete the lock whoever holds it. Required: without the holder's
+    /// token there is no other kind of release.
+    #[arg(long)]
+    force: bool,
+
+    /// How long each node may take to connect and answer.
+    #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse)]
+    timeout: Duration,
+}
+
+pub async fn release(args: ReleaseArgs) -> Exit {
+    if !args.force {
+        return Exit::with(
+            exit::USAGE,
+            "only the holder can release a lock; `--force` deletes it whoever holds it \
+             (read `redlease release --help` first)",
+        );
+    }
+    let urls = match args.nodes.urls() {
+        Ok(urls) => urls,
+        Err(exit) => return exit,
+    };
+    let locker = match admin_locker(&urls, &args.key_prefix, args.timeout) {
+        Ok(locker) => locker,
+        Err(exit) => return exit,
+    };
+    let key = locker.key(&args.key);
+    match locker.force_release(&args.key).await {
+        Ok(deleted) => {
+            println!(
+                "force-released lock {:?} (key {key}): a key was deleted on {deleted} of {} \
+                 node{}; the fencing counter is kept",
+                args.key,
+                urls.len(),
+                if urls.len() == 1 { "" } else { "s" }
+            );
+            Exit::code(exit::OK)
+        }
+        Err(e @ Error::InvalidInput { .. }) => Exit::with(exit::USAGE, chain(&e)),
+        Err(e @ Error::NoQuorum { .. }) => Exit::with(
+            exit::UNAVAILABLE,
+            format!(
+                "{}; the nodes that answered were cleared, run it again once the others are back",
+                chain(&e)
+            ),
+        ),
+        Err(e) => Exit::with(exit::INTERNAL, chain(&e)),
+    }
+}
