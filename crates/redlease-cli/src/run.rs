@@ -82,6 +82,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
     key_prefix: String,
 
+    /// Serve the lock's metrics (acquire latency and outcome, renewals,
+    /// node errors, a lost lease) in Prometheus text format at
+    /// http://ADDR/metrics while the command runs, e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+
     /// Keep the command in redlease's process group, so it can read from the
     /// terminal; signals then reach the command alone, not its children.
     #[arg(long)]
@@ -120,6 +126,18 @@ pub async fn run(args: RunArgs) -> Exit {
             )
         }
     };
+    if let Some(addr) = args.metrics_addr {
+        // Serves from this runtime until redlease exits.
+        let exporter = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install();
+        if let Err(e) = exporter {
+            return Exit::with(
+                exit::USAGE,
+                format!("cannot serve metrics at {addr}: {}", chain(&e)),
+            );
+        }
+    }
     let locker = match Locker::builder(&urls)
         .ttl(args.ttl)
         .key_prefix(args.key_prefix.as_str())

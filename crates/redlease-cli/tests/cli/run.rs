@@ -336,3 +336,58 @@ fn a_wait_that_times_out_says_why_the_last_attempt_failed() {
     assert!(line.contains("reached no quorum"), "{line}");
     assert!(line.contains("the command was not run"), "{line}");
 }
+
+/// `GET /metrics` from `addr`, as text (None while nothing answers).
+fn scrape(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+#[test]
+fn metrics_addr_serves_the_locks_metrics_while_the_command_runs() {
+    let nodes = RedisNodes::start(3);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = start(
+        run_cmd(&nodes.urls(), "metered")
+            .args(["--ttl", "600ms", "--metrics-addr", &addr])
+            .args(["--", "sleep", "2"]),
+    );
+    let mut text = String::new();
+    eventually(Duration::from_secs(10), "metrics after a renewal", || {
+        text = scrape(&addr).unwrap_or_default();
+        text.contains("redlease_renewals_total")
+    });
+    assert!(
+        text.starts_with("HTTP/1.") && text.contains(" 200 "),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"redlease_operations_total{op="acquire",outcome="ok"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("redlease_leases_held 1"), "{text}");
+    finish(child, LIMIT).expect(0);
+
+    // A port already taken is a usage error, before any lock is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap().to_string();
+    let out = run(
+        run_cmd(&nodes.urls(), "metered").args(["--metrics-addr", &busy, "--", "true"]),
+        LIMIT,
+    );
+    out.expect(2);
+    assert!(
+        out.one_line_error().contains("cannot serve metrics"),
+        "{out:#?}"
+    );
+    assert!(!nodes.iter().any(|node| has_key(node, &lock_key("metered"))));
+}
