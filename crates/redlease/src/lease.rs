@@ -389,6 +389,7 @@ impl Lease {
                         LostReason::Refused
                     };
                     self.state.send_modify(|s| s.lost = Some(why));
+                    tracing::warn!(resource = self.resource(), reason = %why, "lease lost");
                     telemetry::lease_lost(why);
                 }
                 Err(error)

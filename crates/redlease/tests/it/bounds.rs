@@ -5,8 +5,9 @@
 use std::future::{Future, IntoFuture};
 
 use redlease::{
-    Acquire, Error, Held, Lease, LeaseHandle, Locker, LockerBuilder, LostReason, NodeError,
-    NodeErrorKind, NodeId, Op, RenewalStats, RetryPolicy,
+    Acquire, Error, Held, KeyState, Lease, LeaseHandle, LockStatus, Locker, LockerBuilder,
+    LostReason, NodeError, NodeErrorKind, NodeId, NodeLockState, Op, RenewalStats, RetryPolicy,
+    Verdict,
 };
 
 fn send_sync<T: Send + Sync>() {}
@@ -29,6 +30,10 @@ fn public_types_are_send_and_sync() {
     send_sync::<Op>();
     send_sync::<LostReason>();
     send_sync::<RenewalStats>();
+    send_sync::<LockStatus>();
+    send_sync::<NodeLockState>();
+    send_sync::<KeyState>();
+    send_sync::<Verdict>();
 }
 
 /// Never called: it only has to compile.
@@ -50,6 +55,10 @@ async fn locker_futures_are_send() {
     send(&lock);
     let with = locker.with_lock("job", |_lease| async { 1 });
     send(&with);
+    send(&locker.inspect("job"));
+    send(&locker.force_release("job"));
+    send(&locker.close());
+    send(&locker.flush());
     // Dropped unpolled: nothing was sent.
     fn is_future<F: Future>(_: &F) {}
     is_future(&with);
