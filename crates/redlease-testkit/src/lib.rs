@@ -10,7 +10,9 @@
 //!
 //! Processes are killed when their handle drops, also while a test panics,
 //! and get SIGKILL from the kernel if the test process itself dies.
-//! Linux only (`prctl(PR_SET_PDEATHSIG)`); needs `redis-server` on PATH.
+//! Linux only (`prctl(PR_SET_PDEATHSIG)`); needs `redis-server` on PATH, or
+//! the server named by the `REDLEASE_SERVER` environment variable (a name on
+//! PATH or a path, e.g. `valkey-server`): every node of the process runs it.
 //!
 //! ```no_run
 //! use redlease_testkit::{NodeConfig, RedisNodes};
@@ -34,6 +36,16 @@
 
 mod process;
 pub mod proxy;
+
+/// The server program the nodes run: `$REDLEASE_SERVER`, or `redis-server`.
+///
+/// ```
+/// let program = redlease_testkit::server_program();
+/// assert!(!program.is_empty());
+/// ```
+pub fn server_program() -> String {
+    process::server_program()
+}
 
 use std::process::Child;
 use std::time::{Duration, Instant};

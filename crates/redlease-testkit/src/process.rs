@@ -36,9 +36,19 @@ pub(crate) fn free_port() -> u16 {
     }
 }
 
-/// Starts `redis-server` on `port` with its files in `dir`; does not wait for it.
+/// The server program: `$REDLEASE_SERVER` (a name on PATH or a path, e.g.
+/// `valkey-server`), or `redis-server`.
+pub(crate) fn server_program() -> String {
+    std::env::var("REDLEASE_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_string())
+}
+
+/// Starts the server program on `port` with its files in `dir`; does not
+/// wait for it.
 ///
-/// Panics with an install hint if `redis-server` is not on PATH.
+/// Panics with an install hint if the program is not found.
 pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Result<Child> {
     assert_ne!(port, RESERVED_PORT, "refusing to use port {RESERVED_PORT}");
     // A stale log would make `wait_ready` believe a previous run is this one.
@@ -71,8 +81,10 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
         args.push(value.clone());
     }
     let stderr = std::fs::File::create(dir.join(STDERR_FILE))?;
+    let program = server_program();
+    let shown = program.clone();
     let result = on_spawner_thread(move || {
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(program);
         cmd.args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -89,8 +101,8 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
     });
     match result {
         Err(e) if e.kind() == io::ErrorKind::NotFound => panic!(
-            "redis-server not found on PATH: install it with \
-             `apt-get install -y redis-server` (Debian/Ubuntu)"
+            "{shown} not found: install redis-server (`apt-get install -y redis-server` on \
+             Debian/Ubuntu), or point REDLEASE_SERVER at a redis-server or valkey-server binary"
         ),
         other => other,
     }
