@@ -36,6 +36,7 @@
 
 mod process;
 pub mod proxy;
+pub mod tls;
 
 /// The server program the nodes run: `$REDLEASE_SERVER`, or `redis-server`.
 ///
@@ -76,6 +77,16 @@ const RESTART_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug, Default)]
 pub struct NodeConfig {
     args: Vec<(String, String)>,
+    tls: Option<(tls::TestPki, ClientAuth)>,
+}
+
+/// Whether a TLS node asks clients for a certificate (`tls-auth-clients`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// Clients must present a certificate signed by the test CA.
+    Required,
+    /// Clients need no certificate (the server is still verified).
+    None,
 }
 
 impl NodeConfig {
@@ -95,6 +106,18 @@ impl NodeConfig {
     /// ```
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.args.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Serves TLS only (no plain port), with `pki`'s server certificate;
+    /// the node's URL becomes `rediss://127.0.0.1:PORT`.
+    ///
+    /// ```no_run
+    /// use redlease_testkit::{tls::TestPki, ClientAuth, NodeConfig};
+    /// let config = NodeConfig::new().tls(&TestPki::generate(), ClientAuth::None);
+    /// ```
+    pub fn tls(mut self, pki: &tls::TestPki, auth: ClientAuth) -> Self {
+        self.tls = Some((pki.clone(), auth));
         self
     }
 }
@@ -187,7 +210,9 @@ impl RedisNode {
 
     fn wait_ready(&mut self) -> bool {
         let child = self.child.as_mut().expect("a spawned child");
-        process::wait_ready(child, self.port, self.dir.path(), READY_TIMEOUT) == process::Ready::Up
+        let tls = self.config.tls.is_some();
+        process::wait_ready(child, self.port, tls, self.dir.path(), READY_TIMEOUT)
+            == process::Ready::Up
     }
 
     /// The TCP port, stable across [`restart`](RedisNode::restart).
@@ -208,13 +233,19 @@ impl RedisNode {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// `"redis://127.0.0.1:PORT"` (without credentials, even with `requirepass`).
+    /// `"redis://127.0.0.1:PORT"` (without credentials, even with
+    /// `requirepass`), or `"rediss://..."` for a TLS node.
     ///
     /// ```no_run
     /// let url = redlease_testkit::RedisNode::start().url();
     /// ```
     pub fn url(&self) -> String {
-        format!("redis://{}", self.addr())
+        let scheme = if self.config.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://{}", self.addr())
     }
 
     /// The server's pid; `None` after [`kill`](RedisNode::kill) or if it exited.
@@ -322,7 +353,15 @@ impl RedisNode {
     /// let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     /// ```
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("valid redis URL")
+        match &self.config.tls {
+            // Trusts the test CA and presents the client certificate.
+            Some((pki, _)) => {
+                tls::install_crypto_provider();
+                redis::Client::build_with_tls(self.url(), pki.redis_certificates())
+                    .expect("valid TLS settings")
+            }
+            None => redis::Client::open(self.url()).expect("valid redis URL"),
+        }
     }
 }
 

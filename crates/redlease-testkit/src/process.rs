@@ -56,9 +56,13 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
+    // A TLS node listens on `port` with TLS only (its plain port is 0). The
+    // tls-* settings are left out otherwise: a server built without TLS
+    // (some Valkey builds) refuses them.
+    let plain = if config.tls.is_some() { 0 } else { port };
     let mut args: Vec<String> = [
         "--port",
-        &port.to_string(),
+        &plain.to_string(),
         "--bind",
         "127.0.0.1",
         "--dir",
@@ -75,6 +79,27 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some((pki, auth)) = &config.tls {
+        let file = |name: &str, pem: &str| -> io::Result<String> {
+            let path = dir.join(name);
+            std::fs::write(&path, pem)?;
+            Ok(path.to_string_lossy().into_owned())
+        };
+        let auth = match auth {
+            crate::ClientAuth::Required => "yes",
+            crate::ClientAuth::None => "no",
+        };
+        for (name, value) in [
+            ("--tls-port", port.to_string()),
+            ("--tls-cert-file", file("server.crt", &pki.server_cert_pem)?),
+            ("--tls-key-file", file("server.key", &pki.server_key_pem)?),
+            ("--tls-ca-cert-file", file("ca.crt", pki.ca_pem())?),
+            ("--tls-auth-clients", auth.to_string()),
+        ] {
+            args.push(name.to_string());
+            args.push(value);
+        }
+    }
     // Last occurrence wins in redis, so user args override the defaults above.
     for (name, value) in &config.args {
         args.push(format!("--{name}"));
@@ -145,14 +170,28 @@ pub(crate) enum Ready {
 /// A PING answer alone is not enough: another process may own the port
 /// (a parallel test won the race). Redis logs "Ready to accept connections"
 /// only once it holds its listening socket, so we require that too.
-pub(crate) fn wait_ready(child: &mut Child, port: u16, dir: &Path, timeout: Duration) -> Ready {
+///
+/// A TLS node cannot be PINGed in plain text: an accepted TCP connection on
+/// its port stands in.
+pub(crate) fn wait_ready(
+    child: &mut Child,
+    port: u16,
+    tls: bool,
+    dir: &Path,
+    timeout: Duration,
+) -> Ready {
     let deadline = Instant::now() + timeout;
     loop {
         if !matches!(child.try_wait(), Ok(None)) {
             return Ready::Exited;
         }
         let log = std::fs::read_to_string(dir.join(LOG_FILE)).unwrap_or_default();
-        if log.contains("Ready to accept connections") && ping(port, Duration::from_millis(200)) {
+        let answers = if tls {
+            accepts(port, Duration::from_millis(200))
+        } else {
+            ping(port, Duration::from_millis(200))
+        };
+        if log.contains("Ready to accept connections") && answers {
             return Ready::Up;
         }
         if Instant::now() >= deadline {
@@ -160,6 +199,11 @@ pub(crate) fn wait_ready(child: &mut Child, port: u16, dir: &Path, timeout: Dura
         }
         thread::sleep(POLL);
     }
+}
+
+/// Whether something accepts TCP connections on `port`.
+fn accepts(port: u16, timeout: Duration) -> bool {
+    TcpStream::connect_timeout(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)), timeout).is_ok()
 }
 
 /// Sends an inline `PING` over raw TCP; `-NOAUTH` also counts as "up".

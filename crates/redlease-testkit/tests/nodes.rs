@@ -206,3 +206,28 @@ fn restart_panics_clearly_when_port_is_taken() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(!node.is_running());
 }
+
+#[test]
+fn a_tls_node_serves_tls_only_and_restarts_with_its_certificates() {
+    use redlease_testkit::{tls::TestPki, ClientAuth, NodeConfig};
+    let pki = TestPki::generate();
+    let mut node = RedisNode::start_with(NodeConfig::new().tls(&pki, ClientAuth::Required));
+    assert!(
+        node.url().starts_with("rediss://127.0.0.1:"),
+        "{}",
+        node.url()
+    );
+    let ping = |node: &RedisNode| -> String {
+        let mut con = node.client().get_connection().expect("TLS connection");
+        redis::cmd("PING").query(&mut con).expect("PING over TLS")
+    };
+    assert_eq!(ping(&node), "PONG");
+    // Plain text on the same port gets no PONG.
+    let plain = redis::Client::open(format!("redis://{}", node.addr())).unwrap();
+    let refused = plain
+        .get_connection_with_timeout(std::time::Duration::from_secs(2))
+        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+    assert!(refused.is_err(), "plain text answered: {refused:?}");
+    node.restart();
+    assert_eq!(ping(&node), "PONG");
+}
