@@ -92,6 +92,11 @@ pub enum NodeErrorKind {
     },
     /// Redis answered something the lock scripts never return.
     Protocol(String),
+    /// The TLS handshake failed: the server's certificate is not signed by
+    /// a trusted CA or does not name the host, or the server wants a client
+    /// certificate we did not present. The text says which, as the TLS
+    /// library reported it; the redis-rs error is the `source()`.
+    Tls(String),
     /// Not sent: earlier requests to this node timed out and are still
     /// unanswered, so a new one would only queue behind them. Requests
     /// flow again as soon as the node answers (it is paused, overloaded
@@ -119,6 +124,11 @@ impl fmt::Display for NodeErrorKind {
             Self::Connection(why) => write!(f, "connection failed: {why}"),
             Self::Redis { code, message } => write!(f, "Redis replied {code} {message}"),
             Self::Protocol(what) => write!(f, "unexpected reply: {what}"),
+            Self::Tls(why) => write!(
+                f,
+                "TLS handshake failed, a certificate problem: {why} (check the CA the client \
+                 trusts, the name in the server's certificate, and the client certificate)"
+            ),
             Self::Unresponsive { unanswered, since } => write!(
                 f,
                 "not sent: {unanswered} earlier request(s) given up on are still unanswered \
@@ -195,9 +205,18 @@ impl NodeError {
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.node, self.kind)?;
+        let kind = self.kind.to_string();
+        write!(f, "{}: {kind}", self.node)?;
         match &self.source {
-            Some(source) if f.alternate() => write!(f, " ({source})"),
+            // The cause, unless the kind already says it in full.
+            Some(source) if f.alternate() => {
+                let source = source.to_string();
+                if kind.contains(&source) {
+                    Ok(())
+                } else {
+                    write!(f, " ({source})")
+                }
+            }
             _ => Ok(()),
         }
     }

@@ -19,6 +19,7 @@ use crate::quorum::quorum;
 use crate::release::release_id;
 use crate::retry::RetryPolicy;
 use crate::telemetry;
+use crate::tls::TlsConfig;
 use crate::validity::{DriftModel, Timing};
 
 /// A set of Redis nodes to take locks on, with the defaults for each lock.
@@ -119,6 +120,7 @@ impl Locker {
             prefix: "redlease:".to_string(),
             renew_fraction: 1.0 / 3.0,
             fence_expiry: Duration::from_secs(600),
+            tls: None,
         }
     }
 
@@ -517,6 +519,7 @@ pub struct LockerBuilder {
     prefix: String,
     renew_fraction: f64,
     fence_expiry: Duration,
+    tls: Option<TlsConfig>,
 }
 
 impl LockerBuilder {
@@ -670,6 +673,24 @@ impl LockerBuilder {
         self
     }
 
+    /// TLS settings for the `rediss://` nodes: a CA to trust instead of the
+    /// system's, and a client certificate (see [`TlsConfig`]). Needs the
+    /// `tls-rustls` feature; [`build`](Self::build) refuses TLS settings
+    /// without it, and without a `rediss://` node to apply them to.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), redlease::Error> {
+    /// let tls = redlease::TlsConfig::new().read_ca_file("/etc/redis/ca.crt")?;
+    /// let locker = redlease::Locker::builder(["rediss://redis.internal:6380"])
+    ///     .tls(tls)
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Checks every setting and sets up (lazy) connections; no network I/O.
     /// Must be called inside a Tokio runtime.
     ///
@@ -713,6 +734,7 @@ impl LockerBuilder {
                 "a zero timeout never connects",
             ));
         }
+        self.check_tls()?;
         self.drift.check()?;
         self.retry.check()?;
         if self.fence_expiry < Duration::from_secs(1) || self.fence_expiry > crate::MAX_TTL {
@@ -747,7 +769,7 @@ impl LockerBuilder {
             .urls
             .iter()
             .enumerate()
-            .map(|(i, url)| Node::new(i, url, connect).map(Arc::new))
+            .map(|(i, url)| Node::new(i, url, connect, self.tls.as_ref()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let settings = Settings {
             ttl: self.ttl,
@@ -762,5 +784,33 @@ impl LockerBuilder {
         Ok(Locker {
             engine: Arc::new(Engine::new(nodes, settings)),
         })
+    }
+}
+
+impl LockerBuilder {
+    /// TLS settings that cannot work: a URL or settings this build cannot
+    /// serve, settings no node uses, parts that are not PEM.
+    fn check_tls(&self) -> Result<(), Error> {
+        let tls_urls = self
+            .urls
+            .iter()
+            .filter(|u| u.starts_with("rediss://"))
+            .count();
+        if !cfg!(feature = "tls-rustls") && (tls_urls > 0 || self.tls.is_some()) {
+            return Err(Error::invalid(
+                "tls",
+                "this build of redlease has no TLS: enable its `tls-rustls` feature",
+            ));
+        }
+        if let Some(tls) = &self.tls {
+            if tls_urls == 0 {
+                return Err(Error::invalid(
+                    "tls",
+                    "TLS settings given, but no node is a rediss:// URL",
+                ));
+            }
+            tls.check()?;
+        }
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@ use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{release_channel, LockKeys};
 use crate::lock_status::{KeyState, NodeLockState};
 use crate::telemetry;
+use crate::tls::TlsConfig;
 use crate::token::Token;
 use crate::Error;
 
@@ -159,6 +160,10 @@ impl NodeId {
 /// The redis-rs client for node `index` at `url`; a bad URL is an input
 /// error that names the node without its password.
 fn open(index: usize, url: &str) -> Result<Client, Error> {
+    #[cfg(feature = "tls-rustls")]
+    if url.starts_with("rediss://") {
+        crate::tls::install_crypto_provider();
+    }
     Client::open(url).map_err(|e| {
         let mut reason = format!("node {index} ({}): {e}", redact_url(url));
         if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
@@ -166,6 +171,21 @@ fn open(index: usize, url: &str) -> Result<Client, Error> {
         }
         Error::invalid("urls", reason)
     })
+}
+
+/// [`open`], with `tls`'s CA and client certificate for a `rediss://` URL.
+fn open_with(index: usize, url: &str, tls: Option<&TlsConfig>) -> Result<Client, Error> {
+    match tls {
+        #[cfg(feature = "tls-rustls")]
+        Some(tls) if url.starts_with("rediss://") => {
+            let client = open(index, url)?;
+            Client::build_with_tls(client.get_connection_info().clone(), tls.certificates())
+                .map_err(|e| {
+                    Error::invalid("tls", format!("node {index} ({}): {e}", redact_url(url)))
+                })
+        }
+        _ => open(index, url),
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -178,8 +198,13 @@ impl Node {
     /// Parses the URL and sets up a lazily connecting, auto-reconnecting
     /// multiplexed connection. No I/O happens here, so a Locker builds while
     /// its nodes are down and uses them once they answer.
-    pub(crate) fn new(index: usize, url: &str, settings: ConnectSettings) -> Result<Node, Error> {
-        let client = open(index, url)?;
+    pub(crate) fn new(
+        index: usize,
+        url: &str,
+        settings: ConnectSettings,
+        tls: Option<&TlsConfig>,
+    ) -> Result<Node, Error> {
+        let client = open_with(index, url, tls)?;
         let id = NodeId::new(index, describe(&client));
         // One connection attempt per reconnect, no backoff: a request to a
         // node that is down fails at once (instead of waiting out retries
@@ -488,6 +513,9 @@ impl Node {
         if e.is_timeout() {
             return self.error(NodeErrorKind::Timeout(timeout));
         }
+        if let Some(why) = tls_failure(&e) {
+            return self.error(NodeErrorKind::Tls(why)).caused_by(e);
+        }
         let category = e.category().to_string();
         let kind = match e.kind() {
             redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
@@ -500,6 +528,26 @@ impl Node {
 }
 
 /// `host:port`, plus `/db` when not 0; never the credentials.
+/// The TLS library's words, if `e` is a failed TLS handshake: found by
+/// walking the error's causes, since redis-rs reports it as an I/O error.
+fn tls_failure(e: &RedisError) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        let lower = text.to_lowercase();
+        if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls") {
+            // The innermost such text is the most precise.
+            let inner = c.source().map(|s| s.to_string());
+            match inner {
+                Some(inner) if inner.to_lowercase().contains("certificate") => {}
+                _ => return Some(text),
+            }
+        }
+        cause = c.source();
+    }
+    None
+}
+
 fn describe(client: &Client) -> String {
     let info = client.get_connection_info();
     let db = info.redis_settings().db();

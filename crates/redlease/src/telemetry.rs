@@ -44,6 +44,7 @@ fn error_kind(kind: &NodeErrorKind) -> &'static str {
         NodeErrorKind::Connection(_) => "connection",
         NodeErrorKind::Redis { .. } => "redis",
         NodeErrorKind::Protocol(_) => "protocol",
+        NodeErrorKind::Tls(_) => "tls",
         NodeErrorKind::Unresponsive { .. } => "unresponsive",
     }
 }

@@ -17,4 +17,5 @@ mod metrics_facade;
 mod ownership;
 mod renewal;
 mod slow_nodes;
+mod tls;
 mod waiting;

@@ -1,0 +1,181 @@
+//! TLS against a real redis-server with `--tls-port` and a throwaway test
+//! CA: the whole lock cycle over `rediss://` (the subscription connection
+//! too), mutual TLS, and a wrong CA.
+
+use std::time::{Duration, Instant};
+
+use redlease::{Error, Locker, NodeErrorKind, RetryPolicy, TlsConfig};
+use redlease_testkit::tls::TestPki;
+use redlease_testkit::{ClientAuth, NodeConfig, RedisNodes};
+
+use crate::support::*;
+
+fn tls_nodes(n: usize, pki: &TestPki, auth: ClientAuth) -> RedisNodes {
+    RedisNodes::start_with(n, NodeConfig::new().tls(pki, auth))
+}
+
+fn tls_locker(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> Locker {
+    Locker::builder(nodes.urls())
+        // A first request includes the TLS handshake, within the node
+        // timeout: room for a debug build on a busy machine.
+        .ttl(Duration::from_millis(1500))
+        .node_timeout(300 * MS)
+        .connect_timeout(NODE_TIMEOUT)
+        .tls(tls)
+        .retry(retry)
+        .build()
+        .expect("valid TLS settings")
+}
+
+#[tokio::test]
+async fn the_whole_lock_cycle_works_over_tls() {
+    let pki = TestPki::generate();
+    let nodes = tls_nodes(3, &pki, ClientAuth::None);
+    assert!(nodes.urls().iter().all(|u| u.starts_with("rediss://")));
+    let trust = || TlsConfig::new().ca_pem(pki.ca_pem());
+    let quick = RetryPolicy::new().wait(Duration::from_secs(10));
+    let holder = tls_locker(&nodes, trust(), quick.clone());
+
+    // Keep-alive over three TTLs, and fencing.
+    let lease = holder.lock("tls-job").keep_alive().await.unwrap();
+    let first_token = lease.fencing_token();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert!(
+        !lease.is_lost(),
+        "renewed over TLS: {:?}",
+        lease.lost_reason()
+    );
+    assert!(holder.renewal_stats().round_trips > 0);
+
+    lease.release().await.unwrap();
+
+    // A waiter in another Locker is woken by the release through its own
+    // (TLS) subscription, long before its 5 s timer and the holder's 10 s
+    // TTL.
+    let lease = holder
+        .lock("tls-job")
+        .ttl(Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(lease.fencing_token() > first_token);
+    let first_token = lease.fencing_token();
+    let waiter = tls_locker(
+        &nodes,
+        trust(),
+        RetryPolicy::new()
+            .wait(Duration::from_secs(20))
+            .delay(Duration::from_secs(5), Duration::from_secs(5)),
+    );
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock("tls-job").await;
+        (lease, waiter)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (next, _waiter) = waiting.await.unwrap();
+    let next = next.expect("the waiter takes it");
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken by the notification: {:?}",
+        released.elapsed()
+    );
+    assert!(next.fencing_token() > first_token);
+    let status = holder.inspect("tls-job").await.unwrap();
+    assert_eq!(status.fencing_counter(), Some(next.fencing_token()));
+    next.release().await.unwrap();
+    for node in nodes.iter() {
+        assert_eq!(get(node, &holder.key("tls-job")).await, None);
+    }
+}
+
+#[tokio::test]
+async fn mutual_tls_needs_the_client_certificate() {
+    let pki = TestPki::generate();
+    let nodes = tls_nodes(1, &pki, ClientAuth::Required);
+    let once = RetryPolicy::new().attempts(1);
+
+    let anonymous = tls_locker(&nodes, TlsConfig::new().ca_pem(pki.ca_pem()), once.clone());
+    let start = Instant::now();
+    let refused = anonymous.try_lock("mtls").await.unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(refused.node_errors().len(), 1, "{refused}");
+    let shown = refused.to_string();
+    assert!(shown.contains("CertificateRequired"), "{shown}");
+
+    let identified = TlsConfig::new()
+        .ca_pem(pki.ca_pem())
+        .client_cert_pem(pki.client_cert_pem(), pki.client_key_pem());
+    let locker = tls_locker(&nodes, identified, once);
+    let lease = locker
+        .try_lock("mtls")
+        .await
+        .expect("with the client certificate");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wrong_ca_is_a_certificate_error_naming_the_node() {
+    let pki = TestPki::generate();
+    let other = TestPki::generate_named("some other CA");
+    let nodes = tls_nodes(1, &pki, ClientAuth::None);
+    let locker = tls_locker(
+        &nodes,
+        TlsConfig::new().ca_pem(other.ca_pem()),
+        RetryPolicy::new().attempts(1),
+    );
+    let start = Instant::now();
+    let e = locker.try_lock("wrong-ca").await.unwrap_err();
+    assert!(
+        start.elapsed() < NODE_TIMEOUT + Duration::from_secs(1),
+        "within the connect timeout: {:?}",
+        start.elapsed()
+    );
+    let [failure] = e.node_errors() else {
+        panic!("one node error: {e}");
+    };
+    assert_eq!(failure.node().index(), 0);
+    assert!(
+        matches!(failure.kind(), NodeErrorKind::Tls(_)),
+        "a TLS kind: {:?}",
+        failure.kind()
+    );
+    let shown = format!("{e}");
+    assert!(shown.contains("certificate problem"), "{shown}");
+    assert_eq!(
+        shown.matches("UnknownIssuer").count(),
+        1,
+        "said once: {shown}"
+    );
+    assert!(shown.contains(&nodes.node(0).addr()), "{shown}");
+    assert!(matches!(e, Error::NoQuorum { .. }), "{e:?}");
+    assert_eq!(get(nodes.node(0), &locker.key("wrong-ca")).await, None);
+}
+
+#[tokio::test]
+async fn tls_settings_that_cannot_work_are_refused_at_build() {
+    let nodes = RedisNodes::start(1);
+    let e = Locker::builder(nodes.urls())
+        .tls(TlsConfig::new())
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { field: "tls", .. }), "{e}");
+    let e = Locker::builder(["rediss://127.0.0.1:7"])
+        .tls(TlsConfig::new().ca_pem("not a certificate"))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidInput {
+                field: "tls_ca",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
