@@ -1,8 +1,12 @@
 //! Which Redis nodes to talk to: `--nodes` or `REDLEASE_NODES`
-//! (comma-separated URLs), checked to parse.
+//! (comma-separated URLs), checked to parse, and the TLS files for its
+//! `rediss://` nodes.
+
+use std::path::PathBuf;
 
 use clap::Args;
 use redis::Client;
+use redlease::TlsConfig;
 
 use crate::errors::chain;
 use crate::exit::{self, Exit};
@@ -16,7 +20,7 @@ pub struct NodesArg {
     /// Redis nodes as comma-separated URLs: one for a single-instance lock,
     /// or 3 or 5 independent servers for a Redlock quorum.
     /// Forms: redis://host:port/db, redis://user:password@host:port,
-    /// redis+unix:///path/to/socket.
+    /// rediss://host:port (TLS), redis+unix:///path/to/socket.
     #[arg(
         long,
         env = "REDLEASE_NODES",
@@ -26,6 +30,30 @@ pub struct NodesArg {
         hide_env_values = true
     )]
     nodes: String,
+
+    /// CA certificates (PEM) to trust for rediss:// nodes instead of the
+    /// system's trust store.
+    #[arg(long, env = "REDLEASE_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for rediss:// nodes that require one
+    /// (mutual TLS); needs --tls-key.
+    #[arg(
+        long,
+        env = "REDLEASE_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM); needs --tls-cert.
+    #[arg(
+        long,
+        env = "REDLEASE_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
 }
 
 impl NodesArg {
@@ -33,6 +61,33 @@ impl NodesArg {
     /// message never shows a password).
     pub fn urls(&self) -> Result<Vec<String>, Exit> {
         parse(&self.nodes).map_err(|why| Exit::with(exit::USAGE, why))
+    }
+
+    /// The TLS settings the flags give, if any (files read now; a missing
+    /// or non-PEM file is a usage error).
+    pub fn tls(&self) -> Result<Option<TlsConfig>, Exit> {
+        if self.tls_ca.is_none() && self.tls_cert.is_none() {
+            return Ok(None);
+        }
+        let usage = |e: redlease::Error| Exit::with(exit::USAGE, chain(&e));
+        let mut tls = TlsConfig::new();
+        if let Some(ca) = &self.tls_ca {
+            tls = tls.read_ca_file(ca).map_err(usage)?;
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            tls = tls.read_client_cert_files(cert, key).map_err(usage)?;
+        }
+        Ok(Some(tls))
+    }
+
+    /// A Locker builder over the nodes, with the TLS settings.
+    pub fn builder(&self) -> Result<(Vec<String>, redlease::LockerBuilder), Exit> {
+        let urls = self.urls()?;
+        let mut builder = redlease::Locker::builder(&urls);
+        if let Some(tls) = self.tls()? {
+            builder = builder.tls(tls);
+        }
+        Ok((urls, builder))
     }
 }
 

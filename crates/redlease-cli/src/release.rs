@@ -59,12 +59,8 @@ pub async fn release(args: ReleaseArgs) -> Exit {
              (read `redlease release --help` first)",
         );
     }
-    let urls = match args.nodes.urls() {
-        Ok(urls) => urls,
-        Err(exit) => return exit,
-    };
-    let locker = match admin_locker(&urls, &args.key_prefix, args.timeout) {
-        Ok(locker) => locker,
+    let (urls, locker) = match admin_locker(&args.nodes, &args.key_prefix, args.timeout) {
+        Ok(made) => made,
         Err(exit) => return exit,
     };
     let key = locker.key(&args.key);

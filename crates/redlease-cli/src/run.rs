@@ -111,8 +111,8 @@ impl RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> Exit {
-    let urls = match args.nodes.urls() {
-        Ok(urls) => urls,
+    let (_, builder) = match args.nodes.builder() {
+        Ok(made) => made,
         Err(exit) => return exit,
     };
     // Before any lock I/O: from here on a signal cannot kill redlease
@@ -138,7 +138,7 @@ pub async fn run(args: RunArgs) -> Exit {
             );
         }
     }
-    let locker = match Locker::builder(&urls)
+    let locker = match builder
         .ttl(args.ttl)
         .key_prefix(args.key_prefix.as_str())
         .build()

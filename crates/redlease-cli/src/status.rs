@@ -42,12 +42,8 @@ pub struct StatusArgs {
 }
 
 pub async fn status(args: StatusArgs) -> Exit {
-    let urls = match args.nodes.urls() {
-        Ok(urls) => urls,
-        Err(exit) => return exit,
-    };
-    let locker = match admin_locker(&urls, &args.key_prefix, args.timeout) {
-        Ok(locker) => locker,
+    let (_, locker) = match admin_locker(&args.nodes, &args.key_prefix, args.timeout) {
+        Ok(made) => made,
         Err(exit) => return exit,
     };
     let status = match locker.inspect(&args.key).await {
@@ -108,15 +104,21 @@ pub async fn status(args: StatusArgs) -> Exit {
 /// A Locker for looking at or clearing one lock: it names the keys exactly
 /// as `run` and the library do, checks the node list, and bounds each node
 /// by `timeout` (to connect, and to answer). Building it does no I/O.
-pub fn admin_locker(urls: &[String], prefix: &str, timeout: Duration) -> Result<Locker, Exit> {
-    Locker::builder(urls)
+pub fn admin_locker(
+    nodes: &NodesArg,
+    prefix: &str,
+    timeout: Duration,
+) -> Result<(Vec<String>, Locker), Exit> {
+    let (urls, builder) = nodes.builder()?;
+    let locker = builder
         .key_prefix(prefix)
         .connect_timeout(timeout)
         .node_timeout(timeout)
         // Only bounds the node timeout: nothing is locked.
         .ttl((timeout * 4).max(Duration::from_secs(10)))
         .build()
-        .map_err(|e| Exit::with(exit::USAGE, chain(&e)))
+        .map_err(|e| Exit::with(exit::USAGE, chain(&e)))?;
+    Ok((urls, locker))
 }
 
 /// What went wrong with a node, without its name (the row has it).

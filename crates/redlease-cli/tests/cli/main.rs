@@ -8,4 +8,5 @@ mod release;
 mod run;
 mod status;
 mod support;
+mod tls;
 mod usage;

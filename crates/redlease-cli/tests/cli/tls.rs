@@ -1,0 +1,86 @@
+//! The CLI over TLS: `--tls-ca`, `--tls-cert` and `--tls-key` against
+//! redis-server nodes that serve TLS only and require a client certificate.
+
+use std::time::Duration;
+
+use redlease_testkit::tls::TestPki;
+use redlease_testkit::{ClientAuth, NodeConfig, RedisNodes};
+
+use crate::support::{redlease, run};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn run_status_and_release_work_over_mutual_tls() {
+    let pki = TestPki::generate();
+    let nodes = RedisNodes::start_with(3, NodeConfig::new().tls(&pki, ClientAuth::Required));
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = pki.write_client_files(dir.path());
+    let urls = nodes.urls().join(",");
+    assert!(urls.starts_with("rediss://"), "{urls}");
+    let tls = [
+        "--tls-ca",
+        ca.to_str().unwrap(),
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ];
+
+    let ran = run(
+        redlease()
+            .args(["run", "--nodes", &urls, "--key", "tls-job"])
+            .args(tls)
+            .args(["--", "sh", "-c", "echo token=$REDLEASE_FENCING_TOKEN"]),
+        LIMIT,
+    );
+    ran.expect(0);
+    assert!(ran.stdout.contains("token=1"), "{ran:#?}");
+
+    let status = run(
+        redlease()
+            .args(["status", "--nodes", &urls, "--key", "tls-job"])
+            .args(tls),
+        LIMIT,
+    );
+    status.expect(0);
+    assert!(status.stdout.contains("FREE"), "{status:#?}");
+    assert!(status.stdout.contains("fencing counter 1"), "{status:#?}");
+
+    let released = run(
+        redlease()
+            .args(["release", "--force", "--nodes", &urls, "--key", "tls-job"])
+            .args(tls),
+        LIMIT,
+    );
+    released.expect(0);
+
+    // Without the client certificate the servers refuse the handshake: the
+    // command does not run, and the message says it is a certificate problem.
+    let refused = run(
+        redlease()
+            .args(["run", "--nodes", &urls, "--key", "tls-job", "--no-wait"])
+            .args(["--tls-ca", ca.to_str().unwrap()])
+            .args(["--", "echo", "ran"]),
+        LIMIT,
+    );
+    assert_ne!(refused.code(), 0, "{refused:#?}");
+    assert!(!refused.stdout.contains("ran"), "{refused:#?}");
+    assert!(
+        refused.stderr.contains("certificate problem"),
+        "{refused:#?}"
+    );
+
+    // A CA file that does not exist is a usage error before any I/O.
+    let missing = run(
+        redlease()
+            .args(["status", "--nodes", &urls, "--key", "tls-job"])
+            .args(["--tls-ca", "/nonexistent/ca.crt"]),
+        LIMIT,
+    );
+    missing.expect(2);
+    assert!(
+        missing.one_line_error().contains("/nonexistent/ca.crt"),
+        "{missing:#?}"
+    );
+}
