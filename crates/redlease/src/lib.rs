@@ -259,6 +259,23 @@
 //! operator's tool that breaks mutual exclusion for a holder still at work,
 //! so fencing tokens must guard the resource (the counter is kept).
 //!
+//! # TLS
+//!
+//! With the `tls-rustls` feature, `rediss://host:port` nodes are reached
+//! over TLS (rustls; ring is installed as the process's crypto provider
+//! unless the application set one). By default the server's certificate
+//! is checked against the system's trust store and must name the host of
+//! the URL; [`LockerBuilder::tls`] with a [`TlsConfig`] trusts a given CA
+//! bundle instead, and presents a client certificate to servers that
+//! require one (`tls-auth-clients yes`). Every connection of a node uses
+//! it: requests, renewal lanes and the release-notification subscription.
+//! A handshake that fails is [`NodeErrorKind::Tls`] on the node, with the
+//! TLS library's reason (`UnknownIssuer`, `CertificateRequired`, a name
+//! mismatch), within the connect timeout. Settings that cannot work (no
+//! `rediss://` node, a file that is not PEM, TLS without the feature) are
+//! refused by [`LockerBuilder::build`]. Tested against `redis-server
+//! --tls-port` with a throwaway CA, with and without client certificates.
+//!
 //! # Observability
 //!
 //! Every operation runs in a `tracing` span at debug level:
