@@ -83,7 +83,10 @@ pub enum NodeErrorKind {
     /// Could not connect, or the connection broke.
     Connection(String),
     /// Redis answered with an error, e.g. `WRONGTYPE`, `OOM`, `READONLY`,
-    /// `LOADING`, `NOPERM`. `code` is the first word of the reply.
+    /// `LOADING`, `NOPERM`. `code` is the first word of the reply; for an
+    /// error that a command inside a lock script raised, it is that
+    /// command's code on every server version (Redis before 7 wraps it as
+    /// `ERR Error running script ...: -OOM ...`, and this unwraps it).
     Redis {
         /// The error code, such as `"OOM"`.
         code: String,
@@ -115,6 +118,47 @@ impl NodeErrorKind {
     pub(crate) fn never_sent(&self) -> bool {
         matches!(self, Self::Unresponsive { .. })
     }
+
+    /// The error a command inside a lock script raised, with its own code.
+    /// Redis 7 and later (and Valkey) pass it on as it is, but Redis before
+    /// 7 wraps it in a generic `ERR`, e.g. `ERR Error running script (call
+    /// to f_<sha>): @user_script:7: @user_script: 7: -READONLY You can't
+    /// write against a read only replica.` or `...: @user_script:1:
+    /// WRONGTYPE Operation against a key holding the wrong kind of value`;
+    /// callers that match on `READONLY` or `OOM` must see the same code on
+    /// every server. Anything else is left as it is.
+    fn unwrap_script_error(self) -> Self {
+        let Self::Redis { code, message } = &self else {
+            return self;
+        };
+        match (code.as_str(), inner_script_error(message)) {
+            ("ERR", Some((code, message))) => Self::Redis {
+                code: code.to_string(),
+                message: message.to_string(),
+            },
+            _ => self,
+        }
+    }
+}
+
+/// The code and message of the error inside a pre-7 Redis "Error running
+/// script" reply, if it carries one (an upper-case first word).
+fn inner_script_error(message: &str) -> Option<(&str, &str)> {
+    let mut rest = message
+        .strip_prefix("Error running script")?
+        .split_once("): ")?
+        .1;
+    // One `@user_script:N:` layer or more, with or without a space.
+    while let Some(layer) = rest.strip_prefix("@user_script:") {
+        rest = layer.split_once(": ")?.1;
+    }
+    let rest = rest.strip_prefix('-').unwrap_or(rest);
+    let (code, message) = rest.split_once(' ').unwrap_or((rest, ""));
+    let is_code = code.len() >= 2
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    is_code.then(|| (code, message.trim_end()))
 }
 
 impl fmt::Display for NodeErrorKind {
@@ -172,7 +216,7 @@ impl NodeError {
     pub(crate) fn new(node: NodeId, kind: NodeErrorKind) -> Self {
         Self {
             node,
-            kind,
+            kind: kind.unwrap_script_error(),
             source: None,
         }
     }
@@ -660,6 +704,68 @@ impl std::error::Error for Error {
         match self {
             Error::WaitTimeout { last, .. } => Some(last.as_ref()),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis(code: &str, message: &str) -> NodeErrorKind {
+        NodeErrorKind::Redis {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn script_errors_of_redis_before_7_keep_their_own_code() {
+        // As Redis 5.0 and 6.0 reply (seen on 5.0.7 and 6.0.9).
+        let cases = [
+            (
+                "Error running script (call to f_b284abde348b693c7c198725c2b7cae366f4dcd4): \
+                 @user_script:7: @user_script: 7: -READONLY You can't write against a read \
+                 only replica.",
+                redis("READONLY", "You can't write against a read only replica."),
+            ),
+            (
+                "Error running script (call to f_8fb8): @user_script:1: @user_script: 1: -OOM \
+                 command not allowed when used memory > 'maxmemory'. ",
+                redis("OOM", "command not allowed when used memory > 'maxmemory'."),
+            ),
+            (
+                "Error running script (call to f_d3c2): @user_script:1: WRONGTYPE Operation \
+                 against a key holding the wrong kind of value",
+                redis(
+                    "WRONGTYPE",
+                    "Operation against a key holding the wrong kind of value",
+                ),
+            ),
+        ];
+        for (message, unwrapped) in cases {
+            assert_eq!(redis("ERR", message).unwrap_script_error(), unwrapped);
+        }
+    }
+
+    #[test]
+    fn other_errors_are_left_as_they_are() {
+        for kind in [
+            // No code inside: stays a plain ERR.
+            redis(
+                "ERR",
+                "Error running script (call to f_7ae0): @user_script:1: @user_script: 1: \
+                 Unknown Redis command called from Lua script",
+            ),
+            // Redis 7 and Valkey already give the inner code.
+            redis(
+                "READONLY",
+                "You can't write against a read only replica. script: x",
+            ),
+            redis("ERR", "unknown command 'HELLO'"),
+            NodeErrorKind::Protocol("Error running script (call to f_1): -OOM x".into()),
+        ] {
+            assert_eq!(kind.clone().unwrap_script_error(), kind);
         }
     }
 }
