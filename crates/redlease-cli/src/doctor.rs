@@ -14,6 +14,7 @@ use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::facts::{self, Facts};
 use crate::nodes::NodesArg;
+use crate::probe::Failure;
 use crate::table::Table;
 
 /// Clocks further apart than this suggest missing time sync.
@@ -25,12 +26,18 @@ const SKEW_FAIL: Duration = Duration::from_secs(60);
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-Checks, per node: reachable and latency; server version and mode; Lua \
-scripting; maxmemory-policy (only noeviction is safe); persistence (AOF with \
+Checks, per node: reachable and latency; the server's kind (redis, valkey) \
+and version, and its mode (Redis 6.0 or later is supported: older ones \
+WARN, as waiters are not woken by releases without RESP3); Lua scripting; \
+maxmemory-policy (only noeviction is safe); persistence (AOF with \
 appendfsync always, or delayed restarts); replication (a replica, or a \
 primary with replicas that could fail over). Across nodes: the same server \
 listed twice (same run_id: a fake majority), an even node count, and clock \
 skew (from TIME).
+
+A least-privilege user (README: ACL) may not run PING, INFO or CONFIG GET: \
+the checks that need them WARN (not checked) and name the command; the \
+others run. For every check, run doctor as an admin user.
 
 Example:
   redlease doctor --nodes redis://a:6379,redis://b:6379,redis://c:6379 --ttl 30s
@@ -188,7 +195,7 @@ fn node_checks(facts: Result<&Facts, &String>, ttl: Duration, timeout: Duration)
         }
     };
     vec![
-        latency(facts.latency, ttl),
+        latency(facts.latency, facts.ping_denied, ttl),
         server(facts),
         scripting(facts),
         eviction(facts),
@@ -197,10 +204,17 @@ fn node_checks(facts: Result<&Facts, &String>, ttl: Duration, timeout: Duration)
     ]
 }
 
-fn latency(rtt: Duration, ttl: Duration) -> Row {
+fn latency(rtt: Duration, ping_denied: bool, ttl: Duration) -> Row {
     // The library's default per-request timeout is 5% of the TTL.
     let budget = ttl / 20;
-    let detail = format!("PING {} (median of 5)", duration::show_ms(rtt));
+    let detail = if ping_denied {
+        format!(
+            "PING {} (median of 5; this user may not run PING, so its refusal was timed)",
+            duration::show_ms(rtt)
+        )
+    } else {
+        format!("PING {} (median of 5)", duration::show_ms(rtt))
+    };
     let why = format!(
         "each request may take {} with a {} TTL",
         duration::show(budget),
@@ -223,54 +237,87 @@ fn latency(rtt: Duration, ttl: Duration) -> Row {
     }
 }
 
-/// `"7.0.15"` → `(7, 0)`.
-fn major_minor(version: &str) -> Option<(u32, u32)> {
+/// `"7.0.15"` → `(7, 0, 15)`; a missing part counts as 0.
+fn version_triple(version: &str) -> Option<(u32, u32, u32)> {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
+    let major = parts.next()??;
+    let mut next = || parts.next().flatten().unwrap_or(0);
+    Some((major, next(), next()))
+}
+
+/// A check that needs a command this user may not run: doctor says so and
+/// goes on with the others.
+fn not_checked(check: &'static str, command: &str, what: &str) -> Row {
+    warn(
+        check,
+        format!("not checked: this user may not run {command} (ACL: NOPERM)"),
+        format!("run doctor as a user allowed {command} (an admin user), or check {what} yourself"),
+    )
+}
+
+/// Why a read failed, for a detail cell.
+fn failed(read: Result<(), &Failure>) -> String {
+    match read {
+        Ok(()) => "answered".to_string(),
+        Err(Failure::Denied(_)) => "refused for this user (NOPERM)".to_string(),
+        Err(e) => e.to_string(),
+    }
 }
 
 fn server(facts: &Facts) -> Row {
-    let Some(version) = facts.info("redis_version") else {
-        let why = facts
-            .info
-            .as_ref()
-            .err()
-            .cloned()
-            .unwrap_or_else(|| "no redis_version".into());
+    const CHECK: &str = "server";
+    let Some(server) = facts.server() else {
         return warn(
-            "server",
-            format!("could not read INFO: {why}"),
-            "allow INFO for this user (ACL +info)",
+            CHECK,
+            format!(
+                "could not tell which server this is: HELLO {}; INFO {}",
+                failed(facts.hello.as_ref().map(drop)),
+                failed(facts.info.as_ref().map(drop))
+            ),
+            "allow INFO for this user (ACL +info), or run doctor as an admin user",
         );
     };
-    let mode = facts
-        .info("redis_mode")
-        .unwrap_or_else(|| "standalone".into());
-    let detail = format!("redis {version}, {mode}");
-    match (mode.as_str(), major_minor(&version)) {
-        ("cluster", _) => fail(
-            "server",
+    let mode = facts.mode().unwrap_or_else(|| "standalone".into());
+    let compatible = match &server.redis_compatible {
+        Some(v) if server.kind != "redis" => format!(" (Redis {v} compatible)"),
+        _ => String::new(),
+    };
+    let detail = format!("{} {}{compatible}, {mode}", server.kind, server.version);
+    // Judged by what the server can do where it was probed (HELLO, which
+    // came with RESP3; EVAL has a check of its own), else by the Redis
+    // version it is compatible with.
+    let version = server.redis_compatible.as_deref().and_then(version_triple);
+    let before_6 = match facts.resp3() {
+        Some(resp3) => !resp3,
+        None => version.is_some_and(|v| v < (6, 0, 0)),
+    };
+    const UPGRADE: &str = "upgrade to Redis 6.0 or later (the oldest redlease supports), or Valkey";
+    match mode.as_str() {
+        "cluster" => fail(
+            CHECK,
             format!("{detail}: a cluster node owns only some keys' slots"),
             "give redlease independent standalone servers (not a Redis Cluster)",
         ),
-        ("sentinel", _) => fail(
-            "server",
+        "sentinel" => fail(
+            CHECK,
             format!("{detail}: a Sentinel stores no data"),
             "list the data nodes, not the sentinels",
         ),
-        (_, Some(v)) if v < (2, 6) => fail(
-            "server",
-            format!("{detail}: no Lua scripting"),
-            "upgrade to Redis 6 or later",
+        _ if version.is_some_and(|v| v < (2, 6, 12)) => fail(
+            CHECK,
+            format!("{detail}: no `SET ... NX PX` (Redis 2.6.12), which the lock is taken with"),
+            UPGRADE,
         ),
-        (_, Some(v)) if v < (6, 0) => warn(
-            "server",
+        _ if before_6 => warn(
+            CHECK,
             format!(
-                "{detail}: no RESP3, so waiters are not woken by releases and fall back to timers"
+                "{detail}: older than Redis 6.0, the oldest supported: without RESP3 waiters are \
+                 not woken by releases, so each wait loses one node timeout, then polls on the \
+                 retry delay (or the holder's expiry). Locks stay correct."
             ),
-            "upgrade to Redis 6 or later",
+            UPGRADE,
         ),
-        _ => ok("server", detail),
+        _ => ok(CHECK, detail),
     }
 }
 
@@ -280,23 +327,31 @@ fn scripting(facts: &Facts) -> Row {
             "lua scripts",
             "EVAL works (every lock operation is a script)",
         ),
+        Err(Failure::Denied(_)) => fail(
+            "lua scripts",
+            "this user may not run EVAL (ACL: NOPERM), and every lock operation is a script",
+            "grant the rule in README's \"ACL: the least privilege\" (+eval +evalsha \
+             +script|load and the commands the scripts call)",
+        ),
         Err(e) => fail(
             "lua scripts",
             format!("EVAL failed: {e}"),
-            "allow scripting for this user (ACL SETUSER <user> +@scripting)",
+            "allow scripting for this user (README: \"ACL: the least privilege\")",
         ),
     }
 }
 
 fn eviction(facts: &Facts) -> Row {
     const CHECK: &str = "maxmemory-policy";
+    if let Err(Failure::Denied(_)) = &facts.config {
+        return not_checked(CHECK, "CONFIG GET", "that maxmemory-policy is noeviction");
+    }
     let Some(policy) = facts.setting("maxmemory-policy") else {
         let why = facts
             .config
             .as_ref()
             .err()
-            .cloned()
-            .unwrap_or_else(|| "not reported".into());
+            .map_or_else(|| "not reported".into(), ToString::to_string);
         return warn(
             CHECK,
             format!("could not read it: {why}"),
@@ -349,6 +404,14 @@ fn persistence(facts: &Facts, ttl: Duration) -> Row {
             "no AOF: a restarted node comes back without its lock keys",
             format!("{delayed}, or CONFIG SET appendonly yes and appendfsync always"),
         ),
+        (None, _)
+            if matches!(
+                (&facts.config, &facts.info),
+                (Err(Failure::Denied(_)), Err(Failure::Denied(_)))
+            ) =>
+        {
+            not_checked(CHECK, "CONFIG GET or INFO", "the persistence settings")
+        }
         (None, _) => warn(
             CHECK,
             "could not read the persistence settings",
@@ -363,7 +426,19 @@ fn replication(facts: &Facts) -> Row {
         .info("connected_slaves")
         .and_then(|n| n.parse::<u32>().ok())
         .unwrap_or(0);
-    match facts.info("role").as_deref() {
+    // INFO says master/slave; HELLO (which every user may run) master/replica.
+    let role = facts.info("role").or_else(|| {
+        let role = facts.hello.as_ref().ok()?.role.as_deref()?;
+        Some(if role == "replica" { "slave" } else { role }.to_string())
+    });
+    match role.as_deref() {
+        Some("master") if matches!(facts.info, Err(Failure::Denied(_))) => warn(
+            CHECK,
+            "not checked: this user may not run INFO (ACL: NOPERM); HELLO says it is a \
+             primary, but not how many replicas it has",
+            "run doctor as a user allowed INFO (an admin user), or make sure no replica can \
+             be promoted in its place",
+        ),
         Some("slave") => {
             let primary = match (facts.info("master_host"), facts.info("master_port")) {
                 (Some(host), Some(port)) => format!(" of {host}:{port}"),
@@ -386,6 +461,9 @@ fn replication(facts: &Facts) -> Row {
              availability instead",
         ),
         Some("master") => ok(CHECK, "primary without replicas"),
+        None if matches!(facts.info, Err(Failure::Denied(_))) => {
+            not_checked(CHECK, "INFO", "that the node is a primary without replicas")
+        }
         _ => warn(
             CHECK,
             "could not read the role from INFO",
@@ -437,9 +515,13 @@ fn node_count(found: &[Result<Facts, String>]) -> Row {
 fn same_server(found: &[Result<Facts, String>]) -> Row {
     const CHECK: &str = "distinct servers";
     let mut by_id: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    // Reachable nodes that did not tell their run_id (INFO refused).
+    let mut unknown = Vec::new();
     for (i, facts) in found.iter().enumerate() {
-        if let Some(id) = facts.as_ref().ok().and_then(|f| f.info("run_id")) {
-            by_id.entry(id).or_default().push(i);
+        let Ok(facts) = facts else { continue };
+        match facts.info("run_id") {
+            Some(id) => by_id.entry(id).or_default().push(i),
+            None => unknown.push(format!("node {i}")),
         }
     }
     let twice: Vec<String> = by_id
@@ -450,7 +532,26 @@ fn same_server(found: &[Result<Facts, String>]) -> Row {
             names.join(" = ")
         })
         .collect();
-    if twice.is_empty() {
+    if twice.is_empty() && !unknown.is_empty() {
+        warn(
+            CHECK,
+            format!(
+                "not checked for {}: INFO (run_id) {}",
+                unknown.join(", "),
+                if found
+                    .iter()
+                    .flatten()
+                    .any(|f| matches!(f.info, Err(Failure::Denied(_))))
+                {
+                    "refused for this user (ACL: NOPERM)"
+                } else {
+                    "not answered"
+                }
+            ),
+            "run doctor as a user allowed INFO (an admin user), or make sure no server is \
+             listed twice under two names",
+        )
+    } else if twice.is_empty() {
         ok(
             CHECK,
             format!(
@@ -485,7 +586,7 @@ fn clock_skew(found: &[Result<Facts, String>]) -> Row {
         return warn(
             CHECK,
             "no node told its time (TIME failed)",
-            "allow TIME for this user",
+            "allow TIME for this user (the lock script needs it too)",
         );
     };
     if clocks.len() < 2 {

@@ -1,13 +1,17 @@
-//! What `doctor` learns about one node: latency, INFO, the settings that
-//! decide whether a lock key can vanish, its clock, and whether Lua runs.
-//! Only reads; judging is `doctor`'s job.
+//! What `doctor` learns about one node: latency, which server it is, INFO,
+//! the settings that decide whether a lock key can vanish, its clock, and
+//! whether Lua runs. Only reads; judging is `doctor`'s job.
+//!
+//! A least-privilege user (README: "ACL: the least privilege") may not run
+//! PING, INFO or CONFIG GET: each read keeps its own [`Failure`], so that
+//! doctor says which checks it could not do and does the others.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::InfoDict;
+use redis::{InfoDict, Value};
 
-use crate::probe::Probe;
+use crate::probe::{Failure, Probe};
 
 /// PINGs per node; the median is reported, so one hiccup does not count.
 const PINGS: usize = 5;
@@ -18,12 +22,43 @@ const SETTINGS: [&str; 4] = ["maxmemory-policy", "maxmemory", "appendonly", "app
 pub struct Facts {
     /// Median PING round trip.
     pub latency: Duration,
-    pub info: Result<InfoDict, String>,
+    /// Whether PING itself was refused (ACL); the refusal's round trip
+    /// was measured instead.
+    pub ping_denied: bool,
+    /// The server's own word on what it is, from HELLO (Redis 6.0 and
+    /// later, and Valkey; every user may run it).
+    pub hello: Result<Hello, Failure>,
+    pub info: Result<InfoDict, Failure>,
     /// CONFIG GET results; managed services often disable CONFIG.
-    pub config: Result<HashMap<String, String>, String>,
-    pub clock: Result<Clock, String>,
+    pub config: Result<HashMap<String, String>, Failure>,
+    pub clock: Result<Clock, Failure>,
     /// Whether `EVAL` works: every lock operation is a Lua script.
-    pub scripting: Result<(), String>,
+    pub scripting: Result<(), Failure>,
+}
+
+/// What HELLO tells of the server.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hello {
+    /// `redis`, `valkey`, ...
+    pub server: Option<String>,
+    pub version: Option<String>,
+    /// `standalone`, `cluster` or `sentinel`.
+    pub mode: Option<String>,
+    /// `master` or `replica`.
+    pub role: Option<String>,
+}
+
+/// Which server a node runs, by HELLO or else INFO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Server {
+    /// `redis`, `valkey`, ...
+    pub kind: String,
+    /// Its own version, e.g. `9.1.2` for Valkey 9.1.2.
+    pub version: String,
+    /// The Redis version it is compatible with, when known: the same as
+    /// `version` for Redis; INFO's `redis_version` for others (Valkey says
+    /// 7.2.4).
+    pub redis_compatible: Option<String>,
 }
 
 /// The node's clock against ours.
@@ -43,21 +78,73 @@ impl Facts {
     pub fn setting(&self, name: &str) -> Option<&str> {
         self.config.as_ref().ok()?.get(name).map(String::as_str)
     }
+
+    /// The server's kind and version: HELLO's `server` and `version`, or
+    /// INFO's `server_name` (Valkey 8 and later) and `<name>_version`, or
+    /// else `redis` and `redis_version`.
+    pub fn server(&self) -> Option<Server> {
+        let hello = self.hello.as_ref().ok();
+        let from_info = || {
+            let kind = self.info("server_name").unwrap_or_else(|| "redis".into());
+            let version = self
+                .info(&format!("{kind}_version"))
+                .or_else(|| self.info("redis_version"))?;
+            Some((kind, version))
+        };
+        let (kind, version) =
+            match hello.and_then(|h| Some((h.server.clone()?, h.version.clone()?))) {
+                Some(named) => named,
+                None => from_info()?,
+            };
+        let redis_compatible = if kind == "redis" {
+            Some(version.clone())
+        } else {
+            self.info("redis_version")
+        };
+        Some(Server {
+            kind,
+            version,
+            redis_compatible,
+        })
+    }
+
+    /// `standalone`, `cluster` or `sentinel`, by INFO or else HELLO.
+    pub fn mode(&self) -> Option<String> {
+        self.info("redis_mode")
+            .or_else(|| self.hello.as_ref().ok()?.mode.clone())
+    }
+
+    /// Whether the server speaks RESP3, which release notifications need:
+    /// it does if it knows HELLO (both came with Redis 6.0). `None`: could
+    /// not tell (HELLO failed otherwise).
+    pub fn resp3(&self) -> Option<bool> {
+        match &self.hello {
+            Ok(_) => Some(true),
+            Err(Failure::Unknown(_)) => Some(false),
+            Err(_) => None,
+        }
+    }
 }
 
 /// Connects and reads everything; `Err` only when the node cannot be
-/// reached or does not answer PING.
+/// reached or does not answer PING (a PING refused by ACL is an answer).
 pub async fn gather(url: &str, timeout: Duration) -> Result<Facts, String> {
     let mut probe = Probe::connect(url, timeout).await?;
     let mut rtts = Vec::with_capacity(PINGS);
+    let mut ping_denied = false;
     for _ in 0..PINGS {
         let sent = Instant::now();
-        let _: String = probe.query(&redis::cmd("PING")).await?;
+        match probe.query::<String>(&redis::cmd("PING")).await {
+            Ok(_) => {}
+            Err(Failure::Denied(_)) => ping_denied = true,
+            Err(e) => return Err(e.into()),
+        }
         rtts.push(sent.elapsed());
     }
     rtts.sort();
     let latency = rtts[PINGS / 2];
 
+    let hello = read_hello(&mut probe).await;
     let info = probe.query::<InfoDict>(&redis::cmd("INFO")).await;
     let config = read_config(&mut probe).await;
     let clock = read_clock(&mut probe).await;
@@ -67,6 +154,8 @@ pub async fn gather(url: &str, timeout: Duration) -> Result<Facts, String> {
         .map(drop);
     Ok(Facts {
         latency,
+        ping_denied,
+        hello,
         info,
         config,
         clock,
@@ -74,7 +163,45 @@ pub async fn gather(url: &str, timeout: Duration) -> Result<Facts, String> {
     })
 }
 
-async fn read_config(probe: &mut Probe) -> Result<HashMap<String, String>, String> {
+/// `HELLO` with the connection's own protocol version, which changes
+/// nothing and answers the server's name, version, mode and role (Redis
+/// 6.0 needs the version; later ones take a bare HELLO too).
+async fn read_hello(probe: &mut Probe) -> Result<Hello, Failure> {
+    let version = if probe.resp3() { 3 } else { 2 };
+    let reply: Value = probe.query(redis::cmd("HELLO").arg(version)).await?;
+    Ok(parse_hello(&reply))
+}
+
+/// HELLO's map: a RESP3 map, or under RESP2 a flat array of pairs.
+fn parse_hello(reply: &Value) -> Hello {
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .map(|pair| (&pair[0], &pair[1]))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+        _ => None,
+    };
+    let mut hello = Hello::default();
+    for (key, value) in pairs {
+        let slot = match text(key).as_deref() {
+            Some("server") => &mut hello.server,
+            Some("version") => &mut hello.version,
+            Some("mode") => &mut hello.mode,
+            Some("role") => &mut hello.role,
+            _ => continue,
+        };
+        *slot = text(value);
+    }
+    hello
+}
+
+async fn read_config(probe: &mut Probe) -> Result<HashMap<String, String>, Failure> {
     let mut all = HashMap::new();
     for name in SETTINGS {
         let got: HashMap<String, String> = probe
@@ -85,7 +212,7 @@ async fn read_config(probe: &mut Probe) -> Result<HashMap<String, String>, Strin
     Ok(all)
 }
 
-async fn read_clock(probe: &mut Probe) -> Result<Clock, String> {
+async fn read_clock(probe: &mut Probe) -> Result<Clock, Failure> {
     let local_before = SystemTime::now();
     let sent = Instant::now();
     let (secs, micros): (u64, u64) = probe.query(&redis::cmd("TIME")).await?;
@@ -103,4 +230,94 @@ async fn read_clock(probe: &mut Probe) -> Result<Clock, String> {
         offset_us: node_us.saturating_sub(to_us(local_mid)),
         uncertainty: rtt / 2,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn hello_is_read_from_a_resp2_array_and_a_resp3_map() {
+        let fields = [
+            ("server", bulk("valkey")),
+            ("version", bulk("9.1.2")),
+            ("proto", Value::Int(2)),
+            ("mode", bulk("standalone")),
+            ("role", bulk("master")),
+            ("modules", Value::Array(vec![])),
+        ];
+        let want = Hello {
+            server: Some("valkey".into()),
+            version: Some("9.1.2".into()),
+            mode: Some("standalone".into()),
+            role: Some("master".into()),
+        };
+        let flat = Value::Array(
+            fields
+                .iter()
+                .flat_map(|(k, v)| [bulk(k), v.clone()])
+                .collect(),
+        );
+        assert_eq!(parse_hello(&flat), want);
+        let map = Value::Map(fields.iter().map(|(k, v)| (bulk(k), v.clone())).collect());
+        assert_eq!(parse_hello(&map), want);
+    }
+
+    fn facts(hello: Result<Hello, Failure>, info: &str) -> Facts {
+        let info: Result<InfoDict, Failure> = if info.is_empty() {
+            Err(Failure::Denied("Redis replied NOPERM".into()))
+        } else {
+            Ok(redis::FromRedisValue::from_redis_value(bulk(info)).unwrap())
+        };
+        Facts {
+            latency: Duration::ZERO,
+            ping_denied: false,
+            hello,
+            info,
+            config: Err(Failure::Failed("not asked".into())),
+            clock: Err(Failure::Failed("not asked".into())),
+            scripting: Ok(()),
+        }
+    }
+
+    #[test]
+    fn the_server_is_named_by_hello_or_else_by_info() {
+        let valkey_info = "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        let hello = Hello {
+            server: Some("valkey".into()),
+            version: Some("9.1.2".into()),
+            ..Hello::default()
+        };
+        let valkey = Server {
+            kind: "valkey".into(),
+            version: "9.1.2".into(),
+            redis_compatible: Some("7.2.4".into()),
+        };
+        assert_eq!(
+            facts(Ok(hello.clone()), valkey_info).server(),
+            Some(valkey.clone())
+        );
+        let unknown = Err(Failure::Unknown("unknown command".into()));
+        assert_eq!(facts(unknown.clone(), valkey_info).server(), Some(valkey));
+        // INFO refused (a least-privilege user): HELLO alone.
+        assert_eq!(
+            facts(Ok(hello), "").server().unwrap().redis_compatible,
+            None
+        );
+        // Redis before 6.0: no HELLO, no server_name.
+        let old = facts(unknown, "redis_version:5.0.7\r\nredis_mode:standalone\r\n");
+        assert_eq!(
+            old.server(),
+            Some(Server {
+                kind: "redis".into(),
+                version: "5.0.7".into(),
+                redis_compatible: Some("5.0.7".into()),
+            })
+        );
+        assert_eq!(old.resp3(), Some(false));
+    }
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, FromRedisValue, RedisError};
+use redis::{Client, FromRedisValue, ProtocolVersion, RedisError};
 
 use crate::duration;
 use crate::errors::chain;
@@ -14,18 +14,57 @@ use crate::errors::chain;
 pub struct Probe {
     con: MultiplexedConnection,
     timeout: Duration,
+    resp3: bool,
+}
+
+/// Why a request got no usable answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The server answered that this user may not run it (ACL: `NOPERM`).
+    /// The reply still came back: the node is reachable.
+    Denied(String),
+    /// The server does not know the command (`ERR unknown command`): it is
+    /// older than the command.
+    Unknown(String),
+    /// Anything else: no connection, no reply in time, another error.
+    Failed(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Denied(why) | Failure::Unknown(why) | Failure::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<Failure> for String {
+    fn from(failure: Failure) -> String {
+        failure.to_string()
+    }
 }
 
 impl Probe {
     /// Connects (and authenticates, if the URL says so) within `timeout`.
-    pub async fn connect(url: &str, timeout: Duration) -> Result<Probe, String> {
-        let client = Client::open(url).map_err(|e| describe_error(&e))?;
+    pub async fn connect(url: &str, timeout: Duration) -> Result<Probe, Failure> {
+        let client = Client::open(url).map_err(|e| classify(&e))?;
+        let resp3 =
+            client.get_connection_info().redis_settings().protocol() != ProtocolVersion::RESP2;
         let con = bounded(timeout, client.get_multiplexed_async_connection()).await?;
-        Ok(Probe { con, timeout })
+        Ok(Probe {
+            con,
+            timeout,
+            resp3,
+        })
+    }
+
+    /// Whether this connection speaks RESP3 (the URL asked for it).
+    pub fn resp3(&self) -> bool {
+        self.resp3
     }
 
     /// Sends one command and waits at most the timeout for its reply.
-    pub async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, String> {
+    pub async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, Failure> {
         bounded(self.timeout, cmd.query_async(&mut self.con)).await
     }
 }
@@ -33,14 +72,26 @@ impl Probe {
 async fn bounded<T>(
     timeout: Duration,
     request: impl std::future::Future<Output = Result<T, RedisError>>,
-) -> Result<T, String> {
+) -> Result<T, Failure> {
     match tokio::time::timeout(timeout, request).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(describe_error(&e)),
-        Err(_) => Err(format!(
+        Ok(Err(e)) => Err(classify(&e)),
+        Err(_) => Err(Failure::Failed(format!(
             "no reply within {} (down, paused or overloaded?)",
             duration::show(timeout)
-        )),
+        ))),
+    }
+}
+
+/// A redis-rs error as a [`Failure`], described for a table cell.
+fn classify(e: &RedisError) -> Failure {
+    let text = describe_error(e);
+    match e.code() {
+        Some("NOPERM") => Failure::Denied(text),
+        Some("ERR") if e.detail().is_some_and(|d| d.starts_with("unknown command")) => {
+            Failure::Unknown(text)
+        }
+        _ => Failure::Failed(text),
     }
 }
 

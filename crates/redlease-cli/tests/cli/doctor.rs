@@ -4,24 +4,26 @@ use std::time::Duration;
 
 use redlease_testkit::{NodeConfig, RedisNode, RedisNodes};
 
-use crate::support::{redlease, run, Finished};
+use crate::support::{redlease, run, server_kind_and_version, Finished};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-fn doctor(urls: &[String]) -> Finished {
+pub fn doctor(urls: &[String]) -> Finished {
     run(
         redlease().args(["doctor", "--nodes", &urls.join(","), "--timeout", "500ms"]),
         LIMIT,
     )
 }
 
-/// The table row (and its fix line) for `check` on `node` ("0", "all", ...).
-fn row<'a>(out: &'a Finished, node: &str, check: &str) -> &'a str {
+/// The table row for `check` on `node` ("0", "all", ...).
+pub fn row<'a>(out: &'a Finished, node: &str, check: &str) -> &'a str {
+    // Columns are apart by two spaces or more; words in a cell by one.
+    let cell = format!("  {check}  ");
     out.stdout
         .lines()
         .find(|line| {
             let cells: Vec<&str> = line.split_whitespace().collect();
-            cells.len() > 2 && cells[1] == node && line.contains(check)
+            cells.len() > 2 && cells[1] == node && line.contains(&cell)
         })
         .unwrap_or_else(|| panic!("no {check} row for node {node}: {out:#?}"))
 }
@@ -92,4 +94,31 @@ fn doctor_reports_down_and_paused_nodes() {
     let persistence = row(&out, "0", "persistence");
     assert!(persistence.starts_with("WARN"), "{persistence}");
     assert!(out.stdout.contains("keep the node down for longer than"));
+}
+
+#[test]
+fn doctor_names_the_servers_kind_and_version() {
+    let node = RedisNode::start();
+    let out = doctor(&[node.url()]);
+    // Whatever the testkit runs (REDLEASE_SERVER: redis-server by default,
+    // or valkey-server), as its --version says.
+    let (kind, version) = server_kind_and_version();
+    let server = row(&out, "0", "server");
+    assert!(
+        server.contains(&format!("  {kind} {version}")) && server.contains("standalone"),
+        "{server}"
+    );
+    let major: u32 = version.split('.').next().unwrap().parse().unwrap();
+    if kind == "redis" && major < 6 {
+        assert!(
+            server.starts_with("WARN") && server.contains("older than Redis 6.0"),
+            "{server}"
+        );
+    } else {
+        assert!(server.starts_with("OK"), "{server}");
+    }
+    if kind != "redis" {
+        // Valkey keeps the Redis version it is compatible with in INFO.
+        assert!(server.contains(" compatible)"), "{server}");
+    }
 }

@@ -133,6 +133,24 @@ pub fn signal(child: &Child, sig: Signal) {
     kill_process(Pid::from_child(child), sig).expect("signal redlease");
 }
 
+/// The kind and version of the server program the testkit runs, from its
+/// `--version` (`Redis server v=7.0.15 ...`, `Valkey server v=9.1.2 ...`):
+/// `("redis", "7.0.15")`.
+pub fn server_kind_and_version() -> (String, String) {
+    let program = redlease_testkit::server_program();
+    let out = Command::new(&program)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{program} --version: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kind = text.split_whitespace().next().unwrap_or_default();
+    let version = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .unwrap_or_else(|| panic!("no v= in {program} --version: {text}"));
+    (kind.to_lowercase(), version.to_string())
+}
+
 /// The Redis key of lock `name` with the default prefix.
 pub fn lock_key(name: &str) -> String {
     format!("redlease:{{{name}}}")
