@@ -29,8 +29,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-Needs redis-server on PATH (Debian/Ubuntu: apt-get install -y redis-server). \
-Every server it starts listens on a free port on 127.0.0.1 and is stopped at \
+Needs redis-server on PATH (Debian/Ubuntu: apt-get install -y redis-server), \
+or REDLEASE_SERVER set to another server program, e.g. a valkey-server. Every server it starts listens on a free port on 127.0.0.1 and is stopped at \
 the end, also on Ctrl-C.
 
 Examples:
@@ -60,11 +60,25 @@ fn parse_run_time(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn demo(args: DemoArgs) -> Exit {
-    if !on_path("redis-server") {
+    // What the testkit starts: REDLEASE_SERVER, or redis-server.
+    let program = redlease_testkit::server_program();
+    let server = Path::new(&program).file_name().map_or_else(
+        || program.clone(),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    if !findable(&program) {
         return Exit::with(
             exit::UNAVAILABLE,
-            "the demo needs redis-server, which is not on PATH; install it with \
-             `apt-get install -y redis-server` (Debian/Ubuntu) and run it again",
+            format!(
+                "the demo needs {program}, which is not {}; install redis-server with \
+                 `apt-get install -y redis-server` (Debian/Ubuntu), or set REDLEASE_SERVER to \
+                 another server program, and run it again",
+                if program.contains('/') {
+                    "an executable file"
+                } else {
+                    "on PATH"
+                }
+            ),
         );
     }
     // Caught from here on, so Ctrl-C still stops every server we start.
@@ -96,14 +110,14 @@ pub async fn demo(args: DemoArgs) -> Exit {
         Err(e) => {
             return Exit::with(
                 exit::INTERNAL,
-                format!("could not start redis-server: {}", chain(&e)),
+                format!("could not start {server}: {}", chain(&e)),
             );
         }
     };
     let urls = nodes.urls();
     let ports: Vec<String> = nodes.iter().map(|n| n.port().to_string()).collect();
     println!(
-        "Started {NODES} redis-server processes on 127.0.0.1, ports {}.\n",
+        "Started {NODES} {server} processes on 127.0.0.1, ports {}.\n",
         ports.join(", ")
     );
 
@@ -182,7 +196,7 @@ pub async fn demo(args: DemoArgs) -> Exit {
     println!("\n{}", summary.render());
     let running = nodes.iter().filter(|n| n.is_running()).count();
     tokio::task::block_in_place(|| drop(nodes));
-    println!("Cleaned up: stopped the {running} redis-server processes still running.");
+    println!("Cleaned up: stopped the {running} {server} processes still running.");
 
     if let Some(sig) = interrupted {
         return Exit::with(exit::signal_code(sig.as_raw()), "demo interrupted");
@@ -194,17 +208,20 @@ pub async fn demo(args: DemoArgs) -> Exit {
     }
 }
 
-/// Whether `program` would be found on PATH, checked here because the
-/// testkit panics when it is missing.
-fn on_path(program: &str) -> bool {
+/// Whether `program` (a path, or a name looked up on PATH) would be found,
+/// checked here because the testkit panics when it is missing.
+fn findable(program: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    let Some(path) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&path).any(|dir| {
-        let candidate = Path::new(&dir).join(program);
+    let executable = |candidate: &Path| {
         candidate
             .metadata()
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
+    };
+    if program.contains('/') {
+        return executable(Path::new(program));
+    }
+    let Some(path) = std::env::var_os("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&path).any(|dir| executable(&Path::new(&dir).join(program)))
 }

@@ -4,15 +4,18 @@ use std::time::Duration;
 
 use crate::support::{redlease, run};
 
-/// Whether a process titled `redis-server 127.0.0.1:PORT` still exists.
+/// Whether a process titled `redis-server 127.0.0.1:PORT` (or the server
+/// program REDLEASE_SERVER names, such as valkey-server) still exists.
 fn redis_server_on(port: &str) -> bool {
-    let title = format!("127.0.0.1:{port}");
+    let program = redlease_testkit::server_program();
+    let name = program.rsplit('/').next().unwrap_or(&program);
+    let title = format!("{name} 127.0.0.1:{port}");
     std::fs::read_dir("/proc")
         .expect("/proc")
         .filter_map(Result::ok)
         .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
         .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
-        .any(|cmdline| cmdline.starts_with("redis-server") && cmdline.contains(&title))
+        .any(|cmdline| cmdline.contains(&title))
 }
 
 #[test]
@@ -57,7 +60,10 @@ fn demo_runs_to_completion_and_cleans_up_its_servers() {
 fn demo_without_redis_server_says_how_to_install_it() {
     let empty = tempfile::tempdir().unwrap();
     let out = run(
-        redlease().arg("demo").env("PATH", empty.path()),
+        redlease()
+            .arg("demo")
+            .env("PATH", empty.path())
+            .env_remove("REDLEASE_SERVER"),
         Duration::from_secs(10),
     );
     out.expect(69);
