@@ -1,6 +1,7 @@
 //! End-to-end tests of the `redlease` binary against real redis-server
 //! processes on free loopback ports (never 6379).
 
+mod acl;
 mod demo;
 mod doctor;
 mod logging;

@@ -6,6 +6,7 @@ mod support;
 #[path = "../../examples/fencing/store.rs"]
 mod fenced_store;
 
+mod acl;
 mod admin;
 mod bad_input;
 mod bounds;

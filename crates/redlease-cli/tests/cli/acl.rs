@@ -1,0 +1,131 @@
+//! The `redlease` command as the least-privilege ACL user of README:
+//! `run`, `status` and `release --force` work; `doctor` does the checks
+//! that user may do and says which it cannot.
+
+use std::time::Duration;
+
+use redlease_testkit::{RedisNode, RedisNodes};
+
+use crate::doctor::{doctor, row};
+use crate::support::{eventually, has_key, lock_key, redlease, run, Holder};
+
+const LIMIT: Duration = Duration::from_secs(30);
+const USER: &str = "redlease";
+const PASSWORD: &str = "pw";
+
+/// The rule after `ACL SETUSER redlease on >PASSWORD` in README (the
+/// library's tests check that it is enough, and no wider than needed).
+fn readme_rule() -> Vec<&'static str> {
+    include_str!("../../../../README.md")
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("ACL SETUSER redlease on >PASSWORD ")
+        })
+        .expect("README gives the ACL SETUSER line")
+        .split_whitespace()
+        .collect()
+}
+
+/// Adds README's user to `node`. Redis 6.0 takes no channel rules, and
+/// checks HELLO against the user's rights: README's form for it.
+fn add_user(node: &RedisNode) {
+    let mut con = node.client().get_connection().expect("admin connection");
+    let set = |words: Vec<&str>| {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg(&["SETUSER", USER, "on", &format!(">{PASSWORD}")])
+            .arg(words);
+        cmd
+    };
+    let rule = readme_rule();
+    if let Err(e) = set(rule.clone()).query::<()>(&mut con) {
+        let redis_6_0 = rule
+            .into_iter()
+            .filter(|w| !w.starts_with('&') && *w != "resetchannels")
+            .chain(["+hello"])
+            .collect();
+        set(redis_6_0)
+            .query::<()>(&mut con)
+            .unwrap_or_else(|_| panic!("ACL SETUSER: {e}"));
+    }
+}
+
+/// Nodes with README's user, and their URLs as that user.
+fn nodes_with_user(n: usize) -> (RedisNodes, Vec<String>) {
+    let nodes = RedisNodes::start(n);
+    nodes.iter().for_each(add_user);
+    let urls = nodes
+        .iter()
+        .map(|node| format!("redis://{USER}:{PASSWORD}@{}", node.addr()))
+        .collect();
+    (nodes, urls)
+}
+
+#[test]
+fn run_status_and_force_release_work_as_the_least_privilege_user() {
+    let (nodes, urls) = nodes_with_user(3);
+    let nodes_arg = urls.join(",");
+    run(
+        redlease().args(["run", "--nodes", &nodes_arg, "--key", "job", "--", "true"]),
+        LIMIT,
+    )
+    .expect(0);
+
+    let holder = Holder::take(&urls, "job");
+    eventually(Duration::from_secs(10), "the key on every node", || {
+        nodes.iter().all(|node| has_key(node, &lock_key("job")))
+    });
+    let status = run(
+        redlease().args(["status", "--nodes", &nodes_arg, "--key", "job"]),
+        LIMIT,
+    );
+    status.expect(0);
+    assert!(
+        status.stdout.contains("HELD on 3 of 3 nodes"),
+        "{status:#?}"
+    );
+    assert!(status.stdout.contains(&holder.fencing_token().to_string()));
+
+    run(
+        redlease().args(["release", "--force", "--nodes", &nodes_arg, "--key", "job"]),
+        LIMIT,
+    )
+    .expect(0);
+    assert!(nodes.iter().all(|node| !has_key(node, &lock_key("job"))));
+}
+
+#[test]
+fn doctor_as_the_least_privilege_user_says_which_checks_it_cannot_do() {
+    let (_nodes, urls) = nodes_with_user(3);
+    let out = doctor(&urls);
+    // What it cannot check is a WARN, not a FAIL.
+    out.expect(0);
+    for node in ["0", "1", "2"] {
+        let reachable = row(&out, node, "reachable");
+        assert!(
+            reachable.starts_with("OK") && reachable.contains("may not run PING"),
+            "{reachable}"
+        );
+        let server = row(&out, node, "server");
+        assert!(server.starts_with("OK"), "HELLO names it: {server}");
+        assert!(row(&out, node, "lua scripts").starts_with("OK"));
+        for (check, command) in [
+            ("maxmemory-policy", "CONFIG GET"),
+            ("persistence", "CONFIG GET or INFO"),
+            ("replication", "INFO"),
+        ] {
+            let line = row(&out, node, check);
+            assert!(
+                line.starts_with("WARN")
+                    && line.contains(&format!("not checked: this user may not run {command}")),
+                "{line}"
+            );
+        }
+    }
+    let distinct = row(&out, "all", "distinct servers");
+    assert!(
+        distinct.starts_with("WARN") && distinct.contains("not checked"),
+        "{distinct}"
+    );
+    assert!(row(&out, "all", "clock skew").starts_with("OK"));
+}
