@@ -114,11 +114,15 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         Ok(urls) => urls,
         Err(exit) => return exit,
     };
+    let tls = match args.nodes.redis_tls() {
+        Ok(tls) => tls,
+        Err(exit) => return exit,
+    };
     let probes: Vec<_> = urls
         .iter()
         .map(|url| {
-            let url = url.clone();
-            tokio::spawn(async move { facts::gather(&url, args.timeout).await })
+            let (url, tls) = (url.clone(), tls.clone());
+            tokio::spawn(async move { facts::gather(&url, args.timeout, tls.as_ref()).await })
         })
         .collect();
     let mut found = Vec::new();

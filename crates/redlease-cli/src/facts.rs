@@ -128,8 +128,12 @@ impl Facts {
 
 /// Connects and reads everything; `Err` only when the node cannot be
 /// reached or does not answer PING (a PING refused by ACL is an answer).
-pub async fn gather(url: &str, timeout: Duration) -> Result<Facts, String> {
-    let mut probe = Probe::connect(url, timeout).await?;
+pub async fn gather(
+    url: &str,
+    timeout: Duration,
+    tls: Option<&redis::TlsCertificates>,
+) -> Result<Facts, String> {
+    let mut probe = Probe::connect(url, timeout, tls).await?;
     let mut rtts = Vec::with_capacity(PINGS);
     let mut ping_denied = false;
     for _ in 0..PINGS {

@@ -80,6 +80,29 @@ impl NodesArg {
         Ok(Some(tls))
     }
 
+    /// The same TLS settings for a direct redis-rs connection (`doctor`).
+    pub fn redis_tls(&self) -> Result<Option<redis::TlsCertificates>, Exit> {
+        if self.tls_ca.is_none() && self.tls_cert.is_none() {
+            return Ok(None);
+        }
+        let read = |path: &PathBuf| {
+            std::fs::read(path)
+                .map_err(|e| Exit::with(exit::USAGE, format!("{}: {}", path.display(), chain(&e))))
+        };
+        let root_cert = self.tls_ca.as_ref().map(read).transpose()?;
+        let client_tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            _ => None,
+        };
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+
     /// A Locker builder over the nodes, with the TLS settings.
     pub fn builder(&self) -> Result<(Vec<String>, redlease::LockerBuilder), Exit> {
         let urls = self.urls()?;

@@ -45,9 +45,28 @@ impl From<Failure> for String {
 }
 
 impl Probe {
-    /// Connects (and authenticates, if the URL says so) within `timeout`.
-    pub async fn connect(url: &str, timeout: Duration) -> Result<Probe, Failure> {
-        let client = Client::open(url).map_err(|e| classify(&e))?;
+    /// Connects (and authenticates, if the URL says so) within `timeout`;
+    /// a `rediss://` node with `tls`'s CA and client certificate, if given.
+    pub async fn connect(
+        url: &str,
+        timeout: Duration,
+        tls: Option<&redis::TlsCertificates>,
+    ) -> Result<Probe, Failure> {
+        let client = match tls {
+            Some(tls) if url.starts_with("rediss://") => {
+                // rustls needs a process-wide crypto provider; the library
+                // installs the same one for its own connections.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                Client::build_with_tls(url, tls.clone())
+            }
+            _ => {
+                if url.starts_with("rediss://") {
+                    let _ = rustls::crypto::ring::default_provider().install_default();
+                }
+                Client::open(url)
+            }
+        }
+        .map_err(|e| classify(&e))?;
         let resp3 =
             client.get_connection_info().redis_settings().protocol() != ProtocolVersion::RESP2;
         let con = bounded(timeout, client.get_multiplexed_async_connection()).await?;

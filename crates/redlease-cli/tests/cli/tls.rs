@@ -84,3 +84,31 @@ fn run_status_and_release_work_over_mutual_tls() {
         "{missing:#?}"
     );
 }
+
+#[test]
+fn doctor_checks_tls_nodes_with_the_same_flags() {
+    let pki = TestPki::generate();
+    let nodes = RedisNodes::start_with(1, NodeConfig::new().tls(&pki, ClientAuth::Required));
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = pki.write_client_files(dir.path());
+    let out = run(
+        redlease()
+            .args([
+                "doctor",
+                "--nodes",
+                &nodes.urls().join(","),
+                "--timeout",
+                "2s",
+            ])
+            .args(["--tls-ca", ca.to_str().unwrap()])
+            .args(["--tls-cert", cert.to_str().unwrap()])
+            .args(["--tls-key", key.to_str().unwrap()]),
+        LIMIT,
+    );
+    let reachable = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("reachable"))
+        .unwrap_or_else(|| panic!("a reachability row: {out:#?}"));
+    assert!(reachable.starts_with("OK"), "{reachable}");
+}
