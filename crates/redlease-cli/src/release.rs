@@ -1,16 +1,12 @@
 //! `redlease release --force`: delete a stuck lock whoever holds it, with
 //! the library's `Locker::force_release`.
 
-use std::time::Duration;
-
 use clap::Args;
 use redlease::Error;
 
-use crate::duration;
 use crate::errors::chain;
 use crate::exit::{self, Exit};
-use crate::nodes::NodesArg;
-use crate::status::admin_locker;
+use crate::status::LockArg;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -31,24 +27,12 @@ usage (including a missing --force); 69 a node did not answer (the others \
 were cleared).")]
 pub struct ReleaseArgs {
     #[command(flatten)]
-    nodes: NodesArg,
-
-    /// The lock's name.
-    #[arg(long, value_name = "NAME")]
-    key: String,
-
-    /// Prefix of the lock's Redis key (the key is PREFIX{NAME}).
-    #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
-    key_prefix: String,
+    lock: LockArg,
 
     /// Delete the lock whoever holds it. Required: without the holder's
     /// token there is no other kind of release.
     #[arg(long)]
     force: bool,
-
-    /// How long each node may take to connect and answer.
-    #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse)]
-    timeout: Duration,
 }
 
 pub async fn release(args: ReleaseArgs) -> Exit {
@@ -59,17 +43,18 @@ pub async fn release(args: ReleaseArgs) -> Exit {
              (read `redlease release --help` first)",
         );
     }
-    let (urls, locker) = match admin_locker(&args.nodes, &args.key_prefix, args.timeout) {
+    let (urls, locker) = match args.lock.locker() {
         Ok(made) => made,
         Err(exit) => return exit,
     };
-    let key = locker.key(&args.key);
-    match locker.force_release(&args.key).await {
+    let name = args.lock.name();
+    let key = locker.key(name);
+    match locker.force_release(name).await {
         Ok(deleted) => {
             println!(
                 "force-released lock {:?} (key {key}): a key was deleted on {deleted} of {} \
                  node{}; the fencing counter is kept",
-                args.key,
+                name,
                 urls.len(),
                 if urls.len() == 1 { "" } else { "s" }
             );

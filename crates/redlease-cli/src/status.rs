@@ -26,6 +26,13 @@ Exit codes: 0 the state is known (held or free); 2 usage; 69 too few nodes \
 answered to tell.")]
 pub struct StatusArgs {
     #[command(flatten)]
+    lock: LockArg,
+}
+
+/// The lock `status` and `release` act on, and how long each node may take.
+#[derive(Args, Debug)]
+pub struct LockArg {
+    #[command(flatten)]
     nodes: NodesArg,
 
     /// The lock's name.
@@ -41,12 +48,36 @@ pub struct StatusArgs {
     timeout: Duration,
 }
 
+impl LockArg {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.key
+    }
+
+    /// A Locker for looking at or clearing the lock: it names the keys
+    /// exactly as `run` and the library do, checks the node list, and
+    /// bounds each node by the timeout (to connect, and to answer).
+    /// Building it does no I/O.
+    pub fn locker(&self) -> Result<(Vec<String>, Locker), Exit> {
+        let (urls, builder) = self.nodes.builder()?;
+        let locker = builder
+            .key_prefix(self.key_prefix.as_str())
+            .connect_timeout(self.timeout)
+            .node_timeout(self.timeout)
+            // Only bounds the node timeout: nothing is locked.
+            .ttl((self.timeout * 4).max(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| Exit::with(exit::USAGE, chain(&e)))?;
+        Ok((urls, locker))
+    }
+}
+
 pub async fn status(args: StatusArgs) -> Exit {
-    let (_, locker) = match admin_locker(&args.nodes, &args.key_prefix, args.timeout) {
+    let (_, locker) = match args.lock.locker() {
         Ok(made) => made,
         Err(exit) => return exit,
     };
-    let status = match locker.inspect(&args.key).await {
+    let status = match locker.inspect(args.lock.name()).await {
         Ok(status) => status,
         Err(e @ Error::InvalidInput { .. }) => return Exit::with(exit::USAGE, chain(&e)),
         Err(e) => return Exit::with(exit::INTERNAL, chain(&e)),
@@ -56,7 +87,7 @@ pub async fn status(args: StatusArgs) -> Exit {
     let quorum = locker.quorum();
     println!(
         "lock {:?} (key {}) on {nodes} node{}, quorum {quorum}",
-        args.key,
+        args.lock.name(),
         status.key,
         if nodes == 1 { "" } else { "s" }
     );
@@ -99,26 +130,6 @@ pub async fn status(args: StatusArgs) -> Exit {
         ),
         _ => Exit::code(exit::OK),
     }
-}
-
-/// A Locker for looking at or clearing one lock: it names the keys exactly
-/// as `run` and the library do, checks the node list, and bounds each node
-/// by `timeout` (to connect, and to answer). Building it does no I/O.
-pub fn admin_locker(
-    nodes: &NodesArg,
-    prefix: &str,
-    timeout: Duration,
-) -> Result<(Vec<String>, Locker), Exit> {
-    let (urls, builder) = nodes.builder()?;
-    let locker = builder
-        .key_prefix(prefix)
-        .connect_timeout(timeout)
-        .node_timeout(timeout)
-        // Only bounds the node timeout: nothing is locked.
-        .ttl((timeout * 4).max(Duration::from_secs(10)))
-        .build()
-        .map_err(|e| Exit::with(exit::USAGE, chain(&e)))?;
-    Ok((urls, locker))
 }
 
 /// What went wrong with a node, without its name (the row has it).
