@@ -34,6 +34,7 @@
 //! // Everything is stopped and cleaned up here.
 //! ```
 
+pub mod cluster;
 mod process;
 pub mod proxy;
 pub mod tls;
