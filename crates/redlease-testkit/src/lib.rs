@@ -37,6 +37,7 @@
 pub mod cluster;
 mod process;
 pub mod proxy;
+pub mod sentinel;
 pub mod tls;
 
 /// The server program the nodes run: `$REDLEASE_SERVER`, or `redis-server`.
@@ -79,6 +80,8 @@ const RESTART_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct NodeConfig {
     args: Vec<(String, String)>,
     tls: Option<(tls::TestPki, ClientAuth)>,
+    /// Sentinel mode: the config file's text (sentinels rewrite it).
+    sentinel: Option<String>,
 }
 
 /// Whether a TLS node asks clients for a certificate (`tls-auth-clients`).
@@ -107,6 +110,13 @@ impl NodeConfig {
     /// ```
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.args.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Runs the server as a Sentinel (`--sentinel`) with these config
+    /// lines (e.g. `sentinel monitor ...`).
+    pub(crate) fn sentinel(mut self, config: String) -> Self {
+        self.sentinel = Some(config);
         self
     }
 
@@ -206,14 +216,24 @@ impl RedisNode {
         }
         let tail = process::log_tail(self.dir.path());
         self.kill();
-        panic!("redis-server did not start after {START_ATTEMPTS} attempts; log tail:\n{tail}");
+        panic!(
+            "{} did not start after {START_ATTEMPTS} attempts; log tail:\n{tail}",
+            server_program()
+        );
     }
 
     fn wait_ready(&mut self) -> bool {
         let child = self.child.as_mut().expect("a spawned child");
         let tls = self.config.tls.is_some();
-        process::wait_ready(child, self.port, tls, self.dir.path(), READY_TIMEOUT)
-            == process::Ready::Up
+        let sentinel = self.config.sentinel.is_some();
+        process::wait_ready(
+            child,
+            self.port,
+            tls,
+            sentinel,
+            self.dir.path(),
+            READY_TIMEOUT,
+        ) == process::Ready::Up
     }
 
     /// The TCP port, stable across [`restart`](RedisNode::restart).
@@ -338,8 +358,10 @@ impl RedisNode {
             self.kill();
             if Instant::now() >= deadline {
                 panic!(
-                    "redis-server could not restart on port {} within {:?}; log tail:\n{tail}",
-                    self.port, RESTART_TIMEOUT
+                    "{} could not restart on port {} within {:?}; log tail:\n{tail}",
+                    server_program(),
+                    self.port,
+                    RESTART_TIMEOUT
                 );
             }
             std::thread::sleep(process::POLL);

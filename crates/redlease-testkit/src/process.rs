@@ -60,25 +60,35 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
     // tls-* settings are left out otherwise: a server built without TLS
     // (some Valkey builds) refuses them.
     let plain = if config.tls.is_some() { 0 } else { port };
-    let mut args: Vec<String> = [
-        "--port",
-        &plain.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--dir",
-        &dir.to_string_lossy(),
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--daemonize",
-        "no",
-        "--logfile",
-        &dir.join(LOG_FILE).to_string_lossy(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    // A Sentinel reads (and rewrites) a config file given first.
+    let mut args: Vec<String> = Vec::new();
+    if let Some(text) = &config.sentinel {
+        let file = dir.join("sentinel.conf");
+        std::fs::write(&file, text)?;
+        args.push(file.to_string_lossy().into_owned());
+        args.push("--sentinel".to_string());
+    }
+    args.extend(
+        [
+            "--port",
+            &plain.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            &dir.to_string_lossy(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            &dir.join(LOG_FILE).to_string_lossy(),
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+
     if let Some((pki, auth)) = &config.tls {
         let file = |name: &str, pem: &str| -> io::Result<String> {
             let path = dir.join(name);
@@ -177,9 +187,16 @@ pub(crate) fn wait_ready(
     child: &mut Child,
     port: u16,
     tls: bool,
+    sentinel: bool,
     dir: &Path,
     timeout: Duration,
 ) -> Ready {
+    // A Sentinel logs no "Ready" line; it has its ID once it listens.
+    let marker = if sentinel {
+        "Sentinel ID is"
+    } else {
+        "Ready to accept connections"
+    };
     let deadline = Instant::now() + timeout;
     loop {
         if !matches!(child.try_wait(), Ok(None)) {
@@ -191,7 +208,7 @@ pub(crate) fn wait_ready(
         } else {
             ping(port, Duration::from_millis(200))
         };
-        if log.contains("Ready to accept connections") && answers {
+        if log.contains(marker) && answers {
             return Ready::Up;
         }
         if Instant::now() >= deadline {

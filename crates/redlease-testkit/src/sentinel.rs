@@ -1,0 +1,149 @@
+//! Redis Sentinel on loopback: a primary, its replicas, and sentinels that
+//! watch it and fail it over, all real server processes. For tests of
+//! clients that find the primary through the sentinels.
+
+use std::time::{Duration, Instant};
+
+use crate::{NodeConfig, RedisNode};
+
+/// The name the sentinels know the primary by.
+pub const PRIMARY_NAME: &str = "mymaster";
+
+/// A primary with `replicas` replicas, watched by `sentinels` sentinels
+/// that agree on a failure with a majority (`sentinels / 2 + 1`).
+///
+/// The sentinels declare the primary down after 1 s without an answer and
+/// fail it over at once, so tests need not wait long.
+///
+/// ```no_run
+/// use redlease_testkit::sentinel::SentinelSet;
+///
+/// let mut set = SentinelSet::start(1, 3);
+/// let before = set.primary_port();
+/// set.node_mut(0).kill(); // the primary
+/// let after = set.await_failover(before, std::time::Duration::from_secs(30));
+/// assert_ne!(after, before);
+/// ```
+#[derive(Debug)]
+pub struct SentinelSet {
+    /// The data nodes: the first started as primary, the rest as replicas.
+    nodes: Vec<RedisNode>,
+    sentinels: Vec<RedisNode>,
+}
+
+impl SentinelSet {
+    /// Starts the primary, its replicas (waiting until each has synced) and
+    /// the sentinels (waiting until each knows the primary and replicas).
+    pub fn start(replicas: usize, sentinels: usize) -> SentinelSet {
+        assert!(sentinels >= 1, "at least one sentinel");
+        let primary = RedisNode::start();
+        let mut nodes = vec![primary];
+        for _ in 0..replicas {
+            let port = nodes[0].port().to_string();
+            let replica = RedisNode::start_with(
+                NodeConfig::new().arg("replicaof", &format!("127.0.0.1 {port}")),
+            );
+            nodes.push(replica);
+        }
+        let quorum = sentinels / 2 + 1;
+        let config = format!(
+            "sentinel monitor {PRIMARY_NAME} 127.0.0.1 {} {quorum}\n\
+             sentinel down-after-milliseconds {PRIMARY_NAME} 1000\n\
+             sentinel failover-timeout {PRIMARY_NAME} 5000\n\
+             sentinel parallel-syncs {PRIMARY_NAME} 1\n",
+            nodes[0].port()
+        );
+        let sentinels = (0..sentinels)
+            .map(|_| RedisNode::start_with(NodeConfig::new().sentinel(config.clone())))
+            .collect();
+        let set = SentinelSet { nodes, sentinels };
+        set.await_known(replicas, Duration::from_secs(20));
+        set
+    }
+
+    /// Waits until every sentinel sees `replicas` replicas and the others.
+    fn await_known(&self, replicas: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let others = self.sentinels.len() - 1;
+        loop {
+            let known = self.sentinels.iter().all(|s| {
+                let fields = primary_fields(s);
+                let num = |name: &str| {
+                    fields
+                        .windows(2)
+                        .find(|w| w[0] == name)
+                        .and_then(|w| w[1].parse::<usize>().ok())
+                };
+                num("num-slaves") == Some(replicas) && num("num-other-sentinels") == Some(others)
+            });
+            if known {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sentinels did not see the set within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT` of every sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisNode::url).collect()
+    }
+
+    /// The port the sentinels name as primary now.
+    pub fn primary_port(&self) -> u16 {
+        let mut con = self.sentinels[0]
+            .client()
+            .get_connection()
+            .expect("a sentinel");
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(PRIMARY_NAME)
+            .query(&mut con)
+            .expect("the sentinel knows the primary");
+        port
+    }
+
+    /// Waits until the sentinels name another primary than `old_port`, and
+    /// returns its port. Panics after `limit`.
+    pub fn await_failover(&self, old_port: u16, limit: Duration) -> u16 {
+        let deadline = Instant::now() + limit;
+        loop {
+            let now = self.primary_port();
+            if now != old_port {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "no failover within {limit:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Data node `i` (0 started as primary), to fault it.
+    pub fn node_mut(&mut self, i: usize) -> &mut RedisNode {
+        &mut self.nodes[i]
+    }
+
+    /// Data node `i`.
+    pub fn node(&self, i: usize) -> &RedisNode {
+        &self.nodes[i]
+    }
+
+    /// The data node on `port`, if any.
+    pub fn node_on(&self, port: u16) -> Option<&RedisNode> {
+        self.nodes.iter().find(|n| n.port() == port)
+    }
+}
+
+/// `SENTINEL MASTER` as a flat field/value list.
+fn primary_fields(sentinel: &RedisNode) -> Vec<String> {
+    let Ok(mut con) = sentinel.client().get_connection() else {
+        return Vec::new();
+    };
+    redis::cmd("SENTINEL")
+        .arg("MASTER")
+        .arg(PRIMARY_NAME)
+        .query(&mut con)
+        .unwrap_or_default()
+}
