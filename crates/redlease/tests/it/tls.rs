@@ -179,3 +179,64 @@ async fn tls_settings_that_cannot_work_are_refused_at_build() {
         "{e}"
     );
 }
+
+/// A TLS node cut off mid-run (a blackhole: nothing forwarded, nothing
+/// closed) costs each call at most a node timeout, the other two carry
+/// the quorum and keep a lease alive, and the node is used again once the
+/// link heals.
+#[tokio::test]
+async fn a_blackholed_tls_node_is_outvoted_and_used_again_after_the_heal() {
+    use redlease_testkit::proxy::{Mode, Proxy};
+
+    let pki = TestPki::generate();
+    let nodes = tls_nodes(3, &pki, ClientAuth::None);
+    let proxy = Proxy::start(&nodes.node(2).addr());
+    let mut urls = nodes.urls();
+    urls[2] = format!("rediss://{}", proxy.addr());
+    let locker = Locker::builder(&urls)
+        .ttl(Duration::from_millis(1500))
+        .node_timeout(300 * MS)
+        .connect_timeout(NODE_TIMEOUT)
+        .tls(TlsConfig::new().ca_pem(pki.ca_pem()))
+        .retry(RetryPolicy::new().attempts(1))
+        .build()
+        .unwrap();
+    // Connections are up (TLS handshakes done) before the cut.
+    locker
+        .try_lock("warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    proxy.set(Mode::Blackhole);
+    let start = Instant::now();
+    let lease = locker.try_lock("cut").keep_alive().await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "decided by the two others: {:?}",
+        start.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    assert!(
+        !lease.is_lost(),
+        "kept alive by two of three: {:?}",
+        lease.lost_reason()
+    );
+    lease.release().await.unwrap();
+
+    proxy.set(Mode::Pass);
+    let healed = locker.try_lock("after").await.unwrap();
+    let key = locker.key("after");
+    let mut on_node_2 = false;
+    for _ in 0..50 {
+        if get(nodes.node(2), &key).await.is_some() {
+            on_node_2 = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(on_node_2, "the healed node holds the next lock too");
+    healed.release().await.unwrap();
+}
