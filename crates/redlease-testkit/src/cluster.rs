@@ -3,7 +3,7 @@
 //! `CLUSTER MEET` (no `redis-cli` needed). For tests of cluster-aware
 //! clients; each primary can be faulted like any [`RedisNode`].
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::{process, NodeConfig, RedisNode};
 
@@ -77,22 +77,14 @@ impl RedisCluster {
                     .arg(bus),
             );
         }
-        let deadline = Instant::now() + FORM_TIMEOUT;
-        loop {
+        process::poll_until(FORM_TIMEOUT, "the cluster did not form", || {
             let formed = self.primaries.iter().all(|node| {
                 let info: String = query(node, redis::cmd("CLUSTER").arg("INFO"));
                 info.contains("cluster_state:ok")
                     && info.contains(&format!("cluster_known_nodes:{n}\r"))
             });
-            if formed {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not form within {FORM_TIMEOUT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            formed.then_some(())
+        });
     }
 
     /// `redis://127.0.0.1:PORT` of every primary, in order.

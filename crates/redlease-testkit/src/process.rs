@@ -167,6 +167,23 @@ fn on_spawner_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
     rx.recv().expect("spawner thread is gone")
 }
 
+/// Calls `probe` every 50 ms until it gives a value, and returns it;
+/// panics saying `what` did not happen if `limit` passes first.
+pub(crate) fn poll_until<T>(
+    limit: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what} within {limit:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Outcome of waiting for a freshly spawned server.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ready {

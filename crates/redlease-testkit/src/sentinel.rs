@@ -2,9 +2,9 @@
 //! watch it and fail it over, all real server processes. For tests of
 //! clients that find the primary through the sentinels.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::{NodeConfig, RedisNode};
+use crate::{process, NodeConfig, RedisNode};
 
 /// The name the sentinels know the primary by.
 pub const PRIMARY_NAME: &str = "mymaster";
@@ -63,9 +63,8 @@ impl SentinelSet {
 
     /// Waits until every sentinel sees `replicas` replicas and the others.
     fn await_known(&self, replicas: usize, limit: Duration) {
-        let deadline = Instant::now() + limit;
         let others = self.sentinels.len() - 1;
-        loop {
+        process::poll_until(limit, "sentinels did not see the set", || {
             let known = self.sentinels.iter().all(|s| {
                 let fields = primary_fields(s);
                 let num = |name: &str| {
@@ -76,15 +75,8 @@ impl SentinelSet {
                 };
                 num("num-slaves") == Some(replicas) && num("num-other-sentinels") == Some(others)
             });
-            if known {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sentinels did not see the set within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            known.then_some(())
+        });
     }
 
     /// `redis://127.0.0.1:PORT` of every sentinel.
@@ -109,15 +101,9 @@ impl SentinelSet {
     /// Waits until the sentinels name another primary than `old_port`, and
     /// returns its port. Panics after `limit`.
     pub fn await_failover(&self, old_port: u16, limit: Duration) -> u16 {
-        let deadline = Instant::now() + limit;
-        loop {
-            let now = self.primary_port();
-            if now != old_port {
-                return now;
-            }
-            assert!(Instant::now() < deadline, "no failover within {limit:?}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        process::poll_until(limit, "no failover", || {
+            Some(self.primary_port()).filter(|&now| now != old_port)
+        })
     }
 
     /// Data node `i` (0 started as primary), to fault it.
