@@ -56,6 +56,12 @@ pub struct NodesArg {
     tls_key: Option<PathBuf>,
 }
 
+/// The PEM contents of the `--tls-*` files.
+struct TlsFiles {
+    ca: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
 impl NodesArg {
     /// The URLs, each checked to parse (a bad one is a usage error whose
     /// message never shows a password).
@@ -63,25 +69,9 @@ impl NodesArg {
         parse(&self.nodes).map_err(|why| Exit::with(exit::USAGE, why))
     }
 
-    /// The TLS settings the flags give, if any (files read now; a missing
-    /// or non-PEM file is a usage error).
-    pub fn tls(&self) -> Result<Option<TlsConfig>, Exit> {
-        if self.tls_ca.is_none() && self.tls_cert.is_none() {
-            return Ok(None);
-        }
-        let usage = |e: redlease::Error| Exit::with(exit::USAGE, chain(&e));
-        let mut tls = TlsConfig::new();
-        if let Some(ca) = &self.tls_ca {
-            tls = tls.read_ca_file(ca).map_err(usage)?;
-        }
-        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            tls = tls.read_client_cert_files(cert, key).map_err(usage)?;
-        }
-        Ok(Some(tls))
-    }
-
-    /// The same TLS settings for a direct redis-rs connection (`doctor`).
-    pub fn redis_tls(&self) -> Result<Option<redis::TlsCertificates>, Exit> {
+    /// The TLS files the flags name, read now (a missing one is a usage
+    /// error); `None` without TLS flags.
+    fn tls_files(&self) -> Result<Option<TlsFiles>, Exit> {
         if self.tls_ca.is_none() && self.tls_cert.is_none() {
             return Ok(None);
         }
@@ -89,17 +79,38 @@ impl NodesArg {
             std::fs::read(path)
                 .map_err(|e| Exit::with(exit::USAGE, format!("{}: {}", path.display(), chain(&e))))
         };
-        let root_cert = self.tls_ca.as_ref().map(read).transpose()?;
-        let client_tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(cert)?,
-                client_key: read(key)?,
-            }),
+        let ca = self.tls_ca.as_ref().map(read).transpose()?;
+        let client = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
             _ => None,
         };
-        Ok(Some(redis::TlsCertificates {
-            client_tls,
-            root_cert,
+        Ok(Some(TlsFiles { ca, client }))
+    }
+
+    /// The TLS settings for the library (whose build checks they are PEM).
+    pub fn tls(&self) -> Result<Option<TlsConfig>, Exit> {
+        Ok(self.tls_files()?.map(|files| {
+            let mut tls = TlsConfig::new();
+            if let Some(ca) = files.ca {
+                tls = tls.ca_pem(ca);
+            }
+            if let Some((cert, key)) = files.client {
+                tls = tls.client_cert_pem(cert, key);
+            }
+            tls
+        }))
+    }
+
+    /// The same TLS settings for a direct redis-rs connection (`doctor`).
+    pub fn redis_tls(&self) -> Result<Option<redis::TlsCertificates>, Exit> {
+        Ok(self.tls_files()?.map(|files| redis::TlsCertificates {
+            root_cert: files.ca,
+            client_tls: files
+                .client
+                .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
         }))
     }
 

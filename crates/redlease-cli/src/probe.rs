@@ -52,19 +52,16 @@ impl Probe {
         timeout: Duration,
         tls: Option<&redis::TlsCertificates>,
     ) -> Result<Probe, Failure> {
-        let client = match tls {
-            Some(tls) if url.starts_with("rediss://") => {
-                // rustls needs a process-wide crypto provider; the library
-                // installs the same one for its own connections.
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                Client::build_with_tls(url, tls.clone())
+        let client = if url.starts_with("rediss://") {
+            // rustls needs a process-wide crypto provider; the library
+            // installs the same one for its own connections.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            match tls {
+                Some(tls) => Client::build_with_tls(url, tls.clone()),
+                None => Client::open(url),
             }
-            _ => {
-                if url.starts_with("rediss://") {
-                    let _ = rustls::crypto::ring::default_provider().install_default();
-                }
-                Client::open(url)
-            }
+        } else {
+            Client::open(url)
         }
         .map_err(|e| classify(&e))?;
         let resp3 =
