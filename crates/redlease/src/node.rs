@@ -528,24 +528,21 @@ impl Node {
 }
 
 /// `host:port`, plus `/db` when not 0; never the credentials.
-/// The TLS library's words, if `e` is a failed TLS handshake: found by
-/// walking the error's causes, since redis-rs reports it as an I/O error.
+/// The TLS library's words, if `e` is a failed TLS handshake: the
+/// innermost cause that speaks of certificates, a handshake or TLS (redis-rs
+/// reports the failure as an I/O error around the TLS library's).
 fn tls_failure(e: &RedisError) -> Option<String> {
+    let mut innermost = None;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
         let text = c.to_string();
         let lower = text.to_lowercase();
         if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls") {
-            // The innermost such text is the most precise.
-            let inner = c.source().map(|s| s.to_string());
-            match inner {
-                Some(inner) if inner.to_lowercase().contains("certificate") => {}
-                _ => return Some(text),
-            }
+            innermost = Some(text);
         }
         cause = c.source();
     }
-    None
+    innermost
 }
 
 fn describe(client: &Client) -> String {
