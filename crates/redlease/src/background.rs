@@ -62,6 +62,36 @@ impl Background {
     }
 }
 
+/// A Locker's long-running tasks (renewal, notifications), spawned on the
+/// runtime of whoever first needs them. When that runtime ends, its tasks
+/// end with it: [`running`](Self::running) then says so, and the owner
+/// starts them again on the current runtime. Aborted when dropped.
+#[derive(Default)]
+pub(crate) struct RuntimeTasks(Vec<JoinHandle<()>>);
+
+impl RuntimeTasks {
+    /// Whether tasks were started and every one still runs.
+    pub(crate) fn running(&self) -> bool {
+        !self.0.is_empty() && self.0.iter().all(|t| !t.is_finished())
+    }
+
+    /// Ends them all (a restart, or for good).
+    pub(crate) fn abort(&mut self) {
+        self.0.drain(..).for_each(|t| t.abort());
+    }
+
+    /// Spawns `task` on the current runtime and keeps its handle.
+    pub(crate) fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.push(tokio::spawn(task));
+    }
+}
+
+impl Drop for RuntimeTasks {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

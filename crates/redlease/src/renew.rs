@@ -22,9 +22,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::background::RuntimeTasks;
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::expiry::ExpiryBounds;
 use crate::lane::{Delivery, ExtendMany, Lane, CHUNK};
@@ -307,7 +307,7 @@ impl Inner {
 /// tasks stop when this is dropped (with the last handle on the Locker).
 pub(crate) struct Renewer {
     inner: Arc<Inner>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    tasks: Mutex<RuntimeTasks>,
 }
 
 impl Drop for Renewer {
@@ -338,7 +338,7 @@ impl Renewer {
                 abandoned: AtomicU64::new(0),
                 stop: tokio_util::sync::CancellationToken::new(),
             }),
-            tasks: Mutex::new(Vec::new()),
+            tasks: Mutex::default(),
         }
     }
 
@@ -347,17 +347,16 @@ impl Renewer {
     /// renewal follows the Locker, not the first runtime that used it.
     fn ensure_running(&self) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        if !tasks.is_empty() && tasks.iter().all(|t| !t.is_finished()) {
+        if tasks.running() {
             return;
         }
         if self.inner.stop.is_cancelled() {
             return;
         }
-        tasks.iter().for_each(JoinHandle::abort);
-        tasks.clear();
-        tasks.push(tokio::spawn(schedule(self.inner.clone())));
+        tasks.abort();
+        tasks.spawn(schedule(self.inner.clone()));
         for i in 0..self.inner.nodes.len() {
-            tasks.push(tokio::spawn(lane(self.inner.clone(), i)));
+            tasks.spawn(lane(self.inner.clone(), i));
         }
     }
 
@@ -367,8 +366,7 @@ impl Renewer {
     /// to a lease's state again.
     pub(crate) fn shutdown(&self) {
         self.inner.stop.cancel();
-        let tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
-        tasks.iter().for_each(JoinHandle::abort);
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).abort();
         let mut table = self.inner.table();
         table.leases.clear();
         table.queued.iter_mut().for_each(HashSet::clear);

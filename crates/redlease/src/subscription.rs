@@ -16,8 +16,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch, Notify};
-use tokio::task::JoinHandle;
 
+use crate::background::RuntimeTasks;
 use crate::node::Node;
 
 /// What a node's subscription task is asked to do, in order.
@@ -40,7 +40,7 @@ struct Tasks {
     nodes: Vec<Arc<Node>>,
     timeout: Duration,
     senders: Vec<mpsc::UnboundedSender<Command>>,
-    handles: Vec<JoinHandle<()>>,
+    handles: RuntimeTasks,
     shut_down: bool,
 }
 
@@ -51,14 +51,6 @@ impl Tasks {
             // commands; the next waiter starts a new one.
             let _ = node.send(command());
         }
-    }
-}
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        // The tasks would end anyway once their command channel closes;
-        // aborting ends them at once.
-        self.handles.iter().for_each(JoinHandle::abort);
     }
 }
 
@@ -93,7 +85,7 @@ impl Notifier {
                 nodes: nodes.to_vec(),
                 timeout,
                 senders: Vec::new(),
-                handles: Vec::new(),
+                handles: RuntimeTasks::default(),
                 shut_down: false,
             }),
             next_id: AtomicU64::new(0),
@@ -110,19 +102,17 @@ impl Notifier {
     /// with the channels locked, so no command is sent meanwhile.
     fn ensure_running(self: &Arc<Self>, channels: &mut HashMap<String, Channel>) {
         let mut tasks = self.tasks();
-        let running = !tasks.handles.is_empty() && tasks.handles.iter().all(|h| !h.is_finished());
-        if running || tasks.shut_down {
+        if tasks.handles.running() || tasks.shut_down {
             return;
         }
-        tasks.handles.iter().for_each(JoinHandle::abort);
-        tasks.handles.clear();
+        tasks.handles.abort();
         tasks.senders.clear();
         for node in tasks.nodes.clone() {
             let (tx, rx) = mpsc::unbounded_channel();
             let weak = Arc::downgrade(self);
             let task = node_task(node.subscriber(), weak, rx, tasks.timeout);
             tasks.senders.push(tx);
-            tasks.handles.push(tokio::spawn(task));
+            tasks.handles.spawn(task);
         }
         for (name, channel) in channels.iter() {
             channel.subscribed.send_replace(0);
@@ -139,7 +129,7 @@ impl Notifier {
         let channels = self.channels();
         let mut tasks = self.tasks();
         tasks.shut_down = true;
-        tasks.handles.iter().for_each(JoinHandle::abort);
+        tasks.handles.abort();
         tasks.senders.clear();
         for channel in channels.values() {
             for (_, notify) in &channel.waiters {
