@@ -79,6 +79,7 @@ impl Raw {
                     .arg(token)
                     .arg(channel)
                     .arg(release_id)
+                    .arg("PUBLISH")
                     .invoke_async::<i64>(&mut conn)
                     .await
             }

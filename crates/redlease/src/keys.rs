@@ -38,6 +38,36 @@ pub(crate) fn release_channel(lock_key: &str) -> String {
     format!("{lock_key}:released")
 }
 
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
+/// (the part inside the first `{...}`, if not empty) or of the whole key,
+/// modulo 16,384.
+pub(crate) fn hash_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(bytes)) % 16_384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +78,18 @@ mod tests {
         assert_eq!(&*keys.lock, "app:{orders:42}");
         assert_eq!(&*keys.fence, "app:{orders:42}:fence");
         assert_eq!(release_channel(&keys.lock), "app:{orders:42}:released");
+        assert_eq!(hash_slot(&keys.lock), hash_slot(&keys.fence));
+        assert_eq!(hash_slot(&keys.lock), hash_slot("orders:42"));
+    }
+
+    #[test]
+    fn hash_slots_match_redis() {
+        // Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(hash_slot("foo"), 12182);
+        assert_eq!(hash_slot("{user1000}.following"), hash_slot("user1000"));
+        assert_eq!(hash_slot("foo{}{bar}"), hash_slot("foo{}{bar}"));
+        assert_ne!(hash_slot("foo{}{bar}"), hash_slot("bar"));
+        assert_eq!(hash_slot("foo{{bar}}zap"), hash_slot("{bar"));
     }
 }

@@ -14,44 +14,70 @@
 //! Renewals have a connection of their own so that a large batch never
 //! delays an acquire or release in the node's main connection.
 
-use std::sync::{Arc, LazyLock};
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Script};
-
+use crate::deployment::{Conn, Lua};
 use crate::error::{NodeError, NodeErrorKind};
-use crate::node::Node;
+use crate::node::{write_off_after, Node};
 use crate::token::Token;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
-static EXTEND_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/extend_many.lua")));
+static EXTEND_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/extend_many.lua")));
 
 /// Most leases one script call renews, so no single call keeps a node busy
 /// for long; the calls of one batch still share one round trip.
 pub(crate) const CHUNK: usize = 1_000;
 
+/// How long the other shards of a cluster may answer after the first did,
+/// at least.
+const STRAGGLER_GRACE: Duration = Duration::from_millis(50);
+
 /// One script call of a batch: `EVALSHA` over up to [`CHUNK`] leases,
 /// encoded once.
 pub(crate) struct ExtendMany {
-    cmd: redis::Cmd,
+    cmd: Arc<redis::Cmd>,
+    /// Where to load the script if the node lost it.
+    first_key: Arc<str>,
     len: usize,
+    /// The hash slot of every key, when calls are split by slot (a cluster).
+    slot: Option<u16>,
 }
 
 impl ExtendMany {
-    /// A call renewing `(key, token, ttl_ms)` leases.
-    pub(crate) fn new<'a>(leases: impl Iterator<Item = (&'a str, &'a Token, u64)> + Clone) -> Self {
-        let mut cmd = redis::cmd("EVALSHA");
+    /// A call renewing `(key, token, ttl_ms)` leases, all in `slot` if
+    /// given.
+    pub(crate) fn new<'a>(
+        leases: impl Iterator<Item = (&'a str, &'a Token, u64)> + Clone,
+        slot: Option<u16>,
+    ) -> Self {
         let len = leases.clone().count();
-        cmd.arg(EXTEND_MANY.get_hash()).arg(len);
-        for (key, _, _) in leases.clone() {
-            cmd.arg(key);
+        let mut first_key = String::new();
+        let cmd = EXTEND_MANY.call(|cmd| {
+            cmd.arg(len);
+            for (key, _, _) in leases.clone() {
+                if first_key.is_empty() {
+                    first_key = key.to_string();
+                }
+                cmd.arg(key);
+            }
+            for (_, token, ttl_ms) in leases {
+                cmd.arg(token.as_str()).arg(ttl_ms);
+            }
+        });
+        ExtendMany {
+            cmd: Arc::new(cmd),
+            first_key: first_key.into(),
+            len,
+            slot,
         }
-        for (_, token, ttl_ms) in leases {
-            cmd.arg(token.as_str()).arg(ttl_ms);
-        }
-        ExtendMany { cmd, len }
+    }
+
+    /// How many leases the call renews.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -59,8 +85,10 @@ impl ExtendMany {
 pub(crate) enum Delivery {
     /// The node answered: per call, one flag per lease (`true`: renewed,
     /// `false`: our token is gone), or the error that call met. An error
-    /// leaves the call's fate unknown.
-    Answered(Vec<Result<Vec<bool>, NodeError>>),
+    /// leaves the call's fate unknown. `None`: on a cluster, that call's
+    /// shard did not answer in time (or still owed an earlier call, so it
+    /// was not sent), while others did.
+    Answered(Vec<Option<Result<Vec<bool>, NodeError>>>),
     /// No answer within the patience. The connection was dropped; the
     /// batch may still be executed when the node wakes up.
     Abandoned,
@@ -71,12 +99,21 @@ pub(crate) enum Delivery {
 /// One node's renewal connection.
 pub(crate) struct Lane {
     node: Arc<Node>,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Conn>,
+    /// On a cluster: slots whose last call went unanswered and is still
+    /// awaited in the background. Their next calls are not sent, so a
+    /// stalled shard gets no pile of renewals, while the connection (to
+    /// every shard) stays up for the others.
+    owed_slots: Arc<Mutex<HashSet<u16>>>,
 }
 
 impl Lane {
     pub(crate) fn new(node: Arc<Node>) -> Self {
-        Lane { node, conn: None }
+        Lane {
+            node,
+            conn: None,
+            owed_slots: Arc::default(),
+        }
     }
 
     pub(crate) fn node(&self) -> &Node {
@@ -85,52 +122,120 @@ impl Lane {
 
     /// Sends the calls of one batch in one round trip and waits for the
     /// answer, at most `patience`.
+    ///
+    /// On a cluster the calls go to different shards. Once one has been
+    /// answered, the rest get only a short grace ([`STRAGGLER_GRACE`], or
+    /// four times the time the first answer took, when longer): a stalled
+    /// shard must not hold back the renewals the others confirmed until
+    /// those leases run out. Its calls are still awaited
+    /// in the background, and its slots are skipped until they are answered.
     pub(crate) async fn deliver(&mut self, batch: &[ExtendMany], patience: Duration) -> Delivery {
         let conn = match self.connection().await {
             Ok(conn) => conn,
             Err(e) => return Delivery::Unsent(e),
         };
-        let calls = join_all(batch.iter().map(|call| {
-            let mut conn = conn.clone();
-            async move { run(&mut conn, call).await }
-        }));
-        match tokio::time::timeout(patience, calls).await {
-            Ok(results) => {
-                let answers: Vec<_> = results
-                    .into_iter()
-                    .zip(batch)
-                    .map(|(result, call)| self.check(result, call, patience))
-                    .collect();
-                let broken = answers.iter().any(
-                    |a| matches!(a, Err(e) if matches!(e.kind(), NodeErrorKind::Connection(_))),
-                );
-                if broken {
-                    self.conn = None;
+        let by_slot = batch.iter().any(|call| call.slot.is_some());
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + patience;
+        let mut results: Vec<Option<redis::RedisResult<Vec<u8>>>> =
+            batch.iter().map(|_| None).collect();
+        let sent: Vec<bool> = batch
+            .iter()
+            .map(|call| !call.slot.is_some_and(|slot| self.owes(slot)))
+            .collect();
+        let mut pending: FuturesUnordered<_> = batch
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| sent[k])
+            .map(|(k, call)| {
+                let request = run(conn.clone(), call.cmd.clone(), call.first_key.clone());
+                async move { (k, request.await) }
+            })
+            .collect();
+        while !pending.is_empty() {
+            match tokio::time::timeout_at(deadline, pending.next()).await {
+                Ok(Some((k, result))) => {
+                    if by_slot && results.iter().all(Option::is_none) {
+                        let grace = STRAGGLER_GRACE.max(4 * started.elapsed());
+                        deadline = deadline.min(tokio::time::Instant::now() + grace);
+                    }
+                    results[k] = Some(result);
                 }
-                Delivery::Answered(answers)
+                Ok(None) | Err(_) => break,
             }
-            Err(_) => {
+        }
+        if !pending.is_empty() {
+            if by_slot {
+                let out = (0..batch.len())
+                    .filter(|&k| sent[k] && results[k].is_none())
+                    .filter_map(|k| batch[k].slot);
+                self.await_in_background(pending, batch, out.collect(), patience);
+            } else {
                 // Dropping the last handle closes the socket: nothing more
                 // can queue behind the unanswered batch.
                 self.conn = None;
-                Delivery::Abandoned
             }
         }
+        if results.iter().all(Option::is_none) {
+            return Delivery::Abandoned;
+        }
+        let answers: Vec<_> = results
+            .into_iter()
+            .zip(batch)
+            .map(|(result, call)| result.map(|r| self.check(r, call, patience)))
+            .collect();
+        let broken = answers
+            .iter()
+            .any(|a| matches!(a, Some(Err(e)) if matches!(e.kind(), NodeErrorKind::Connection(_))));
+        // A cluster connection mends its shards' connections itself.
+        if broken && !by_slot {
+            self.conn = None;
+        }
+        Delivery::Answered(answers)
     }
 
-    async fn connection(&mut self) -> Result<MultiplexedConnection, NodeError> {
+    fn owes(&self, slot: u16) -> bool {
+        lock(&self.owed_slots).contains(&slot)
+    }
+
+    /// Keeps waiting for the calls a cluster's shard did not answer in time
+    /// (until they are written off), and skips their slots meanwhile.
+    fn await_in_background<F>(
+        &self,
+        mut pending: FuturesUnordered<F>,
+        batch: &[ExtendMany],
+        mut out: HashSet<u16>,
+        patience: Duration,
+    ) where
+        F: std::future::Future<Output = (usize, redis::RedisResult<Vec<u8>>)> + Send + 'static,
+    {
+        let slots: Vec<Option<u16>> = batch.iter().map(|call| call.slot).collect();
+        let owed = self.owed_slots.clone();
+        lock(&owed).extend(out.iter().copied());
+        let write_off = write_off_after(patience);
+        tokio::spawn(async move {
+            let drain = async {
+                while let Some((k, _)) = pending.next().await {
+                    if let Some(slot) = slots[k] {
+                        lock(&owed).remove(&slot);
+                        out.remove(&slot);
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(write_off, drain).await;
+            let mut owed = lock(&owed);
+            for slot in out {
+                owed.remove(&slot);
+            }
+        });
+    }
+
+    async fn connection(&mut self) -> Result<Conn, NodeError> {
         if let Some(conn) = &self.conn {
             return Ok(conn.clone());
         }
         let timeout = self.node.connect_timeout();
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            // The patience of each batch bounds every request.
-            .set_response_timeout(None);
-        let connect = self
-            .node
-            .client()
-            .get_multiplexed_async_connection_with_config(&config);
+        let connect = self.node.renewal_connection();
         let conn = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(self.node.redis_error(e, timeout)),
@@ -162,12 +267,14 @@ impl Lane {
 
 /// Runs one call, loading the script first if the node lost it (a restart
 /// or `SCRIPT FLUSH`).
-async fn run(conn: &mut MultiplexedConnection, call: &ExtendMany) -> redis::RedisResult<Vec<u8>> {
-    match call.cmd.query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            EXTEND_MANY.load_async(conn).await?;
-            call.cmd.query_async(conn).await
-        }
-        other => other,
-    }
+async fn run(
+    mut conn: Conn,
+    cmd: Arc<redis::Cmd>,
+    first_key: Arc<str>,
+) -> redis::RedisResult<Vec<u8>> {
+    conn.eval(&EXTEND_MANY, &first_key, &cmd).await
+}
+
+fn lock(slots: &Mutex<HashSet<u16>>) -> std::sync::MutexGuard<'_, HashSet<u16>> {
+    slots.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -310,6 +310,7 @@
 mod acquire;
 mod attempt;
 mod background;
+mod deployment;
 mod engine;
 mod error;
 mod expiry;
@@ -323,6 +324,7 @@ mod lease_state;
 mod lock_status;
 mod locker;
 mod node;
+mod node_url;
 mod quorum;
 mod release;
 mod renew;

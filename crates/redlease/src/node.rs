@@ -5,23 +5,21 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{
-    Client, ConnectionAddr, FromRedisValue, ProtocolVersion, RedisError, Script, ScriptInvocation,
-};
+use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError};
 
+use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
-use crate::keys::{release_channel, LockKeys};
+use crate::keys::{hash_slot, release_channel, LockKeys};
 use crate::lock_status::{KeyState, NodeLockState};
+use crate::node_url::NodeUrl;
 use crate::telemetry;
 use crate::tls::TlsConfig;
 use crate::token::Token;
 use crate::Error;
 
 // EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
-// SCRIPT FLUSH): redis-rs `Script` does both, so NOSCRIPT never surfaces.
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+// SCRIPT FLUSH): `Conn::eval` does both, so NOSCRIPT never surfaces.
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/acquire.lua")));
 // Release is sent whole with EVAL instead: one command, never a NOSCRIPT
 // round trip, so it is on the wire as soon as it is first polled, and this
 // client's next request to the node (say, acquiring the lock again right
@@ -30,9 +28,9 @@ static ACQUIRE: LazyLock<Script> =
 // the retry after that next request. It runs once per lease.
 const RELEASE: &str = include_str!("scripts/release.lua");
 const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
-static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/extend.lua")));
+static RAISE_FENCE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
+static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/extend.lua")));
 
 /// A node's answer to an acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,14 +50,34 @@ pub(crate) struct ConnectSettings {
 /// One Redis deployment.
 pub(crate) struct Node {
     id: NodeId,
-    client: Client,
-    conn: ConnectionManager,
+    deployment: Deployment,
+    conn: Conn,
     settings: ConnectSettings,
+    health: Health,
+}
+
+/// What the node's recent requests say about it: the backoff after a
+/// refused connection and the requests it still owes. A cluster keeps this
+/// per hash slot, so one dead or stalled shard does not hold up the
+/// others' locks.
+enum Health {
+    Whole(Arc<ServerHealth>),
+    PerSlot(std::sync::Mutex<std::collections::HashMap<u16, Arc<ServerHealth>>>),
+}
+
+#[derive(Default)]
+struct ServerHealth {
     /// After a refused connection, requests fail at once until this
     /// instant, instead of each one trying to connect again.
     down: std::sync::Mutex<Backoff>,
     /// Requests the client gave up on that the node has not answered yet.
     owed: Arc<Owed>,
+}
+
+impl ServerHealth {
+    fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
+        self.down.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Requests whose caller timed out but which are still queued on the
@@ -104,10 +122,21 @@ impl Owed {
     }
 }
 
+/// Keeps waiting, in the background, for a request its caller gave up on,
+/// and counts it as owed until the node answers it (or it is written off).
+fn owe<T: Send + 'static>(owed: &Arc<Owed>, request: Request<T>, timeout: Duration) {
+    let owed = owed.clone();
+    owed.add();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(write_off_after(timeout), request).await;
+        owed.paid();
+    });
+}
+
 /// How long a request given up on is still waited for before it is
 /// written off (the connection is then presumed dead, and new requests go
 /// out again: at most one burst of given-up work per this period).
-fn write_off_after(timeout: Duration) -> Duration {
+pub(crate) fn write_off_after(timeout: Duration) -> Duration {
     (8 * timeout).max(Duration::from_secs(2))
 }
 
@@ -153,39 +182,27 @@ impl NodeId {
     /// # Ok::<(), redlease::Error>(())
     /// ```
     pub fn from_url(index: usize, url: &str) -> Result<NodeId, Error> {
-        Ok(NodeId::new(index, describe(&open(index, url)?)))
+        open(index, url, None).map(|(id, _)| id)
     }
 }
 
-/// The redis-rs client for node `index` at `url`; a bad URL is an input
-/// error that names the node without its password.
-fn open(index: usize, url: &str) -> Result<Client, Error> {
-    #[cfg(feature = "tls-rustls")]
-    if url.starts_with("rediss://") {
-        crate::tls::install_crypto_provider();
-    }
-    Client::open(url).map_err(|e| {
-        let mut reason = format!("node {index} ({}): {e}", redact_url(url));
-        if url.starts_with("rediss://") && !cfg!(feature = "tls-rustls") {
-            reason.push_str(" (build redlease with the `tls-rustls` feature for rediss:// URLs)");
-        }
-        Error::invalid("urls", reason)
-    })
-}
-
-/// [`open`], with `tls`'s CA and client certificate for a `rediss://` URL.
-fn open_with(index: usize, url: &str, tls: Option<&TlsConfig>) -> Result<Client, Error> {
-    match tls {
-        #[cfg(feature = "tls-rustls")]
-        Some(tls) if url.starts_with("rediss://") => {
-            let client = open(index, url)?;
-            Client::build_with_tls(client.get_connection_info().clone(), tls.certificates())
-                .map_err(|e| {
-                    Error::invalid("tls", format!("node {index} ({}): {e}", redact_url(url)))
-                })
-        }
-        _ => open(index, url),
-    }
+/// The deployment of node `index` at `url`, and its name; a bad URL is an
+/// input error that names the node without its password.
+fn open(index: usize, url: &str, tls: Option<&TlsConfig>) -> Result<(NodeId, Deployment), Error> {
+    let bad = |reason: String| {
+        Error::invalid(
+            "urls",
+            format!("node {index} ({}): {reason}", redact_url(url)),
+        )
+    };
+    let parsed = NodeUrl::parse(url).map_err(bad)?;
+    let deployment = Deployment::open(&parsed, tls).map_err(bad)?;
+    let addr = match (&deployment, parsed.describe()) {
+        (_, Some(name)) => name,
+        (Deployment::Server(client), None) => describe(client),
+        (_, None) => unreachable!("only a server URL is described by redis-rs"),
+    };
+    Ok((NodeId::new(index, addr), deployment))
 }
 
 impl std::fmt::Debug for Node {
@@ -204,28 +221,23 @@ impl Node {
         settings: ConnectSettings,
         tls: Option<&TlsConfig>,
     ) -> Result<Node, Error> {
-        let client = open_with(index, url, tls)?;
-        let id = NodeId::new(index, describe(&client));
-        // One connection attempt per reconnect, no backoff: a request to a
-        // node that is down fails at once (instead of waiting out retries
-        // inside its timeout), and the next request tries again.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.connect_timeout))
-            // Our per-node timeout bounds every request; a second, fixed
-            // one inside redis-rs would cut long TTLs' timeouts short.
-            .set_response_timeout(None)
-            .set_number_of_retries(0);
-        let conn =
-            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(|e| {
+        let (id, deployment) = open(index, url, tls)?;
+        let conn = deployment
+            .main_connection(settings.connect_timeout)
+            .map_err(|e| {
                 Error::invalid("urls", format!("node {index} ({}): {e}", redact_url(url)))
             })?;
+        let health = if deployment.is_cluster() {
+            Health::PerSlot(std::sync::Mutex::default())
+        } else {
+            Health::Whole(Arc::default())
+        };
         Ok(Node {
             id,
-            client,
+            deployment,
             conn,
             settings,
-            down: std::sync::Mutex::new(Backoff::default()),
-            owed: Arc::default(),
+            health,
         })
     }
 
@@ -233,10 +245,31 @@ impl Node {
         &self.id
     }
 
-    /// The node's client (address, credentials, TLS), for connections of
-    /// its own.
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// How the node is reached, for connections of its own (renewal lanes,
+    /// subscriptions).
+    pub(crate) fn deployment(&self) -> &Deployment {
+        &self.deployment
+    }
+
+    /// A connection for renewals: a new one of its own, or on a cluster
+    /// the main one. A cluster connection keeps one socket per shard and
+    /// mends each by itself, whereas a new one would first have to reach
+    /// every shard, a stalled one included.
+    pub(crate) async fn renewal_connection(&self) -> Result<Conn, RedisError> {
+        if self.deployment.is_cluster() {
+            return Ok(self.conn.clone());
+        }
+        self.deployment.connect(self.connect_timeout()).await
+    }
+
+    /// The command that announces a release: sharded on a cluster, so the
+    /// message stays in the lock's shard.
+    fn publish_command(&self) -> &'static str {
+        if self.deployment.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -251,13 +284,17 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<AcquireReply, NodeError> {
-        let mut call = ACQUIRE.prepare_invoke();
-        call.key(&*keys.lock)
-            .key(&*keys.fence)
-            .arg(token.as_str())
-            .arg(ttl_ms)
-            .arg(keys.fence_expiry_ms);
-        let (acquired, value): (i64, i64) = self.run(call, timeout, Gate::New).await?;
+        let call = ACQUIRE.call(|c| {
+            c.arg(2)
+                .arg(&*keys.lock)
+                .arg(&*keys.fence)
+                .arg(token.as_str())
+                .arg(ttl_ms)
+                .arg(keys.fence_expiry_ms);
+        });
+        let (acquired, value): (i64, i64) = self
+            .run(&ACQUIRE, call, timeout, Gate::New, &keys.lock)
+            .await?;
         match (acquired, value) {
             (1, fence) if fence > 0 => Ok(AcquireReply::Acquired(fence as u64)),
             (0, pttl) if pttl >= 0 => {
@@ -277,20 +314,16 @@ impl Node {
         fence: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let mut call = RAISE_FENCE.prepare_invoke();
-        call.key(&*keys.fence).arg(fence).arg(keys.fence_expiry_ms);
-        self.flag(call, timeout, Gate::New, "raise-fence").await
-    }
-
-    /// A client for this node's subscription connection: same address and
-    /// credentials, RESP3 so one connection can both subscribe and reconnect.
-    pub(crate) fn subscriber(&self) -> Result<Client, RedisError> {
-        let info = self.client.get_connection_info().clone();
-        let redis = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        Client::open(info.set_redis_settings(redis))
+        let call = RAISE_FENCE.call(|c| {
+            c.arg(1)
+                .arg(&*keys.fence)
+                .arg(fence)
+                .arg(keys.fence_expiry_ms);
+        });
+        let n = self
+            .run(&RAISE_FENCE, call, timeout, Gate::New, &keys.fence)
+            .await?;
+        self.as_flag(n, "raise-fence")
     }
 
     /// Deletes the key if it holds `token` and announces it on the lock's
@@ -309,8 +342,9 @@ impl Node {
             .arg(key)
             .arg(token.as_str())
             .arg(release_channel(key))
-            .arg(release_id);
-        self.cleanup(cmd, timeout, "release").await
+            .arg(release_id)
+            .arg(self.publish_command());
+        self.cleanup(cmd, timeout, key, "release").await
     }
 
     /// Deletes the lock key whatever it holds, and announces it on the
@@ -326,8 +360,9 @@ impl Node {
             .arg(1)
             .arg(key)
             .arg(release_channel(key))
-            .arg(release_id);
-        self.cleanup(cmd, timeout, "force-release").await
+            .arg(release_id)
+            .arg(self.publish_command());
+        self.cleanup(cmd, timeout, key, "force-release").await
     }
 
     /// Sends a whole `EVAL` that deletes (past the owed-request gate: see
@@ -336,11 +371,12 @@ impl Node {
         &self,
         cmd: redis::Cmd,
         timeout: Duration,
+        key: &str,
         what: &str,
     ) -> Result<bool, NodeError> {
         let mut conn = self.conn.clone();
         let request = Box::pin(async move { cmd.query_async(&mut conn).await });
-        let n = self.bounded(timeout, Gate::Cleanup, request).await?;
+        let n = self.bounded(timeout, Gate::Cleanup, key, request).await?;
         self.as_flag(n, what)
     }
 
@@ -358,12 +394,17 @@ impl Node {
             .cmd("GET")
             .arg(&*keys.fence)
             .cmd("PUBSUB")
-            .arg("NUMSUB")
+            .arg(if self.deployment.is_cluster() {
+                "SHARDNUMSUB"
+            } else {
+                "NUMSUB"
+            })
             .arg(release_channel(&keys.lock));
         let mut conn = self.conn.clone();
         let request = Box::pin(async move { pipe.query_async(&mut conn).await });
-        let (pttl, fence, subscribers): (i64, Option<String>, Vec<(String, u64)>) =
-            self.bounded(timeout, Gate::New, request).await?;
+        let (pttl, fence, subscribers): (i64, Option<String>, Vec<(String, u64)>) = self
+            .bounded(timeout, Gate::New, &keys.lock, request)
+            .await?;
         let key = match pttl {
             -2 => KeyState::Free,
             -1 => KeyState::Held { expires_in: None },
@@ -398,20 +439,11 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let mut call = EXTEND.prepare_invoke();
-        call.key(key).arg(token.as_str()).arg(ttl_ms);
-        self.flag(call, timeout, Gate::New, "extend").await
-    }
-
-    async fn flag(
-        &self,
-        call: ScriptInvocation<'static>,
-        timeout: Duration,
-        gate: Gate,
-        what: &str,
-    ) -> Result<bool, NodeError> {
-        let n = self.run::<i64>(call, timeout, gate).await?;
-        self.as_flag(n, what)
+        let call = EXTEND.call(|c| {
+            c.arg(1).arg(key).arg(token.as_str()).arg(ttl_ms);
+        });
+        let n = self.run(&EXTEND, call, timeout, Gate::New, key).await?;
+        self.as_flag(n, "extend")
     }
 
     fn as_flag(&self, n: i64, what: &str) -> Result<bool, NodeError> {
@@ -424,17 +456,22 @@ impl Node {
         }
     }
 
+    /// Runs `call`, an `EVALSHA` of `lua` whose first key is `key`.
     async fn run<T: FromRedisValue + Send + 'static>(
         &self,
-        call: ScriptInvocation<'static>,
+        lua: &'static Lua,
+        call: Cmd,
         timeout: Duration,
         gate: Gate,
+        key: &str,
     ) -> Result<T, NodeError> {
         let mut conn = self.conn.clone();
+        let first_key = key.to_string();
         self.bounded(
             timeout,
             gate,
-            Box::pin(async move { call.invoke_async(&mut conn).await }),
+            key,
+            Box::pin(async move { conn.eval(lua, &first_key, &call).await }),
         )
         .await
     }
@@ -443,16 +480,18 @@ impl Node {
         &self,
         timeout: Duration,
         gate: Gate,
+        key: &str,
         mut request: Request<T>,
     ) -> Result<T, NodeError> {
+        let health = self.health(key);
         let now = std::time::Instant::now();
-        if let Some(until) = self.backoff().until.filter(|&until| now < until) {
+        if let Some(until) = health.backoff().until.filter(|&until| now < until) {
             return Err(self.error(NodeErrorKind::Connection(format!(
                 "refused a connection moments ago; next try in {:?}",
                 until - now
             ))));
         }
-        if let Some((count, since)) = self.owed.pending().filter(|_| gate == Gate::New) {
+        if let Some((count, since)) = health.owed.pending().filter(|_| gate == Gate::New) {
             return Err(self.error(NodeErrorKind::Unresponsive {
                 unanswered: count,
                 since: now.saturating_duration_since(since),
@@ -462,34 +501,31 @@ impl Node {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.redis_error(e, timeout)),
             Err(_) => {
-                self.owe(request, timeout);
+                owe(&health.owed, request, timeout);
                 Err(self.error(NodeErrorKind::Timeout(timeout)))
             }
         };
         match result.as_ref().map_err(NodeError::kind) {
             // Only a broken connection backs off: a slow or paused node
             // still gets every request (its timeout bounds them).
-            Err(NodeErrorKind::Connection(_)) => self.backoff().failed(std::time::Instant::now()),
-            Ok(_) => *self.backoff() = Backoff::default(),
+            Err(NodeErrorKind::Connection(_)) => health.backoff().failed(std::time::Instant::now()),
+            Ok(_) => *health.backoff() = Backoff::default(),
             Err(_) => {}
         }
         result
     }
 
-    /// Keeps waiting, in the background, for a request its caller gave up
-    /// on, and counts it as owed until the node answers it (or it is
-    /// written off).
-    fn owe<T: Send + 'static>(&self, request: Request<T>, timeout: Duration) {
-        let owed = self.owed.clone();
-        owed.add();
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(write_off_after(timeout), request).await;
-            owed.paid();
-        });
-    }
-
-    fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
-        self.down.lock().unwrap_or_else(|p| p.into_inner())
+    /// The health record that covers `key`.
+    fn health(&self, key: &str) -> Arc<ServerHealth> {
+        match &self.health {
+            Health::Whole(health) => health.clone(),
+            Health::PerSlot(slots) => slots
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(hash_slot(key))
+                .or_default()
+                .clone(),
+        }
     }
 
     pub(crate) fn error(&self, kind: NodeErrorKind) -> NodeError {
@@ -579,8 +615,13 @@ pub fn redact_url(url: &str) -> String {
 
 /// Identity of a server for spotting the same node given twice: host
 /// (lower-cased) and port, or the socket path. The database number is left
-/// out on purpose: two databases of one server fail together.
+/// out on purpose: two databases of one server fail together. A cluster or
+/// Sentinel URL is identified by its list of addresses.
 pub(crate) fn server_identity(url: &str) -> Option<String> {
+    let parsed = NodeUrl::parse(url).ok()?;
+    if let Some(name) = parsed.describe() {
+        return Some(name.to_ascii_lowercase());
+    }
     let client = Client::open(url).ok()?;
     Some(match client.get_connection_info().addr() {
         ConnectionAddr::Unix(path) => path.display().to_string(),

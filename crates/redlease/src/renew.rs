@@ -27,6 +27,7 @@ use tracing::Instrument;
 use crate::background::RuntimeTasks;
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::expiry::ExpiryBounds;
+use crate::keys::hash_slot;
 use crate::lane::{Delivery, ExtendMany, Lane, CHUNK};
 use crate::lease_state::{LeaseState, LostReason};
 use crate::node::Node;
@@ -270,6 +271,7 @@ struct Batch {
 }
 
 /// One lease of a batch, as it was sent.
+#[derive(Clone, Copy)]
 struct Sent {
     id: u64,
     timing: Timing,
@@ -279,6 +281,10 @@ struct Sent {
 
 struct Inner {
     nodes: Vec<Arc<Node>>,
+    /// Some node is a Redis Cluster: every script call of a batch keeps to
+    /// one hash slot (a multi-key script must), so all lanes can still share
+    /// one encoding.
+    by_slot: bool,
     fraction: f64,
     table: Mutex<Table>,
     /// The schedule may have changed: the scheduler looks again.
@@ -321,9 +327,11 @@ impl Renewer {
     /// Its tasks start with the first lease.
     pub(crate) fn new(nodes: Vec<Arc<Node>>, fraction: f64) -> Renewer {
         let n = nodes.len();
+        let by_slot = nodes.iter().any(|node| node.deployment().is_cluster());
         Renewer {
             inner: Arc::new(Inner {
                 nodes,
+                by_slot,
                 fraction,
                 table: Mutex::new(Table {
                     leases: HashMap::default(),
@@ -619,16 +627,17 @@ async fn lane(inner: Arc<Inner>, i: usize) {
         span.in_scope(|| tracing::debug!(outcome, "renewal batch done"));
         telemetry::renewal_batch(lane.node().id().addr(), batch.sent.len(), outcome);
         let trouble = match &delivery {
-            Delivery::Answered(answers) => answers
-                .iter()
-                .find_map(|a| a.as_ref().err())
-                .map(|e| format!("{e:#}")),
+            Delivery::Answered(answers) => answers.iter().find_map(|a| match a {
+                Some(Err(e)) => Some(format!("{e:#}")),
+                None => Some(format!(
+                    "{}: a shard did not answer in time",
+                    lane.node().id()
+                )),
+                Some(Ok(_)) => None,
+            }),
             Delivery::Abandoned => {
                 inner.abandoned.fetch_add(1, Ordering::Relaxed);
-                Some(format!(
-                    "{}: no answer in time; connection dropped",
-                    lane.node().id()
-                ))
+                Some(format!("{}: no answer in time", lane.node().id()))
             }
             Delivery::Unsent(e) => Some(format!("{e:#}")),
         };
@@ -641,7 +650,7 @@ async fn lane(inner: Arc<Inner>, i: usize) {
         }
         failing = trouble.is_some();
         let unsent = matches!(delivery, Delivery::Unsent(_));
-        apply(&inner, i, &batch.sent, sent, delivery);
+        apply(&inner, i, &batch, sent, delivery);
         // A node that refuses connections is tried again after a short,
         // growing pause instead of at once.
         pause = if unsent {
@@ -704,10 +713,17 @@ fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
             entries.push(e);
         }
     }
-    let calls = entries
-        .chunks(CHUNK)
-        .map(|chunk| ExtendMany::new(chunk.iter().map(|e| (&*e.key, &e.token, e.timing.ttl_ms()))))
-        .collect();
+    if inner.by_slot {
+        let mut order: Vec<(u16, usize)> = entries
+            .iter()
+            .enumerate()
+            .map(|(k, e)| (hash_slot(&e.key), k))
+            .collect();
+        order.sort_unstable();
+        sent = order.iter().map(|&(_, k)| sent[k]).collect();
+        entries = order.iter().map(|&(_, k)| entries[k]).collect();
+    }
+    let calls = calls_of(&entries, inner.by_slot);
     let batch = Arc::new(Batch {
         sent,
         calls,
@@ -717,27 +733,60 @@ fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     Some(batch)
 }
 
+/// The script calls renewing `entries` in order: up to [`CHUNK`] leases
+/// each, and, `by_slot`, a new call wherever the hash slot changes.
+fn calls_of(entries: &[&Entry], by_slot: bool) -> Vec<ExtendMany> {
+    let mut calls = Vec::new();
+    let mut rest = entries;
+    while !rest.is_empty() {
+        let mut len = rest.len().min(CHUNK);
+        if by_slot {
+            let slot = hash_slot(&rest[0].key);
+            len = rest[..len]
+                .iter()
+                .position(|e| hash_slot(&e.key) != slot)
+                .unwrap_or(len);
+        }
+        let (call, tail) = rest.split_at(len);
+        calls.push(ExtendMany::new(
+            call.iter().map(|e| (&*e.key, &e.token, e.timing.ttl_ms())),
+            by_slot.then(|| hash_slot(&call[0].key)),
+        ));
+        rest = tail;
+    }
+    calls
+}
+
 /// Folds node `i`'s answer to a batch sent at `sent` into its leases.
-fn apply(inner: &Inner, i: usize, batch: &[Sent], sent: Instant, delivery: Delivery) {
+fn apply(inner: &Inner, i: usize, batch: &Batch, sent: Instant, delivery: Delivery) {
     let now = Instant::now();
     let mut table = inner.table();
     let mut lost = Vec::new();
-    for (k, s) in batch.iter().enumerate() {
+    // The call and the place in it of each lease, in the batch's order.
+    let mut places = batch
+        .calls
+        .iter()
+        .enumerate()
+        .flat_map(|(c, call)| (0..call.len()).map(move |p| (c, p)));
+    for s in &batch.sent {
+        let (c, p) = places.next().unwrap_or_default();
         let Some(entry) = table.leases.get_mut(&s.id) else {
             continue; // released meanwhile
         };
         let (ttl, drift) = (s.timing.ttl, s.timing.drift);
         match &delivery {
-            Delivery::Answered(answers) => match &answers[k / CHUNK] {
-                Ok(flags) if flags[k % CHUNK] => {
+            Delivery::Answered(answers) => match &answers[c] {
+                // This call's shard was silent: as for an abandoned batch.
+                None => entry.bounds.unknown(i, sent, ttl, drift, false),
+                Some(Ok(flags)) if flags[p] => {
                     entry.bounds.confirmed(i, sent, ttl, drift, s.round);
                     entry.answered(i);
                 }
-                Ok(_) => {
+                Some(Ok(_)) => {
                     entry.bounds.refused(i);
                     entry.answered(i);
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     entry.bounds.unknown(i, sent, ttl, drift, true);
                     entry.failed(i, e.clone());
                 }

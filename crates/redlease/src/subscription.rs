@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::background::RuntimeTasks;
+use crate::deployment::{Deployment, Subscriber};
 use crate::node::Node;
 
 /// What a node's subscription task is asked to do, in order.
@@ -110,7 +110,7 @@ impl Notifier {
         for node in tasks.nodes.clone() {
             let (tx, rx) = mpsc::unbounded_channel();
             let weak = Arc::downgrade(self);
-            let task = node_task(node.subscriber(), weak, rx, tasks.timeout);
+            let task = node_task(node, weak, rx, tasks.timeout);
             tasks.senders.push(tx);
             tasks.handles.spawn(task);
         }
@@ -309,56 +309,42 @@ impl Drop for Waiter {
     }
 }
 
-/// One node's subscription connection: runs SUBSCRIBE / UNSUBSCRIBE in the
-/// order asked, and turns published messages into wake-ups. Ends when the
-/// Locker is gone.
+/// One node's subscription connection: runs SUBSCRIBE / UNSUBSCRIBE (or
+/// their sharded forms on a cluster) in the order asked, and turns published
+/// messages into wake-ups. Ends when the Locker is gone.
 async fn node_task(
-    client: Result<Client, redis::RedisError>,
+    node: Arc<Node>,
     notifier: std::sync::Weak<Notifier>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeout: Duration,
 ) {
+    let deployment = node.deployment();
     let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-    // RESP3 lets the manager reconnect and resubscribe on its own after the
-    // connection breaks; meanwhile waiters fall back to their timers.
-    let conn = client.and_then(|client| {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            // Nobody else triggers a reconnect here: keep trying for a few
-            // seconds so a node that restarts is heard again.
-            .set_number_of_retries(8)
-            .set_max_delay(Duration::from_secs(1))
-            .set_push_sender(push_tx)
-            .set_automatic_resubscription();
-        ConnectionManager::new_lazy_with_config(client, config)
-    });
-    let mut conn = match conn {
-        Ok(conn) => conn,
-        Err(e) => {
-            tracing::warn!(error = %e, "no release notifications from this node; waiters poll it");
-            // Still drain commands so senders never block or grow.
-            while commands.recv().await.is_some() {}
-            return;
-        }
-    };
+    // RESP3 lets the connection reconnect and resubscribe on its own after
+    // it breaks; meanwhile waiters fall back to their timers.
+    let mut conn: Option<Subscriber> = None;
+    // Channels subscribed to, for a Sentinel's new primary after a failover.
+    let mut channels = std::collections::HashSet::new();
     loop {
         tokio::select! {
             command = commands.recv() => {
                 let Some(command) = command else { return };
+                if conn.is_none() {
+                    conn = open_subscriber(deployment, timeout, &push_tx, &channels).await;
+                }
                 match command {
                     Command::Subscribe { channel, generation } => {
-                        let ok = tokio::time::timeout(timeout, conn.subscribe(&channel)).await;
-                        match ok {
-                            Ok(Ok(())) => {
-                                if let Some(n) = notifier.upgrade() {
-                                    n.confirmed(&channel, generation);
-                                }
+                        channels.insert(channel.clone());
+                        let Some(conn) = &mut conn else { continue };
+                        if subscribe(conn, &channel, timeout).await {
+                            if let Some(n) = notifier.upgrade() {
+                                n.confirmed(&channel, generation);
                             }
-                            Ok(Err(e)) => tracing::debug!(error = %e, "SUBSCRIBE failed; waiters fall back to timers"),
-                            Err(_) => tracing::debug!("SUBSCRIBE timed out; waiters fall back to timers"),
                         }
                     }
                     Command::Unsubscribe { channel } => {
+                        channels.remove(&channel);
+                        let Some(conn) = &mut conn else { continue };
                         if let Ok(Err(e)) = tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
                             tracing::debug!(error = %e, "UNSUBSCRIBE failed");
                         }
@@ -366,15 +352,59 @@ async fn node_task(
                 }
             }
             Some(push) = pushes.recv() => {
-                if push.kind != PushKind::Message {
-                    continue;
-                }
-                if let [channel, payload] = push.data.as_slice() {
-                    if let (Some(channel), Some(id), Some(n)) = (text(channel), text(payload), notifier.upgrade()) {
-                        n.published(&channel, &id);
+                match push.kind {
+                    PushKind::Message | PushKind::SMessage => {
+                        if let [channel, payload] = push.data.as_slice() {
+                            if let (Some(channel), Some(id), Some(n)) = (text(channel), text(payload), notifier.upgrade()) {
+                                n.published(&channel, &id);
+                            }
+                        }
                     }
+                    // After a failover the sentinels name another primary:
+                    // subscribe there, not to the old address again.
+                    PushKind::Disconnection if matches!(deployment, Deployment::Sentinel(_)) => {
+                        conn = open_subscriber(deployment, timeout, &push_tx, &channels).await;
+                    }
+                    _ => {}
                 }
             }
+        }
+    }
+}
+
+/// A new subscription connection, subscribed to `channels` (those that
+/// already have waiters, after a failover or a failed first try).
+async fn open_subscriber(
+    deployment: &Deployment,
+    timeout: Duration,
+    pushes: &mpsc::UnboundedSender<PushInfo>,
+    channels: &std::collections::HashSet<String>,
+) -> Option<Subscriber> {
+    match deployment.subscriber(timeout, pushes.clone()).await {
+        Ok(mut conn) => {
+            for channel in channels {
+                subscribe(&mut conn, channel, timeout).await;
+            }
+            Some(conn)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no release notifications from a node; its waiters poll it");
+            None
+        }
+    }
+}
+
+/// Subscribes to `channel`; whether it was confirmed in time.
+async fn subscribe(conn: &mut Subscriber, channel: &str, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, conn.subscribe(channel)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "SUBSCRIBE failed; waiters fall back to timers");
+            false
+        }
+        Err(_) => {
+            tracing::debug!("SUBSCRIBE timed out; waiters fall back to timers");
+            false
         }
     }
 }

@@ -1,10 +1,11 @@
 -- Delete the lock whoever holds it: the operator's way out of a stuck
 -- lock (Locker::force_release). The fencing counter stays, so tokens keep
 -- growing. Then announce the release, so waiters retry at once.
--- KEYS[1] lock key; ARGV[1] release channel; ARGV[2] an id of this release.
+-- KEYS[1] lock key; ARGV[1] release channel; ARGV[2] an id of this release;
+-- ARGV[3] PUBLISH, or SPUBLISH on a cluster.
 -- Returns 1 if a key was deleted, 0 if there was none.
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.pcall('PUBLISH', ARGV[1], ARGV[2])
+  redis.pcall(ARGV[3], ARGV[1], ARGV[2])
   return 1
 end
 return 0

@@ -3,14 +3,15 @@
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2] release channel; ARGV[3] an id
 -- of this release (random; lets waiters count the nodes that confirmed it),
 -- or empty for the cleanup of a failed attempt, which is announced to no
--- one: the lock was never ours, so nothing was freed.
+-- one: the lock was never ours, so nothing was freed; ARGV[4] PUBLISH, or
+-- SPUBLISH on a cluster (the channel shares the key's slot).
 -- Returns 1 if deleted, 0 if not ours.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[3] ~= '' then
-    -- pcall: an ACL user without channel rights can still release; its
-    -- waiters fall back to their timers.
-    redis.pcall('PUBLISH', ARGV[2], ARGV[3])
+    -- pcall: an ACL user without channel rights (or a server without
+    -- SPUBLISH) can still release; its waiters fall back to their timers.
+    redis.pcall(ARGV[4], ARGV[2], ARGV[3])
   end
   return 1
 end

@@ -1,0 +1,693 @@
+//! How a node is reached: one server, a Redis Cluster, or the primary that
+//! Sentinels name. Each gives the same three things: the node's main
+//! connection (lazy: no I/O until the first request), fresh connections of
+//! their own for renewal lanes, and a subscription connection for release
+//! notifications.
+//!
+//! A cluster counts as one node of the quorum. redis-rs's cluster client
+//! routes each script by its first key (every key of a lock shares the
+//! lock's hash slot), follows MOVED and ASK, and refreshes its slot map.
+//! Notifications use sharded pub/sub there (SSUBSCRIBE, and the scripts'
+//! SPUBLISH), which stays inside the lock's shard; a server without it
+//! (before Redis 7) leaves waiters on their timers.
+//!
+//! A Sentinel-managed primary is found by asking the sentinels for it and
+//! confirming with `ROLE` that it is a primary (redis-rs does both); a
+//! connection that breaks or answers `READONLY` (the server was demoted by
+//! a failover) is dropped, and the next request asks the sentinels again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo,
+    RedisError, RedisFuture, RedisResult, Value,
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::node_url::{NodeUrl, SentinelUrl};
+use crate::tls::TlsConfig;
+
+/// What a node URL leads to, ready to connect (no I/O yet).
+pub(crate) enum Deployment {
+    Server(Client),
+    Cluster(Box<ClusterTarget>),
+    Sentinel(SentinelTarget),
+}
+
+/// A cluster's clients.
+pub(crate) struct ClusterTarget {
+    client: ClusterClient,
+    /// The same nodes over RESP3, for subscriptions.
+    subscriber: ClusterClient,
+}
+
+/// Everything needed to ask the sentinels for the primary again.
+pub(crate) struct SentinelTarget {
+    url: SentinelUrl,
+    #[cfg(feature = "tls-rustls")]
+    certificates: Option<redis::TlsCertificates>,
+}
+
+impl Deployment {
+    /// The deployment `url` names. The error is the reason alone, without
+    /// the node or its credentials.
+    pub(crate) fn open(url: &NodeUrl, tls: Option<&TlsConfig>) -> Result<Deployment, String> {
+        match url {
+            NodeUrl::Server(url) => open_server(url, tls).map(Deployment::Server),
+            NodeUrl::Cluster { seeds } => {
+                let client = cluster_client(seeds, tls, ProtocolVersion::RESP2)?;
+                let subscriber = cluster_client(seeds, tls, ProtocolVersion::RESP3)?;
+                Ok(Deployment::Cluster(Box::new(ClusterTarget {
+                    client,
+                    subscriber,
+                })))
+            }
+            NodeUrl::Sentinel(url) => {
+                require_tls_support(url.tls)?;
+                let target = SentinelTarget {
+                    url: url.clone(),
+                    #[cfg(feature = "tls-rustls")]
+                    certificates: tls.map(TlsConfig::certificates),
+                };
+                // Build once now so a bad address fails here, not later.
+                target.client().map_err(|e| e.to_string())?;
+                Ok(Deployment::Sentinel(target))
+            }
+        }
+    }
+
+    /// Whether notifications go through sharded pub/sub.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Deployment::Cluster(_))
+    }
+
+    /// The node's main connection: connects on first use, and again after
+    /// it broke.
+    pub(crate) fn main_connection(&self, connect_timeout: Duration) -> RedisResult<Conn> {
+        match self {
+            Deployment::Server(client) => {
+                // One connection attempt per reconnect, no backoff: a request
+                // to a node that is down fails at once (instead of waiting
+                // out retries inside its timeout), and the next one tries
+                // again. Our per-node timeout bounds every request; a second,
+                // fixed one inside redis-rs would cut long TTLs' short.
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    .set_response_timeout(None)
+                    .set_number_of_retries(0);
+                ConnectionManager::new_lazy_with_config(client.clone(), config).map(Conn::Managed)
+            }
+            Deployment::Cluster(cluster) => Ok(Conn::Cluster(
+                cluster
+                    .client
+                    .get_pending_async_connection_with_config(cluster_config(connect_timeout)),
+            )),
+            Deployment::Sentinel(target) => {
+                Ok(Conn::Sentinel(SentinelConn::new(target, connect_timeout)?))
+            }
+        }
+    }
+
+    /// A new connection of its own (a renewal lane's), connected now.
+    pub(crate) async fn connect(&self, connect_timeout: Duration) -> RedisResult<Conn> {
+        match self {
+            Deployment::Server(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(connect_timeout))
+                    // The caller's patience bounds every request.
+                    .set_response_timeout(None);
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(Conn::Plain)
+            }
+            Deployment::Cluster(cluster) => cluster
+                .client
+                .get_async_connection_with_config(cluster_config(connect_timeout))
+                .await
+                .map(Conn::Cluster),
+            Deployment::Sentinel(target) => {
+                let conn = SentinelConn::new(target, connect_timeout)?;
+                conn.primary().await?;
+                Ok(Conn::Sentinel(conn))
+            }
+        }
+    }
+
+    /// A subscription connection whose messages go to `pushes`. It
+    /// reconnects and subscribes again on its own after it broke (RESP3);
+    /// a Sentinel's is opened to the primary of the moment, and opened
+    /// again by the caller after a disconnection.
+    pub(crate) async fn subscriber(
+        &self,
+        connect_timeout: Duration,
+        pushes: UnboundedSender<PushInfo>,
+    ) -> RedisResult<Subscriber> {
+        let manager = |client: &Client| {
+            let info = client.get_connection_info().clone();
+            let redis = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
+            let client = Client::open(info.set_redis_settings(redis))?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                // Nobody else triggers a reconnect here: keep trying for a
+                // few seconds so a node that restarts is heard again.
+                .set_number_of_retries(8)
+                .set_max_delay(Duration::from_secs(1))
+                .set_push_sender(pushes.clone())
+                .set_automatic_resubscription();
+            ConnectionManager::new_lazy_with_config(client, config)
+        };
+        match self {
+            Deployment::Server(client) => manager(client).map(Subscriber::Plain),
+            Deployment::Cluster(cluster) => {
+                let config = cluster_config(connect_timeout).set_push_sender(pushes);
+                Ok(Subscriber::Sharded(
+                    cluster
+                        .subscriber
+                        .get_pending_async_connection_with_config(config),
+                ))
+            }
+            Deployment::Sentinel(target) => {
+                let client = target.primary_client(connect_timeout).await?;
+                manager(&client).map(Subscriber::Plain)
+            }
+        }
+    }
+}
+
+fn require_tls_support(tls: bool) -> Result<(), String> {
+    if tls && !cfg!(feature = "tls-rustls") {
+        return Err("build redlease with the `tls-rustls` feature for TLS URLs".to_string());
+    }
+    #[cfg(feature = "tls-rustls")]
+    if tls {
+        crate::tls::install_crypto_provider();
+    }
+    Ok(())
+}
+
+fn open_server(url: &str, tls: Option<&TlsConfig>) -> Result<Client, String> {
+    let secure = url.starts_with("rediss://");
+    let client = Client::open(url).map_err(|e| {
+        let mut reason = e.to_string();
+        if secure && !cfg!(feature = "tls-rustls") {
+            reason.push_str(" (build redlease with the `tls-rustls` feature for rediss:// URLs)");
+        }
+        reason
+    })?;
+    require_tls_support(secure)?;
+    match tls {
+        #[cfg(feature = "tls-rustls")]
+        Some(tls) if secure => {
+            Client::build_with_tls(client.get_connection_info().clone(), tls.certificates())
+                .map_err(|e| e.to_string())
+        }
+        _ => Ok(client),
+    }
+}
+
+fn cluster_client(
+    seeds: &[String],
+    tls: Option<&TlsConfig>,
+    protocol: ProtocolVersion,
+) -> Result<ClusterClient, String> {
+    let secure = seeds.iter().any(|s| s.starts_with("rediss://"));
+    require_tls_support(secure)?;
+    let builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .use_protocol(protocol)
+        // A request is retried (after MOVED, ASK, a broken connection) a
+        // few times within its timeout, briefly: our timeout bounds it, and
+        // a long retry loop would keep working for a caller that gave up.
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(100);
+    #[cfg(feature = "tls-rustls")]
+    let builder = match tls {
+        Some(tls) if secure => builder.certs(tls.certificates()),
+        _ => builder,
+    };
+    #[cfg(not(feature = "tls-rustls"))]
+    let _ = tls;
+    builder.build().map_err(|e| e.to_string())
+}
+
+fn cluster_config(connect_timeout: Duration) -> ClusterConfig {
+    ClusterConfig::new().set_connection_timeout(connect_timeout)
+}
+
+impl SentinelTarget {
+    fn client(&self) -> RedisResult<SentinelClient> {
+        let url = &self.url;
+        let scheme = if url.tls { "rediss" } else { "redis" };
+        let sentinels = url
+            .sentinels
+            .iter()
+            .map(|s| {
+                format!("{scheme}://{s}")
+                    .into_connection_info()
+                    .map(|i| i.addr().clone())
+            })
+            .collect::<RedisResult<Vec<_>>>()?;
+        let mut builder =
+            SentinelClientBuilder::new(sentinels, &url.service, SentinelServerType::Master)?
+                .set_client_to_redis_db(url.db);
+        if let Some(user) = &url.username {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = &url.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if let Some(user) = &url.sentinel_username {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        if let Some(password) = &url.sentinel_password {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        if url.tls {
+            builder = builder
+                .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+            #[cfg(feature = "tls-rustls")]
+            if let Some(certificates) = &self.certificates {
+                builder = builder
+                    .set_client_to_redis_certificates(certificates.clone())
+                    .set_client_to_sentinel_certificates(certificates.clone());
+            }
+        }
+        builder.build()
+    }
+
+    /// Asks the sentinels for the primary and confirms its role, within
+    /// twice the connect timeout (each sentinel may be slow to answer).
+    async fn primary_client(&self, connect_timeout: Duration) -> RedisResult<Client> {
+        let mut sentinels = self.client()?;
+        match tokio::time::timeout(2 * connect_timeout, sentinels.async_get_client()).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no sentinel named the primary in time",
+            ))),
+        }
+    }
+}
+
+/// A Lua script run by its SHA1 (`EVALSHA`), with its text at hand for
+/// loading it where it is missing.
+pub(crate) struct Lua {
+    code: &'static str,
+    script: redis::Script,
+}
+
+impl Lua {
+    pub(crate) fn new(code: &'static str) -> Lua {
+        Lua {
+            code,
+            script: redis::Script::new(code),
+        }
+    }
+
+    /// An `EVALSHA` of this script; `fill` adds the key count, keys and
+    /// arguments.
+    pub(crate) fn call(&self, fill: impl FnOnce(&mut Cmd)) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash());
+        fill(&mut cmd);
+        cmd
+    }
+}
+
+/// A connection of any deployment; redis-rs's `Script`, `Cmd` and
+/// `Pipeline` run on it as on any connection.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Managed(ConnectionManager),
+    Plain(MultiplexedConnection),
+    Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
+}
+
+impl Conn {
+    /// Runs `cmd` (an `EVALSHA` of `lua` whose first key is `key`), loading
+    /// the script first if the server lost it (a restart, `SCRIPT FLUSH`, a
+    /// new shard).
+    pub(crate) async fn eval<T: redis::FromRedisValue>(
+        &mut self,
+        lua: &Lua,
+        key: &str,
+        cmd: &Cmd,
+    ) -> RedisResult<T> {
+        match cmd.query_async(self).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.load(lua, key).await?;
+                cmd.query_async(self).await
+            }
+            other => other,
+        }
+    }
+
+    /// `SCRIPT LOAD` where `key` lives: on a cluster only on the shard
+    /// that owns its slot (redis-rs would send it to every primary, and a
+    /// stalled one would hold up every script call behind it).
+    async fn load(&mut self, lua: &Lua, key: &str) -> RedisResult<()> {
+        let mut load = redis::cmd("SCRIPT");
+        load.arg("LOAD").arg(lua.code);
+        match self {
+            Conn::Cluster(c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::new(crate::keys::hash_slot(key), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                c.route_command(load, routing).await.map(drop)
+            }
+            other => load.query_async(other).await,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Managed(c) => c.req_packed_command(cmd),
+            Conn::Plain(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Plain(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Managed(c) => c.get_db(),
+            Conn::Plain(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.db,
+        }
+    }
+}
+
+/// The connection to the primary the sentinels name, asked for again
+/// after the connection broke or the server said it is no longer primary.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    shared: Arc<SentinelShared>,
+    db: i64,
+}
+
+struct SentinelShared {
+    /// Held while the sentinels are asked, so concurrent requests ask once.
+    resolving: tokio::sync::Mutex<()>,
+    /// Listens for the sentinels' `+switch-master` while a primary is in
+    /// use; restarted when it ended (its runtime did).
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Numbers each connection to a primary.
+    generations: std::sync::atomic::AtomicU64,
+    target: SentinelTarget,
+    primary: Mutex<Option<Primary>>,
+    connect_timeout: Duration,
+}
+
+#[derive(Clone)]
+struct Primary {
+    conn: MultiplexedConnection,
+    /// Tells this connection apart from a later one, so a failure seen on
+    /// it never drops its successor.
+    generation: u64,
+}
+
+impl SentinelConn {
+    fn new(target: &SentinelTarget, connect_timeout: Duration) -> RedisResult<SentinelConn> {
+        Ok(SentinelConn {
+            shared: Arc::new(SentinelShared {
+                resolving: tokio::sync::Mutex::new(()),
+                watcher: Mutex::new(None),
+                generations: std::sync::atomic::AtomicU64::new(0),
+                target: SentinelTarget {
+                    url: target.url.clone(),
+                    #[cfg(feature = "tls-rustls")]
+                    certificates: target.certificates.clone(),
+                },
+                primary: Mutex::new(None),
+                connect_timeout,
+            }),
+            db: target.url.db,
+        })
+    }
+
+    fn current(&self) -> Option<Primary> {
+        self.shared
+            .primary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn primary(&self) -> RedisResult<Primary> {
+        if let Some(p) = self.current() {
+            return Ok(p);
+        }
+        let _resolving = self.shared.resolving.lock().await;
+        if let Some(p) = self.current() {
+            return Ok(p);
+        }
+        let timeout = self.shared.connect_timeout;
+        let client = self.shared.target.primary_client(timeout).await?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        self.watch_switches();
+        let mut slot = self
+            .shared
+            .primary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let generation = self
+            .shared
+            .generations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let primary = Primary { conn, generation };
+        *slot = Some(primary.clone());
+        Ok(primary)
+    }
+
+    /// Starts listening for failovers, unless already listening. Until a
+    /// deposed primary is told to follow the new one, it still answers
+    /// (and takes writes): waiting for its READONLY could take seconds.
+    fn watch_switches(&self) {
+        let mut watcher = self
+            .shared
+            .watcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if watcher.as_ref().is_some_and(|w| !w.is_finished()) {
+            return;
+        }
+        let shared = Arc::downgrade(&self.shared);
+        let url = self.shared.target.url.clone();
+        let timeout = self.shared.connect_timeout;
+        *watcher = Some(tokio::spawn(watch_switches(shared, url, timeout)));
+    }
+
+    /// Drops the connection of `generation` if `outcome` shows the server
+    /// is gone or no longer the primary.
+    fn check(&self, generation: u64, outcome: Outcome) {
+        if outcome == Outcome::Fine {
+            return;
+        }
+        let mut slot = self
+            .shared
+            .primary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|p| p.generation == generation) {
+            *slot = None;
+            tracing::debug!(?outcome, "dropped the connection to the sentinels' primary");
+        }
+    }
+
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut primary = self.primary().await?;
+            let result = primary.conn.req_packed_command(cmd).await;
+            let outcome = match &result {
+                Ok(value) => Outcome::of_value(value),
+                Err(e) => Outcome::of_error(e),
+            };
+            self.check(primary.generation, outcome);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut primary = self.primary().await?;
+            let result = primary
+                .conn
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            let outcome = match &result {
+                Ok(values) => values
+                    .iter()
+                    .map(Outcome::of_value)
+                    .find(|o| *o != Outcome::Fine)
+                    .unwrap_or(Outcome::Fine),
+                Err(e) => Outcome::of_error(e),
+            };
+            self.check(primary.generation, outcome);
+            result
+        })
+    }
+}
+
+/// Follows the sentinels' `+switch-master` announcements (from the first
+/// sentinel that answers) and drops the connection to the primary when
+/// `url`'s service moved, so the next request asks the sentinels again.
+/// Ends when the connection it serves is gone.
+async fn watch_switches(
+    shared: std::sync::Weak<SentinelShared>,
+    url: SentinelUrl,
+    timeout: Duration,
+) {
+    use futures_util::StreamExt;
+    let scheme = if url.tls { "rediss" } else { "redis" };
+    for sentinel in url.sentinels.iter().cycle() {
+        if shared.strong_count() == 0 {
+            return;
+        }
+        let pubsub = async {
+            let info = format!("{scheme}://{sentinel}").into_connection_info()?;
+            let mut redis = info.redis_settings().clone();
+            if let Some(user) = &url.sentinel_username {
+                redis = redis.set_username(user);
+            }
+            if let Some(password) = &url.sentinel_password {
+                redis = redis.set_password(password);
+            }
+            let info = info.set_redis_settings(redis);
+            let mut pubsub = Client::open(info)?.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, RedisError>(pubsub)
+        };
+        let mut pubsub = match tokio::time::timeout(timeout, pubsub).await {
+            Ok(Ok(pubsub)) => pubsub,
+            _ => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let mut messages = pubsub.on_message();
+        loop {
+            let message = tokio::select! {
+                m = messages.next() => m,
+                // Look now and then whether anyone still needs this.
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    if shared.strong_count() == 0 {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let Some(message) = message else { break };
+            let payload: String = message.get_payload().unwrap_or_default();
+            if payload.split(' ').next() == Some(url.service.as_str()) {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let mut slot = shared.primary.lock().unwrap_or_else(|p| p.into_inner());
+                if slot.take().is_some() {
+                    tracing::info!(switch = %payload, "the sentinels moved the primary");
+                }
+            }
+        }
+    }
+}
+
+/// What a reply says about the connection to the sentinels' primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outcome {
+    Fine,
+    /// The server answered `READONLY`: a failover made it a replica.
+    Demoted,
+    /// The connection broke.
+    Broken,
+}
+
+impl Outcome {
+    fn of_error(e: &RedisError) -> Outcome {
+        if e.code() == Some("READONLY") || e.detail().is_some_and(|d| d.contains("READONLY")) {
+            Outcome::Demoted
+        } else if e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal() {
+            Outcome::Broken
+        } else {
+            Outcome::Fine
+        }
+    }
+
+    /// Error replies come back as values; a script's `READONLY` is wrapped
+    /// in its own message, so the code is looked for in both places.
+    fn of_value(value: &Value) -> Outcome {
+        match value {
+            Value::ServerError(e)
+                if e.code() == "READONLY"
+                    || e.details().is_some_and(|d| d.contains("READONLY")) =>
+            {
+                Outcome::Demoted
+            }
+            _ => Outcome::Fine,
+        }
+    }
+}
+
+/// A node's subscription connection.
+pub(crate) enum Subscriber {
+    /// SUBSCRIBE on one server (or the sentinels' primary).
+    Plain(ConnectionManager),
+    /// SSUBSCRIBE through a cluster connection, which subscribes on the
+    /// shard that owns each channel's slot.
+    Sharded(ClusterConnection),
+}
+
+impl Subscriber {
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Plain(c) => c.subscribe(channel).await,
+            Subscriber::Sharded(c) => c.ssubscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Subscriber::Plain(c) => c.unsubscribe(channel).await,
+            Subscriber::Sharded(c) => c.sunsubscribe(channel).await,
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The three forms a node's URL takes, told apart and split into parts.
+//! Pure: no I/O, no redis-rs client yet.
+//!
+//! - `redis://[user:password@]host[:port][/db]` (or `rediss://`, or
+//!   `redis+unix://` / `unix://`): one server, handed to redis-rs as it is.
+//! - `redis+cluster://[user:password@]host:port,host:port,...` (or
+//!   `rediss+cluster://`): a Redis Cluster, reached through any of the seed
+//!   addresses; the credentials and TLS apply to every cluster node.
+//! - `redis+sentinel://[user:password@]host:port,.../service[/db]` (or
+//!   `rediss+sentinel://`): the primary that the sentinels name `service`.
+//!   The credentials, database and TLS are those of the primary; sentinels
+//!   that require their own are given as query parameters
+//!   `sentinel_username=` and `sentinel_password=`.
+//!
+//! A cluster seed defaults to port 6379, a sentinel to 26379.
+
+/// What a node URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NodeUrl {
+    /// One server: the URL, unchanged.
+    Server(String),
+    /// A Redis Cluster: one `redis://` (or `rediss://`) URL per seed, each
+    /// with the credentials.
+    Cluster { seeds: Vec<String> },
+    /// A Sentinel-managed primary.
+    Sentinel(SentinelUrl),
+}
+
+/// The parts of a `redis+sentinel://` URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct SentinelUrl {
+    /// `host:port` of each sentinel.
+    pub(crate) sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    pub(crate) service: String,
+    pub(crate) tls: bool,
+    pub(crate) db: i64,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) sentinel_username: Option<String>,
+    pub(crate) sentinel_password: Option<String>,
+}
+
+impl std::fmt::Debug for SentinelUrl {
+    // Never the passwords.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelUrl")
+            .field("sentinels", &self.sentinels)
+            .field("service", &self.service)
+            .field("tls", &self.tls)
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeUrl {
+    /// Tells the form of `url` and checks the cluster and sentinel forms;
+    /// a server URL is checked later by redis-rs. The error says what is
+    /// wrong, without the credentials.
+    pub(crate) fn parse(url: &str) -> Result<NodeUrl, String> {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Ok(NodeUrl::Server(url.to_string()));
+        };
+        let (tls, kind) = match scheme {
+            "redis+cluster" => (false, Kind::Cluster),
+            "rediss+cluster" => (true, Kind::Cluster),
+            "redis+sentinel" => (false, Kind::Sentinel),
+            "rediss+sentinel" => (true, Kind::Sentinel),
+            _ => return Ok(NodeUrl::Server(url.to_string())),
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        let default_port = match kind {
+            Kind::Cluster => 6379,
+            Kind::Sentinel => 26379,
+        };
+        let hosts = hosts
+            .split(',')
+            .map(|h| host_port(h, default_port))
+            .collect::<Result<Vec<_>, _>>()?;
+        let params = query_params(query.unwrap_or(""))?;
+        match kind {
+            Kind::Cluster => {
+                if !path.is_empty() {
+                    return Err(format!(
+                        "a cluster URL has no path (a cluster has only database 0), found `/{path}`"
+                    ));
+                }
+                if let Some((key, _)) = params.first() {
+                    return Err(format!("unknown parameter `{key}` in a cluster URL"));
+                }
+                let scheme = if tls { "rediss" } else { "redis" };
+                let credentials = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+                Ok(NodeUrl::Cluster {
+                    seeds: hosts
+                        .iter()
+                        .map(|h| format!("{scheme}://{credentials}{h}"))
+                        .collect(),
+                })
+            }
+            Kind::Sentinel => {
+                let mut parts = path.split('/').filter(|p| !p.is_empty());
+                let service = parts.next().ok_or(
+                    "a sentinel URL names the monitored primary after the hosts, \
+                     as in redis+sentinel://s1:26379,s2:26379/mymaster",
+                )?;
+                let db = match parts.next() {
+                    None => 0,
+                    Some(db) => db
+                        .parse()
+                        .map_err(|_| format!("the database `{db}` is not a number"))?,
+                };
+                if let Some(extra) = parts.next() {
+                    return Err(format!("unexpected `/{extra}` after the database"));
+                }
+                let (username, password) = split_userinfo(userinfo);
+                let mut url = SentinelUrl {
+                    sentinels: hosts,
+                    service: decode(service)?,
+                    tls,
+                    db,
+                    username,
+                    password,
+                    sentinel_username: None,
+                    sentinel_password: None,
+                };
+                for (key, value) in params {
+                    match key.as_str() {
+                        "sentinel_username" => url.sentinel_username = Some(value),
+                        "sentinel_password" => url.sentinel_password = Some(value),
+                        other => {
+                            return Err(format!(
+                                "unknown parameter `{other}` in a sentinel URL \
+                                 (known: sentinel_username, sentinel_password)"
+                            ))
+                        }
+                    }
+                }
+                Ok(NodeUrl::Sentinel(url))
+            }
+        }
+    }
+
+    /// How the node is named in errors, logs and metrics: its addresses,
+    /// never its credentials. `None` for a server URL (redis-rs names it).
+    pub(crate) fn describe(&self) -> Option<String> {
+        match self {
+            NodeUrl::Server(_) => None,
+            NodeUrl::Cluster { seeds } => {
+                let hosts: Vec<&str> = seeds.iter().map(|s| after_credentials(s)).collect();
+                Some(format!("cluster {}", hosts.join(",")))
+            }
+            NodeUrl::Sentinel(s) => {
+                let db = if s.db == 0 {
+                    String::new()
+                } else {
+                    format!("/{}", s.db)
+                };
+                Some(format!(
+                    "sentinel {}/{}{db}",
+                    s.sentinels.join(","),
+                    s.service
+                ))
+            }
+        }
+    }
+}
+
+enum Kind {
+    Cluster,
+    Sentinel,
+}
+
+/// `host[:port]` (or `[v6]:port`), with the default port filled in.
+fn host_port(text: &str, default_port: u16) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("an empty host in the list of hosts".to_string());
+    }
+    let (host, port) = if let Some(v6) = text.strip_prefix('[') {
+        let (host, rest) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("`{text}` opens `[` without closing it"))?;
+        let host = format!("[{host}]");
+        match rest.strip_prefix(':') {
+            Some(port) => (host, Some(port)),
+            None if rest.is_empty() => (host, None),
+            None => return Err(format!("`{text}` is not host:port")),
+        }
+    } else {
+        match text.split_once(':') {
+            Some((host, port)) => (host.to_string(), Some(port)),
+            None => (text.to_string(), None),
+        }
+    };
+    let port = match port {
+        None => default_port,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| format!("the port in `{text}` is not a port number"))?,
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+fn split_userinfo(userinfo: Option<&str>) -> (Option<String>, Option<String>) {
+    let Some(userinfo) = userinfo else {
+        return (None, None);
+    };
+    let (user, password) = match userinfo.split_once(':') {
+        Some((user, password)) => (user, Some(password)),
+        None => (userinfo, None),
+    };
+    let user = decode(user).ok().filter(|u| !u.is_empty());
+    let password = password.and_then(|p| decode(p).ok());
+    (user, password)
+}
+
+fn query_params(query: &str) -> Result<Vec<(String, String)>, String> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Ok((decode(key)?, decode(value)?))
+        })
+        .collect()
+}
+
+/// Percent-decoding, as in URLs (`%40` is `@`).
+fn decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or("a `%` in the URL is not followed by two hex digits")?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "the URL decodes to invalid UTF-8".to_string())
+}
+
+/// The part of `scheme://[credentials@]rest` after the credentials.
+fn after_credentials(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls_pass_through() {
+        for url in [
+            "redis://h:1/2",
+            "rediss://u:p@h",
+            "unix:///tmp/r.sock",
+            "nonsense",
+        ] {
+            assert_eq!(NodeUrl::parse(url), Ok(NodeUrl::Server(url.to_string())));
+        }
+    }
+
+    #[test]
+    fn a_cluster_url_becomes_seed_urls_with_the_credentials() {
+        let url = NodeUrl::parse("redis+cluster://app:pw@a:7000,b,[::1]:7002").unwrap();
+        assert_eq!(
+            url,
+            NodeUrl::Cluster {
+                seeds: vec![
+                    "redis://app:pw@a:7000".into(),
+                    "redis://app:pw@b:6379".into(),
+                    "redis://app:pw@[::1]:7002".into(),
+                ]
+            }
+        );
+        assert_eq!(url.describe().unwrap(), "cluster a:7000,b:6379,[::1]:7002");
+        let tls = NodeUrl::parse("rediss+cluster://a:7000/").unwrap();
+        assert_eq!(
+            tls,
+            NodeUrl::Cluster {
+                seeds: vec!["rediss://a:7000".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_sentinel_url_names_service_db_and_both_credentials() {
+        let url = NodeUrl::parse(
+            "redis+sentinel://app:p%40ss@s1,s2:26380/mymaster/3?sentinel_password=sp",
+        )
+        .unwrap();
+        let NodeUrl::Sentinel(s) = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(s.sentinels, ["s1:26379", "s2:26380"]);
+        assert_eq!(s.service, "mymaster");
+        assert_eq!(s.db, 3);
+        assert_eq!(s.username.as_deref(), Some("app"));
+        assert_eq!(s.password.as_deref(), Some("p@ss"));
+        assert_eq!(s.sentinel_password.as_deref(), Some("sp"));
+        assert!(!s.tls);
+        assert_eq!(
+            url.describe().unwrap(),
+            "sentinel s1:26379,s2:26380/mymaster/3"
+        );
+        assert!(!format!("{s:?}").contains("p@ss"));
+    }
+
+    #[test]
+    fn bad_cluster_and_sentinel_urls_say_what_is_wrong() {
+        let cases = [
+            ("redis+sentinel://s1:26379", "names the monitored primary"),
+            ("redis+sentinel://s1/m/x", "not a number"),
+            ("redis+sentinel://s1/m?foo=1", "unknown parameter `foo`"),
+            ("redis+cluster://a:7000/1", "no path"),
+            ("redis+cluster://a:70000", "not a port number"),
+            ("redis+cluster://a:7000,,b", "empty host"),
+            ("redis+cluster://[::1:7000", "without closing"),
+        ];
+        for (url, expected) in cases {
+            let err = NodeUrl::parse(url).unwrap_err();
+            assert!(err.contains(expected), "{url}: {err}");
+        }
+    }
+}

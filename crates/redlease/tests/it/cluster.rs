@@ -1,0 +1,306 @@
+//! A Redis Cluster as one node of the quorum (`redis+cluster://`): the
+//! whole lock cycle on real cluster processes, with keys, fencing counters
+//! and release channels in the lock's slot, sharded notifications, and
+//! renewal batches that never cross slots.
+
+use std::time::{Duration, Instant};
+
+use redlease::{Error, KeyState, Locker, RetryPolicy};
+use redlease_testkit::cluster::RedisCluster;
+use redlease_testkit::RedisNode;
+
+use crate::support::*;
+
+/// `redis+cluster://` over every node of `cluster`.
+pub fn cluster_url(cluster: &RedisCluster) -> String {
+    let hosts: Vec<String> = cluster.iter().map(RedisNode::addr).collect();
+    format!("redis+cluster://{}", hosts.join(","))
+}
+
+fn cluster_locker(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
+    Locker::builder([url])
+        .ttl(ttl)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .retry(
+            RetryPolicy::new()
+                .wait(Duration::from_secs(20))
+                .delay(retry_delay, retry_delay),
+        )
+        .build()
+        .expect("valid test settings")
+}
+
+async fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        // Not node 0: some tests stall it.
+        .query_async(&mut conn(cluster.node(1)).await)
+        .await
+        .expect("CLUSTER KEYSLOT")
+}
+
+async fn shard_numsub(node: &RedisNode, channel: &str) -> i64 {
+    let reply: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("PUBSUB SHARDNUMSUB");
+    reply.first().map_or(0, |(_, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_cycle_runs_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let url = cluster_url(&cluster);
+    let locker = cluster_locker(&url, Duration::from_secs(10), 5 * MS);
+    assert_eq!(locker.quorum(), 1, "a cluster is one node");
+    assert!(
+        locker
+            .nodes()
+            .next()
+            .unwrap()
+            .to_string()
+            .contains("cluster"),
+        "the node is named as a cluster"
+    );
+
+    let lease = locker.try_lock("orders:42").await.expect("a free lock");
+    let key = locker.key("orders:42");
+    let slot = slot_of(&cluster, &key).await;
+    let owner = cluster.owner_of(slot);
+    assert!(
+        pttl(owner, &key).await > 0,
+        "the key is on its slot's owner"
+    );
+    let counter: Option<String> = redis::cmd("GET")
+        .arg(locker.fence_key("orders:42"))
+        .query_async(&mut conn(owner).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        counter.map(|c| c.parse::<u64>().unwrap()),
+        Some(lease.fencing_token()),
+        "the fencing counter sits beside the key"
+    );
+    match locker.try_lock("orders:42").await {
+        Err(Error::Taken { .. }) => {}
+        other => panic!("a held lock is refused, got {other:?}"),
+    }
+
+    // A waiter with a 5 s fallback timer is woken by the sharded release.
+    let waiter_side = cluster_locker(&url, Duration::from_secs(10), Duration::from_secs(5));
+    let channel = waiter_side.release_channel("orders:42");
+    let waiter = tokio::spawn(async move {
+        let lease = waiter_side.lock("orders:42").await;
+        (Instant::now(), lease, waiter_side)
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while shard_numsub(owner, &channel).await != 1 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(10 * MS).await;
+    }
+    let status = locker.inspect("orders:42").await.unwrap();
+    assert_eq!(status.waiting(), 1, "inspect counts the sharded subscriber");
+    tokio::time::sleep(100 * MS).await;
+    let first_token = lease.fencing_token();
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (acquired, second, waiter_side) = waiter.await.unwrap();
+    let second = second.expect("the waiter gets the lock");
+    let gap = acquired - released;
+    assert!(
+        gap < Duration::from_millis(500),
+        "handoff took {gap:?}; the fallback timer is 5 s"
+    );
+    assert!(second.fencing_token() > first_token, "tokens grow");
+    second.release().await.unwrap();
+    assert_eq!(pttl(owner, &key).await, -2, "released");
+    waiter_side.close().await;
+    locker.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_alive_leases_over_many_slots_are_renewed_slot_by_slot() {
+    let cluster = RedisCluster::start(3);
+    let locker = cluster_locker(&cluster_url(&cluster), Duration::from_secs(1), 5 * MS);
+    let mut leases = Vec::new();
+    for i in 0..120 {
+        let lease = locker
+            .try_lock(format!("job:{i}"))
+            .keep_alive()
+            .await
+            .unwrap_or_else(|e| panic!("job:{i}: {e}"));
+        leases.push(lease);
+    }
+    // Three TTLs: every lease was renewed at least twice.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut slots = std::collections::HashSet::new();
+    for lease in &leases {
+        assert!(
+            !lease.is_lost(),
+            "{}: {:?}",
+            lease.resource(),
+            lease.lost_reason()
+        );
+        let key = locker.key(lease.resource());
+        let slot = slot_of(&cluster, &key).await;
+        slots.insert(slot);
+        let left = pttl(cluster.owner_of(slot), &key).await;
+        assert!(left > 0, "{key} has {left} ms left on its owner");
+    }
+    assert!(slots.len() > 100, "the leases spread over many slots");
+    let owners: std::collections::HashSet<u16> =
+        slots.iter().map(|&s| cluster.owner_of(s).port()).collect();
+    assert_eq!(owners.len(), 3, "and over every primary");
+    let stats = locker.renewal_stats();
+    assert!(stats.round_trips >= 2, "{stats:?}");
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    locker.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_and_independent_servers_form_one_quorum() {
+    // Redlock over a cluster and two single servers: three nodes, quorum 2.
+    let cluster = RedisCluster::start(3);
+    let mut servers = redlease_testkit::RedisNodes::start(2);
+    let mut urls = vec![cluster_url(&cluster)];
+    urls.extend(servers.urls());
+    let locker = Locker::builder(urls)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    assert_eq!(locker.quorum(), 2);
+    servers.node_mut(0).kill();
+    let lease = locker
+        .try_lock("mixed")
+        .keep_alive()
+        .await
+        .expect("the cluster and one server are a quorum");
+    let status = locker.inspect("mixed").await.unwrap();
+    let held = status
+        .nodes
+        .iter()
+        .filter(|(_, state)| matches!(state, Ok(s) if matches!(s.key, KeyState::Held { .. })))
+        .count();
+    assert_eq!(held, 2, "{status:?}");
+    lease.release().await.unwrap();
+    locker.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_a_dead_primary_refuses_only_its_slots() {
+    let mut cluster = RedisCluster::start(3);
+    let url = cluster_url(&cluster);
+    let locker = cluster_locker(&url, Duration::from_secs(5), 5 * MS);
+    // Find a resource on the first primary and one elsewhere.
+    let dead_port = cluster.node(0).port();
+    let mut on_dead = None;
+    let mut elsewhere = None;
+    for i in 0..200 {
+        let name = format!("r{i}");
+        let slot = slot_of(&cluster, &locker.key(&name)).await;
+        if cluster.owner_of(slot).port() == dead_port {
+            on_dead.get_or_insert(name);
+        } else {
+            elsewhere.get_or_insert(name);
+        }
+    }
+    let (on_dead, elsewhere) = (on_dead.unwrap(), elsewhere.unwrap());
+    // Connect while all are up, then lose a primary without replicas.
+    locker
+        .try_lock(&elsewhere)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    cluster.node_mut(0).kill();
+    let started = Instant::now();
+    match locker.try_lock(&on_dead).await {
+        Err(Error::NoQuorum { .. }) | Err(Error::Taken { .. }) => {}
+        other => panic!("a lock on a dead shard is refused, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "refused within its timeout, took {:?}",
+        started.elapsed()
+    );
+    let lease = locker
+        .try_lock(&elsewhere)
+        .await
+        .expect("other shards still lock");
+    lease.release().await.unwrap();
+    locker.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_shard_costs_only_its_own_leases() {
+    let mut cluster = RedisCluster::start(3);
+    // By default a cluster stops serving every slot (CLUSTERDOWN) once a
+    // shard has been unreachable for cluster-node-timeout (2 s here); with
+    // this setting the others go on, and so must their leases.
+    for node in cluster.iter() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-require-full-coverage")
+            .arg("no")
+            .query_async(&mut conn(node).await)
+            .await
+            .unwrap();
+    }
+    let locker = cluster_locker(&cluster_url(&cluster), Duration::from_secs(1), 5 * MS);
+    let stalled_port = cluster.node(0).port();
+    let mut leases = Vec::new();
+    for i in 0..60 {
+        let lease = locker
+            .try_lock(format!("job:{i}"))
+            .keep_alive()
+            .await
+            .unwrap();
+        let slot = slot_of(&cluster, &locker.key(lease.resource())).await;
+        let on_stalled = cluster.owner_of(slot).port() == stalled_port;
+        leases.push((lease, on_stalled));
+    }
+    assert!(leases.iter().any(|(_, s)| *s) && leases.iter().any(|(_, s)| !*s));
+
+    cluster.node_mut(0).pause();
+    // Two TTLs without the first shard: its leases cannot be renewed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Meanwhile the other shards still take new locks at once.
+    let mut fresh = None;
+    for i in 0..50 {
+        let name = format!("fresh:{i}");
+        let slot = slot_of(&cluster, &locker.key(&name)).await;
+        if cluster.owner_of(slot).port() != stalled_port {
+            let started = Instant::now();
+            fresh = Some(locker.try_lock(&name).await.expect("a healthy shard"));
+            assert!(started.elapsed() < NODE_TIMEOUT, "{:?}", started.elapsed());
+            break;
+        }
+    }
+    cluster.node_mut(0).resume();
+    for (lease, on_stalled) in &leases {
+        assert_eq!(
+            lease.is_lost(),
+            *on_stalled,
+            "{} (on the stalled shard: {on_stalled}): {:?}",
+            lease.resource(),
+            lease.lost_reason()
+        );
+    }
+    fresh
+        .expect("a resource on a healthy shard")
+        .release()
+        .await
+        .unwrap();
+    for (lease, _) in leases {
+        let _ = lease.release().await;
+    }
+    locker.close().await;
+}
