@@ -4,18 +4,23 @@
 //! It connects to each URL itself (not through a Locker), so a server
 //! listed twice is reported rather than refused.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use clap::Args;
 
+use redis::IntoConnectionInfo;
+
+use crate::cluster::{self, ClusterFacts};
 use crate::duration;
 use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::facts::{self, Facts};
 use crate::nodes::NodesArg;
 use crate::probe::Failure;
+use crate::sentinel;
 use crate::table::Table;
+use redlease::NodeUrl;
 
 /// Clocks further apart than this suggest missing time sync.
 const SKEW_WARN: Duration = Duration::from_secs(1);
@@ -35,12 +40,23 @@ primary with replicas that could fail over). Across nodes: the same server \
 listed twice (same run_id: a fake majority), an even node count, and clock \
 skew (from TIME).
 
-A least-privilege user (README: ACL) may not run PING, INFO or CONFIG GET: \
-the checks that need them WARN (not checked) and name the command; the \
-others run. For every check, run doctor as an admin user.
+A cluster (redis+cluster://): the seeds that answer, cluster_state and how \
+many of the 16384 slots are assigned and covered (FAIL unless all), the \
+primaries and each one's replicas (CLUSTER SHARDS, or CLUSTER SLOTS before \
+Redis 7), then every primary as a server above. A Sentinel-managed primary \
+(redis+sentinel://): how many sentinels answer and which primary they name \
+(FAIL if none knows the service), their quorum (CKQUORUM), the primary's \
+ROLE (FAIL unless master) and its replicas, then the primary as a server \
+above. Any primary with replicas WARNs: a failover can lose a held lock.
 
-Example:
+A least-privilege user (README: ACL) may not run PING, INFO, CONFIG GET, \
+CLUSTER INFO or ROLE: the checks that need them WARN (not checked) and name \
+the command; the others run. For every check, run doctor as an admin user.
+
+Examples:
   redlease doctor --nodes redis://a:6379,redis://b:6379,redis://c:6379 --ttl 30s
+  redlease doctor --nodes redis+cluster://a:7000,b:7001,c:7002
+  redlease doctor --nodes redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster
 
 Exit codes: 0 no FAIL (WARNs allowed); 1 at least one FAIL; 2 usage.")]
 pub struct DoctorArgs {
@@ -122,7 +138,7 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         .iter()
         .map(|url| {
             let (url, tls) = (url.clone(), tls.clone());
-            tokio::spawn(async move { facts::gather(&url, args.timeout, tls.as_ref()).await })
+            tokio::spawn(async move { probe_node(&url, args.timeout, tls.as_ref()).await })
         })
         .collect();
     let mut found = Vec::new();
@@ -130,7 +146,7 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         found.push(
             probe
                 .await
-                .unwrap_or_else(|e| Err(format!("internal error: {}", chain(&e)))),
+                .unwrap_or_else(|e| Probed::Server(Err(format!("internal error: {}", chain(&e))))),
         );
     }
 
@@ -156,13 +172,13 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
             fix,
         );
     };
-    for (i, (url, facts)) in urls.iter().zip(&found).enumerate() {
+    for (i, (url, probed)) in urls.iter().zip(&found).enumerate() {
         // URLs were checked to parse; the library names the node as its
         // errors do.
         let node = redlease::NodeId::from_url(i, url)
             .map_or_else(|_| i.to_string(), |id| format!("{i} {}", id.addr()));
-        for row in node_checks(facts.as_ref(), args.ttl, args.timeout) {
-            add(node.clone(), row);
+        for (label, row) in node_rows(i, &node, probed, args.ttl, args.timeout) {
+            add(label, row);
         }
     }
     for row in fleet_checks(&found) {
@@ -182,30 +198,675 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
     }
 }
 
-/// The checks of one node.
-fn node_checks(facts: Result<&Facts, &String>, ttl: Duration, timeout: Duration) -> Vec<Row> {
+/// What doctor learned about one node of the list.
+enum Probed {
+    /// One server.
+    Server(Result<Facts, String>),
+    /// A Redis Cluster: what a seed said of it, and each primary's facts
+    /// (the seed's alone when the shards are unknown).
+    Cluster {
+        cluster: Result<ClusterFacts, String>,
+        primaries: Vec<(String, Result<Facts, String>)>,
+    },
+    /// The sentinels' answers, and the primary they name, if any.
+    Sentinel {
+        service: String,
+        answers: Vec<sentinel::Answer>,
+        primary: Option<SentinelPrimary>,
+    },
+}
+
+/// The server the sentinels name as primary.
+struct SentinelPrimary {
+    addr: String,
+    role: Result<sentinel::Role, Failure>,
+    facts: Result<Facts, String>,
+}
+
+impl Probed {
+    /// Whether the node can take locks now: its servers answer (and the
+    /// sentinels' primary says it is one).
+    fn up(&self) -> bool {
+        match self {
+            Probed::Server(facts) => facts.is_ok(),
+            Probed::Cluster { cluster, primaries } => {
+                cluster.is_ok() && primaries.iter().all(|(_, facts)| facts.is_ok())
+            }
+            Probed::Sentinel { primary, .. } => primary.as_ref().is_some_and(|p| {
+                p.facts.is_ok() && p.role.as_ref().map_or(true, |r| r.role == "master")
+            }),
+        }
+    }
+
+    /// The facts of every server reached.
+    fn servers(&self) -> Vec<&Facts> {
+        match self {
+            Probed::Server(facts) => facts.iter().collect(),
+            Probed::Cluster { primaries, .. } => primaries
+                .iter()
+                .filter_map(|(_, f)| f.as_ref().ok())
+                .collect(),
+            Probed::Sentinel { primary, .. } => primary
+                .iter()
+                .filter_map(|p| p.facts.as_ref().ok())
+                .collect(),
+        }
+    }
+}
+
+/// Reads everything about the node at `url`, every step bounded by
+/// `timeout`.
+async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertificates>) -> Probed {
+    match NodeUrl::parse(url) {
+        Err(why) => Probed::Server(Err(why.to_string())),
+        Ok(NodeUrl::Server(url)) => Probed::Server(match url.as_str().into_connection_info() {
+            Ok(info) => facts::gather(info, timeout, tls).await,
+            Err(e) => Err(chain(&e)),
+        }),
+        Ok(NodeUrl::Cluster { seeds }) => {
+            let cluster = cluster::gather(&seeds, timeout, tls).await;
+            let members: Vec<(String, u16)> = match &cluster {
+                Err(_) => Vec::new(),
+                Ok(c) => match &c.shards {
+                    Ok(shards) => shards
+                        .list
+                        .iter()
+                        .map(|s| (s.primary.host.clone(), s.primary.port))
+                        .collect(),
+                    // Shards unknown: at least the seed that answered.
+                    Err(_) => {
+                        let (host, port) = c.seed.rsplit_once(':').unwrap_or((&c.seed, ""));
+                        vec![(host.to_string(), port.parse().unwrap_or(0))]
+                    }
+                },
+            };
+            let gathers: Vec<_> = members
+                .into_iter()
+                .map(|(host, port)| {
+                    let info = cluster::member_info(&seeds[0], &host, port);
+                    let tls = tls.cloned();
+                    let addr = cluster::Member {
+                        host,
+                        port,
+                        health: None,
+                    }
+                    .addr();
+                    let gather = tokio::spawn(async move {
+                        match info {
+                            Some(info) => facts::gather(info, timeout, tls.as_ref()).await,
+                            None => Err("not an address".to_string()),
+                        }
+                    });
+                    (addr, gather)
+                })
+                .collect();
+            let mut primaries = Vec::new();
+            for (addr, gather) in gathers {
+                let facts = gather
+                    .await
+                    .unwrap_or_else(|e| Err(format!("internal error: {}", chain(&e))));
+                primaries.push((addr, facts));
+            }
+            Probed::Cluster { cluster, primaries }
+        }
+        Ok(NodeUrl::Sentinel(url)) => {
+            let answers = sentinel::ask_all(&url, timeout, tls).await;
+            let primary = match named_primary(&answers).first() {
+                None => None,
+                Some((addr, _)) => Some(match sentinel::primary_info(&url, addr) {
+                    Err(e) => SentinelPrimary {
+                        addr: addr.clone(),
+                        role: Err(e.clone()),
+                        facts: Err(e.into()),
+                    },
+                    Ok(info) => {
+                        let (role, facts) = tokio::join!(
+                            sentinel::role(info.clone(), timeout, tls),
+                            facts::gather(info, timeout, tls)
+                        );
+                        SentinelPrimary {
+                            addr: addr.clone(),
+                            role,
+                            facts,
+                        }
+                    }
+                }),
+            };
+            Probed::Sentinel {
+                service: url.service,
+                answers,
+                primary,
+            }
+        }
+        // A form newer than this command: the library will say.
+        Ok(_) => Probed::Server(Err(format!("{url}: a node form doctor does not know"))),
+    }
+}
+
+/// The primaries the sentinels name, most named first, with how many name
+/// each.
+fn named_primary(answers: &[sentinel::Answer]) -> Vec<(String, usize)> {
+    let mut named: Vec<(String, usize)> = Vec::new();
+    for addr in answers
+        .iter()
+        .filter_map(|a| a.told.as_ref().ok()?.primary.clone())
+    {
+        match named.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, n)) => *n += 1,
+            None => named.push((addr, 1)),
+        }
+    }
+    // Stable: a tie goes to the first sentinel's.
+    named.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    named
+}
+
+/// How a server is deployed, for the checks that depend on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deploy {
+    /// Given by its own URL.
+    Standalone,
+    /// A primary of a cluster given as `redis+cluster://`.
+    Cluster,
+    /// The primary the sentinels of a `redis+sentinel://` URL name.
+    Sentinel,
+}
+
+/// The rows of node `i` (named `node`), each with the NODE cell to show.
+fn node_rows(
+    i: usize,
+    node: &str,
+    probed: &Probed,
+    ttl: Duration,
+    timeout: Duration,
+) -> Vec<(String, Row)> {
+    let primary_label = |addr: &str| format!("{i} primary {addr}");
+    match probed {
+        Probed::Server(facts) => {
+            node_checks(facts.as_ref(), ttl, timeout, Deploy::Standalone, None)
+                .into_iter()
+                .map(|row| (node.to_string(), row))
+                .collect()
+        }
+        Probed::Cluster { cluster, primaries } => {
+            let mut rows: Vec<(String, Row)> = cluster_checks(cluster.as_ref(), primaries, timeout)
+                .into_iter()
+                .map(|row| (node.to_string(), row))
+                .collect();
+            let shards = cluster.as_ref().ok().and_then(|c| c.shards.as_ref().ok());
+            for (addr, facts) in primaries {
+                let replicas = shards.and_then(|shards| {
+                    let shard = shards.list.iter().find(|s| s.primary.addr() == *addr)?;
+                    Some(shard.replicas.len())
+                });
+                for row in node_checks(facts.as_ref(), ttl, timeout, Deploy::Cluster, replicas) {
+                    rows.push((primary_label(addr), row));
+                }
+            }
+            rows
+        }
+        Probed::Sentinel {
+            service,
+            answers,
+            primary,
+        } => {
+            let mut rows: Vec<(String, Row)> =
+                sentinel_checks(service, answers, primary.as_ref(), timeout)
+                    .into_iter()
+                    .map(|row| (node.to_string(), row))
+                    .collect();
+            if let Some(primary) = primary {
+                // ROLE lists the replicas in sync; the sentinels also
+                // those still syncing, which can be promoted as well.
+                let in_sync = primary.role.as_ref().ok().map(|r| r.replicas);
+                let known = answers
+                    .iter()
+                    .find_map(|a| a.told.as_ref().ok()?.replicas.as_ref().ok())
+                    .map(|r| r.iter().filter(|f| sentinel::replica_up(f)).count());
+                let replicas = in_sync.max(known);
+                for row in node_checks(
+                    primary.facts.as_ref(),
+                    ttl,
+                    timeout,
+                    Deploy::Sentinel,
+                    replicas,
+                ) {
+                    rows.push((primary_label(&primary.addr), row));
+                }
+            }
+            rows
+        }
+    }
+}
+
+/// The row for a node that does not answer at all: `what` to start, and
+/// how its URL carries a password.
+fn unreachable(why: &str, what: &str, password: &str, timeout: Duration) -> Row {
+    fail(
+        "reachable",
+        format!("no: {why}"),
+        format!(
+            "start {what}, or check the URL, port, firewall and password ({password}); \
+             doctor waits {} per request (--timeout)",
+            duration::show(timeout)
+        ),
+    )
+}
+
+/// The checks of one server. `replicas`: how many replicas it has as the
+/// cluster or the sentinels tell, for when INFO is refused.
+fn node_checks(
+    facts: Result<&Facts, &String>,
+    ttl: Duration,
+    timeout: Duration,
+    deploy: Deploy,
+    replicas: Option<usize>,
+) -> Vec<Row> {
     let facts = match facts {
         Ok(facts) => facts,
         Err(why) => {
-            return vec![fail(
-                "reachable",
-                format!("no: {why}"),
-                format!(
-                    "start the server, or check the URL, port, firewall and password \
-                     (redis://:password@host:port); doctor waits {} per request (--timeout)",
-                    duration::show(timeout)
-                ),
+            return vec![unreachable(
+                why,
+                "the server",
+                "redis://:password@host:port",
+                timeout,
             )]
         }
     };
     vec![
         latency(facts.latency, facts.ping_denied, ttl),
-        server(facts),
+        server(facts, deploy),
         scripting(facts),
         eviction(facts),
         persistence(facts, ttl),
-        replication(facts),
+        replication(facts, deploy, replicas),
     ]
+}
+
+/// The checks of a cluster as a whole: it answers, its state and slot
+/// coverage, and its shards.
+fn cluster_checks(
+    cluster: Result<&ClusterFacts, &String>,
+    primaries: &[(String, Result<Facts, String>)],
+    timeout: Duration,
+) -> Vec<Row> {
+    let cluster = match cluster {
+        Ok(cluster) => cluster,
+        Err(why) => {
+            return vec![unreachable(
+                why,
+                "the cluster's servers",
+                "redis+cluster://:password@host:port,...",
+                timeout,
+            )]
+        }
+    };
+    let mut rows = vec![cluster_state(cluster, primaries), shards(cluster)];
+    if !cluster.seeds_down.is_empty() {
+        let down: Vec<String> = cluster
+            .seeds_down
+            .iter()
+            .map(|(seed, why)| format!("{seed}: {why}"))
+            .collect();
+        rows.push(warn(
+            "seeds",
+            format!(
+                "{} of {} seeds did not answer ({}); clients find the cluster through the others",
+                down.len(),
+                cluster.seeds,
+                down.join("; ")
+            ),
+            "bring the seeds back, or list the cluster's current servers in the URL",
+        ));
+    }
+    rows
+}
+
+fn cluster_state(cluster: &ClusterFacts, primaries: &[(String, Result<Facts, String>)]) -> Row {
+    const CHECK: &str = "cluster";
+    const ALL: u32 = 16_384;
+    let shards = cluster.shards.as_ref().ok();
+    if let Err(e) = &cluster.info {
+        if e.to_string().contains("cluster support disabled") {
+            return fail(
+                CHECK,
+                format!("{} is not a cluster node: {e}", cluster.seed),
+                "give a standalone server as redis://HOST:PORT (or the sentinels' primary as \
+                 redis+sentinel://HOST:PORT,.../SERVICE)",
+            );
+        }
+    }
+    let number = |field: &str| cluster.info(field).and_then(|v| v.parse::<u32>().ok());
+    let state = cluster.info("cluster_state");
+    // From INFO, or else counted from the shards: a primary that did not
+    // answer doctor covers none.
+    let assigned = number("cluster_slots_assigned")
+        .or_else(|| shards.map(|s| s.list.iter().map(|s| s.slots).sum()));
+    let covered = number("cluster_slots_ok").or_else(|| {
+        shards.map(|s| {
+            s.list
+                .iter()
+                .filter(|s| s.primary.health.as_deref().is_none_or(|h| h == "online"))
+                .filter(|s| {
+                    primaries
+                        .iter()
+                        .any(|(addr, facts)| *addr == s.primary.addr() && facts.is_ok())
+                })
+                .map(|s| s.slots)
+                .sum()
+        })
+    });
+    let (Some(assigned), Some(covered)) = (assigned, covered) else {
+        return match (&cluster.info, &cluster.shards) {
+            (Err(Failure::Denied(_)), _) => not_checked(
+                CHECK,
+                "CLUSTER INFO",
+                "that cluster_state is ok and every slot is served",
+            ),
+            (Err(e), _) => warn(
+                CHECK,
+                format!("could not read CLUSTER INFO from {}: {e}", cluster.seed),
+                "check CLUSTER INFO yourself: cluster_state must be ok",
+            ),
+            (Ok(_), _) => warn(
+                CHECK,
+                "CLUSTER INFO gave no slot counts",
+                "check CLUSTER INFO yourself: cluster_state must be ok",
+            ),
+        };
+    };
+    let primaries_count = shards.map_or_else(
+        || "primaries unknown".to_string(),
+        |s| {
+            format!(
+                "{} primar{}",
+                s.list.len(),
+                if s.list.len() == 1 { "y" } else { "ies" }
+            )
+        },
+    );
+    let state_text = match (&state, &cluster.info) {
+        (Some(state), _) => format!("cluster_state {state}"),
+        (None, Err(Failure::Denied(_))) => format!(
+            "cluster_state not checked: this user may not run CLUSTER INFO (ACL: NOPERM), slots \
+             counted from {}",
+            shards.map_or("the shards", |s| s.source)
+        ),
+        (None, _) => "cluster_state not read".to_string(),
+    };
+    let detail = format!(
+        "{state_text}; {assigned} of {ALL} slots assigned, {covered} covered (served by a \
+         primary that is up); {primaries_count} (asked {})",
+        cluster.seed
+    );
+    if state.as_deref().is_some_and(|s| s != "ok") || assigned < ALL || covered < ALL {
+        fail(
+            CHECK,
+            format!(
+                "{detail}: a lock whose key hashes to a slot nobody serves cannot be taken, \
+                 and with cluster-require-full-coverage (the default) no lock at all"
+            ),
+            "assign every slot (CLUSTER ADDSLOTSRANGE), bring failed primaries back or let \
+             their replicas take over; CLUSTER INFO and CLUSTER SHARDS show which",
+        )
+    } else {
+        ok(CHECK, detail)
+    }
+}
+
+fn shards(cluster: &ClusterFacts) -> Row {
+    const CHECK: &str = "shards";
+    let shards = match &cluster.shards {
+        Ok(shards) => shards,
+        Err(Failure::Denied(_)) => {
+            return warn(
+                CHECK,
+                "not checked: this user may not run CLUSTER SHARDS or CLUSTER SLOTS (ACL: \
+                 NOPERM); redlease's cluster client reads CLUSTER SLOTS to find the shards, so \
+                 it cannot work either",
+                "allow +cluster|slots for this user, and run doctor as an admin user for the \
+                 other checks",
+            )
+        }
+        Err(e) => {
+            return warn(
+                CHECK,
+                format!("could not read the shards: {e}"),
+                "check CLUSTER SHARDS (or CLUSTER SLOTS) yourself",
+            )
+        }
+    };
+    let list: Vec<String> = shards
+        .list
+        .iter()
+        .map(|shard| {
+            let health = match shard.primary.health.as_deref() {
+                None | Some("online") => String::new(),
+                Some(other) => format!(" ({other})"),
+            };
+            let replicas = match shard.replicas.len() {
+                0 => "no replica".to_string(),
+                n => {
+                    let addrs: Vec<String> = shard
+                        .replicas
+                        .iter()
+                        .map(|r| match r.health.as_deref() {
+                            None | Some("online") => r.addr(),
+                            Some(other) => format!("{} {other}", r.addr()),
+                        })
+                        .collect();
+                    format!("{n} replica{} ({})", plural(n), addrs.join(", "))
+                }
+            };
+            format!(
+                "{}{health}: {} slot{}, {replicas}",
+                shard.primary.addr(),
+                shard.slots,
+                plural(shard.slots as usize)
+            )
+        })
+        .collect();
+    let n = shards.list.len();
+    ok(
+        CHECK,
+        format!(
+            "{n} primar{} ({}): {}",
+            if n == 1 { "y" } else { "ies" },
+            shards.source,
+            list.join("; ")
+        ),
+    )
+}
+
+/// The checks of a Sentinel-managed node as a whole: the sentinels answer
+/// and agree, and the server they name says it is the primary.
+fn sentinel_checks(
+    service: &str,
+    answers: &[sentinel::Answer],
+    primary: Option<&SentinelPrimary>,
+    timeout: Duration,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let n = answers.len();
+    let answered: Vec<&sentinel::Told> = answers
+        .iter()
+        .filter_map(|a| a.told.as_ref().ok())
+        .collect();
+    let silent: Vec<String> = answers
+        .iter()
+        .filter_map(|a| match &a.told {
+            Err(e) => Some(format!("{}: {e}", a.sentinel)),
+            Ok(_) => None,
+        })
+        .collect();
+    let denied = answers
+        .iter()
+        .any(|a| matches!(a.told, Err(Failure::Denied(_))));
+    if answered.is_empty() {
+        if denied {
+            return vec![not_checked(
+                "sentinels",
+                "SENTINEL GET-MASTER-ADDR-BY-NAME",
+                "which primary the sentinels name",
+            )];
+        }
+        return vec![unreachable(
+            &format!("no sentinel answered ({})", silent.join("; ")),
+            "the sentinels",
+            "?sentinel_password=... after the service name",
+            timeout,
+        )];
+    }
+    let named = named_primary(answers);
+    let knowing = named.iter().map(|(_, k)| k).sum::<usize>();
+    let Some((addr, agree)) = named.first() else {
+        return vec![fail(
+            "sentinels",
+            format!(
+                "{} of {n} sentinel{} answered, and none knows a primary named {service:?}",
+                answered.len(),
+                plural(n)
+            ),
+            "check the service name after the hosts in the URL (SENTINEL MASTERS lists the \
+             names a sentinel monitors)",
+        )];
+    };
+    // The first sentinel that knows the service speaks for the rest.
+    let told = answered.iter().find(|t| t.primary.is_some());
+    let agreeing = if *agree == answered.len() && *agree > 1 {
+        format!("all name {addr}")
+    } else {
+        format!("{agree} name{} {addr}", if *agree == 1 { "s" } else { "" })
+    };
+    let mut detail = format!(
+        "{} of {n} sentinel{} answered; {agreeing} primary of {service:?}",
+        answered.len(),
+        plural(n),
+    );
+    if let Some(Ok(others)) = told.map(|t| &t.others) {
+        detail.push_str(&format!(
+            "; the first knows {others} other sentinel{}",
+            plural(*others)
+        ));
+    }
+    let mut level = Level::Ok;
+    let mut fixes = Vec::new();
+    match told.map(|t| &t.ckquorum) {
+        Some(Ok(reply)) => detail.push_str(&format!("; CKQUORUM: {reply}")),
+        Some(Err(Failure::Denied(_))) => {
+            detail.push_str("; CKQUORUM not checked: this user may not run it (ACL: NOPERM)")
+        }
+        Some(Err(e)) => {
+            detail.push_str(&format!("; CKQUORUM: {e}: no failover can be authorized"));
+            level = Level::Warn;
+            fixes.push("run enough sentinels for their quorum (3 or more)".to_string());
+        }
+        None => {}
+    }
+    if named.len() > 1 || knowing < answered.len() {
+        let others: Vec<String> = named
+            .iter()
+            .skip(1)
+            .map(|(a, k)| format!("{k} name {a}"))
+            .chain(
+                (knowing < answered.len())
+                    .then(|| format!("{} know no {service:?}", answered.len() - knowing)),
+            )
+            .collect();
+        detail.push_str(&format!(
+            "; the sentinels disagree: {} (a failover under way?)",
+            others.join(", ")
+        ));
+        level = Level::Warn;
+        fixes.push("run doctor again; if it persists, check each sentinel's configuration".into());
+    }
+    if !silent.is_empty() {
+        detail.push_str(&format!("; not answering: {}", silent.join("; ")));
+        level = Level::Warn;
+        fixes.push("bring the silent sentinels back, or drop them from the URL".into());
+    }
+    rows.push(Row {
+        level,
+        check: "sentinels",
+        detail,
+        fix: (!fixes.is_empty()).then(|| fixes.join("; ")),
+    });
+    if let Some(primary) = primary {
+        rows.push(sentinel_primary(primary, told.map(|t| &t.replicas)));
+    }
+    rows
+}
+
+/// The server the sentinels name: its ROLE, and the replicas.
+fn sentinel_primary(
+    primary: &SentinelPrimary,
+    replicas: Option<&Result<Vec<std::collections::HashMap<String, String>>, Failure>>,
+) -> Row {
+    const CHECK: &str = "primary";
+    let known = match replicas {
+        Some(Ok(list)) => {
+            let shown: Vec<String> = list
+                .iter()
+                .map(|r| {
+                    if sentinel::replica_up(r) {
+                        sentinel::replica_addr(r)
+                    } else {
+                        format!("{} (down)", sentinel::replica_addr(r))
+                    }
+                })
+                .collect();
+            let n = list.len();
+            if n == 0 {
+                "; the sentinels know no replica".to_string()
+            } else {
+                format!(
+                    "; the sentinels know {n} replica{}: {}",
+                    plural(n),
+                    shown.join(", ")
+                )
+            }
+        }
+        Some(Err(Failure::Denied(_))) => {
+            "; SENTINEL REPLICAS not checked (ACL: NOPERM)".to_string()
+        }
+        Some(Err(e)) => format!("; SENTINEL REPLICAS failed: {e}"),
+        None => String::new(),
+    };
+    let addr = &primary.addr;
+    match &primary.role {
+        Ok(role) if role.role == "master" => ok(
+            CHECK,
+            format!(
+                "{addr} says ROLE master, {} replica{} online{known}",
+                role.replicas,
+                plural(role.replicas)
+            ),
+        ),
+        Ok(role) => fail(
+            CHECK,
+            format!(
+                "{addr}, which the sentinels name primary, says ROLE {}{known}: it refuses \
+                 lock writes",
+                role.role
+            ),
+            "a failover may be under way: run doctor again; if it persists, check the \
+             sentinels' configuration (SENTINEL RESET)",
+        ),
+        Err(Failure::Denied(_)) => warn(
+            CHECK,
+            format!(
+                "{addr} (named by the sentinels): ROLE not checked: this user may not run it \
+                 (ACL: NOPERM){known}; redlease's Sentinel client confirms the primary with \
+                 ROLE (or INFO replication), so it cannot work without one of them"
+            ),
+            "allow +role for this user, and run doctor as an admin user for the other checks",
+        ),
+        Err(e) => fail(
+            CHECK,
+            format!("{addr} (named by the sentinels) did not answer ROLE: {e}{known}"),
+            "start the primary, or let the sentinels fail over to a replica",
+        ),
+    }
 }
 
 fn latency(rtt: Duration, ping_denied: bool, ttl: Duration) -> Row {
@@ -268,7 +929,7 @@ fn failed(read: Result<(), &Failure>) -> String {
     }
 }
 
-fn server(facts: &Facts) -> Row {
+fn server(facts: &Facts, deploy: Deploy) -> Row {
     const CHECK: &str = "server";
     let Some(server) = facts.server() else {
         return warn(
@@ -297,15 +958,15 @@ fn server(facts: &Facts) -> Row {
     };
     const UPGRADE: &str = "upgrade to Redis 6.0 or later (the oldest redlease supports), or Valkey";
     match mode.as_str() {
-        "cluster" => fail(
+        "cluster" if deploy != Deploy::Cluster => fail(
             CHECK,
             format!("{detail}: a cluster node owns only some keys' slots"),
-            "give redlease independent standalone servers (not a Redis Cluster)",
+            "give the whole cluster as one node: redis+cluster://HOST:PORT,HOST:PORT,...",
         ),
         "sentinel" => fail(
             CHECK,
             format!("{detail}: a Sentinel stores no data"),
-            "list the data nodes, not the sentinels",
+            "give the sentinels as one node: redis+sentinel://HOST:PORT,HOST:PORT,.../SERVICE",
         ),
         _ if version.is_some_and(|v| v < (2, 6, 12)) => fail(
             CHECK,
@@ -424,19 +1085,20 @@ fn persistence(facts: &Facts, ttl: Duration) -> Row {
     }
 }
 
-fn replication(facts: &Facts) -> Row {
+fn replication(facts: &Facts, deploy: Deploy, known: Option<usize>) -> Row {
     const CHECK: &str = "replication";
+    // INFO, else what the cluster or the sentinels tell.
     let replicas = facts
         .info("connected_slaves")
-        .and_then(|n| n.parse::<u32>().ok())
-        .unwrap_or(0);
+        .and_then(|n| n.parse::<usize>().ok())
+        .or(known);
     // INFO says master/slave; HELLO (which every user may run) master/replica.
     let role = facts.info("role").or_else(|| {
         let role = facts.hello.as_ref().ok()?.role.as_deref()?;
         Some(if role == "replica" { "slave" } else { role }.to_string())
     });
     match role.as_deref() {
-        Some("master") if matches!(facts.info, Err(Failure::Denied(_))) => warn(
+        Some("master") if replicas.is_none() => warn(
             CHECK,
             "not checked: this user may not run INFO (ACL: NOPERM); HELLO says it is a \
              primary, but not how many replicas it has",
@@ -448,23 +1110,22 @@ fn replication(facts: &Facts) -> Row {
                 (Some(host), Some(port)) => format!(" of {host}:{port}"),
                 _ => String::new(),
             };
+            let fix = match deploy {
+                Deploy::Standalone => "list independent primaries only",
+                Deploy::Cluster | Deploy::Sentinel => {
+                    "a failover may be under way: run doctor again"
+                }
+            };
             fail(
                 CHECK,
                 format!("a replica{primary}: it refuses lock writes or holds stale ones"),
-                "list independent primaries only",
+                fix,
             )
         }
-        Some("master") if replicas > 0 => warn(
-            CHECK,
-            format!(
-                "primary with {replicas} replica{}: replication is asynchronous, so a failover \
-                 can promote a replica that lacks a lock key",
-                plural(replicas as usize)
-            ),
-            "use independent primaries without automatic failover; several nodes give \
-             availability instead",
-        ),
-        Some("master") => ok(CHECK, "primary without replicas"),
+        Some("master") => match replicas.unwrap_or(0) {
+            0 => ok(CHECK, "primary without replicas"),
+            n => warn(CHECK, failover_risk(n), FAILOVER_FIX),
+        },
         None if matches!(facts.info, Err(Failure::Denied(_))) => {
             not_checked(CHECK, "INFO", "that the node is a primary without replicas")
         }
@@ -476,17 +1137,39 @@ fn replication(facts: &Facts) -> Row {
     }
 }
 
-/// The checks across nodes.
-fn fleet_checks(found: &[Result<Facts, String>]) -> Vec<Row> {
-    vec![node_count(found), same_server(found), clock_skew(found)]
+/// What a primary with `n` replicas risks: a failover can lose a held lock.
+fn failover_risk(n: usize) -> String {
+    format!(
+        "primary with {n} replica{}: a failover can lose a held lock. The lock's guarantees \
+         hold per primary; replication is asynchronous, and a replica promoted before it \
+         received the lock key lets a second client take the lock (see README, Deployments)",
+        plural(n)
+    )
 }
 
-fn node_count(found: &[Result<Facts, String>]) -> Row {
+const FAILOVER_FIX: &str = "for locks that must never overlap, use independent primaries \
+     without automatic failover (several of them give availability); else accept the risk \
+     knowingly";
+
+/// The checks across nodes.
+fn fleet_checks(found: &[Probed]) -> Vec<Row> {
+    let servers: Vec<(usize, &Facts)> = found
+        .iter()
+        .enumerate()
+        .flat_map(|(i, probed)| probed.servers().into_iter().map(move |f| (i, f)))
+        .collect();
+    let up = found.iter().filter(|p| p.up()).count();
+    vec![
+        node_count(found.len(), up),
+        same_server(&servers),
+        clock_skew(&servers),
+    ]
+}
+
+fn node_count(n: usize, up: usize) -> Row {
     const CHECK: &str = "node count";
-    let n = found.len();
     let quorum = n / 2 + 1;
     let tolerated = n - quorum;
-    let up = found.iter().filter(|f| f.is_ok()).count();
     let mut detail = format!(
         "{n} node{}, quorum {quorum}: tolerates {tolerated} failure{}",
         plural(n),
@@ -516,16 +1199,22 @@ fn node_count(found: &[Result<Facts, String>]) -> Row {
     }
 }
 
-fn same_server(found: &[Result<Facts, String>]) -> Row {
+/// `servers`: every server reached, with the index of the node it belongs
+/// to (a cluster's primaries all belong to one).
+fn same_server(servers: &[(usize, &Facts)]) -> Row {
     const CHECK: &str = "distinct servers";
-    let mut by_id: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    // Reachable nodes that did not tell their run_id (INFO refused).
-    let mut unknown = Vec::new();
-    for (i, facts) in found.iter().enumerate() {
-        let Ok(facts) = facts else { continue };
+    let mut by_id: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    // Nodes with a reachable server that did not tell its run_id (INFO
+    // refused).
+    let mut unknown = BTreeSet::new();
+    for (i, facts) in servers {
         match facts.info("run_id") {
-            Some(id) => by_id.entry(id).or_default().push(i),
-            None => unknown.push(format!("node {i}")),
+            Some(id) => {
+                by_id.entry(id).or_default().insert(*i);
+            }
+            None => {
+                unknown.insert(*i);
+            }
         }
     }
     let twice: Vec<String> = by_id
@@ -536,16 +1225,19 @@ fn same_server(found: &[Result<Facts, String>]) -> Row {
             names.join(" = ")
         })
         .collect();
+    if servers.is_empty() {
+        return ok(CHECK, "no server answered: nothing to compare");
+    }
     if twice.is_empty() && !unknown.is_empty() {
+        let names: Vec<String> = unknown.iter().map(|i| format!("node {i}")).collect();
         warn(
             CHECK,
             format!(
                 "not checked for {}: INFO (run_id) {}",
-                unknown.join(", "),
-                if found
+                names.join(", "),
+                if servers
                     .iter()
-                    .flatten()
-                    .any(|f| matches!(f.info, Err(Failure::Denied(_))))
+                    .any(|(_, f)| matches!(f.info, Err(Failure::Denied(_))))
                 {
                     "refused for this user (ACL: NOPERM)"
                 } else {
@@ -577,12 +1269,15 @@ fn same_server(found: &[Result<Facts, String>]) -> Row {
     }
 }
 
-fn clock_skew(found: &[Result<Facts, String>]) -> Row {
+fn clock_skew(servers: &[(usize, &Facts)]) -> Row {
     const CHECK: &str = "clock skew";
-    let clocks: Vec<_> = found
+    let clocks: Vec<_> = servers
         .iter()
-        .filter_map(|f| f.as_ref().ok()?.clock.as_ref().ok())
+        .filter_map(|(_, f)| f.clock.as_ref().ok())
         .collect();
+    if servers.is_empty() {
+        return ok(CHECK, "no server answered: nothing to compare");
+    }
     let (Some(min), Some(max)) = (
         clocks.iter().map(|c| c.offset_us).min(),
         clocks.iter().map(|c| c.offset_us).max(),
@@ -594,7 +1289,7 @@ fn clock_skew(found: &[Result<Facts, String>]) -> Row {
         );
     };
     if clocks.len() < 2 {
-        return ok(CHECK, "one node: nothing to compare");
+        return ok(CHECK, "one server: nothing to compare");
     }
     let spread = Duration::from_micros(max.abs_diff(min));
     let error = clocks

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::{InfoDict, Value};
+use redis::{ConnectionInfo, InfoDict, Value};
 
 use crate::probe::{Failure, Probe};
 
@@ -129,11 +129,11 @@ impl Facts {
 /// Connects and reads everything; `Err` only when the node cannot be
 /// reached or does not answer PING (a PING refused by ACL is an answer).
 pub async fn gather(
-    url: &str,
+    server: ConnectionInfo,
     timeout: Duration,
     tls: Option<&redis::TlsCertificates>,
 ) -> Result<Facts, String> {
-    let mut probe = Probe::connect(url, timeout, tls).await?;
+    let mut probe = Probe::connect_to(server, timeout, tls).await?;
     let mut rtts = Vec::with_capacity(PINGS);
     let mut ping_denied = false;
     for _ in 0..PINGS {
@@ -176,23 +176,40 @@ async fn read_hello(probe: &mut Probe) -> Result<Hello, Failure> {
     Ok(parse_hello(&reply))
 }
 
-/// HELLO's map: a RESP3 map, or under RESP2 a flat array of pairs.
-fn parse_hello(reply: &Value) -> Hello {
-    let pairs: Vec<(&Value, &Value)> = match reply {
+/// A reply that is a map: a RESP3 map, or under RESP2 a flat array of
+/// pairs.
+pub fn pairs(reply: &Value) -> Vec<(&Value, &Value)> {
+    match reply {
         Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
         Value::Array(items) => items
             .chunks_exact(2)
             .map(|pair| (&pair[0], &pair[1]))
             .collect(),
         _ => Vec::new(),
-    };
-    let text = |value: &Value| match value {
+    }
+}
+
+/// A reply that is text, as a string.
+pub fn text(value: &Value) -> Option<String> {
+    match value {
         Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
         Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
         _ => None,
-    };
+    }
+}
+
+/// A reply that is a number, or text that is one.
+pub fn number(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        other => text(other)?.parse().ok(),
+    }
+}
+
+/// HELLO's map.
+fn parse_hello(reply: &Value) -> Hello {
     let mut hello = Hello::default();
-    for (key, value) in pairs {
+    for (key, value) in pairs(reply) {
         let slot = match text(key).as_deref() {
             Some("server") => &mut hello.server,
             Some("version") => &mut hello.version,

@@ -2,6 +2,7 @@
 //! lock, check the nodes, or watch a demo. This file is the command line:
 //! parsing, one-line usage errors, and dispatch.
 
+mod cluster;
 mod demo;
 mod doctor;
 mod duration;
@@ -13,6 +14,7 @@ mod nodes;
 mod probe;
 mod release;
 mod run;
+mod sentinel;
 mod signals;
 mod status;
 mod table;

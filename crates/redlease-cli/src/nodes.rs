@@ -1,11 +1,15 @@
 //! Which Redis nodes to talk to: `--nodes` or `REDLEASE_NODES`
 //! (comma-separated URLs), checked to parse, and the TLS files for its
 //! `rediss://` nodes.
+//!
+//! A cluster's or the sentinels' URL lists its hosts with commas itself
+//! (`redis+cluster://a:7000,b:7001`), so a comma starts a new URL only
+//! where a scheme (`xxx://`) follows it; anywhere else it continues the URL
+//! before it.
 
 use std::path::PathBuf;
 
-use clap::Args;
-use redis::Client;
+use clap::{ArgAction, Args};
 use redlease::TlsConfig;
 
 use crate::errors::chain;
@@ -17,19 +21,29 @@ pub const DEFAULT_NODES: &str = "redis://127.0.0.1:6379";
 /// The node list, shared by `run`, `status` and `doctor`.
 #[derive(Args, Debug, Clone)]
 pub struct NodesArg {
-    /// Redis nodes as comma-separated URLs: one for a single-instance lock,
-    /// or 3 or 5 independent servers for a Redlock quorum.
+    /// Redis nodes as comma-separated URLs (or --nodes given again): one
+    /// for a single-instance lock, or 3 or 5 independent deployments for a
+    /// Redlock quorum. A comma starts a new URL only where a scheme (xxx://)
+    /// follows it; elsewhere it continues the URL, as in a cluster's or the
+    /// sentinels' host list.
     /// Forms: redis://host:port/db, redis://user:password@host:port,
-    /// rediss://host:port (TLS), redis+unix:///path/to/socket.
+    /// rediss://host:port (TLS), redis+unix:///path/to/socket;
+    /// redis+cluster://[user:password@]host:port,host:port,... (a Redis
+    /// Cluster, one node of the quorum);
+    /// redis+sentinel://[user:password@]host:port,host:port,.../SERVICE[/db]
+    /// (the primary the sentinels name SERVICE; sentinels with their own
+    /// password take ?sentinel_username=U&sentinel_password=P);
+    /// rediss+cluster:// and rediss+sentinel:// with TLS.
     #[arg(
         long,
         env = "REDLEASE_NODES",
         value_name = "URL,...",
         default_value = DEFAULT_NODES,
+        action = ArgAction::Append,
         // The URLs may carry passwords: keep them out of --help.
         hide_env_values = true
     )]
-    nodes: String,
+    nodes: Vec<String>,
 
     /// CA certificates (PEM) to trust for rediss:// nodes instead of the
     /// system's trust store.
@@ -66,7 +80,7 @@ impl NodesArg {
     /// The URLs, each checked to parse (a bad one is a usage error whose
     /// message never shows a password).
     pub fn urls(&self) -> Result<Vec<String>, Exit> {
-        parse(&self.nodes).map_err(|why| Exit::with(exit::USAGE, why))
+        parse(&self.nodes.join(",")).map_err(|why| Exit::with(exit::USAGE, why))
     }
 
     /// The TLS files the flags name, read now (a missing one is a usage
@@ -125,27 +139,47 @@ impl NodesArg {
     }
 }
 
-/// Splits and checks a comma-separated URL list.
+/// Splits and checks a comma-separated URL list: a comma followed by a
+/// scheme (`xxx://`, spaces allowed before it) starts a new URL; any other
+/// comma belongs to the URL (a cluster's or the sentinels' hosts, a
+/// password). Spaces around the parts and empty parts are dropped.
 pub fn parse(list: &str) -> Result<Vec<String>, String> {
-    let urls: Vec<String> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_string)
-        .collect();
+    let mut urls: Vec<String> = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match urls.last_mut() {
+            Some(url) if !has_scheme(part) => {
+                url.push(',');
+                url.push_str(part);
+            }
+            _ => urls.push(part.to_string()),
+        }
+    }
     if urls.is_empty() {
         return Err("no Redis node given: pass --nodes URL,... or set REDLEASE_NODES".into());
     }
     for (i, url) in urls.iter().enumerate() {
-        if let Err(e) = Client::open(url.as_str()) {
-            return Err(format!(
-                "node {i} ({}) is not a Redis URL: {}",
-                redlease::redact_url(url),
-                chain(&e)
-            ));
+        if let Err(e) = redlease::NodeId::from_url(i, url) {
+            let mut why = chain(&e);
+            if url.contains(',') && !url.contains("+cluster://") && !url.contains("+sentinel://") {
+                why.push_str(
+                    " (a comma starts a new node only before a scheme: write \
+                     redis://a:6379,redis://b:6379; a cluster is redis+cluster://a:6379,b:6379)",
+                );
+            }
+            return Err(why);
         }
     }
     Ok(urls)
+}
+
+/// Whether `text` starts with a URL scheme and `://`.
+fn has_scheme(text: &str) -> bool {
+    text.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
 }
 
 #[cfg(test)]
@@ -162,9 +196,49 @@ mod tests {
     }
 
     #[test]
+    fn a_comma_starts_a_new_url_only_before_a_scheme() {
+        assert_eq!(
+            parse(
+                "redis+cluster://u:p@a:7000,b:7001, c:7002,rediss://d:1,\
+                 redis+sentinel://s1,s2:26380/mymaster/2?sentinel_password=x,redis+unix:///tmp/r.sock"
+            )
+            .unwrap(),
+            vec![
+                "redis+cluster://u:p@a:7000,b:7001,c:7002",
+                "rediss://d:1",
+                "redis+sentinel://s1,s2:26380/mymaster/2?sentinel_password=x",
+                "redis+unix:///tmp/r.sock",
+            ]
+        );
+        // Repeated --nodes are joined with commas before the split.
+        assert_eq!(
+            parse(&["redis+cluster://a:1,b:2", "redis://c:3"].join(",")).unwrap(),
+            vec!["redis+cluster://a:1,b:2", "redis://c:3"]
+        );
+        // A password with a comma stays in its URL.
+        assert_eq!(
+            parse("redis://u:a,b@h:1,redis://h:2").unwrap(),
+            vec!["redis://u:a,b@h:1", "redis://h:2"]
+        );
+    }
+
+    #[test]
+    fn a_host_list_without_a_cluster_scheme_is_refused_with_the_rule() {
+        let err = parse("redis://a:1,b:2").unwrap_err();
+        assert!(err.contains("node 0"), "{err}");
+        assert!(err.contains("redis+cluster://"), "{err}");
+    }
+
+    #[test]
     fn a_bad_url_is_named_without_its_password() {
         let err = parse("redis://a:1,http://user:hunter2@b:2").unwrap_err();
         assert!(err.contains("node 1"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let err = parse("redis+sentinel://u:hunter2@s1/m/x?sentinel_password=hunter3").unwrap_err();
+        assert!(err.contains("not a number"), "{err}");
+        assert!(!err.contains("hunter"), "{err}");
+        let err = parse("redis+cluster://u:hunter2@a:70000").unwrap_err();
+        assert!(err.contains("not a port number"), "{err}");
         assert!(!err.contains("hunter2"), "{err}");
     }
 }

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Client, FromRedisValue, ProtocolVersion, RedisError};
+use redis::{
+    Client, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo, ProtocolVersion,
+    RedisError,
+};
 
 use crate::duration;
 use crate::errors::chain;
@@ -52,16 +55,27 @@ impl Probe {
         timeout: Duration,
         tls: Option<&redis::TlsCertificates>,
     ) -> Result<Probe, Failure> {
-        let client = if url.starts_with("rediss://") {
+        let info = url.into_connection_info().map_err(|e| classify(&e))?;
+        Probe::connect_to(info, timeout, tls).await
+    }
+
+    /// [`connect`](Probe::connect) to an address and credentials put
+    /// together by the caller (a cluster's primary, the sentinels' one).
+    pub async fn connect_to(
+        info: ConnectionInfo,
+        timeout: Duration,
+        tls: Option<&redis::TlsCertificates>,
+    ) -> Result<Probe, Failure> {
+        let client = if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
             // rustls needs a process-wide crypto provider; the library
             // installs the same one for its own connections.
             let _ = rustls::crypto::ring::default_provider().install_default();
             match tls {
-                Some(tls) => Client::build_with_tls(url, tls.clone()),
-                None => Client::open(url),
+                Some(tls) => Client::build_with_tls(info, tls.clone()),
+                None => Client::open(info),
             }
         } else {
-            Client::open(url)
+            Client::open(info)
         }
         .map_err(|e| classify(&e))?;
         let resp3 =
@@ -100,7 +114,7 @@ async fn bounded<T>(
 }
 
 /// A redis-rs error as a [`Failure`], described for a table cell.
-fn classify(e: &RedisError) -> Failure {
+pub fn classify(e: &RedisError) -> Failure {
     let text = describe_error(e);
     match e.code() {
         Some("NOPERM") => Failure::Denied(text),

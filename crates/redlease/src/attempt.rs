@@ -24,6 +24,9 @@ pub(crate) struct Grant {
     pub(crate) fence: u64,
     /// The nodes that granted it.
     pub(crate) granted_by: Vec<usize>,
+    /// With durability on: the fewest replicas that acknowledged it on a
+    /// granting node.
+    pub(crate) replicas: Option<u32>,
 }
 
 /// One attempt on `keys` with `timing`.
@@ -53,7 +56,7 @@ pub(crate) async fn attempt(
             let unwritten = match &reply {
                 Ok(AcquireReply::Held(_)) => true,
                 Err(e) => e.kind().never_sent(),
-                Ok(AcquireReply::Acquired(_)) => false,
+                Ok(AcquireReply::Acquired(..)) => false,
             };
             if unwritten {
                 ownership.written.ruled_out(node.id().index());
@@ -66,6 +69,14 @@ pub(crate) async fn attempt(
     let failure = match replies.tally.decision() {
         Decision::Reached => {
             let (granted_by, fences) = granted(&replies);
+            let replicas = replies
+                .answers
+                .iter()
+                .filter_map(|(_, a)| match a {
+                    Ok(AcquireReply::Acquired(_, replicas)) => *replicas,
+                    _ => None,
+                })
+                .min();
             match settle_fence(engine, keys, fences, timing, start).await {
                 Ok(fence) => {
                     // The slower nodes' answers cannot change the outcome: let
@@ -77,6 +88,7 @@ pub(crate) async fn attempt(
                         valid_until: timing.valid_until(start),
                         fence,
                         granted_by,
+                        replicas,
                     });
                 }
                 Err(failure) => failure.into_error(engine, resource),
@@ -167,7 +179,7 @@ fn granted(replies: &fanout::Replies<AcquireReply>) -> (Vec<usize>, Vec<u64>) {
         .answers
         .iter()
         .filter_map(|(i, a)| match a {
-            Ok(AcquireReply::Acquired(fence)) => Some((*i, *fence)),
+            Ok(AcquireReply::Acquired(fence, _)) => Some((*i, *fence)),
             _ => None,
         })
         .unzip()

@@ -355,6 +355,36 @@ impl Conn {
         }
     }
 
+    /// [`eval`](Self::eval), followed in the same round trip by `WAIT
+    /// replicas timeout` if `wait` is given (a pipeline goes where its first
+    /// key does, so on a cluster the `WAIT` reaches the server that took
+    /// the write); the number of replicas that acknowledged.
+    pub(crate) async fn eval_waited<T: redis::FromRedisValue>(
+        &mut self,
+        lua: &Lua,
+        key: &str,
+        cmd: &Cmd,
+        wait: Option<(u32, Duration)>,
+    ) -> RedisResult<(T, Option<u32>)> {
+        let Some((replicas, timeout)) = wait else {
+            return self.eval(lua, key, cmd).await.map(|v| (v, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64);
+        let reply: RedisResult<(T, u32)> = pipe.query_async(self).await;
+        let (value, acked) = match reply {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.load(lua, key).await?;
+                pipe.query_async(self).await?
+            }
+            other => other?,
+        };
+        Ok((value, Some(acked)))
+    }
+
     /// `SCRIPT LOAD` where `key` lives: on a cluster only on the shard
     /// that owns its slot (redis-rs would send it to every primary, and a
     /// stalled one would hold up every script call behind it).

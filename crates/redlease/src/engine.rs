@@ -37,6 +37,7 @@ pub(crate) struct Settings {
     pub(crate) prefix: String,
     pub(crate) renew_fraction: f64,
     pub(crate) fence_expiry: Duration,
+    pub(crate) durability: crate::Durability,
 }
 
 pub(crate) struct Engine {
@@ -132,7 +133,14 @@ impl Engine {
 
     /// Checks a TTL against this Locker's drift and timeout settings.
     pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
-        Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)
+        let timing = Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)?;
+        // The node timeout depends on the TTL when not set: a shorter TTL
+        // may leave no room for the durability WAIT.
+        self.settings
+            .durability
+            .check(timing.node_timeout)
+            .map_err(|why| Error::invalid(field, why))?;
+        Ok(timing)
     }
 
     pub(crate) fn key(&self, resource: &str) -> String {

@@ -110,6 +110,15 @@ pub enum NodeErrorKind {
         /// How long the oldest of them has been owed.
         since: Duration,
     },
+    /// The write was applied on the primary but fewer replicas than
+    /// [`Durability::required`](crate::Durability::required) asks for
+    /// acknowledged it in time (`WAIT`), so it does not count.
+    NotReplicated {
+        /// Replicas that acknowledged.
+        acknowledged: u32,
+        /// Replicas required.
+        wanted: u32,
+    },
 }
 
 impl NodeErrorKind {
@@ -177,6 +186,13 @@ impl fmt::Display for NodeErrorKind {
                 f,
                 "not sent: {unanswered} earlier request(s) given up on are still unanswered \
                  after {since:?} (the node is paused, overloaded or cut off)"
+            ),
+            Self::NotReplicated {
+                acknowledged,
+                wanted,
+            } => write!(
+                f,
+                "written, but only {acknowledged} of the {wanted} required replica(s)                  acknowledged it in time"
             ),
         }
     }

@@ -95,13 +95,13 @@ impl Answer for bool {
 
 impl Answer for AcquireReply {
     fn agreed(&self) -> bool {
-        matches!(self, AcquireReply::Acquired(_))
+        matches!(self, AcquireReply::Acquired(..))
     }
 
     fn expires_in(&self) -> Option<Duration> {
         match self {
             AcquireReply::Held(expires_in) => *expires_in,
-            AcquireReply::Acquired(_) => None,
+            AcquireReply::Acquired(..) => None,
         }
     }
 }

@@ -137,7 +137,7 @@ impl Lane {
         let by_slot = batch.iter().any(|call| call.slot.is_some());
         let started = tokio::time::Instant::now();
         let mut deadline = started + patience;
-        let mut results: Vec<Option<redis::RedisResult<Vec<u8>>>> =
+        let mut results: Vec<Option<redis::RedisResult<Flags>>> =
             batch.iter().map(|_| None).collect();
         let sent: Vec<bool> = batch
             .iter()
@@ -148,7 +148,12 @@ impl Lane {
             .enumerate()
             .filter(|&(k, _)| sent[k])
             .map(|(k, call)| {
-                let request = run(conn.clone(), call.cmd.clone(), call.first_key.clone());
+                let request = run(
+                    conn.clone(),
+                    call.cmd.clone(),
+                    call.first_key.clone(),
+                    self.node.durability().wait(),
+                );
                 async move { (k, request.await) }
             })
             .collect();
@@ -207,7 +212,7 @@ impl Lane {
         mut out: HashSet<u16>,
         patience: Duration,
     ) where
-        F: std::future::Future<Output = (usize, redis::RedisResult<Vec<u8>>)> + Send + 'static,
+        F: std::future::Future<Output = (usize, redis::RedisResult<Flags>)> + Send + 'static,
     {
         let slots: Vec<Option<u16>> = batch.iter().map(|call| call.slot).collect();
         let owed = self.owed_slots.clone();
@@ -249,11 +254,11 @@ impl Lane {
 
     fn check(
         &self,
-        result: Result<Vec<u8>, redis::RedisError>,
+        result: Result<Flags, redis::RedisError>,
         call: &ExtendMany,
         patience: Duration,
     ) -> Result<Vec<bool>, NodeError> {
-        let flags = result.map_err(|e| self.node.redis_error(e, patience))?;
+        let (flags, replicas) = result.map_err(|e| self.node.redis_error(e, patience))?;
         if flags.len() != call.len || flags.iter().any(|f| !matches!(f, b'0' | b'1')) {
             return Err(self.node.error(NodeErrorKind::Protocol(format!(
                 "renew script returned {} flags for {} leases",
@@ -261,9 +266,21 @@ impl Lane {
                 call.len
             ))));
         }
+        let acknowledged = replicas.unwrap_or(0);
+        if let Some(wanted) = self.node.durability().shortfall(acknowledged) {
+            // Renewed on the primary, not where a failover would look.
+            return Err(self.node.error(NodeErrorKind::NotReplicated {
+                acknowledged,
+                wanted,
+            }));
+        }
         Ok(flags.into_iter().map(|f| f == b'1').collect())
     }
 }
+
+/// A call's answer: one flag per lease, and with durability on the replicas
+/// that acknowledged it.
+type Flags = (Vec<u8>, Option<u32>);
 
 /// Runs one call, loading the script first if the node lost it (a restart
 /// or `SCRIPT FLUSH`).
@@ -271,8 +288,9 @@ async fn run(
     mut conn: Conn,
     cmd: Arc<redis::Cmd>,
     first_key: Arc<str>,
-) -> redis::RedisResult<Vec<u8>> {
-    conn.eval(&EXTEND_MANY, &first_key, &cmd).await
+    wait: Option<(u32, Duration)>,
+) -> redis::RedisResult<Flags> {
+    conn.eval_waited(&EXTEND_MANY, &first_key, &cmd, wait).await
 }
 
 fn lock(slots: &Mutex<HashSet<u16>>) -> std::sync::MutexGuard<'_, HashSet<u16>> {

@@ -49,6 +49,8 @@ pub struct Lease {
     granted: Vec<usize>,
     /// Validity and loss, shared with the renewer when kept alive.
     state: Arc<watch::Sender<LeaseState>>,
+    /// With durability on: replicas that acknowledged the acquire.
+    replicas: Option<u32>,
 }
 
 impl fmt::Debug for Lease {
@@ -71,6 +73,7 @@ impl Lease {
             valid_until,
             fence,
             granted_by,
+            replicas,
         } = grant;
         let state = Arc::new(watch::Sender::new(LeaseState::new(
             valid_until,
@@ -101,6 +104,7 @@ impl Lease {
             },
             granted: granted_by,
             state,
+            replicas,
         })
     }
 
@@ -164,6 +168,23 @@ impl Lease {
     /// ```
     pub fn fencing_token(&self) -> u64 {
         self.view.fencing_token()
+    }
+
+    /// With [`Durability`](crate::Durability) on: how many replicas
+    /// acknowledged the acquire (`WAIT`'s answer; the fewest among the nodes
+    /// that granted it). `None` with durability off.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// let lease = locker.lock("ledger").await?;
+    /// assert_eq!(lease.replicas_acknowledged(), None); // durability is off
+    /// # lease.release().await }
+    /// ```
+    pub fn replicas_acknowledged(&self) -> Option<u32> {
+        self.replicas
     }
 
     /// Until when the lock is ours: `start + ttl - drift`, where `start` is

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::acquire::Acquire;
+use crate::durability::Durability;
 use crate::engine::{Engine, Settings};
 use futures_util::future::join_all;
 use tracing::Instrument;
@@ -121,6 +122,7 @@ impl Locker {
             renew_fraction: 1.0 / 3.0,
             fence_expiry: Duration::from_secs(600),
             tls: None,
+            durability: Durability::off(),
         }
     }
 
@@ -520,6 +522,7 @@ pub struct LockerBuilder {
     renew_fraction: f64,
     fence_expiry: Duration,
     tls: Option<TlsConfig>,
+    durability: Durability,
 }
 
 impl LockerBuilder {
@@ -691,6 +694,28 @@ impl LockerBuilder {
         self
     }
 
+    /// How many replicas must acknowledge every write of a lease (its
+    /// acquire, each extend and renewal), for locks that must survive a
+    /// failover of a replicated primary (Sentinel, a cluster with
+    /// replicas). Off by default. See [`Durability`] for what `WAIT` does
+    /// and does not guarantee; the durability timeout must be shorter than
+    /// the node timeout, which bounds the write and its `WAIT` together.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::builder(["redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/locks"])
+    ///     .node_timeout(Duration::from_millis(300))
+    ///     .durability(redlease::Durability::required(1, Duration::from_millis(100)))
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
     /// Checks every setting and sets up (lazy) connections; no network I/O.
     /// Must be called inside a Tokio runtime.
     ///
@@ -757,13 +782,17 @@ impl LockerBuilder {
                 ),
             ));
         }
-        Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?
-            .check_renewal_schedule("ttl", self.renew_fraction)?;
+        let timing = Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?;
+        timing.check_renewal_schedule("ttl", self.renew_fraction)?;
+        self.durability
+            .check(timing.node_timeout)
+            .map_err(|why| Error::invalid("durability", why))?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
         let connect = ConnectSettings {
             connect_timeout: self.connect_timeout,
+            durability: self.durability,
         };
         let nodes = self
             .urls
@@ -780,6 +809,7 @@ impl LockerBuilder {
             prefix: self.prefix,
             renew_fraction: self.renew_fraction,
             fence_expiry: self.fence_expiry,
+            durability: self.durability,
         };
         Ok(Locker {
             engine: Arc::new(Engine::new(nodes, settings)),

@@ -35,8 +35,9 @@ static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/e
 /// A node's answer to an acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken by us, with this node's fencing number.
-    Acquired(u64),
+    /// Taken by us, with this node's fencing number and, with durability
+    /// on, how many replicas acknowledged it.
+    Acquired(u64, Option<u32>),
     /// Held by another owner, who has this long left (`None`: no expiry).
     Held(Option<Duration>),
 }
@@ -45,6 +46,8 @@ pub(crate) enum AcquireReply {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ConnectSettings {
     pub(crate) connect_timeout: Duration,
+    /// `WAIT` after every write of a lease.
+    pub(crate) durability: crate::Durability,
 }
 
 /// One Redis deployment.
@@ -195,7 +198,7 @@ fn open(index: usize, url: &str, tls: Option<&TlsConfig>) -> Result<(NodeId, Dep
             format!("node {index} ({}): {reason}", redact_url(url)),
         )
     };
-    let parsed = NodeUrl::parse(url).map_err(bad)?;
+    let parsed = NodeUrl::parse_reason(url).map_err(bad)?;
     let deployment = Deployment::open(&parsed, tls).map_err(bad)?;
     let addr = match (&deployment, parsed.describe()) {
         (_, Some(name)) => name,
@@ -292,11 +295,14 @@ impl Node {
                 .arg(ttl_ms)
                 .arg(keys.fence_expiry_ms);
         });
-        let (acquired, value): (i64, i64) = self
+        let ((acquired, value), replicas): ((i64, i64), _) = self
             .run(&ACQUIRE, call, timeout, Gate::New, &keys.lock)
             .await?;
         match (acquired, value) {
-            (1, fence) if fence > 0 => Ok(AcquireReply::Acquired(fence as u64)),
+            (1, fence) if fence > 0 => {
+                self.replicated(replicas)?;
+                Ok(AcquireReply::Acquired(fence as u64, replicas))
+            }
             (0, pttl) if pttl >= 0 => {
                 Ok(AcquireReply::Held(Some(Duration::from_millis(pttl as u64))))
             }
@@ -320,7 +326,7 @@ impl Node {
                 .arg(fence)
                 .arg(keys.fence_expiry_ms);
         });
-        let n = self
+        let (n, _) = self
             .run(&RAISE_FENCE, call, timeout, Gate::New, &keys.fence)
             .await?;
         self.as_flag(n, "raise-fence")
@@ -442,8 +448,24 @@ impl Node {
         let call = EXTEND.call(|c| {
             c.arg(1).arg(key).arg(token.as_str()).arg(ttl_ms);
         });
-        let n = self.run(&EXTEND, call, timeout, Gate::New, key).await?;
-        self.as_flag(n, "extend")
+        let (n, replicas) = self.run(&EXTEND, call, timeout, Gate::New, key).await?;
+        let extended = self.as_flag(n, "extend")?;
+        if extended {
+            self.replicated(replicas)?;
+        }
+        Ok(extended)
+    }
+
+    /// `Err` if durability is required and fewer replicas acknowledged.
+    fn replicated(&self, acknowledged: Option<u32>) -> Result<(), NodeError> {
+        let acknowledged = acknowledged.unwrap_or(0);
+        match self.settings.durability.shortfall(acknowledged) {
+            None => Ok(()),
+            Some(wanted) => Err(self.error(NodeErrorKind::NotReplicated {
+                acknowledged,
+                wanted,
+            })),
+        }
     }
 
     fn as_flag(&self, n: i64, what: &str) -> Result<bool, NodeError> {
@@ -456,7 +478,8 @@ impl Node {
         }
     }
 
-    /// Runs `call`, an `EVALSHA` of `lua` whose first key is `key`.
+    /// Runs `call`, an `EVALSHA` of `lua` whose first key is `key`, and
+    /// the durability `WAIT` after it; the replicas that acknowledged.
     async fn run<T: FromRedisValue + Send + 'static>(
         &self,
         lua: &'static Lua,
@@ -464,16 +487,22 @@ impl Node {
         timeout: Duration,
         gate: Gate,
         key: &str,
-    ) -> Result<T, NodeError> {
+    ) -> Result<(T, Option<u32>), NodeError> {
         let mut conn = self.conn.clone();
         let first_key = key.to_string();
+        let wait = self.settings.durability.wait();
         self.bounded(
             timeout,
             gate,
             key,
-            Box::pin(async move { conn.eval(lua, &first_key, &call).await }),
+            Box::pin(async move { conn.eval_waited(lua, &first_key, &call, wait).await }),
         )
         .await
+    }
+
+    /// The durability setting, for the renewal lanes.
+    pub(crate) fn durability(&self) -> crate::Durability {
+        self.settings.durability
     }
 
     async fn bounded<T: Send + 'static>(
@@ -606,10 +635,26 @@ pub fn redact_url(url: &str) -> String {
         return "<unparsable URL>".to_string();
     };
     let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let url = match rest[..authority_end].rfind('@') {
         Some(at) => format!("{}***@{}", &url[..scheme_end], &rest[at + 1..]),
         None => url.to_string(),
+    };
+    // A sentinel URL may carry the sentinels' password as a parameter.
+    match url.split_once('?') {
+        Some((base, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((key, _)) if key.to_ascii_lowercase().contains("password") => {
+                        format!("{key}=***")
+                    }
+                    _ => param.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+        None => url,
     }
 }
 
@@ -618,9 +663,17 @@ pub fn redact_url(url: &str) -> String {
 /// out on purpose: two databases of one server fail together. A cluster or
 /// Sentinel URL is identified by its list of addresses.
 pub(crate) fn server_identity(url: &str) -> Option<String> {
-    let parsed = NodeUrl::parse(url).ok()?;
-    if let Some(name) = parsed.describe() {
-        return Some(name.to_ascii_lowercase());
+    match NodeUrl::parse_reason(url).ok()? {
+        NodeUrl::Server(_) => {}
+        // The same seeds in another order are the same cluster.
+        NodeUrl::Cluster { mut seeds } => {
+            for seed in &mut seeds {
+                *seed = server_identity(seed)?;
+            }
+            seeds.sort();
+            return Some(format!("cluster {}", seeds.join(",")));
+        }
+        other => return other.describe().map(|name| name.to_ascii_lowercase()),
     }
     let client = Client::open(url).ok()?;
     Some(match client.get_connection_info().addr() {
@@ -648,6 +701,10 @@ mod tests {
         );
         assert_eq!(redact_url("rediss://:p@ss@h:1"), "rediss://***@h:1");
         assert_eq!(redact_url("nonsense"), "<unparsable URL>");
+        assert_eq!(
+            redact_url("redis+sentinel://u:p@s1,s2/m?sentinel_password=sp&sentinel_username=x"),
+            "redis+sentinel://***@s1,s2/m?sentinel_password=***&sentinel_username=x"
+        );
     }
 
     #[test]
@@ -659,6 +716,10 @@ mod tests {
         assert_ne!(
             server_identity("redis://localhost:7000"),
             server_identity("redis://localhost:7001")
+        );
+        assert_eq!(
+            server_identity("redis+cluster://a:7000,B:7001"),
+            server_identity("redis+cluster://b:7001,a:7000")
         );
     }
 }

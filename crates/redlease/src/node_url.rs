@@ -14,31 +14,55 @@
 //!
 //! A cluster seed defaults to port 6379, a sentinel to 26379.
 
-/// What a node URL names.
+/// What a node URL names: one server, a Redis Cluster, or the primary
+/// that Sentinels name. For tools that reach a node's servers themselves
+/// (the `redlease doctor` command does); a Locker takes the URL as text.
+///
+/// ```
+/// use redlease::NodeUrl;
+///
+/// let url = NodeUrl::parse("redis+sentinel://s1,s2:26380/locks")?;
+/// let NodeUrl::Sentinel(sentinel) = url else { unreachable!() };
+/// assert_eq!(sentinel.sentinels, ["s1:26379", "s2:26380"]);
+/// assert_eq!(sentinel.service, "locks");
+/// # Ok::<(), redlease::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum NodeUrl {
+#[non_exhaustive]
+pub enum NodeUrl {
     /// One server: the URL, unchanged.
     Server(String),
     /// A Redis Cluster: one `redis://` (or `rediss://`) URL per seed, each
     /// with the credentials.
-    Cluster { seeds: Vec<String> },
+    Cluster {
+        /// `redis://[user:password@]host:port` per seed.
+        seeds: Vec<String>,
+    },
     /// A Sentinel-managed primary.
     Sentinel(SentinelUrl),
 }
 
-/// The parts of a `redis+sentinel://` URL.
+/// The parts of a `redis+sentinel://` URL, decoded. `Debug` shows no
+/// password.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct SentinelUrl {
+#[non_exhaustive]
+pub struct SentinelUrl {
     /// `host:port` of each sentinel.
-    pub(crate) sentinels: Vec<String>,
+    pub sentinels: Vec<String>,
     /// The name the sentinels monitor the primary under.
-    pub(crate) service: String,
-    pub(crate) tls: bool,
-    pub(crate) db: i64,
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
-    pub(crate) sentinel_username: Option<String>,
-    pub(crate) sentinel_password: Option<String>,
+    pub service: String,
+    /// `rediss+sentinel://`: TLS to the sentinels and the primary.
+    pub tls: bool,
+    /// The primary's database.
+    pub db: i64,
+    /// The primary's user.
+    pub username: Option<String>,
+    /// The primary's password.
+    pub password: Option<String>,
+    /// The sentinels' own user, if they require one.
+    pub sentinel_username: Option<String>,
+    /// The sentinels' own password.
+    pub sentinel_password: Option<String>,
 }
 
 impl std::fmt::Debug for SentinelUrl {
@@ -54,10 +78,20 @@ impl std::fmt::Debug for SentinelUrl {
 }
 
 impl NodeUrl {
-    /// Tells the form of `url` and checks the cluster and sentinel forms;
-    /// a server URL is checked later by redis-rs. The error says what is
-    /// wrong, without the credentials.
-    pub(crate) fn parse(url: &str) -> Result<NodeUrl, String> {
+    /// Tells the form of `url` and takes a cluster or sentinel URL apart
+    /// (a server URL is left whole, for redis-rs). The error says what is
+    /// wrong, without the credentials. No I/O.
+    pub fn parse(url: &str) -> Result<NodeUrl, crate::Error> {
+        NodeUrl::parse_reason(url).map_err(|reason| {
+            crate::Error::invalid(
+                "urls",
+                format!("{}: {reason}", crate::node::redact_url(url)),
+            )
+        })
+    }
+
+    /// [`parse`](Self::parse), with the reason alone as the error.
+    pub(crate) fn parse_reason(url: &str) -> Result<NodeUrl, String> {
         let Some((scheme, rest)) = url.split_once("://") else {
             return Ok(NodeUrl::Server(url.to_string()));
         };
@@ -152,8 +186,15 @@ impl NodeUrl {
     }
 
     /// How the node is named in errors, logs and metrics: its addresses,
-    /// never its credentials. `None` for a server URL (redis-rs names it).
-    pub(crate) fn describe(&self) -> Option<String> {
+    /// never its credentials. `None` for a server URL (see
+    /// [`NodeId::from_url`](crate::NodeId::from_url)).
+    ///
+    /// ```
+    /// let url = redlease::NodeUrl::parse("redis+cluster://app:pw@a:7000,b:7001")?;
+    /// assert_eq!(url.describe().unwrap(), "cluster a:7000,b:7001");
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
+    pub fn describe(&self) -> Option<String> {
         match self {
             NodeUrl::Server(_) => None,
             NodeUrl::Cluster { seeds } => {
@@ -276,13 +317,16 @@ mod tests {
             "unix:///tmp/r.sock",
             "nonsense",
         ] {
-            assert_eq!(NodeUrl::parse(url), Ok(NodeUrl::Server(url.to_string())));
+            assert_eq!(
+                NodeUrl::parse_reason(url),
+                Ok(NodeUrl::Server(url.to_string()))
+            );
         }
     }
 
     #[test]
     fn a_cluster_url_becomes_seed_urls_with_the_credentials() {
-        let url = NodeUrl::parse("redis+cluster://app:pw@a:7000,b,[::1]:7002").unwrap();
+        let url = NodeUrl::parse_reason("redis+cluster://app:pw@a:7000,b,[::1]:7002").unwrap();
         assert_eq!(
             url,
             NodeUrl::Cluster {
@@ -294,7 +338,7 @@ mod tests {
             }
         );
         assert_eq!(url.describe().unwrap(), "cluster a:7000,b:6379,[::1]:7002");
-        let tls = NodeUrl::parse("rediss+cluster://a:7000/").unwrap();
+        let tls = NodeUrl::parse_reason("rediss+cluster://a:7000/").unwrap();
         assert_eq!(
             tls,
             NodeUrl::Cluster {
@@ -305,7 +349,7 @@ mod tests {
 
     #[test]
     fn a_sentinel_url_names_service_db_and_both_credentials() {
-        let url = NodeUrl::parse(
+        let url = NodeUrl::parse_reason(
             "redis+sentinel://app:p%40ss@s1,s2:26380/mymaster/3?sentinel_password=sp",
         )
         .unwrap();
@@ -338,7 +382,7 @@ mod tests {
             ("redis+cluster://[::1:7000", "without closing"),
         ];
         for (url, expected) in cases {
-            let err = NodeUrl::parse(url).unwrap_err();
+            let err = NodeUrl::parse_reason(url).unwrap_err();
             assert!(err.contains(expected), "{url}: {err}");
         }
     }

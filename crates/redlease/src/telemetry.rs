@@ -46,6 +46,7 @@ fn error_kind(kind: &NodeErrorKind) -> &'static str {
         NodeErrorKind::Protocol(_) => "protocol",
         NodeErrorKind::Tls(_) => "tls",
         NodeErrorKind::Unresponsive { .. } => "unresponsive",
+        NodeErrorKind::NotReplicated { .. } => "not_replicated",
     }
 }
 

@@ -10,8 +10,8 @@ use crate::doctor::{doctor, row};
 use crate::support::{eventually, has_key, lock_key, redlease, run, Holder};
 
 const LIMIT: Duration = Duration::from_secs(30);
-const USER: &str = "redlease";
-const PASSWORD: &str = "pw";
+pub const USER: &str = "redlease";
+pub const PASSWORD: &str = "pw";
 
 /// The rule after `ACL SETUSER redlease on >PASSWORD` in README (the
 /// library's tests check that it is enough, and no wider than needed).
@@ -30,6 +30,11 @@ fn readme_rule() -> Vec<&'static str> {
 /// Adds README's user to `node`. Redis 6.0 takes no channel rules, and
 /// checks HELLO against the user's rights: README's form for it.
 fn add_user(node: &RedisNode) {
+    add_user_with(node, &[]);
+}
+
+/// [`add_user`], with `extra` rules after README's.
+pub fn add_user_with(node: &RedisNode, extra: &[&'static str]) {
     let mut con = node.client().get_connection().expect("admin connection");
     let set = |words: Vec<&str>| {
         let mut cmd = redis::cmd("ACL");
@@ -37,7 +42,8 @@ fn add_user(node: &RedisNode) {
             .arg(words);
         cmd
     };
-    let rule = readme_rule();
+    let mut rule = readme_rule();
+    rule.extend_from_slice(extra);
     if let Err(e) = set(rule.clone()).query::<()>(&mut con) {
         let redis_6_0 = rule
             .into_iter()

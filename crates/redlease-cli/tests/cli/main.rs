@@ -3,6 +3,7 @@
 
 mod acl;
 mod demo;
+mod deployments;
 mod doctor;
 mod logging;
 mod release;

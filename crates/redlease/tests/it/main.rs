@@ -11,6 +11,7 @@ mod admin;
 mod bad_input;
 mod bounds;
 mod cluster;
+mod durability;
 mod expiry;
 mod faults;
 mod fencing;

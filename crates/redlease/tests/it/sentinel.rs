@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, Locker, RetryPolicy};
+use redlease::{Durability, Error, Locker, RetryPolicy};
 use redlease_testkit::sentinel::{SentinelSet, PRIMARY_NAME};
 use redlease_testkit::RedisNode;
 
@@ -99,34 +99,74 @@ async fn sentinel_failover(set: &SentinelSet) {
         .expect("SENTINEL FAILOVER");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_held_through_a_failover_moves_to_the_new_primary_or_is_lost() {
+/// What a `SENTINEL FAILOVER` did to a Locker holding a kept-alive lease.
+struct FailoverReport {
+    /// Locks taken after the switch on the deposed primary (lost when it
+    /// resyncs from the new one).
+    on_deposed: usize,
+    /// How long after the switch the first lock landed on the new primary.
+    reached_new_after: Duration,
+    lease_lost: bool,
+}
+
+/// Holds a lease through a failover, then takes locks until one lands on
+/// the new primary. Checks that the held lease is never held here while
+/// free on the new primary.
+async fn failover_while_held(durability: Durability) -> FailoverReport {
     let set = SentinelSet::start(1, 3);
+    // A replica still in its first sync would be promoted empty.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn(set.node(1)).await)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never synced");
+        tokio::time::sleep(50 * MS).await;
+    }
     let url = sentinel_url(&set);
-    let locker = sentinel_locker(&url, 5 * MS);
-    let lease = locker.try_lock("job").keep_alive().await.unwrap();
+    let locker = Locker::builder([url.as_str()])
+        .ttl(Duration::from_secs(2))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .durability(durability)
+        .build()
+        .unwrap();
+    // The replica may still be syncing: required durability waits for it.
+    let started = Instant::now();
+    let lease = loop {
+        match locker.try_lock("job").keep_alive().await {
+            Ok(lease) => break lease,
+            Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(50 * MS).await;
+                let _ = e;
+            }
+            Err(e) => panic!("no lock before the failover: {e}"),
+        }
+    };
     let key = locker.key("job");
     // Let the key reach the replica before the switch.
     tokio::time::sleep(200 * MS).await;
     let old = set.primary_port();
     sentinel_failover(&set).await;
     let new = set.await_failover(old, Duration::from_secs(30));
+    let switched = Instant::now();
 
-    // The Locker follows the sentinels to the new primary. Until the old
-    // primary is told to follow the new one, it still takes writes: locks
-    // taken there are lost when it resyncs (what durability is for).
+    // Until the old primary is told to follow the new one, it still takes
+    // writes: locks taken there are lost when it resyncs.
     let new_primary = set.node_on(new).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = switched + Duration::from_secs(30);
     let mut on_deposed = 0;
     for i in 0.. {
         let name = format!("other:{i}");
-        let attempt = locker.try_lock(&name).await;
-        if i % 20 == 0 {
-            eprintln!("{name}: {:?}", attempt.as_ref().map(|l| l.fencing_token()));
-        }
-        if let Ok(other) = attempt {
+        if let Ok(other) = locker.try_lock(&name).await {
             let landed = pttl(new_primary, &locker.key(&name)).await > 0;
-            other.release().await.unwrap();
+            // One taken on the deposed primary may be gone already.
+            let _ = other.release().await;
             if landed {
                 break;
             }
@@ -135,18 +175,17 @@ async fn a_lease_held_through_a_failover_moves_to_the_new_primary_or_is_lost() {
         assert!(Instant::now() < deadline, "never reached the new primary");
         tokio::time::sleep(20 * MS).await;
     }
-    eprintln!("{on_deposed} locks were taken on the deposed primary after the switch");
+    let reached_new_after = switched.elapsed();
 
-    // Two TTLs after the switch: the held lease is renewed on the new
-    // primary, or reported lost; never held here while free there.
+    // Two TTLs later: the held lease is renewed on the new primary, or
+    // reported lost; never held here while free there.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let left = pttl(new_primary, &key).await;
-    if lease.is_lost() {
-        eprintln!(
-            "the lease was lost in the failover: {:?}",
-            lease.lost_reason()
-        );
-    } else {
+    let lease_lost = lease.is_lost();
+    if lease_lost {
+        eprintln!("the held lease was lost: {:?}", lease.lost_reason());
+    }
+    if !lease_lost {
+        let left = pttl(new_primary, &key).await;
         assert!(left > 0, "held here, but the new primary has {left} ms");
         let rival = sentinel_locker(&url, 5 * MS);
         assert!(
@@ -157,4 +196,30 @@ async fn a_lease_held_through_a_failover_moves_to_the_new_primary_or_is_lost() {
     }
     let _ = lease.release().await;
     locker.close().await;
+    let report = FailoverReport {
+        on_deposed,
+        reached_new_after,
+        lease_lost,
+    };
+    eprintln!(
+        "{durability:?}: {} lock(s) taken on the deposed primary, the new one reached after {:?}, \
+         held lease lost: {}",
+        report.on_deposed, report.reached_new_after, report.lease_lost
+    );
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_held_through_a_failover_moves_to_the_new_primary_or_is_lost() {
+    let report = failover_while_held(Durability::off()).await;
+    assert!(report.reached_new_after < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_required_durability_no_lock_is_taken_on_a_deposed_primary() {
+    let report = failover_while_held(Durability::required(1, Duration::from_millis(100))).await;
+    assert_eq!(
+        report.on_deposed, 0,
+        "a deposed primary has no replica left to acknowledge"
+    );
 }

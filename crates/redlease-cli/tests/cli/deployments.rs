@@ -1,0 +1,226 @@
+//! A Redis Cluster and a Sentinel-managed primary as nodes:
+//! `redis+cluster://` and `redis+sentinel://` URLs for `run`, `status`
+//! and `doctor`.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease_testkit::cluster::RedisCluster;
+use redlease_testkit::sentinel::{SentinelSet, PRIMARY_NAME};
+
+use crate::acl::{add_user_with, PASSWORD, USER};
+use crate::doctor::row;
+use crate::support::{redlease, run, Finished};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...` for the testkit's seeds.
+fn cluster_url(cluster: &RedisCluster) -> String {
+    let hosts: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|url| url.trim_start_matches("redis://").to_string())
+        .collect();
+    format!("redis+cluster://{}", hosts.join(","))
+}
+
+/// The line of `out`'s table whose NODE cell starts with `node` and whose
+/// CHECK is `check`.
+fn line<'a>(out: &'a Finished, node: &str, check: &str) -> Option<&'a str> {
+    out.stdout.lines().find(|line| {
+        line.split_once("  ")
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(node))
+            && line.contains(&format!("  {check}  "))
+    })
+}
+
+/// `redis+sentinel://127.0.0.1:S1,.../mymaster`.
+fn sentinel_url(set: &SentinelSet) -> String {
+    let hosts: Vec<String> = set
+        .sentinel_urls()
+        .iter()
+        .map(|url| url.trim_start_matches("redis://").to_string())
+        .collect();
+    format!("redis+sentinel://{}/{PRIMARY_NAME}", hosts.join(","))
+}
+
+fn doctor(nodes: &str) -> Finished {
+    run(
+        redlease().args(["doctor", "--nodes", nodes, "--timeout", "1s"]),
+        LIMIT,
+    )
+}
+
+/// `run --key KEY -- true` on `nodes`, then `status` says the lock is free.
+fn run_then_free(nodes: &str, key: &str) {
+    let ran = run(
+        redlease().args([
+            "run",
+            "--nodes",
+            nodes,
+            "--key",
+            key,
+            "--wait",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            "echo token=$REDLEASE_FENCING_TOKEN",
+        ]),
+        LIMIT,
+    );
+    ran.expect(0);
+    assert!(ran.stdout.contains("token=1"), "{ran:#?}");
+    // From the environment too, whose commas follow the same rule.
+    let status = run(
+        redlease()
+            .args(["status", "--key", key])
+            .env("REDLEASE_NODES", nodes),
+        LIMIT,
+    );
+    status.expect(0);
+    assert!(status.stdout.contains("FREE"), "{status:#?}");
+    assert!(status.stdout.contains("on 1 node, quorum 1"), "{status:#?}");
+    assert!(status.stdout.contains("fencing counter 1"), "{status:#?}");
+    run(
+        redlease().args(["release", "--force", "--nodes", nodes, "--key", key]),
+        LIMIT,
+    )
+    .expect(0);
+}
+
+#[test]
+fn run_and_status_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let url = cluster_url(&cluster);
+    run_then_free(&url, "cluster-job");
+}
+
+#[test]
+fn run_and_status_through_sentinels() {
+    let set = SentinelSet::start(1, 3);
+    let url = sentinel_url(&set);
+    run_then_free(&url, "sentinel-job");
+}
+
+#[test]
+fn doctor_checks_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let url = cluster_url(&cluster);
+    let out = doctor(&url);
+    out.expect(0);
+    let state = row(&out, "0", "cluster");
+    assert!(
+        state.starts_with("OK")
+            && state.contains("cluster_state ok")
+            && state.contains("16384 of 16384 slots assigned, 16384 covered"),
+        "{state}"
+    );
+    let shards = row(&out, "0", "shards");
+    assert!(shards.contains("3 primaries"), "{shards}");
+    for node in cluster.iter() {
+        assert!(shards.contains(&node.addr()), "{shards}");
+    }
+    let server = row(&out, "0", "server");
+    assert!(
+        server.starts_with("OK") && server.contains("cluster"),
+        "{server}"
+    );
+}
+
+#[test]
+fn doctor_checks_a_sentinel_primary_and_warns_of_failover() {
+    let set = SentinelSet::start(1, 3);
+    let url = sentinel_url(&set);
+    let out = doctor(&url);
+    out.expect(0);
+    let sentinels = row(&out, "0", "sentinels");
+    let primary = format!("127.0.0.1:{}", set.primary_port());
+    assert!(
+        sentinels.starts_with("OK") && sentinels.contains("3 of 3 sentinels answered"),
+        "{sentinels}"
+    );
+    assert!(sentinels.contains(&primary), "{sentinels}");
+    let role = row(&out, "0", "primary");
+    assert!(
+        role.starts_with("OK") && role.contains(&format!("{primary} says ROLE master")),
+        "{role}"
+    );
+    assert!(role.contains("know 1 replica"), "{role}");
+    let replication = row(&out, "0", "replication");
+    assert!(
+        replication.starts_with("WARN")
+            && replication.contains("primary with 1 replica")
+            && replication.contains("a failover can lose a held lock")
+            && replication.contains("see README, Deployments"),
+        "{replication}"
+    );
+
+    // A service the sentinels do not know.
+    let unknown = url.replace(PRIMARY_NAME, "nosuchservice");
+    let out = doctor(&unknown);
+    out.expect(1);
+    let sentinels = row(&out, "0", "sentinels");
+    assert!(
+        sentinels.starts_with("FAIL") && sentinels.contains("none knows a primary named"),
+        "{sentinels}"
+    );
+}
+
+#[test]
+fn doctor_fails_a_cluster_whose_slots_are_not_all_covered() {
+    let mut cluster = RedisCluster::start(3);
+    let url = cluster_url(&cluster);
+    let gone = cluster.node(2).addr();
+    cluster.node_mut(2).kill();
+    // The others mark it failing after the node timeout (2 s); until then
+    // only its own rows FAIL.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let out = doctor(&url);
+        out.expect(1);
+        let state = line(&out, "0 cluster", "cluster").unwrap_or_else(|| panic!("{out:#?}"));
+        if state.starts_with("FAIL") {
+            break out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster row never FAILed: {out:#?}"
+        );
+        thread::sleep(Duration::from_millis(500));
+    };
+    let state = line(&out, "0 cluster", "cluster").unwrap();
+    assert!(state.contains("of 16384 slots assigned"), "{state}");
+    assert!(!state.contains("16384 covered"), "{state}");
+    let primary = line(&out, &format!("0 primary {gone}"), "reachable");
+    assert!(primary.is_some_and(|l| l.starts_with("FAIL")), "{out:#?}");
+    let seeds = line(&out, "0 cluster", "seeds").unwrap_or_else(|| panic!("{out:#?}"));
+    assert!(
+        seeds.starts_with("WARN") && seeds.contains(&gone),
+        "{seeds}"
+    );
+}
+
+#[test]
+fn doctor_on_a_cluster_as_a_least_privilege_user_skips_what_it_may_not_run() {
+    let cluster = RedisCluster::start(3);
+    // README's rule, and CLUSTER SLOTS, which the cluster client reads.
+    cluster
+        .iter()
+        .for_each(|node| add_user_with(node, &["+cluster|slots"]));
+    let hosts: Vec<String> = cluster.iter().map(|node| node.addr()).collect();
+    let url = format!("redis+cluster://{USER}:{PASSWORD}@{}", hosts.join(","));
+    let out = doctor(&url);
+    // What it cannot check is a WARN, not a FAIL.
+    out.expect(0);
+    let state = row(&out, "0", "cluster");
+    assert!(
+        state.starts_with("OK")
+            && state.contains("may not run CLUSTER INFO")
+            && state.contains("16384 of 16384 slots assigned, 16384 covered"),
+        "{state}"
+    );
+    let shards = row(&out, "0", "shards");
+    assert!(shards.contains("3 primaries (CLUSTER SLOTS)"), "{shards}");
+    assert!(!out.stdout.contains(PASSWORD), "{out:#?}");
+}

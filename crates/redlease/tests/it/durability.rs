@@ -1,0 +1,144 @@
+//! Durability across failover: `WAIT` after every write of a lease, on a
+//! real primary with a real replica (paused to stop acknowledging).
+
+use std::time::{Duration, Instant};
+
+use redlease::{Durability, Error, Locker, NodeErrorKind};
+use redlease_testkit::{NodeConfig, RedisNode};
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_millis(100);
+
+/// A primary and one replica that has synced with it.
+async fn primary_and_replica() -> (RedisNode, RedisNode) {
+    let primary = RedisNode::start();
+    let replica = RedisNode::start_with(
+        NodeConfig::new().arg("replicaof", &format!("127.0.0.1 {}", primary.port())),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn(&replica).await)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never synced");
+        tokio::time::sleep(20 * MS).await;
+    }
+    (primary, replica)
+}
+
+fn durable_locker(primary: &RedisNode, durability: Durability) -> Locker {
+    Locker::builder([primary.url()])
+        .ttl(Duration::from_secs(1))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .durability(durability)
+        .build()
+        .expect("valid test settings")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_durability_undoes_an_acquire_no_replica_acknowledged() {
+    let (primary, mut replica) = primary_and_replica().await;
+    let locker = durable_locker(&primary, Durability::required(1, WAIT));
+
+    let lease = locker.try_lock("acked").await.expect("the replica acks");
+    assert_eq!(lease.replicas_acknowledged(), Some(1));
+    let key = locker.key("acked");
+    assert!(pttl(&replica, &key).await > 0, "the replica has the key");
+    lease.release().await.unwrap();
+
+    replica.pause();
+    let started = Instant::now();
+    let err = locker.try_lock("unacked").await.unwrap_err();
+    let took = started.elapsed();
+    let Error::NoQuorum { .. } = &err else {
+        panic!("expected NoQuorum, got {err:?}")
+    };
+    assert!(
+        matches!(
+            err.node_errors()[0].kind(),
+            NodeErrorKind::NotReplicated {
+                acknowledged: 0,
+                wanted: 1
+            }
+        ),
+        "{err}"
+    );
+    assert!(took >= WAIT, "WAIT was waited for: {took:?}");
+    assert_eq!(
+        pttl(&primary, &locker.key("unacked")).await,
+        -2,
+        "the unacknowledged acquire was undone on the primary"
+    );
+    replica.resume();
+    locker.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn best_effort_durability_reports_what_was_acknowledged() {
+    let (primary, mut replica) = primary_and_replica().await;
+    let locker = durable_locker(&primary, Durability::best_effort(1, WAIT));
+    replica.pause();
+    let lease = locker
+        .try_lock("job")
+        .await
+        .expect("best effort still locks");
+    assert_eq!(lease.replicas_acknowledged(), Some(0));
+    replica.resume();
+    lease.release().await.unwrap();
+
+    let plain = durable_locker(&primary, Durability::off());
+    let lease = plain.try_lock("job").await.unwrap();
+    assert_eq!(lease.replicas_acknowledged(), None);
+    lease.release().await.unwrap();
+    locker.close().await;
+    plain.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_lease_whose_renewals_are_not_replicated_is_lost() {
+    let (primary, mut replica) = primary_and_replica().await;
+    let locker = durable_locker(&primary, Durability::required(1, WAIT));
+    let lease = locker.try_lock("job").keep_alive().await.unwrap();
+    // Renewed while the replica acknowledges.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!lease.is_lost(), "{:?}", lease.lost_reason());
+
+    replica.pause();
+    let lost = tokio::time::timeout(Duration::from_secs(3), lease.lost()).await;
+    replica.resume();
+    assert!(
+        lost.is_ok(),
+        "renewals no replica acknowledged must not keep the lease"
+    );
+    let _ = lease.release().await;
+    locker.close().await;
+}
+
+#[tokio::test]
+async fn durability_that_cannot_fit_the_node_timeout_is_refused() {
+    let err = Locker::builder(["redis://127.0.0.1:1"])
+        .node_timeout(Duration::from_millis(100))
+        .durability(Durability::required(1, Duration::from_millis(100)))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput { field, .. } if *field == "durability"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("shorter than the node timeout"),
+        "{err}"
+    );
+    let err = Locker::builder(["redis://127.0.0.1:1"])
+        .durability(Durability::required(0, Duration::from_millis(10)))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("at least 1 replica"), "{err}");
+}
