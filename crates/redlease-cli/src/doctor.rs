@@ -996,7 +996,7 @@ fn scripting(facts: &Facts) -> Row {
             "lua scripts",
             "this user may not run EVAL (ACL: NOPERM), and every lock operation is a script",
             "grant the rule in README's \"ACL: the least privilege\" (+eval +evalsha \
-             +script|load and the commands the scripts call)",
+             and the commands the scripts call)",
         ),
         Err(e) => fail(
             "lua scripts",

@@ -324,6 +324,19 @@ impl Lua {
         fill(&mut cmd);
         cmd
     }
+
+    /// `call` (an `EVALSHA` of this script) as an `EVAL` of its text, with
+    /// the same keys and arguments.
+    fn whole(&self, call: &Cmd) -> Cmd {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(self.code);
+        for arg in call.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
+    }
 }
 
 /// A connection of any deployment; redis-rs's `Script`, `Cmd` and
@@ -337,20 +350,22 @@ pub(crate) enum Conn {
 }
 
 impl Conn {
-    /// Runs `cmd` (an `EVALSHA` of `lua` whose first key is `key`), loading
-    /// the script first if the server lost it (a restart, `SCRIPT FLUSH`, a
-    /// new shard).
+    /// Runs `cmd` (an `EVALSHA` of `lua`); if the server lost the script (a
+    /// restart, `SCRIPT FLUSH`, a new shard), sends it whole as `EVAL`,
+    /// which also caches it there.
+    ///
+    /// Not `SCRIPT LOAD`: redis-rs sends that to every primary of a
+    /// cluster, so one stalled shard would hold up every script call behind
+    /// it; and while a slot migrates, the call goes to the importing shard
+    /// through an ASK redirection that a separate `SCRIPT LOAD` would not
+    /// follow.
     pub(crate) async fn eval<T: redis::FromRedisValue>(
         &mut self,
         lua: &Lua,
-        key: &str,
         cmd: &Cmd,
     ) -> RedisResult<T> {
         match cmd.query_async(self).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.load(lua, key).await?;
-                cmd.query_async(self).await
-            }
+            Err(e) if is_noscript(&e) => lua.whole(cmd).query_async(self).await,
             other => other,
         }
     }
@@ -362,45 +377,31 @@ impl Conn {
     pub(crate) async fn eval_waited<T: redis::FromRedisValue>(
         &mut self,
         lua: &Lua,
-        key: &str,
         cmd: &Cmd,
         wait: Option<(u32, Duration)>,
     ) -> RedisResult<(T, Option<u32>)> {
         let Some((replicas, timeout)) = wait else {
-            return self.eval(lua, key, cmd).await.map(|v| (v, None));
+            return self.eval(lua, cmd).await.map(|v| (v, None));
         };
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd.clone())
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(timeout.as_millis() as u64);
-        let reply: RedisResult<(T, u32)> = pipe.query_async(self).await;
+        let waited = |cmd: Cmd| {
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd)
+                .cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout.as_millis() as u64);
+            pipe
+        };
+        let reply: RedisResult<(T, u32)> = waited(cmd.clone()).query_async(self).await;
         let (value, acked) = match reply {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.load(lua, key).await?;
-                pipe.query_async(self).await?
-            }
+            Err(e) if is_noscript(&e) => waited(lua.whole(cmd)).query_async(self).await?,
             other => other?,
         };
         Ok((value, Some(acked)))
     }
+}
 
-    /// `SCRIPT LOAD` where `key` lives: on a cluster only on the shard
-    /// that owns its slot (redis-rs would send it to every primary, and a
-    /// stalled one would hold up every script call behind it).
-    async fn load(&mut self, lua: &Lua, key: &str) -> RedisResult<()> {
-        let mut load = redis::cmd("SCRIPT");
-        load.arg("LOAD").arg(lua.code);
-        match self {
-            Conn::Cluster(c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let route = Route::new(crate::keys::hash_slot(key), SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                c.route_command(load, routing).await.map(drop)
-            }
-            other => load.query_async(other).await,
-        }
-    }
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 impl ConnectionLike for Conn {

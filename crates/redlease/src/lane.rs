@@ -39,8 +39,6 @@ const STRAGGLER_GRACE: Duration = Duration::from_millis(50);
 /// encoded once.
 pub(crate) struct ExtendMany {
     cmd: Arc<redis::Cmd>,
-    /// Where to load the script if the node lost it.
-    first_key: Arc<str>,
     len: usize,
     /// The hash slot of every key, when calls are split by slot (a cluster).
     slot: Option<u16>,
@@ -54,13 +52,9 @@ impl ExtendMany {
         slot: Option<u16>,
     ) -> Self {
         let len = leases.clone().count();
-        let mut first_key = String::new();
         let cmd = EXTEND_MANY.call(|cmd| {
             cmd.arg(len);
             for (key, _, _) in leases.clone() {
-                if first_key.is_empty() {
-                    first_key = key.to_string();
-                }
                 cmd.arg(key);
             }
             for (_, token, ttl_ms) in leases {
@@ -69,7 +63,6 @@ impl ExtendMany {
         });
         ExtendMany {
             cmd: Arc::new(cmd),
-            first_key: first_key.into(),
             len,
             slot,
         }
@@ -151,7 +144,6 @@ impl Lane {
                 let request = run(
                     conn.clone(),
                     call.cmd.clone(),
-                    call.first_key.clone(),
                     self.node.durability().wait(),
                 );
                 async move { (k, request.await) }
@@ -287,10 +279,9 @@ type Flags = (Vec<u8>, Option<u32>);
 async fn run(
     mut conn: Conn,
     cmd: Arc<redis::Cmd>,
-    first_key: Arc<str>,
     wait: Option<(u32, Duration)>,
 ) -> redis::RedisResult<Flags> {
-    conn.eval_waited(&EXTEND_MANY, &first_key, &cmd, wait).await
+    conn.eval_waited(&EXTEND_MANY, &cmd, wait).await
 }
 
 fn lock(slots: &Mutex<HashSet<u16>>) -> std::sync::MutexGuard<'_, HashSet<u16>> {

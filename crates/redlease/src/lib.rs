@@ -209,8 +209,9 @@
 //!   keys it had can let a second client assemble a quorum. Either run nodes
 //!   with `appendonly yes` and `appendfsync always`, or keep a crashed node
 //!   down for longer than the largest TTL in use before it rejoins.
-//!   Replicas do not help: Redis replication is asynchronous, so a failover
-//!   can lose a lock key. Use independent primaries.
+//!   Replicas do not help by themselves: Redis replication is asynchronous,
+//!   so a failover can lose a lock key. Use independent primaries, or ask
+//!   for [`Durability`] (below).
 //! - **No long pauses in the holder.** A process paused (GC, swap, SIGSTOP,
 //!   a slow network write) past `valid_until` may still act on the protected
 //!   resource after another client took the lock. No lock service can
@@ -238,6 +239,33 @@
 //! Keys a node may still hold after a failed or abandoned operation always
 //! carry the TTL, so the worst case of a lost reply is a lock that stays
 //! taken until it expires, never one that is free while someone holds it.
+//!
+//! # Clusters, Sentinel and durability
+//!
+//! A node URL may name a Redis Cluster (`redis+cluster://a:7000,b:7001`)
+//! or the primary that Sentinels name (`redis+sentinel://s1,s2/SERVICE`);
+//! see [`NodeUrl`]. Either counts as one node of the quorum. A lock's key,
+//! fencing counter and release channel share the resource as hash tag, so
+//! they live in one slot: the scripts run there (redis-rs follows MOVED and
+//! ASK, so a migrating slot keeps its locks), renewal batches are split per
+//! slot, and waiters use sharded pub/sub. The owed-request gate and the
+//! connect backoff are kept per slot, so a dead or stalled shard costs only
+//! its own slots' locks. Behind Sentinel, the connection follows the
+//! sentinels to a new primary on `READONLY`, a broken connection or their
+//! `+switch-master` announcement.
+//!
+//! A failover can hand a lock to a second client: the promoted replica may
+//! never have received the key, and a deposed primary takes writes until it
+//! is told to follow the new one. [`LockerBuilder::durability`] with
+//! [`Durability::required`] sends `WAIT` after every write of a lease in the
+//! same round trip, and a write too few replicas acknowledged does not
+//! count: an acquire fails ([`NodeErrorKind::NotReplicated`]) and is undone,
+//! a renewal stays unconfirmed, so the lease runs out instead of outliving
+//! its key. `WAIT` bounds what a promotion can lose; it does not make Redis
+//! strongly consistent (an acknowledged write is in a replica's memory, not
+//! on its disk, and a replica that did not acknowledge may be the one
+//! promoted unless every replica must acknowledge). What failover did to
+//! held leases in our tests is in the README, "Deployments".
 //!
 //! # Shutdown, inspection and force release
 //!

@@ -489,13 +489,12 @@ impl Node {
         key: &str,
     ) -> Result<(T, Option<u32>), NodeError> {
         let mut conn = self.conn.clone();
-        let first_key = key.to_string();
         let wait = self.settings.durability.wait();
         self.bounded(
             timeout,
             gate,
             key,
-            Box::pin(async move { conn.eval_waited(lua, &first_key, &call, wait).await }),
+            Box::pin(async move { conn.eval_waited(lua, &call, wait).await }),
         )
         .await
     }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, KeyState, Locker, RetryPolicy};
+use redlease::{Durability, Error, KeyState, Locker, RetryPolicy};
 use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::RedisNode;
 
@@ -303,4 +303,143 @@ async fn a_stalled_shard_costs_only_its_own_leases() {
         let _ = lease.release().await;
     }
     locker.close().await;
+}
+
+/// Runs blocking testkit calls (its own Redis connections) off the async
+/// workers.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_stay_renewed_while_their_slot_migrates() {
+    let cluster = RedisCluster::start(3);
+    let locker = cluster_locker(&cluster.cluster_url(), Duration::from_secs(1), 5 * MS);
+    let lease = locker.try_lock("moving").keep_alive().await.unwrap();
+    let key = locker.key("moving");
+    let slot = slot_of(&cluster, &key).await;
+    let source = blocking(|| cluster.owner_of(slot).port());
+    let target = blocking(|| {
+        cluster
+            .primaries()
+            .into_iter()
+            .find(|n| n.port() != source)
+            .expect("another primary")
+            .port()
+    });
+
+    let migration = blocking(|| cluster.begin_migration(slot, target));
+    // Renewed while the slot is MIGRATING (the key still on the source)...
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!lease.is_lost(), "{:?}", lease.lost_reason());
+    // ...and once the key moved (renewals follow ASK to the target, which
+    // may not have the script yet)...
+    let moved = blocking(|| migration.move_keys());
+    assert_eq!(moved, 2, "the lock key and its fencing counter");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!lease.is_lost(), "{:?}", lease.lost_reason());
+    let target_node = cluster.node_on(target).unwrap();
+    // The slot is still importing there: ASKING first.
+    let (_, left): ((), i64) = redis::pipe()
+        .cmd("ASKING")
+        .cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut conn(target_node).await)
+        .await
+        .unwrap();
+    assert!(left > 0, "renewed on the target");
+    // ...and after the slot is the target's (MOVED).
+    blocking(|| migration.finish());
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!lease.is_lost(), "{:?}", lease.lost_reason());
+    assert!(pttl(target_node, &key).await > 0);
+    lease.release().await.unwrap();
+    assert_eq!(pttl(target_node, &key).await, -2, "released on the target");
+    locker.close().await;
+}
+
+/// How a primary of a cluster goes away while a lease on it is held.
+#[derive(Clone, Copy, Debug)]
+enum Failover {
+    /// `CLUSTER FAILOVER` on its replica: coordinated, nothing written is
+    /// lost.
+    Manual,
+    /// The primary is killed; its replica takes over after
+    /// cluster-node-timeout.
+    Kill,
+}
+
+/// Holds a kept-alive lease through a failover of its shard; checks that
+/// while the holder believes it holds the lock, the new owner has the key
+/// and nobody else gets it. Whether the lease survived.
+async fn cluster_failover_while_held(how: Failover, durability: Durability) -> bool {
+    let mut cluster = RedisCluster::start_with_replicas(3, 1);
+    let url = cluster.cluster_url();
+    let locker = Locker::builder([url.as_str()])
+        .ttl(Duration::from_secs(10))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .durability(durability)
+        .build()
+        .unwrap();
+    let lease = locker.try_lock("job").keep_alive().await.unwrap();
+    let key = locker.key("job");
+    let slot = slot_of(&cluster, &key).await;
+    tokio::time::sleep(200 * MS).await;
+    let old = blocking(|| cluster.owner_of(slot).port());
+    let new = match how {
+        Failover::Manual => blocking(|| cluster.failover(slot, Duration::from_secs(30)).port()),
+        Failover::Kill => {
+            cluster.node_on_mut(old).unwrap().kill();
+            blocking(|| {
+                cluster
+                    .await_new_owner(slot, old, Duration::from_secs(30))
+                    .port()
+            })
+        }
+    };
+    let rival = cluster_locker(&url, Duration::from_secs(10), 5 * MS);
+    // Past the old TTL: only renewals on the new owner keep the key.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if lease.is_lost() {
+            break;
+        }
+        let left = pttl(cluster.node_on(new).unwrap(), &key).await;
+        assert!(left > 0, "held here, but the new owner has {left} ms");
+        assert!(
+            matches!(rival.try_lock("job").await, Err(Error::Taken { .. })),
+            "nobody else gets a held lock"
+        );
+    }
+    let survived = !lease.is_lost();
+    eprintln!(
+        "{how:?} failover with {durability:?}: lease {}",
+        if survived {
+            "survived".to_string()
+        } else {
+            format!("lost ({:?})", lease.lost_reason())
+        }
+    );
+    let _ = lease.release().await;
+    rival.close().await;
+    locker.close().await;
+    survived
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_cluster_failover_keeps_held_leases() {
+    assert!(cluster_failover_while_held(Failover::Manual, Durability::off()).await);
+    let required = Durability::required(1, Duration::from_millis(100));
+    assert!(cluster_failover_while_held(Failover::Manual, required).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_cluster_primary_never_doubles_a_held_lease() {
+    // Without durability the replica had the key (it synced long before),
+    // so the lease lives on; with required(1) the new primary has no
+    // replica left to acknowledge, so the lease is reported lost.
+    assert!(cluster_failover_while_held(Failover::Kill, Durability::off()).await);
+    let required = Durability::required(1, Duration::from_millis(100));
+    assert!(!cluster_failover_while_held(Failover::Kill, required).await);
 }

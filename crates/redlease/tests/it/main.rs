@@ -7,6 +7,7 @@ mod support;
 mod fenced_store;
 
 mod acl;
+mod acl_deployments;
 mod admin;
 mod bad_input;
 mod bounds;

@@ -1,0 +1,148 @@
+//! Least privilege on a Redis Cluster and behind Sentinel: the rules of
+//! README's "Redis Cluster, Sentinel, and failover" let a user lock, wait
+//! (woken by the release), renew with durability, inspect and release, and
+//! each server's ACL LOG shows nothing of that user's refused.
+
+use std::time::{Duration, Instant};
+
+use redlease::{Durability, Locker, RetryPolicy};
+use redlease_testkit::cluster::RedisCluster;
+use redlease_testkit::sentinel::{SentinelSet, PRIMARY_NAME};
+use redlease_testkit::RedisNode;
+
+use crate::support::*;
+
+/// The cluster rule: README's standalone rule with the sharded pub/sub
+/// commands instead of the plain ones, `CLUSTER SLOTS` for the slot map
+/// and `PING` (redis-rs's cluster client checks its connections with it),
+/// and `WAIT` for durability.
+const CLUSTER_RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
+                            +get +set +incr +pexpire +pttl +del +time +spublish +ssubscribe \
+                            +sunsubscribe +pubsub|shardnumsub +cluster|slots +ping +wait";
+
+/// The Sentinel primary's rule: the standalone rule, `ROLE` for the role
+/// check, and `WAIT` for durability.
+const SENTINEL_RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
+                             +get +set +incr +pexpire +pttl +del +time +publish +subscribe \
+                             +unsubscribe +pubsub|numsub +role +wait";
+
+const PASSWORD: &str = "locker-pw";
+
+async fn add_user(node: &RedisNode, rule: &str) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg(&["SETUSER", "locker", "on", &format!(">{PASSWORD}")])
+        .arg(rule.split_whitespace().collect::<Vec<_>>());
+    let _: () = cmd
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("ACL SETUSER");
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query_async(&mut conn(node).await)
+        .await
+        .unwrap();
+}
+
+/// What `node` refused the `locker` user: (reason, object) per entry.
+async fn refused(node: &RedisNode) -> Vec<(String, String)> {
+    let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("ACL LOG");
+    let text = |entry: &std::collections::HashMap<String, redis::Value>, field: &str| {
+        entry
+            .get(field)
+            .and_then(|v| <String as redis::FromRedisValue>::from_redis_value_ref(v).ok())
+            .unwrap_or_default()
+    };
+    entries
+        .iter()
+        .filter(|e| text(e, "username") == "locker")
+        .map(|e| (text(e, "reason"), text(e, "object")))
+        // redis-rs names each connection and ignores a refusal.
+        .filter(|(_, object)| object != "client|setinfo")
+        .collect()
+}
+
+/// Takes a kept-alive durable lease through `url`, has a second Locker
+/// wait for it (woken by the release, its timer being 5 s), inspects it.
+async fn lock_cycle(url: &str) {
+    let build = |delay: Duration| {
+        Locker::builder([url])
+            .ttl(Duration::from_secs(1))
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(NODE_TIMEOUT)
+            .durability(Durability::best_effort(1, Duration::from_millis(50)))
+            .retry(
+                RetryPolicy::new()
+                    .wait(Duration::from_secs(20))
+                    .delay(delay, delay),
+            )
+            .build()
+            .unwrap()
+    };
+    let holder = build(5 * MS);
+    let lease = holder.try_lock("job").keep_alive().await.expect("locked");
+    let waiter_side = build(Duration::from_secs(5));
+    let waiter = tokio::spawn(async move {
+        let lease = waiter_side.lock("job").await;
+        (Instant::now(), lease, waiter_side)
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while holder.inspect("job").await.expect("inspect").waiting() != 1 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(10 * MS).await;
+    }
+    // Renewed twice over.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!lease.is_lost(), "{:?}", lease.lost_reason());
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (acquired, second, waiter_side) = waiter.await.unwrap();
+    second.expect("the waiter gets it").release().await.unwrap();
+    assert!(
+        acquired - released < Duration::from_millis(500),
+        "woken by the release, not its 5 s timer: {:?}",
+        acquired - released
+    );
+    waiter_side.close().await;
+    holder.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_rule_is_enough() {
+    let cluster = RedisCluster::start(3);
+    for node in cluster.iter() {
+        add_user(node, CLUSTER_RULE).await;
+    }
+    let hosts: Vec<String> = cluster.iter().map(RedisNode::addr).collect();
+    let url = format!("redis+cluster://locker:{PASSWORD}@{}", hosts.join(","));
+    lock_cycle(&url).await;
+    for node in cluster.iter() {
+        assert_eq!(refused(node).await, [], "{}", node.addr());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinel_primary_rule_is_enough() {
+    let set = SentinelSet::start(1, 3);
+    // ACL SETUSER is not replicated: every data node gets the user.
+    for i in 0..2 {
+        add_user(set.node(i), SENTINEL_RULE).await;
+    }
+    let hosts: Vec<String> = set
+        .sentinel_urls()
+        .iter()
+        .map(|u| u.trim_start_matches("redis://").to_string())
+        .collect();
+    let url = format!(
+        "redis+sentinel://locker:{PASSWORD}@{}/{PRIMARY_NAME}",
+        hosts.join(",")
+    );
+    lock_cycle(&url).await;
+    for i in 0..2 {
+        assert_eq!(refused(set.node(i)).await, [], "{}", set.node(i).addr());
+    }
+}
