@@ -22,6 +22,15 @@
 //!   is not rolled back. [`Durability::required`] therefore undoes a
 //!   failed acquire (like any failed attempt) and treats an unacknowledged
 //!   renewal as unconfirmed.
+//! - With durability on (either mode), a lock is bound to the replication
+//!   lineage of the server that took it: the scripts store the token with
+//!   the server's `master_replid` and compare both. A promoted replica, or
+//!   a primary that restarted without its data, has another lineage, so the
+//!   lease's next renewal finds the lock not ours and reports the lease
+//!   lost, even when the key came through (maybe with an older TTL than the
+//!   holder counts on). A failover thus ends the durable leases of its
+//!   primary rather than risking them; this costs one `INFO replication`
+//!   inside each script call (the ACL user needs `+info` and `+wait`).
 //! - A deposed primary that still takes writes (the seconds before it is
 //!   told to follow the new one) has no replicas left to acknowledge them:
 //!   with [`Durability::required`] a lock taken there fails instead of

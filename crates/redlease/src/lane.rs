@@ -50,6 +50,7 @@ impl ExtendMany {
     pub(crate) fn new<'a>(
         leases: impl Iterator<Item = (&'a str, &'a Token, u64)> + Clone,
         slot: Option<u16>,
+        lineage_flag: &str,
     ) -> Self {
         let len = leases.clone().count();
         let cmd = EXTEND_MANY.call(|cmd| {
@@ -60,6 +61,7 @@ impl ExtendMany {
             for (_, token, ttl_ms) in leases {
                 cmd.arg(token.as_str()).arg(ttl_ms);
             }
+            cmd.arg(lineage_flag);
         });
         ExtendMany {
             cmd: Arc::new(cmd),

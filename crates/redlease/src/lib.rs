@@ -261,7 +261,11 @@
 //! same round trip, and a write too few replicas acknowledged does not
 //! count: an acquire fails ([`NodeErrorKind::NotReplicated`]) and is undone,
 //! a renewal stays unconfirmed, so the lease runs out instead of outliving
-//! its key. `WAIT` bounds what a promotion can lose; it does not make Redis
+//! its key. A durable lock is also bound to the replication lineage
+//! (`master_replid`) of the server that took it: after a failover or a
+//! restart that lost the data, its next renewal finds it not ours and the
+//! lease is reported lost ([`LostReason::Refused`]), even if the key came
+//! through with an older TTL. `WAIT` bounds what a promotion can lose; it does not make Redis
 //! strongly consistent (an acknowledged write is in a replica's memory, not
 //! on its disk, and a replica that did not acknowledge may be the one
 //! promoted unless every replica must acknowledge). What failover did to

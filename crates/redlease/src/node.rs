@@ -293,7 +293,8 @@ impl Node {
                 .arg(&*keys.fence)
                 .arg(token.as_str())
                 .arg(ttl_ms)
-                .arg(keys.fence_expiry_ms);
+                .arg(keys.fence_expiry_ms)
+                .arg(self.lineage_flag());
         });
         let ((acquired, value), replicas): ((i64, i64), _) = self
             .run(&ACQUIRE, call, timeout, Gate::New, &keys.lock)
@@ -446,7 +447,11 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let call = EXTEND.call(|c| {
-            c.arg(1).arg(key).arg(token.as_str()).arg(ttl_ms);
+            c.arg(1)
+                .arg(key)
+                .arg(token.as_str())
+                .arg(ttl_ms)
+                .arg(self.lineage_flag());
         });
         let (n, replicas) = self.run(&EXTEND, call, timeout, Gate::New, key).await?;
         let extended = self.as_flag(n, "extend")?;
@@ -497,6 +502,18 @@ impl Node {
             Box::pin(async move { conn.eval_waited(lua, &call, wait).await }),
         )
         .await
+    }
+
+    /// `"1"` when durability is on: the scripts bind a lock to the
+    /// replication lineage (`master_replid`) of the server that took it,
+    /// so a lease whose primary changed (a promoted replica, a restart that
+    /// lost the data) is not ours there and is reported lost.
+    pub(crate) fn lineage_flag(&self) -> &'static str {
+        if self.settings.durability.wait().is_some() {
+            "1"
+        } else {
+            "0"
+        }
     }
 
     /// The durability setting, for the renewal lanes.

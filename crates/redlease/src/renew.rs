@@ -723,7 +723,8 @@ fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         sent = order.iter().map(|&(_, k)| sent[k]).collect();
         entries = order.iter().map(|&(_, k)| entries[k]).collect();
     }
-    let calls = calls_of(&entries, inner.by_slot);
+    let lineage_flag = inner.nodes.first().map_or("0", |n| n.lineage_flag());
+    let calls = calls_of(&entries, inner.by_slot, lineage_flag);
     let batch = Arc::new(Batch {
         sent,
         calls,
@@ -735,7 +736,7 @@ fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
 
 /// The script calls renewing `entries` in order: up to [`CHUNK`] leases
 /// each, and, `by_slot`, a new call wherever the hash slot changes.
-fn calls_of(entries: &[&Entry], by_slot: bool) -> Vec<ExtendMany> {
+fn calls_of(entries: &[&Entry], by_slot: bool, lineage_flag: &str) -> Vec<ExtendMany> {
     let mut calls = Vec::new();
     let mut rest = entries;
     while !rest.is_empty() {
@@ -751,6 +752,7 @@ fn calls_of(entries: &[&Entry], by_slot: bool) -> Vec<ExtendMany> {
         calls.push(ExtendMany::new(
             call.iter().map(|e| (&*e.key, &e.token, e.timing.ttl_ms())),
             by_slot.then(|| hash_slot(&call[0].key)),
+            lineage_flag,
         ));
         rest = tail;
     }

@@ -1,10 +1,18 @@
 -- Take the lock if it is free, and draw its fencing token: one round trip
 -- whether it succeeds or not.
 -- KEYS[1] lock key; KEYS[2] fencing counter (same hash slot).
--- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counter in ms.
+-- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counter in ms;
+-- ARGV[4] '1' to bind the lock to this server's replication lineage
+-- (durability on): the key holds 'token|master_replid', and an extend on a
+-- server of another lineage (a promoted replica, a restart that lost the
+-- data) finds it not ours.
 -- Returns {1, fencing token} when taken by us, {0, pttl} when held by
 -- someone else (pttl is -1 for a foreign key that never expires).
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local value = ARGV[1]
+if ARGV[4] == '1' then
+  value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+end
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   -- A counter that expired while idle (or a node that restarted empty)
   -- starts again from the server clock in microseconds, above every token
   -- handed out before it went idle; otherwise it counts up by one. The

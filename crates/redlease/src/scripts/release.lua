@@ -6,7 +6,9 @@
 -- one: the lock was never ours, so nothing was freed; ARGV[4] PUBLISH, or
 -- SPUBLISH on a cluster (the channel shares the key's slot).
 -- Returns 1 if deleted, 0 if not ours.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- A lock bound to a lineage holds 'token|lineage': ours in any lineage.
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] or (value and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. '|') then
   redis.call('DEL', KEYS[1])
   if ARGV[3] ~= '' then
     -- pcall: an ACL user without channel rights (or a server without

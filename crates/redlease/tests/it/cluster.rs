@@ -428,17 +428,20 @@ async fn cluster_failover_while_held(how: Failover, durability: Durability) -> b
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_manual_cluster_failover_keeps_held_leases() {
+async fn a_manual_cluster_failover_keeps_plain_leases_and_ends_durable_ones() {
+    // The key reaches the replica, so a plain lease lives on; a durable
+    // one is bound to the old primary's lineage and is reported lost.
     assert!(cluster_failover_while_held(Failover::Manual, Durability::off()).await);
     let required = Durability::required(1, Duration::from_millis(100));
-    assert!(cluster_failover_while_held(Failover::Manual, required).await);
+    assert!(!cluster_failover_while_held(Failover::Manual, required).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_cluster_primary_never_doubles_a_held_lease() {
     // Without durability the replica had the key (it synced long before),
-    // so the lease lives on; with required(1) the new primary has no
-    // replica left to acknowledge, so the lease is reported lost.
+    // so the lease lives on; with required(1) it is bound to the dead
+    // primary's lineage (and the new primary has no replica left to
+    // acknowledge), so it is reported lost.
     assert!(cluster_failover_while_held(Failover::Kill, Durability::off()).await);
     let required = Durability::required(1, Duration::from_millis(100));
     assert!(!cluster_failover_while_held(Failover::Kill, required).await);

@@ -142,3 +142,54 @@ async fn durability_that_cannot_fit_the_node_timeout_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("at least 1 replica"), "{err}");
 }
+
+/// `REPLICAOF host port` (or `NO ONE`) on `node`.
+async fn replicaof(node: &RedisNode, target: Option<&RedisNode>) {
+    let mut cmd = redis::cmd("REPLICAOF");
+    match target {
+        Some(t) => cmd.arg("127.0.0.1").arg(t.port()),
+        None => cmd.arg("NO").arg("ONE"),
+    };
+    let _: () = cmd.query_async(&mut conn(node).await).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_lease_whose_primary_changed_lineage_is_reported_lost() {
+    // The same data under a new replication lineage, as a promoted replica
+    // has: the primary follows its replica for a moment, then is made
+    // primary again (a new master_replid, the lock key still there).
+    let (primary, replica) = primary_and_replica().await;
+    let durable = durable_locker(&primary, Durability::best_effort(1, WAIT));
+    let plain = durable_locker(&primary, Durability::off());
+    let bound = durable.try_lock("bound").keep_alive().await.unwrap();
+    let free = plain.try_lock("free").keep_alive().await.unwrap();
+
+    replicaof(&replica, None).await;
+    replicaof(&primary, Some(&replica)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn(&primary).await)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the primary never synced back");
+        tokio::time::sleep(20 * MS).await;
+    }
+    replicaof(&primary, None).await;
+    assert!(
+        pttl(&primary, &durable.key("bound")).await > 0,
+        "the key survived"
+    );
+
+    let lost = tokio::time::timeout(Duration::from_secs(3), bound.lost()).await;
+    assert_eq!(lost.ok(), Some(redlease::LostReason::Refused));
+    assert!(!free.is_lost(), "a lease without durability is not bound");
+    let _ = bound.release().await;
+    free.release().await.unwrap();
+    durable.close().await;
+    plain.close().await;
+}
