@@ -1147,9 +1147,9 @@ fn failover_risk(n: usize) -> String {
     )
 }
 
-const FAILOVER_FIX: &str = "for locks that must never overlap, use independent primaries \
-     without automatic failover (several of them give availability); else accept the risk \
-     knowingly";
+const FAILOVER_FIX: &str = "ask replicas to acknowledge every write (redlease run --durable N; \
+     the library's LockerBuilder::durability), or use independent primaries without automatic \
+     failover (several of them give availability)";
 
 /// The checks across nodes.
 fn fleet_checks(found: &[Probed]) -> Vec<Row> {

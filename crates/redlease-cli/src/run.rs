@@ -77,6 +77,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "D", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
 
+    /// Require N replicas to acknowledge every write of the lease (WAIT), for
+    /// locks on replicated primaries (Sentinel, a cluster with replicas)
+    /// that must survive a failover: a lock not acknowledged in time is not
+    /// taken, and a failover ends the lease (see README, Deployments).
+    #[arg(long, value_name = "N")]
+    durable: Option<u32>,
+
+    /// How long each write waits for the --durable replicas; must be
+    /// shorter than the node timeout (5% of the TTL unless set otherwise).
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = duration::parse, requires = "durable")]
+    durable_timeout: Duration,
+
     /// Prefix of the lock's Redis key (the key is PREFIX{NAME}); must match
     /// other programs that take the same lock with the library.
     #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
@@ -138,9 +150,14 @@ pub async fn run(args: RunArgs) -> Exit {
             );
         }
     }
+    let durability = match args.durable {
+        Some(replicas) => redlease::Durability::required(replicas, args.durable_timeout),
+        None => redlease::Durability::off(),
+    };
     let locker = match builder
         .ttl(args.ttl)
         .key_prefix(args.key_prefix.as_str())
+        .durability(durability)
         .build()
     {
         Ok(locker) => locker,

@@ -224,3 +224,41 @@ fn doctor_on_a_cluster_as_a_least_privilege_user_skips_what_it_may_not_run() {
     assert!(shards.contains("3 primaries (CLUSTER SLOTS)"), "{shards}");
     assert!(!out.stdout.contains(PASSWORD), "{out:#?}");
 }
+
+#[test]
+fn durable_run_needs_a_replica_to_acknowledge() {
+    let mut set = SentinelSet::start(1, 3);
+    let url = sentinel_url(&set);
+    let durable_run = |key: &str| {
+        run(
+            redlease().args([
+                "run",
+                "--nodes",
+                &url,
+                "--key",
+                key,
+                "--durable",
+                "1",
+                "--no-wait",
+                "--",
+                "true",
+            ]),
+            LIMIT,
+        )
+    };
+    // The replica may still be in its first sync: bounded retries.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let ran = durable_run("durable-job");
+        if ran.status.code() == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never acknowledged: {ran:#?}");
+        thread::sleep(Duration::from_millis(200));
+    }
+    set.node_mut(1).pause();
+    let ran = durable_run("durable-job");
+    set.node_mut(1).resume();
+    ran.expect(69);
+    assert!(ran.stderr.contains("replica"), "{ran:#?}");
+}
