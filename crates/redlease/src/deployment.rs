@@ -378,25 +378,52 @@ impl Conn {
         &mut self,
         lua: &Lua,
         cmd: &Cmd,
-        wait: Option<(u32, Duration)>,
+        durability: crate::Durability,
     ) -> RedisResult<(T, Option<u32>)> {
-        let Some((replicas, timeout)) = wait else {
+        let Some((replicas, timeout)) = durability.wait() else {
             return self.eval(lua, cmd).await.map(|v| (v, None));
         };
+        let fsync = durability.fsynced();
         let waited = |cmd: Cmd| {
             let mut pipe = redis::pipe();
-            pipe.add_command(cmd)
-                .cmd("WAIT")
-                .arg(replicas)
-                .arg(timeout.as_millis() as u64);
+            // Each reply on its own: a pipeline's error otherwise comes as
+            // one aggregate without the server's message.
+            pipe.ignore_errors().add_command(cmd);
+            if fsync {
+                pipe.cmd("WAITAOF").arg(1).arg(replicas);
+            } else {
+                pipe.cmd("WAIT").arg(replicas);
+            }
+            pipe.arg(timeout.as_millis() as u64);
             pipe
         };
-        let reply: RedisResult<(T, u32)> = waited(cmd.clone()).query_async(self).await;
-        let (value, acked) = match reply {
-            Err(e) if is_noscript(&e) => waited(lua.whole(cmd)).query_async(self).await?,
-            other => other?,
-        };
+        let mut replies: Vec<Value> = waited(cmd.clone()).query_async(self).await?;
+        if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
+            replies = waited(lua.whole(cmd)).query_async(self).await?;
+        }
+        let [value, answer]: [Value; 2] = replies.try_into().map_err(|_| {
+            RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "a script and its WAIT did not answer twice",
+            ))
+        })?;
+        let value = T::from_redis_value(value.extract_error()?)?;
+        let acked = acknowledged(&answer.extract_error()?)?;
         Ok((value, Some(acked)))
+    }
+}
+
+/// Replicas that acknowledged, from `WAIT`'s count or `WAITAOF`'s pair
+/// (local fsyncs, replica fsyncs): without the local fsync, none count.
+fn acknowledged(answer: &Value) -> RedisResult<u32> {
+    use redis::FromRedisValue;
+    match answer {
+        Value::Array(pair) if pair.len() == 2 => {
+            let local = u32::from_redis_value_ref(&pair[0])?;
+            let replicas = u32::from_redis_value_ref(&pair[1])?;
+            Ok(if local >= 1 { replicas } else { 0 })
+        }
+        other => Ok(u32::from_redis_value_ref(other)?),
     }
 }
 

@@ -54,6 +54,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Durability {
     mode: Mode,
+    fsync: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,7 +74,10 @@ enum Mode {
 impl Durability {
     /// No `WAIT` (the default): a lease is as durable as its primary.
     pub const fn off() -> Durability {
-        Durability { mode: Mode::Off }
+        Durability {
+            mode: Mode::Off,
+            fsync: false,
+        }
     }
 
     /// `WAIT replicas timeout` after every write; the acquire reports how
@@ -83,6 +87,7 @@ impl Durability {
     pub const fn best_effort(replicas: u32, timeout: Duration) -> Durability {
         Durability {
             mode: Mode::BestEffort { replicas, timeout },
+            fsync: false,
         }
     }
 
@@ -93,7 +98,30 @@ impl Durability {
     pub const fn required(replicas: u32, timeout: Duration) -> Durability {
         Durability {
             mode: Mode::Required { replicas, timeout },
+            fsync: false,
         }
+    }
+
+    /// Waits for the append-only file too: `WAITAOF 1 replicas timeout`
+    /// instead of `WAIT`, so a write counts once the primary and `replicas`
+    /// replicas have fsynced it to their AOF, which survives their restart
+    /// as well. Needs `appendonly yes` on the primary and the replicas, and
+    /// Redis 7.2 or later (or Valkey 8); elsewhere every write fails with
+    /// the server's error, which names the cause.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let on_disk = redlease::Durability::required(1, Duration::from_millis(100)).fsync();
+    /// # let _ = on_disk;
+    /// ```
+    pub const fn fsync(mut self) -> Durability {
+        self.fsync = true;
+        self
+    }
+
+    /// Whether to wait for the AOF fsync (`WAITAOF`).
+    pub(crate) fn fsynced(&self) -> bool {
+        self.fsync
     }
 
     /// The `WAIT` to send after each write: replicas and timeout.

@@ -143,11 +143,7 @@ impl Lane {
             .enumerate()
             .filter(|&(k, _)| sent[k])
             .map(|(k, call)| {
-                let request = run(
-                    conn.clone(),
-                    call.cmd.clone(),
-                    self.node.durability().wait(),
-                );
+                let request = run(conn.clone(), call.cmd.clone(), self.node.durability());
                 async move { (k, request.await) }
             })
             .collect();
@@ -281,9 +277,9 @@ type Flags = (Vec<u8>, Option<u32>);
 async fn run(
     mut conn: Conn,
     cmd: Arc<redis::Cmd>,
-    wait: Option<(u32, Duration)>,
+    durability: crate::Durability,
 ) -> redis::RedisResult<Flags> {
-    conn.eval_waited(&EXTEND_MANY, &cmd, wait).await
+    conn.eval_waited(&EXTEND_MANY, &cmd, durability).await
 }
 
 fn lock(slots: &Mutex<HashSet<u16>>) -> std::sync::MutexGuard<'_, HashSet<u16>> {

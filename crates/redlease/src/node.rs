@@ -494,12 +494,12 @@ impl Node {
         key: &str,
     ) -> Result<(T, Option<u32>), NodeError> {
         let mut conn = self.conn.clone();
-        let wait = self.settings.durability.wait();
+        let durability = self.settings.durability;
         self.bounded(
             timeout,
             gate,
             key,
-            Box::pin(async move { conn.eval_waited(lua, &call, wait).await }),
+            Box::pin(async move { conn.eval_waited(lua, &call, durability).await }),
         )
         .await
     }

@@ -193,3 +193,51 @@ async fn a_durable_lease_whose_primary_changed_lineage_is_reported_lost() {
     durable.close().await;
     plain.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_durability_waits_for_the_aof_where_the_server_has_waitaof() {
+    // appendfsync always: with everysec a fsync may be a second away, far
+    // beyond the 100 ms the writes wait.
+    let aof = || {
+        NodeConfig::new()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always")
+    };
+    let primary = RedisNode::start_with(aof());
+    let replica =
+        RedisNode::start_with(aof().arg("replicaof", &format!("127.0.0.1 {}", primary.port())));
+    let info: Vec<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("WAITAOF")
+        .query_async(&mut conn(&primary).await)
+        .await
+        .unwrap();
+    let has_waitaof = !matches!(info.first(), None | Some(redis::Value::Nil));
+    let locker = durable_locker(&primary, Durability::required(1, WAIT).fsync());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let outcome = loop {
+        let outcome = locker.try_lock("on-disk").await;
+        // Required durability fails while the replica still syncs.
+        if outcome.is_ok() || !has_waitaof || Instant::now() >= deadline {
+            break outcome;
+        }
+        tokio::time::sleep(50 * MS).await;
+    };
+    if has_waitaof {
+        let lease = outcome.expect("the primary and the replica fsynced it");
+        assert_eq!(lease.replicas_acknowledged(), Some(1));
+        assert!(pttl(&replica, &locker.key("on-disk")).await > 0);
+        lease.release().await.unwrap();
+    } else {
+        // Before Redis 7.2 every write fails with the server's own error,
+        // and the lock taken by the script is undone.
+        let err = outcome.unwrap_err();
+        let kind = err.node_errors()[0].kind();
+        assert!(
+            matches!(kind, NodeErrorKind::Redis { message, .. } if message.to_lowercase().contains("waitaof")),
+            "{err}"
+        );
+        assert_eq!(pttl(&primary, &locker.key("on-disk")).await, -2);
+    }
+    locker.close().await;
+}
