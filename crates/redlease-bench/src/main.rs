@@ -7,9 +7,12 @@
 //! cargo run --release -p redlease-bench -- --workload all --nodes 1,5 --seconds 3 --compare rslock
 //! # leases held while each node is SIGSTOPped 600 ms of every 900 ms, staggered:
 //! cargo run --release -p redlease-bench -- --workload renewal --nodes 5 --stall 600ms/900ms --json
+//! # one node of the quorum that is a Redis Cluster of 3 primaries:
+//! cargo run --release -p redlease-bench -- --workload independent --cluster 3 --seconds 3
 //! ```
 
 mod client;
+mod conn;
 mod cpu;
 mod raw;
 mod renewal;
@@ -25,7 +28,8 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
-use redlease_testkit::RedisNodes;
+use redlease_testkit::cluster::RedisCluster;
+use redlease_testkit::{RedisNode, RedisNodes};
 
 use crate::client::{BenchError, Redlease, RETRY_MAX, RETRY_MIN, TTL, WAIT};
 use crate::runner::Settings;
@@ -38,6 +42,8 @@ const RUNTIME_THREADS: usize = 2;
 const AUTO_SLICE_S: f64 = 0.25;
 /// Most rounds --rounds may ask for (each round runs every client once).
 const MAX_ROUNDS: u32 = 100;
+/// Most primaries --cluster may start (each one a redis-server process).
+const MAX_CLUSTER_PRIMARIES: usize = 15;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -71,6 +77,14 @@ struct Args {
     /// redis-server processes. The bench writes and deletes keys there.
     #[arg(long, value_delimiter = ',')]
     urls: Vec<String>,
+    /// Start a Redis Cluster of this many primaries (no replicas) and run
+    /// the workloads with it as the one node of the quorum, through its
+    /// `redis+cluster://` URL. Not with --urls, nor with --nodes other than
+    /// 1, nor with the renewal workload. The raw baseline uses redis-rs's
+    /// cluster client; rslock cannot reach a cluster, so --compare rslock is
+    /// skipped (with a note). Server CPU sums every cluster process.
+    #[arg(long, value_name = "PRIMARIES")]
+    cluster: Option<usize>,
     /// Also print one JSON object per workload, each on its own line.
     #[arg(long)]
     json: bool,
@@ -123,6 +137,8 @@ enum Compare {
 struct Plan {
     workloads: Vec<Workload>,
     node_counts: Vec<usize>,
+    /// Primaries of the cluster to start and run on, as the one node.
+    cluster: Option<usize>,
     workers: Option<usize>,
     settings: Settings,
     urls: Vec<String>,
@@ -147,6 +163,9 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
             return Err(format!("--workers {k} is not in [1, 4096]").into());
         }
     }
+    if let Some(k) = args.cluster {
+        check_cluster_args(k, &args)?;
+    }
     let node_counts = if args.urls.is_empty() {
         let counts = if args.nodes.is_empty() {
             vec![1]
@@ -168,13 +187,20 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
         }
         vec![n]
     };
-    let rslock = args.compare.contains(&Compare::Rslock);
+    let mut rslock = args.compare.contains(&Compare::Rslock);
     if rslock && !cfg!(feature = "rslock") {
         return Err(
             "--compare rslock: this binary was built without the `rslock` feature \
              (it is on by default; drop --no-default-features)"
                 .into(),
         );
+    }
+    if rslock && args.cluster.is_some() {
+        eprintln!(
+            "note: --compare rslock is skipped with --cluster: rslock talks to single servers \
+             only and cannot use a Redis Cluster; redlease and raw are measured"
+        );
+        rslock = false;
     }
     if args.stall.is_some() {
         return Err("--stall applies to the renewal workload only (--workload renewal)".into());
@@ -192,6 +218,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
     Ok(Plan {
         workloads,
         node_counts,
+        cluster: args.cluster,
         workers: args.workers,
         settings: Settings {
             warmup: Duration::from_secs_f64(args.warmup),
@@ -202,6 +229,36 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
         urls: args.urls,
         json: args.json,
     })
+}
+
+/// `--cluster k` combines with nothing that names other nodes; checked
+/// before anything starts.
+fn check_cluster_args(k: usize, args: &Args) -> Result<(), BenchError> {
+    if !(1..=MAX_CLUSTER_PRIMARIES).contains(&k) {
+        return Err(format!("--cluster {k} is not in [1, {MAX_CLUSTER_PRIMARIES}]").into());
+    }
+    if !args.urls.is_empty() {
+        return Err("--cluster starts its own Redis Cluster: it cannot be used with --urls".into());
+    }
+    if !(args.nodes.is_empty() || args.nodes == [1]) {
+        return Err(format!(
+            "--cluster {k} is one node of the quorum: --nodes must be 1 or left out, not {}",
+            args.nodes
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+        .into());
+    }
+    if args.workload == WorkloadArg::Renewal {
+        return Err(
+            "--cluster runs the uncontended, contended and independent workloads; \
+             the renewal workload does not take --cluster"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -226,6 +283,9 @@ fn main() -> ExitCode {
 
 /// The renewal workload: its own shape (no raw baseline to compare with).
 fn run_renewal(args: &Args) -> Result<ExitCode, BenchError> {
+    if let Some(k) = args.cluster {
+        check_cluster_args(k, args)?;
+    }
     if !(args.seconds > 0.0 && args.seconds <= 600.0) {
         return Err(format!("--seconds {} is not in (0, 600]", args.seconds).into());
     }
@@ -344,11 +404,20 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos())
     );
+    // With --cluster, the only node: started once, stopped at the end.
+    let cluster = plan.cluster.map(RedisCluster::start);
     let mut reports = Vec::new();
     for &n in &plan.node_counts {
         // Our own redis-server processes unless --urls; stopped at the end
         // of this iteration.
-        let (_nodes, urls, pids) = if plan.urls.is_empty() {
+        let (_nodes, urls, pids) = if let Some(cluster) = &cluster {
+            // Server CPU is every cluster process's, summed.
+            let pids: Vec<u32> = cluster.iter().filter_map(RedisNode::pid).collect();
+            if pids.len() != cluster.len() {
+                return Err("--cluster: a redis-server node of the cluster is not running".into());
+            }
+            (None, vec![cluster.cluster_url()], pids)
+        } else if plan.urls.is_empty() {
             let nodes = RedisNodes::start(n);
             let urls = nodes.urls();
             let pids: Vec<u32> = nodes.iter().filter_map(|node| node.pid()).collect();
@@ -368,10 +437,12 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
                 &urls,
                 &pids,
                 workers,
+                plan.cluster,
                 &tag,
             ))?;
             eprintln!(
-                "done: {workload} on {n} node(s), {workers} worker(s): redlease {:.0}/s, raw {:.0}/s (x{:.3}){}",
+                "done: {workload} on {}, {workers} worker(s): redlease {:.0}/s, raw {:.0}/s (x{:.3}){}",
+                report.deployment(),
                 report.lib.cycles_per_s,
                 report.raw.cycles_per_s,
                 report.ratio_vs_raw(),
@@ -425,7 +496,12 @@ fn print_header(plan: &Plan) {
         plan.settings.warmup,
         plan.settings.rounds,
         plan.settings.slice,
-        if plan.urls.is_empty() {
+        if let Some(k) = plan.cluster {
+            format!(
+                "one node, a Redis Cluster of {k} primaries without replicas (own redis-server \
+                 processes, testkit), given as its redis+cluster:// URL"
+            )
+        } else if plan.urls.is_empty() {
             "own redis-server processes (testkit)".to_string()
         } else {
             plan.urls
@@ -467,6 +543,39 @@ mod tests {
         assert_eq!(checked.settings.slice, Duration::from_millis(250));
         assert_eq!(checked.node_counts, vec![1, 5]);
         assert!(plan(Args::parse_from(["bench", "--seconds", "0"])).is_err());
+    }
+
+    #[test]
+    fn cluster_is_one_node_and_refuses_other_nodes_before_starting_anything() {
+        let bench = |extra: &[&str]| {
+            let mut argv = vec!["bench"];
+            argv.extend_from_slice(extra);
+            Args::parse_from(argv)
+        };
+        for ok in [&["--cluster", "3"][..], &["--cluster", "3", "--nodes", "1"]] {
+            let checked = plan(bench(ok)).unwrap();
+            assert_eq!(checked.cluster, Some(3));
+            assert_eq!(checked.node_counts, vec![1]);
+        }
+        if cfg!(feature = "rslock") {
+            let checked = plan(bench(&["--cluster", "3", "--compare", "rslock"])).unwrap();
+            assert!(!checked.settings.rslock, "rslock is skipped on a cluster");
+        }
+        for (bad, says) in [
+            (
+                &["--cluster", "3", "--urls", "redis://127.0.0.1:1"][..],
+                "--urls",
+            ),
+            (&["--cluster", "3", "--nodes", "5"], "--nodes must be 1"),
+            (&["--cluster", "3", "--nodes", "1,5"], "not 1,5"),
+            (&["--cluster", "0"], "not in [1, 15]"),
+            (&["--cluster", "16"], "not in [1, 15]"),
+        ] {
+            let err = plan(bench(bad)).err().unwrap();
+            assert!(err.to_string().contains(says), "{bad:?}: {err}");
+        }
+        let err = run_renewal(&bench(&["--workload", "renewal", "--cluster", "3"])).unwrap_err();
+        assert!(err.to_string().contains("renewal workload"), "{err}");
     }
 
     #[test]

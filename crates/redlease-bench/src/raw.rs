@@ -1,7 +1,8 @@
 //! The raw baseline: the library's own Redis commands (its acquire and
 //! release scripts with the same keys and arguments: lock key, fencing
 //! counter, 32-hex-char token, release channel and id) sent with plain
-//! redis-rs, one multiplexed connection per node shared by all workers, and
+//! redis-rs, one multiplexed connection per node shared by all workers (for
+//! a node that is a Redis Cluster, one redis-rs cluster connection), and
 //! waiting for every node. It is what a lock costs with no library at all:
 //! no timeouts, no quorum early exit, no undo on faults, no drop guards, no
 //! release notifications (a busy lock is polled with the same delays).
@@ -15,12 +16,12 @@ use std::time::Instant;
 
 use futures_util::future::join_all;
 use rand::Rng;
-use redis::aio::MultiplexedConnection;
 use redis::Script;
 
 use crate::client::{
     fence_key_for, key_for, BenchError, LockClient, FENCE_EXPIRY, RETRY_MAX, RETRY_MIN, TTL, WAIT,
 };
+use crate::conn::NodeConn;
 
 // Read from the library's sources, so the baseline sends byte-for-byte the
 // scripts the library sends (and the same EVALSHA digests).
@@ -31,7 +32,7 @@ static RELEASE: LazyLock<Script> =
 
 /// Plain redis-rs over one connection per node.
 pub struct Raw {
-    conns: Vec<MultiplexedConnection>,
+    conns: Vec<NodeConn>,
     quorum: usize,
     ttl_ms: u64,
     fence_expiry_ms: u64,
@@ -44,12 +45,12 @@ pub struct RawGuard {
 }
 
 impl Raw {
-    /// Opens one multiplexed connection per node (this does I/O).
+    /// Opens one connection per node (this does I/O): multiplexed, or a
+    /// cluster connection for a `redis+cluster://` node.
     pub async fn connect(urls: &[String]) -> Result<Self, BenchError> {
         let mut conns = Vec::with_capacity(urls.len());
         for url in urls {
-            let client = redis::Client::open(url.as_str())?;
-            conns.push(client.get_multiplexed_async_connection().await?);
+            conns.push(NodeConn::connect(url).await?);
         }
         Ok(Raw {
             quorum: conns.len() / 2 + 1,
@@ -74,12 +75,13 @@ impl Raw {
         let replies = join_all(nodes.map(|i| {
             let mut conn = self.conns[i].clone();
             async move {
+                let publish = conn.publish_command();
                 RELEASE
                     .key(key)
                     .arg(token)
                     .arg(channel)
                     .arg(release_id)
-                    .arg("PUBLISH")
+                    .arg(publish)
                     .invoke_async::<i64>(&mut conn)
                     .await
             }

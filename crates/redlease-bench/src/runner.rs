@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::{fence_key_for, key_for, BenchError, LockClient, Redlease};
+use crate::conn::NodeConn;
 use crate::cpu;
 use crate::raw::Raw;
 use crate::report::{ClientRun, WorkloadReport};
@@ -87,19 +88,20 @@ impl Subject {
 }
 
 /// Builds the clients, warms each up, then runs `settings.rounds` rounds of
-/// one slice per client, rotating the order every round.
+/// one slice per client, rotating the order every round. `cluster`: the
+/// primaries of the cluster that `urls` (one `redis+cluster://` URL) names,
+/// for the report; `server_pids` are then all of its processes.
 pub async fn measure(
     settings: &Settings,
     workload: Workload,
     urls: &[String],
     server_pids: &[u32],
     workers: usize,
+    cluster: Option<usize>,
     tag: &str,
 ) -> Result<WorkloadReport, BenchError> {
     let counter = Counter {
-        conn: redis::Client::open(urls[0].as_str())?
-            .get_multiplexed_async_connection()
-            .await?,
+        conn: NodeConn::connect(&urls[0]).await?,
     };
     let lib = Redlease::new(urls)?;
     // The raw and rslock clients build keys themselves: same scheme or bust.
@@ -161,6 +163,7 @@ pub async fn measure(
     Ok(WorkloadReport {
         workload,
         nodes: urls.len(),
+        cluster,
         workers,
         seconds: settings.slice.as_secs_f64() * f64::from(settings.rounds),
         rounds: settings.rounds,

@@ -6,10 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use crate::client::{BenchError, LockClient};
+use crate::conn::NodeConn;
 use crate::stats::Cycle;
 
 /// What the workers do.
@@ -74,10 +74,11 @@ pub struct Outcome {
 }
 
 /// Where the contended workload keeps the counter it protects: on the first
-/// node, over a connection of its own, the same for every client.
+/// node (on a cluster, the shard that owns the counter's slot), over a
+/// connection of its own, the same for every client.
 #[derive(Clone)]
 pub struct Counter {
-    pub conn: MultiplexedConnection,
+    pub conn: NodeConn,
 }
 
 /// Runs `workload` with `workers` workers on `client` for `duration`:
@@ -166,7 +167,7 @@ async fn worker<C: LockClient>(
     id: u32,
     names: Names,
     end: Instant,
-    counter: Option<(MultiplexedConnection, String)>,
+    counter: Option<(NodeConn, String)>,
 ) -> Result<Vec<Cycle>, BenchError> {
     let mut cycles = Vec::new();
     let mut fresh = String::new();
