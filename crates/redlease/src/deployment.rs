@@ -49,10 +49,14 @@ pub(crate) struct ClusterTarget {
 }
 
 /// Everything needed to ask the sentinels for the primary again.
+#[derive(Clone)]
 pub(crate) struct SentinelTarget {
     url: SentinelUrl,
     #[cfg(feature = "tls-rustls")]
     certificates: Option<redis::TlsCertificates>,
+    /// Counts the failovers heard of (`+switch-master`), for the
+    /// subscription connection, which must follow the primary too.
+    switches: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Deployment {
@@ -75,11 +79,21 @@ impl Deployment {
                     url: url.clone(),
                     #[cfg(feature = "tls-rustls")]
                     certificates: tls.map(TlsConfig::certificates),
+                    switches: Arc::new(tokio::sync::watch::Sender::new(0)),
                 };
                 // Build once now so a bad address fails here, not later.
                 target.client().map_err(|e| e.to_string())?;
                 Ok(Deployment::Sentinel(target))
             }
+        }
+    }
+
+    /// For a Sentinel node: a signal of every failover the sentinels
+    /// announced (heard while a connection of the node is in use).
+    pub(crate) fn switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            Deployment::Sentinel(target) => Some(target.switches.subscribe()),
+            _ => None,
         }
     }
 
@@ -501,11 +515,7 @@ impl SentinelConn {
                 resolving: tokio::sync::Mutex::new(()),
                 watcher: Mutex::new(None),
                 generations: std::sync::atomic::AtomicU64::new(0),
-                target: SentinelTarget {
-                    url: target.url.clone(),
-                    #[cfg(feature = "tls-rustls")]
-                    certificates: target.certificates.clone(),
-                },
+                target: target.clone(),
                 primary: Mutex::new(None),
                 connect_timeout,
             }),
@@ -567,7 +577,8 @@ impl SentinelConn {
         let shared = Arc::downgrade(&self.shared);
         let url = self.shared.target.url.clone();
         let timeout = self.shared.connect_timeout;
-        *watcher = Some(tokio::spawn(watch_switches(shared, url, timeout)));
+        let switches = self.shared.target.switches.clone();
+        *watcher = Some(tokio::spawn(watch_switches(shared, url, switches, timeout)));
     }
 
     /// Drops the connection of `generation` if `outcome` shows the server
@@ -633,6 +644,7 @@ impl SentinelConn {
 async fn watch_switches(
     shared: std::sync::Weak<SentinelShared>,
     url: SentinelUrl,
+    switches: Arc<tokio::sync::watch::Sender<u64>>,
     timeout: Duration,
 ) {
     use futures_util::StreamExt;
@@ -684,6 +696,7 @@ async fn watch_switches(
                 if slot.take().is_some() {
                     tracing::info!(switch = %payload, "the sentinels moved the primary");
                 }
+                switches.send_modify(|n| *n += 1);
             }
         }
     }

@@ -325,8 +325,20 @@ async fn node_task(
     let mut conn: Option<Subscriber> = None;
     // Channels subscribed to, for a Sentinel's new primary after a failover.
     let mut channels = std::collections::HashSet::new();
+    let mut switches = deployment.switches();
     loop {
         tokio::select! {
+            // The sentinels named another primary: subscribe there. The
+            // old one still answers (and, once it follows the new one,
+            // even relays its messages), but until then it hears nothing.
+            Some(()) = async {
+                match &mut switches {
+                    Some(switched) => switched.changed().await.ok(),
+                    None => std::future::pending().await,
+                }
+            } => {
+                conn = open_subscriber(deployment, timeout, &push_tx, &channels).await;
+            }
             command = commands.recv() => {
                 let Some(command) = command else { return };
                 if conn.is_none() {

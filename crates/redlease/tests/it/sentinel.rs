@@ -88,6 +88,24 @@ async fn the_lock_cycle_runs_through_the_sentinels_primary() {
     locker.close().await;
 }
 
+/// Waits until the replica finished its first sync: one still syncing
+/// would be promoted empty.
+async fn await_replica_sync(set: &SentinelSet) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn(set.node(1)).await)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never synced");
+        tokio::time::sleep(50 * MS).await;
+    }
+}
+
 async fn sentinel_failover(set: &SentinelSet) {
     let sentinel = redis::Client::open(set.sentinel_urls()[0].as_str()).unwrap();
     let mut con = sentinel.get_multiplexed_async_connection().await.unwrap();
@@ -114,20 +132,7 @@ struct FailoverReport {
 /// free on the new primary.
 async fn failover_while_held(durability: Durability) -> FailoverReport {
     let set = SentinelSet::start(1, 3);
-    // A replica still in its first sync would be promoted empty.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut conn(set.node(1)).await)
-            .await
-            .unwrap();
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the replica never synced");
-        tokio::time::sleep(50 * MS).await;
-    }
+    await_replica_sync(&set).await;
     let url = sentinel_url(&set);
     let locker = Locker::builder([url.as_str()])
         .ttl(Duration::from_secs(2))
@@ -222,4 +227,61 @@ async fn with_required_durability_no_lock_is_taken_on_a_deposed_primary() {
         report.on_deposed, 0,
         "a deposed primary has no replica left to acknowledge"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_the_primary_through_a_failover() {
+    let set = SentinelSet::start(1, 3);
+    await_replica_sync(&set).await;
+    let url = sentinel_url(&set);
+    let holder = Locker::builder([url.as_str()])
+        .ttl(Duration::from_secs(10))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    let lease = holder.try_lock("job").keep_alive().await.unwrap();
+    // Subscribed on the old primary, with a 5 s fallback timer.
+    let waiter_side = sentinel_locker(&url, Duration::from_secs(5));
+    let waiter = tokio::spawn(async move {
+        let lease = waiter_side.lock("job").await;
+        (Instant::now(), lease, waiter_side)
+    });
+    let channel = holder.release_channel("job");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while numsub(primary(&set), &channel).await != 1 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(10 * MS).await;
+    }
+    let old = set.primary_port();
+    sentinel_failover(&set).await;
+    let new = set.await_failover(old, Duration::from_secs(30));
+    let new_primary = set.node_on(new).unwrap();
+    // The waiter's subscription moves to the new primary.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while numsub(new_primary, &channel).await != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never subscribed on the new primary"
+        );
+        tokio::time::sleep(10 * MS).await;
+    }
+    // The holder's lease lives on there (its key had reached the replica);
+    // its release is published there and wakes the waiter.
+    assert!(pttl(new_primary, &holder.key("job")).await > 0);
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (acquired, second, waiter_side) = waiter.await.unwrap();
+    second
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        acquired - released < Duration::from_secs(2),
+        "woken {:?} after the release; its timer is 5 s",
+        acquired - released
+    );
+    waiter_side.close().await;
+    holder.close().await;
 }
