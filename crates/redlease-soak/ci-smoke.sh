@@ -2,6 +2,9 @@
 # The fault-injection smoke of issue 7, for .ci/run: the mixed soak for two
 # minutes (it must reach 10,000 acquisitions and 40 faults, with no
 # violation), then each negative control, which the checker must flag.
+# Then the deployment scenarios, 10 s each (a cluster and a Sentinel
+# primary as the one node, failed over under the clients), and their
+# negative controls.
 # Every run prints its seed; replay a failure with the command it prints.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,3 +15,12 @@ soak="${CARGO_TARGET_DIR:-target}/release/soak"
 "$soak" --scenario control-empty-restart --expect-violation
 "$soak" --scenario control-sleepy-holder --expect-violation
 "$soak" --scenario control-broken-release --expect-violation
+"$soak" --scenario cluster-failover --seconds 10 --min-acquired 100 --min-faults 1
+# Every replica must acknowledge (the default): with required(1), the
+# replica not promoted acknowledges writes on the old primary until the
+# sentinels move it, and those writes are lost (GUARANTEES.md, "sentinel
+# failover"), which the last run must show.
+"$soak" --scenario sentinel-failover --seconds 10 --min-acquired 20 --min-faults 1
+"$soak" --scenario sentinel-failover --durable-replicas 1 --seconds 15 --min-faults 1 --expect-violation
+"$soak" --scenario control-cluster-kill-lagging --expect-violation
+"$soak" --scenario control-sentinel-kill-lagging --expect-violation

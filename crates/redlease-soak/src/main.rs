@@ -9,8 +9,12 @@
 //!
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
-//!     [--min-acquired N] [--min-faults N] [--verbose] [--list]
+//!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N] [--verbose] [--list]
 //! ```
+//!
+//! The deployment scenarios (`cluster-failover`, `sentinel-failover`) lock
+//! through one replicated node (a Redis Cluster, a Sentinel-managed
+//! primary) instead of `--nodes` independent ones, and fail it over.
 //!
 //! Prints a summary and, last, one JSON line. Exit status: 0 when no
 //! violation was found (with `--expect-violation`: when one was), 1 when
@@ -19,10 +23,13 @@
 
 mod checker;
 mod controls;
+mod deployment;
+mod failover_controls;
 mod faults;
 mod history;
 mod inject;
 mod panics;
+mod replicated;
 mod report;
 mod rig;
 mod scenarios;
@@ -65,6 +72,15 @@ struct Args {
     /// Print only the JSON line.
     #[arg(long)]
     json: bool,
+    /// Deployment scenarios only: clients without `WAIT` (durability off),
+    /// to see what durability buys.
+    #[arg(long, conflicts_with = "durable_replicas")]
+    no_durability: bool,
+    /// Deployment scenarios only: how many replicas must acknowledge each
+    /// write of a lease (`Durability::required(N, 50 ms)`; default: every
+    /// replica of a primary).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
+    durable_replicas: Option<u32>,
     /// Log each fault as it is applied (to stderr).
     #[arg(long)]
     verbose: bool,
@@ -78,10 +94,32 @@ fn list() {
     for s in scenarios::SCENARIOS {
         println!("  {:<24} {}", s.name, s.about);
     }
-    println!("negative controls (the checker must flag them; use --expect-violation):");
-    for (name, about) in controls::CONTROLS {
-        println!("  {name:<24} {about}");
+    println!("deployment scenarios (one replicated node; --nodes does not apply):");
+    for s in deployment::SCENARIOS {
+        println!("  {:<24} {}", s.name, s.about);
     }
+    println!("negative controls (the checker must flag them; use --expect-violation):");
+    for (name, about) in controls::CONTROLS.iter().chain(failover_controls::CONTROLS) {
+        println!("  {name:<30} {about}");
+    }
+    println!(
+        "the same kills without a lagging replica (not flagged in practice: the replica \
+         already has the key; see GUARANTEES.md):"
+    );
+    for (name, about) in failover_controls::PROBES {
+        println!("  {name:<30} {about}");
+    }
+}
+
+fn is_failover_control(name: &str) -> bool {
+    failover_controls::CONTROLS
+        .iter()
+        .chain(failover_controls::PROBES)
+        .any(|(n, _)| *n == name)
+}
+
+fn is_control(name: &str) -> bool {
+    controls::CONTROLS.iter().any(|(n, _)| *n == name) || is_failover_control(name)
 }
 
 fn replay_command(args: &Args, seed: u64, nodes: usize) -> String {
@@ -89,8 +127,14 @@ fn replay_command(args: &Args, seed: u64, nodes: usize) -> String {
         "cargo run --release -p redlease-soak -- --scenario {} --nodes {nodes} --seed {seed}",
         args.scenario
     );
-    if scenarios::find(&args.scenario).is_some() {
+    if scenarios::find(&args.scenario).is_some() || deployment::find(&args.scenario).is_some() {
         cmd.push_str(&format!(" --seconds {}", args.seconds));
+    }
+    if args.no_durability {
+        cmd.push_str(" --no-durability");
+    }
+    if let Some(n) = args.durable_replicas {
+        cmd.push_str(&format!(" --durable-replicas {n}"));
     }
     if args.expect_violation {
         cmd.push_str(" --expect-violation");
@@ -108,7 +152,13 @@ async fn main() -> ExitCode {
     panics::install();
     let seed = args.seed.unwrap_or_else(rand::random);
     let nodes = usize::from(args.nodes);
-    let is_control = controls::CONTROLS.iter().any(|(n, _)| *n == args.scenario);
+    let is_control = is_control(&args.scenario);
+    if (args.no_durability || args.durable_replicas.is_some())
+        && deployment::find(&args.scenario).is_none()
+    {
+        eprintln!("--no-durability and --durable-replicas apply to the deployment scenarios only");
+        return ExitCode::from(2);
+    }
     if !args.json {
         eprintln!(
             "soak: scenario {}, seed {seed} (replay with --seed {seed})",
@@ -117,6 +167,17 @@ async fn main() -> ExitCode {
     }
     let run = if let Some(scenario) = scenarios::find(&args.scenario) {
         scenarios::run(scenario, nodes, args.seconds, seed, args.verbose).await
+    } else if let Some(scenario) = deployment::find(&args.scenario) {
+        deployment::run(
+            scenario,
+            args.seconds,
+            seed,
+            (!args.no_durability).then(|| args.durable_replicas.unwrap_or(scenario.replicas)),
+            args.verbose,
+        )
+        .await
+    } else if is_failover_control(&args.scenario) {
+        failover_controls::run(&args.scenario, seed).await
     } else if is_control {
         controls::run(&args.scenario, nodes, seed).await
     } else {

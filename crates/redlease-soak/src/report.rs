@@ -219,6 +219,20 @@ fn observations(w: &mut String, run: &Run) {
          {} release(s)/extend(s) refused as NotHeld while the lease was valid when called",
         refused_valid.len()
     );
+    // Durability::required: the write landed but too few replicas
+    // acknowledged it (NodeErrorKind::NotReplicated's text).
+    let unreplicated = run
+        .history
+        .iter()
+        .filter(|op| matches!(&op.outcome, Outcome::Failed(_, text) if text.contains("required replica")))
+        .count();
+    if unreplicated > 0 {
+        let _ = writeln!(
+            w,
+            "      {unreplicated} call(s) failed on a node whose write fewer replicas acknowledged \
+             than durability requires (NotReplicated)"
+        );
+    }
     for op in refused_valid.iter().take(3) {
         if let Outcome::Failed(_, text) = &op.outcome {
             let _ = writeln!(

@@ -56,7 +56,7 @@ pub async fn with_node<T: Send + 'static>(
     .map_err(|e| format!("node {i}: {}", panic_text(e)))
 }
 
-fn panic_text(e: tokio::task::JoinError) -> String {
+pub fn panic_text(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {
         Ok(payload) => panics::message(payload.as_ref()),
         Err(e) => e.to_string(),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlease::{Lease, Locker, RetryPolicy};
+use redlease::{Durability, Lease, Locker, RetryPolicy};
 
 use crate::history::{Call, ErrorKind, LeaseId, Op, Outcome, Recorder};
 use crate::panics;
@@ -62,6 +62,9 @@ pub struct Settings {
     pub extend_share: f64,
     /// Share of leases dropped without `release`.
     pub abandon_share: f64,
+    /// How many replicas must acknowledge each write of a lease (off for
+    /// independent nodes, which have no replicas).
+    pub durability: Durability,
 }
 
 impl Settings {
@@ -86,6 +89,7 @@ impl Settings {
             try_share: 0.15,
             extend_share: 0.1,
             abandon_share: 0.02,
+            durability: Durability::off(),
         }
     }
 
@@ -159,6 +163,7 @@ impl Client {
                     .wait(wait)
                     .delay(settings.retry_delay.0, settings.retry_delay.1),
             )
+            .durability(settings.durability)
             .build()
             .map_err(|e| format!("worker {worker}: {e}"))?;
         let store = Store::connect(data_url)

@@ -192,7 +192,7 @@ impl fmt::Display for NodeErrorKind {
                 wanted,
             } => write!(
                 f,
-                "written, but only {acknowledged} of the {wanted} required replica(s)                  acknowledged it in time"
+                "written, but only {acknowledged} of the {wanted} required replica(s) acknowledged it in time"
             ),
         }
     }
