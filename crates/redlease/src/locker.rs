@@ -698,8 +698,10 @@ impl LockerBuilder {
     /// acquire, each extend and renewal), for locks that must survive a
     /// failover of a replicated primary (Sentinel, a cluster with
     /// replicas). Off by default. See [`Durability`] for what `WAIT` does
-    /// and does not guarantee; the durability timeout must be shorter than
-    /// the node timeout, which bounds the write and its `WAIT` together.
+    /// and does not guarantee (ask for every replica); the durability
+    /// timeout plus 100 ms (Redis may time `WAIT` out that late) must be
+    /// shorter than the node timeout, which bounds the write and its `WAIT`
+    /// together.
     ///
     /// ```
     /// # use std::time::Duration;
