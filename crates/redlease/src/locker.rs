@@ -740,7 +740,7 @@ impl LockerBuilder {
                         format!(
                             "node {i} ({}) is {identity} again: one server counted twice would \
                              fake a majority",
-                            node::redact_url(url)
+                            crate::node_url::redact_url(url)
                         ),
                     ));
                 }

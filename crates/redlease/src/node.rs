@@ -11,7 +11,7 @@ use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{hash_slot, release_channel, LockKeys};
 use crate::lock_status::{KeyState, NodeLockState};
-use crate::node_url::NodeUrl;
+use crate::node_url::{redact_url, NodeUrl};
 use crate::telemetry;
 use crate::tls::TlsConfig;
 use crate::token::Token;
@@ -640,40 +640,6 @@ fn describe(client: &Client) -> String {
     }
 }
 
-/// A Redis URL fit to print: any `user:password@` becomes `***@`.
-///
-/// ```
-/// assert_eq!(redlease::redact_url("redis://app:s3cret@10.0.0.1:6379/2"), "redis://***@10.0.0.1:6379/2");
-/// assert_eq!(redlease::redact_url("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return "<unparsable URL>".to_string();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let url = match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{}***@{}", &url[..scheme_end], &rest[at + 1..]),
-        None => url.to_string(),
-    };
-    // A sentinel URL may carry the sentinels' password as a parameter.
-    match url.split_once('?') {
-        Some((base, query)) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|param| match param.split_once('=') {
-                    Some((key, _)) if key.to_ascii_lowercase().contains("password") => {
-                        format!("{key}=***")
-                    }
-                    _ => param.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", params.join("&"))
-        }
-        None => url,
-    }
-}
-
 /// Identity of a server for spotting the same node given twice: host
 /// (lower-cased) and port, or the socket path. The database number is left
 /// out on purpose: two databases of one server fail together. A cluster or
@@ -704,24 +670,6 @@ pub(crate) fn server_identity(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redact_hides_credentials_only() {
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6380/2"),
-            "redis://127.0.0.1:6380/2"
-        );
-        assert_eq!(
-            redact_url("redis://alice:s3cret@h:1/0"),
-            "redis://***@h:1/0"
-        );
-        assert_eq!(redact_url("rediss://:p@ss@h:1"), "rediss://***@h:1");
-        assert_eq!(redact_url("nonsense"), "<unparsable URL>");
-        assert_eq!(
-            redact_url("redis+sentinel://u:p@s1,s2/m?sentinel_password=sp&sentinel_username=x"),
-            "redis+sentinel://***@s1,s2/m?sentinel_password=***&sentinel_username=x"
-        );
-    }
 
     #[test]
     fn server_identity_ignores_db_and_case() {
