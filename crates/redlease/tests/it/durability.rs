@@ -213,7 +213,17 @@ async fn fsync_durability_waits_for_the_aof_where_the_server_has_waitaof() {
         .await
         .unwrap();
     let has_waitaof = !matches!(info.first(), None | Some(redis::Value::Nil));
-    let locker = durable_locker(&primary, Durability::required(1, WAIT).fsync());
+    // A replica reports the offset it fsynced when the primary asks
+    // (REPLCONF GETACK), which can come before its fsync of that very
+    // write, and then only once a second: 100 ms failed under load, so
+    // WAITAOF gets more than a second here.
+    let locker = Locker::builder([primary.url()])
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_secs(2))
+        .connect_timeout(NODE_TIMEOUT)
+        .durability(Durability::required(1, Duration::from_millis(1500)).fsync())
+        .build()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     let outcome = loop {
         let outcome = locker.try_lock("on-disk").await;
