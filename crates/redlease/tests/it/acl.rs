@@ -144,21 +144,7 @@ async fn until_waiting(locker: &Locker, resource: &str, count: u64) {
 
 /// Each node's ACL LOG entries: (user, refused command, key or channel).
 async fn acl_log(node: &RedisNode) -> Vec<(String, String, String)> {
-    let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
-        .arg("LOG")
-        .query_async(&mut admin(node).await)
-        .await
-        .expect("ACL LOG");
-    let text = |entry: &std::collections::HashMap<String, redis::Value>, field: &str| {
-        entry
-            .get(field)
-            .and_then(|v| <String as redis::FromRedisValue>::from_redis_value_ref(v).ok())
-            .unwrap_or_default()
-    };
-    entries
-        .iter()
-        .map(|e| (text(e, "username"), text(e, "reason"), text(e, "object")))
-        .collect()
+    crate::support::acl_log_entries(&mut admin(node).await).await
 }
 
 /// How often each command ran on `node` since the stats were reset.

@@ -46,21 +46,11 @@ async fn add_user(node: &RedisNode, rule: &str) {
 
 /// What `node` refused the `locker` user: (reason, object) per entry.
 async fn refused(node: &RedisNode) -> Vec<(String, String)> {
-    let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
-        .arg("LOG")
-        .query_async(&mut conn(node).await)
+    acl_log_entries(&mut conn(node).await)
         .await
-        .expect("ACL LOG");
-    let text = |entry: &std::collections::HashMap<String, redis::Value>, field: &str| {
-        entry
-            .get(field)
-            .and_then(|v| <String as redis::FromRedisValue>::from_redis_value_ref(v).ok())
-            .unwrap_or_default()
-    };
-    entries
-        .iter()
-        .filter(|e| text(e, "username") == "locker")
-        .map(|e| (text(e, "reason"), text(e, "object")))
+        .into_iter()
+        .filter(|(user, _, _)| user == "locker")
+        .map(|(_, reason, object)| (reason, object))
         // redis-rs names each connection and ignores a refusal.
         .filter(|(_, object)| object != "client|setinfo")
         .collect()

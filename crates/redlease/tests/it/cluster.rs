@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Durability, Error, KeyState, Locker, RetryPolicy};
+use redlease::{Durability, Error, KeyState, Locker};
 use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::RedisNode;
 
@@ -15,20 +15,6 @@ use crate::support::*;
 pub fn cluster_url(cluster: &RedisCluster) -> String {
     let hosts: Vec<String> = cluster.iter().map(RedisNode::addr).collect();
     format!("redis+cluster://{}", hosts.join(","))
-}
-
-fn cluster_locker(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
-    Locker::builder([url])
-        .ttl(ttl)
-        .node_timeout(NODE_TIMEOUT)
-        .connect_timeout(NODE_TIMEOUT)
-        .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(20))
-                .delay(retry_delay, retry_delay),
-        )
-        .build()
-        .expect("valid test settings")
 }
 
 async fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
@@ -55,7 +41,7 @@ async fn shard_numsub(node: &RedisNode, channel: &str) -> i64 {
 async fn the_lock_cycle_runs_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     let url = cluster_url(&cluster);
-    let locker = cluster_locker(&url, Duration::from_secs(10), 5 * MS);
+    let locker = locker_at(&url, Duration::from_secs(10), 5 * MS);
     assert_eq!(locker.quorum(), 1, "a cluster is one node");
     assert!(
         locker
@@ -91,7 +77,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
     }
 
     // A waiter with a 5 s fallback timer is woken by the sharded release.
-    let waiter_side = cluster_locker(&url, Duration::from_secs(10), Duration::from_secs(5));
+    let waiter_side = locker_at(&url, Duration::from_secs(10), Duration::from_secs(5));
     let channel = waiter_side.release_channel("orders:42");
     let waiter = tokio::spawn(async move {
         let lease = waiter_side.lock("orders:42").await;
@@ -125,7 +111,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_alive_leases_over_many_slots_are_renewed_slot_by_slot() {
     let cluster = RedisCluster::start(3);
-    let locker = cluster_locker(&cluster_url(&cluster), Duration::from_secs(1), 5 * MS);
+    let locker = locker_at(&cluster_url(&cluster), Duration::from_secs(1), 5 * MS);
     let mut leases = Vec::new();
     for i in 0..120 {
         let lease = locker
@@ -197,7 +183,7 @@ async fn a_cluster_and_independent_servers_form_one_quorum() {
 async fn a_cluster_with_a_dead_primary_refuses_only_its_slots() {
     let mut cluster = RedisCluster::start(3);
     let url = cluster_url(&cluster);
-    let locker = cluster_locker(&url, Duration::from_secs(5), 5 * MS);
+    let locker = locker_at(&url, Duration::from_secs(5), 5 * MS);
     // Find a resource on the first primary and one elsewhere.
     let dead_port = cluster.node(0).port();
     let mut on_dead = None;
@@ -254,7 +240,7 @@ async fn a_stalled_shard_costs_only_its_own_leases() {
             .await
             .unwrap();
     }
-    let locker = cluster_locker(&cluster_url(&cluster), Duration::from_secs(1), 5 * MS);
+    let locker = locker_at(&cluster_url(&cluster), Duration::from_secs(1), 5 * MS);
     let stalled_port = cluster.node(0).port();
     let mut leases = Vec::new();
     for i in 0..60 {
@@ -314,7 +300,7 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_stay_renewed_while_their_slot_migrates() {
     let cluster = RedisCluster::start(3);
-    let locker = cluster_locker(&cluster.cluster_url(), Duration::from_secs(1), 5 * MS);
+    let locker = locker_at(&cluster.cluster_url(), Duration::from_secs(1), 5 * MS);
     let lease = locker.try_lock("moving").keep_alive().await.unwrap();
     let key = locker.key("moving");
     let slot = slot_of(&cluster, &key).await;
@@ -398,7 +384,7 @@ async fn cluster_failover_while_held(how: Failover, durability: Durability) -> b
             })
         }
     };
-    let rival = cluster_locker(&url, Duration::from_secs(10), 5 * MS);
+    let rival = locker_at(&url, Duration::from_secs(10), 5 * MS);
     // Past the old TTL: only renewals on the new owner keep the key.
     for _ in 0..12 {
         tokio::time::sleep(Duration::from_secs(1)).await;

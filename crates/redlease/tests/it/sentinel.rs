@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Durability, Error, Locker, RetryPolicy};
+use redlease::{Durability, Error, Locker};
 use redlease_testkit::sentinel::{SentinelSet, PRIMARY_NAME};
 use redlease_testkit::RedisNode;
 
@@ -21,17 +21,7 @@ pub fn sentinel_url(set: &SentinelSet) -> String {
 }
 
 fn sentinel_locker(url: &str, retry_delay: Duration) -> Locker {
-    Locker::builder([url])
-        .ttl(Duration::from_secs(2))
-        .node_timeout(NODE_TIMEOUT)
-        .connect_timeout(NODE_TIMEOUT)
-        .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(20))
-                .delay(retry_delay, retry_delay),
-        )
-        .build()
-        .expect("valid test settings")
+    locker_at(url, Duration::from_secs(2), retry_delay)
 }
 
 fn primary(set: &SentinelSet) -> &RedisNode {

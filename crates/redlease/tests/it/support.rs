@@ -197,3 +197,38 @@ pub async fn script_calls(node: &RedisNode) -> u64 {
         })
         .sum()
 }
+
+/// `ACL LOG` as seen through `con`: (user, reason, object) per entry.
+pub async fn acl_log_entries(con: &mut MultiplexedConnection) -> Vec<(String, String, String)> {
+    let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(con)
+        .await
+        .expect("ACL LOG");
+    let text = |entry: &std::collections::HashMap<String, redis::Value>, field: &str| {
+        entry
+            .get(field)
+            .and_then(|v| <String as redis::FromRedisValue>::from_redis_value_ref(v).ok())
+            .unwrap_or_default()
+    };
+    entries
+        .iter()
+        .map(|e| (text(e, "username"), text(e, "reason"), text(e, "object")))
+        .collect()
+}
+
+/// A Locker over one node `url` (a cluster or sentinel URL) with `ttl`,
+/// the test node timeouts, and retries every `retry_delay`.
+pub fn locker_at(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
+    Locker::builder([url])
+        .ttl(ttl)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .retry(
+            RetryPolicy::new()
+                .wait(Duration::from_secs(20))
+                .delay(retry_delay, retry_delay),
+        )
+        .build()
+        .expect("valid test settings")
+}
