@@ -24,7 +24,7 @@ use crate::wait;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlease::Error> {
 /// # let nodes = redlease_testkit::RedisNodes::start(1);
-/// # let locker = redlease::Locker::new(nodes.urls())?;
+/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
 /// let lease = locker.lock("report").ttl(Duration::from_secs(120)).await?;
 /// # lease.release().await }
 /// ```
@@ -65,7 +65,7 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.try_lock("x").ttl(std::time::Duration::from_millis(500)).await?;
     /// # lease.release().await }
     /// ```
@@ -82,7 +82,7 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("x").wait(std::time::Duration::from_secs(3)).await?;
     /// # lease.release().await }
     /// ```
@@ -97,7 +97,7 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let policy = redlease::RetryPolicy::new().attempts(5);
     /// let lease = locker.lock("x").retry(policy).await?;
     /// # lease.release().await }
@@ -117,7 +117,7 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("long-job").keep_alive().await?;
     /// // ... work for as long as it takes, checking lease.is_lost() ...
     /// # lease.release().await }
@@ -139,7 +139,7 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let rows = locker
     ///     .lock("nightly-import")
     ///     .wait(std::time::Duration::from_secs(60))

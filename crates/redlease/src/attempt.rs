@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
-use crate::error::{Error, Op};
+use crate::error::{Error, NodeErrorKind, Op};
 use crate::fanout;
 use crate::fencing;
 use crate::guard::ReleaseOnDrop;
@@ -67,6 +67,12 @@ pub(crate) async fn attempt(
     .await;
 
     let failure = match replies.tally.decision() {
+        // One server configured twice: refuse outright rather than take
+        // locks on what is not the majority it looks like.
+        _ if same_server(&replies, engine).is_some() => {
+            replies.finish().await;
+            same_server(&replies, engine).expect("seen above")
+        }
         Decision::Reached => {
             let (granted_by, fences) = granted(&replies);
             let replicas = replies
@@ -98,9 +104,11 @@ pub(crate) async fn attempt(
             // Wait for the stragglers: the cleanup below must reach every
             // node that may have applied the SET, and must not overtake it.
             replies.finish().await;
-            replies
-                .shortfall(Op::Acquire, engine.nodes())
-                .into_error(resource, false)
+            same_server(&replies, engine).unwrap_or_else(|| {
+                replies
+                    .shortfall(Op::Acquire, engine.nodes())
+                    .into_error(resource, false)
+            })
         }
     };
     replies.finish().await;
@@ -171,6 +179,21 @@ async fn settle_fence(
         return Err(Unsettled::Expired { elapsed, timing });
     }
     Ok(fence)
+}
+
+/// [`Error::SameServer`] if a node found it reached the same server as
+/// another.
+fn same_server(replies: &fanout::Replies<AcquireReply>, engine: &Engine) -> Option<Error> {
+    replies.answers.iter().find_map(|(_, answer)| match answer {
+        Err(e) => match e.kind() {
+            NodeErrorKind::SameServer { same_as } => Some(Error::SameServer {
+                node: e.node().clone(),
+                same_as: engine.nodes()[*same_as].id().clone(),
+            }),
+            _ => None,
+        },
+        Ok(_) => None,
+    })
 }
 
 /// The nodes that granted the lock, and the fencing counters they reported.

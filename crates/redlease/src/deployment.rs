@@ -16,7 +16,7 @@
 //! connection that breaks or answers `READONLY` (the server was demoted by
 //! a failover) is dropped, and the next request asks the sentinels again.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{
@@ -24,15 +24,16 @@ use redis::aio::{
 };
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, PushInfo,
-    RedisError, RedisFuture, RedisResult, Value,
+    AsyncConnectionConfig, Client, Cmd, Pipeline, ProtocolVersion, PushInfo, RedisError,
+    RedisFuture, RedisResult, Value,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::node_url::{NodeUrl, SentinelUrl};
+use crate::node_url::NodeUrl;
+use crate::server_conn::{Finder, SentinelTarget, ServerConn};
 use crate::tls::TlsConfig;
+use crate::vote_guard::ServerFacts;
 
 /// What a node URL leads to, ready to connect (no I/O yet).
 pub(crate) enum Deployment {
@@ -46,17 +47,6 @@ pub(crate) struct ClusterTarget {
     client: ClusterClient,
     /// The same nodes over RESP3, for subscriptions.
     subscriber: ClusterClient,
-}
-
-/// Everything needed to ask the sentinels for the primary again.
-#[derive(Clone)]
-pub(crate) struct SentinelTarget {
-    url: SentinelUrl,
-    #[cfg(feature = "tls-rustls")]
-    certificates: Option<redis::TlsCertificates>,
-    /// Counts the failovers heard of (`+switch-master`), for the
-    /// subscription connection, which must follow the primary too.
-    switches: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Deployment {
@@ -75,15 +65,9 @@ impl Deployment {
             }
             NodeUrl::Sentinel(url) => {
                 require_tls_support(url.tls)?;
-                let target = SentinelTarget {
-                    url: url.clone(),
-                    #[cfg(feature = "tls-rustls")]
-                    certificates: tls.map(TlsConfig::certificates),
-                    switches: Arc::new(tokio::sync::watch::Sender::new(0)),
-                };
-                // Build once now so a bad address fails here, not later.
-                target.client().map_err(|e| e.to_string())?;
-                Ok(Deployment::Sentinel(target))
+                SentinelTarget::new(url, tls)
+                    .map(Deployment::Sentinel)
+                    .map_err(|e| e.to_string())
             }
         }
     }
@@ -92,7 +76,7 @@ impl Deployment {
     /// announced (heard while a connection of the node is in use).
     pub(crate) fn switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         match self {
-            Deployment::Sentinel(target) => Some(target.switches.subscribe()),
+            Deployment::Sentinel(target) => Some(target.switches()),
             _ => None,
         }
     }
@@ -103,29 +87,28 @@ impl Deployment {
     }
 
     /// The node's main connection: connects on first use, and again after
-    /// it broke.
+    /// it broke. One connection attempt per request, no backoff: a request
+    /// to a node that is down fails at once (instead of waiting out retries
+    /// inside its timeout), and the next one tries again. Our per-node
+    /// timeout bounds every request; a second, fixed one inside redis-rs
+    /// would cut long TTLs' short.
     pub(crate) fn main_connection(&self, connect_timeout: Duration) -> RedisResult<Conn> {
         match self {
-            Deployment::Server(client) => {
-                // One connection attempt per reconnect, no backoff: a request
-                // to a node that is down fails at once (instead of waiting
-                // out retries inside its timeout), and the next one tries
-                // again. Our per-node timeout bounds every request; a second,
-                // fixed one inside redis-rs would cut long TTLs' short.
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(None)
-                    .set_number_of_retries(0);
-                ConnectionManager::new_lazy_with_config(client.clone(), config).map(Conn::Managed)
-            }
+            Deployment::Server(client) => Ok(Conn::Server(ServerConn::new(
+                Finder::Address(client.clone()),
+                client.get_connection_info().redis_settings().db(),
+                connect_timeout,
+            ))),
             Deployment::Cluster(cluster) => Ok(Conn::Cluster(
                 cluster
                     .client
                     .get_pending_async_connection_with_config(cluster_config(connect_timeout)),
             )),
-            Deployment::Sentinel(target) => {
-                Ok(Conn::Sentinel(SentinelConn::new(target, connect_timeout)?))
-            }
+            Deployment::Sentinel(target) => Ok(Conn::Server(ServerConn::new(
+                Finder::Sentinel(target.clone()),
+                target.db(),
+                connect_timeout,
+            ))),
         }
     }
 
@@ -148,9 +131,13 @@ impl Deployment {
                 .await
                 .map(Conn::Cluster),
             Deployment::Sentinel(target) => {
-                let conn = SentinelConn::new(target, connect_timeout)?;
-                conn.primary().await?;
-                Ok(Conn::Sentinel(conn))
+                let conn = ServerConn::new(
+                    Finder::Sentinel(target.clone()),
+                    target.db(),
+                    connect_timeout,
+                );
+                conn.connect().await?;
+                Ok(Conn::Server(conn))
             }
         }
     }
@@ -259,62 +246,6 @@ fn cluster_config(connect_timeout: Duration) -> ClusterConfig {
     ClusterConfig::new().set_connection_timeout(connect_timeout)
 }
 
-impl SentinelTarget {
-    fn client(&self) -> RedisResult<SentinelClient> {
-        let url = &self.url;
-        let scheme = if url.tls { "rediss" } else { "redis" };
-        let sentinels = url
-            .sentinels
-            .iter()
-            .map(|s| {
-                format!("{scheme}://{s}")
-                    .into_connection_info()
-                    .map(|i| i.addr().clone())
-            })
-            .collect::<RedisResult<Vec<_>>>()?;
-        let mut builder =
-            SentinelClientBuilder::new(sentinels, &url.service, SentinelServerType::Master)?
-                .set_client_to_redis_db(url.db);
-        if let Some(user) = &url.username {
-            builder = builder.set_client_to_redis_username(user);
-        }
-        if let Some(password) = &url.password {
-            builder = builder.set_client_to_redis_password(password);
-        }
-        if let Some(user) = &url.sentinel_username {
-            builder = builder.set_client_to_sentinel_username(user);
-        }
-        if let Some(password) = &url.sentinel_password {
-            builder = builder.set_client_to_sentinel_password(password);
-        }
-        if url.tls {
-            builder = builder
-                .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
-                .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
-            #[cfg(feature = "tls-rustls")]
-            if let Some(certificates) = &self.certificates {
-                builder = builder
-                    .set_client_to_redis_certificates(certificates.clone())
-                    .set_client_to_sentinel_certificates(certificates.clone());
-            }
-        }
-        builder.build()
-    }
-
-    /// Asks the sentinels for the primary and confirms its role, within
-    /// twice the connect timeout (each sentinel may be slow to answer).
-    async fn primary_client(&self, connect_timeout: Duration) -> RedisResult<Client> {
-        let mut sentinels = self.client()?;
-        match tokio::time::timeout(2 * connect_timeout, sentinels.async_get_client()).await {
-            Ok(result) => result,
-            Err(_) => Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no sentinel named the primary in time",
-            ))),
-        }
-    }
-}
-
 /// A Lua script run by its SHA1 (`EVALSHA`), with its text at hand for
 /// loading it where it is missing.
 pub(crate) struct Lua {
@@ -357,13 +288,24 @@ impl Lua {
 /// `Pipeline` run on it as on any connection.
 #[derive(Clone)]
 pub(crate) enum Conn {
-    Managed(ConnectionManager),
+    /// One server process (a fixed address or the sentinels' primary),
+    /// known by its `run_id`.
+    Server(ServerConn),
     Plain(MultiplexedConnection),
     Cluster(ClusterConnection),
-    Sentinel(SentinelConn),
 }
 
 impl Conn {
+    /// What the newest connection learned about its server; `None` for a
+    /// cluster (whose client reconnects each shard out of our sight) and a
+    /// renewal lane's plain connection.
+    pub(crate) fn server_facts(&self) -> Option<Arc<ServerFacts>> {
+        match self {
+            Conn::Server(c) => c.facts(),
+            Conn::Plain(_) | Conn::Cluster(_) => None,
+        }
+    }
+
     /// Runs `cmd` (an `EVALSHA` of `lua`); if the server lost the script (a
     /// restart, `SCRIPT FLUSH`, a new shard), sends it whole as `EVAL`,
     /// which also caches it there.
@@ -448,10 +390,9 @@ fn is_noscript(e: &RedisError) -> bool {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Conn::Managed(c) => c.req_packed_command(cmd),
             Conn::Plain(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(c) => c.req_packed_command(cmd),
+            Conn::Server(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -462,278 +403,17 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Conn::Managed(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Plain(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Server(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Managed(c) => c.get_db(),
             Conn::Plain(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
-            Conn::Sentinel(c) => c.db,
-        }
-    }
-}
-
-/// The connection to the primary the sentinels name, asked for again
-/// after the connection broke or the server said it is no longer primary.
-#[derive(Clone)]
-pub(crate) struct SentinelConn {
-    shared: Arc<SentinelShared>,
-    db: i64,
-}
-
-struct SentinelShared {
-    /// Held while the sentinels are asked, so concurrent requests ask once.
-    resolving: tokio::sync::Mutex<()>,
-    /// Listens for the sentinels' `+switch-master` while a primary is in
-    /// use; restarted when it ended (its runtime did).
-    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Numbers each connection to a primary.
-    generations: std::sync::atomic::AtomicU64,
-    target: SentinelTarget,
-    primary: Mutex<Option<Primary>>,
-    connect_timeout: Duration,
-}
-
-#[derive(Clone)]
-struct Primary {
-    conn: MultiplexedConnection,
-    /// Tells this connection apart from a later one, so a failure seen on
-    /// it never drops its successor.
-    generation: u64,
-}
-
-impl SentinelConn {
-    fn new(target: &SentinelTarget, connect_timeout: Duration) -> RedisResult<SentinelConn> {
-        Ok(SentinelConn {
-            shared: Arc::new(SentinelShared {
-                resolving: tokio::sync::Mutex::new(()),
-                watcher: Mutex::new(None),
-                generations: std::sync::atomic::AtomicU64::new(0),
-                target: target.clone(),
-                primary: Mutex::new(None),
-                connect_timeout,
-            }),
-            db: target.url.db,
-        })
-    }
-
-    fn current(&self) -> Option<Primary> {
-        self.shared
-            .primary
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    async fn primary(&self) -> RedisResult<Primary> {
-        if let Some(p) = self.current() {
-            return Ok(p);
-        }
-        let _resolving = self.shared.resolving.lock().await;
-        if let Some(p) = self.current() {
-            return Ok(p);
-        }
-        let timeout = self.shared.connect_timeout;
-        let client = self.shared.target.primary_client(timeout).await?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(None);
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        self.watch_switches();
-        let mut slot = self
-            .shared
-            .primary
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let generation = self
-            .shared
-            .generations
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let primary = Primary { conn, generation };
-        *slot = Some(primary.clone());
-        Ok(primary)
-    }
-
-    /// Starts listening for failovers, unless already listening. Until a
-    /// deposed primary is told to follow the new one, it still answers
-    /// (and takes writes): waiting for its READONLY could take seconds.
-    fn watch_switches(&self) {
-        let mut watcher = self
-            .shared
-            .watcher
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if watcher.as_ref().is_some_and(|w| !w.is_finished()) {
-            return;
-        }
-        let shared = Arc::downgrade(&self.shared);
-        let url = self.shared.target.url.clone();
-        let timeout = self.shared.connect_timeout;
-        let switches = self.shared.target.switches.clone();
-        *watcher = Some(tokio::spawn(watch_switches(shared, url, switches, timeout)));
-    }
-
-    /// Drops the connection of `generation` if `outcome` shows the server
-    /// is gone or no longer the primary.
-    fn check(&self, generation: u64, outcome: Outcome) {
-        if outcome == Outcome::Fine {
-            return;
-        }
-        let mut slot = self
-            .shared
-            .primary
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if slot.as_ref().is_some_and(|p| p.generation == generation) {
-            *slot = None;
-            tracing::debug!(?outcome, "dropped the connection to the sentinels' primary");
-        }
-    }
-
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let mut primary = self.primary().await?;
-            let result = primary.conn.req_packed_command(cmd).await;
-            let outcome = match &result {
-                Ok(value) => Outcome::of_value(value),
-                Err(e) => Outcome::of_error(e),
-            };
-            self.check(primary.generation, outcome);
-            result
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let mut primary = self.primary().await?;
-            let result = primary
-                .conn
-                .req_packed_commands(pipeline, offset, count)
-                .await;
-            let outcome = match &result {
-                Ok(values) => values
-                    .iter()
-                    .map(Outcome::of_value)
-                    .find(|o| *o != Outcome::Fine)
-                    .unwrap_or(Outcome::Fine),
-                Err(e) => Outcome::of_error(e),
-            };
-            self.check(primary.generation, outcome);
-            result
-        })
-    }
-}
-
-/// Follows the sentinels' `+switch-master` announcements (from the first
-/// sentinel that answers) and drops the connection to the primary when
-/// `url`'s service moved, so the next request asks the sentinels again.
-/// Ends when the connection it serves is gone.
-async fn watch_switches(
-    shared: std::sync::Weak<SentinelShared>,
-    url: SentinelUrl,
-    switches: Arc<tokio::sync::watch::Sender<u64>>,
-    timeout: Duration,
-) {
-    use futures_util::StreamExt;
-    let scheme = if url.tls { "rediss" } else { "redis" };
-    for sentinel in url.sentinels.iter().cycle() {
-        if shared.strong_count() == 0 {
-            return;
-        }
-        let pubsub = async {
-            let info = format!("{scheme}://{sentinel}").into_connection_info()?;
-            let mut redis = info.redis_settings().clone();
-            if let Some(user) = &url.sentinel_username {
-                redis = redis.set_username(user);
-            }
-            if let Some(password) = &url.sentinel_password {
-                redis = redis.set_password(password);
-            }
-            let info = info.set_redis_settings(redis);
-            let mut pubsub = Client::open(info)?.get_async_pubsub().await?;
-            pubsub.subscribe("+switch-master").await?;
-            Ok::<_, RedisError>(pubsub)
-        };
-        let mut pubsub = match tokio::time::timeout(timeout, pubsub).await {
-            Ok(Ok(pubsub)) => pubsub,
-            _ => {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let mut messages = pubsub.on_message();
-        loop {
-            let message = tokio::select! {
-                m = messages.next() => m,
-                // Look now and then whether anyone still needs this.
-                () = tokio::time::sleep(Duration::from_secs(1)) => {
-                    if shared.strong_count() == 0 {
-                        return;
-                    }
-                    continue;
-                }
-            };
-            let Some(message) = message else { break };
-            let payload: String = message.get_payload().unwrap_or_default();
-            if payload.split(' ').next() == Some(url.service.as_str()) {
-                let Some(shared) = shared.upgrade() else {
-                    return;
-                };
-                let mut slot = shared.primary.lock().unwrap_or_else(|p| p.into_inner());
-                if slot.take().is_some() {
-                    tracing::info!(switch = %payload, "the sentinels moved the primary");
-                }
-                switches.send_modify(|n| *n += 1);
-            }
-        }
-    }
-}
-
-/// What a reply says about the connection to the sentinels' primary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Outcome {
-    Fine,
-    /// The server answered `READONLY`: a failover made it a replica.
-    Demoted,
-    /// The connection broke.
-    Broken,
-}
-
-impl Outcome {
-    fn of_error(e: &RedisError) -> Outcome {
-        if e.code() == Some("READONLY") || e.detail().is_some_and(|d| d.contains("READONLY")) {
-            Outcome::Demoted
-        } else if e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal() {
-            Outcome::Broken
-        } else {
-            Outcome::Fine
-        }
-    }
-
-    /// Error replies come back as values; a script's `READONLY` is wrapped
-    /// in its own message, so the code is looked for in both places.
-    fn of_value(value: &Value) -> Outcome {
-        match value {
-            Value::ServerError(e)
-                if e.code() == "READONLY"
-                    || e.details().is_some_and(|d| d.contains("READONLY")) =>
-            {
-                Outcome::Demoted
-            }
-            _ => Outcome::Fine,
+            Conn::Server(c) => c.db(),
         }
     }
 }

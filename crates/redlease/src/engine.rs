@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     pub(crate) renew_fraction: f64,
     pub(crate) fence_expiry: Duration,
     pub(crate) durability: crate::Durability,
+    /// The restart quarantine (zero: off): no TTL may outlast it.
+    pub(crate) quarantine: Duration,
 }
 
 pub(crate) struct Engine {
@@ -140,6 +142,18 @@ impl Engine {
             .durability
             .check(timing.node_timeout)
             .map_err(|why| Error::invalid(field, why))?;
+        let quarantine = self.settings.quarantine;
+        if !quarantine.is_zero() && timing.ttl + timing.drift > quarantine {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{:?} plus its drift allowance outlasts the restart quarantine \
+                     ({quarantine:?}): a server that restarted empty could grant the lock \
+                     again while it is held; raise LockerBuilder::restart_quarantine",
+                    timing.ttl
+                ),
+            ));
+        }
         Ok(timing)
     }
 

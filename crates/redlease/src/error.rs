@@ -119,6 +119,61 @@ pub enum NodeErrorKind {
         /// Replicas required.
         wanted: u32,
     },
+    /// Not counted: the server restarted, or its clock jumped forward, too
+    /// recently to vouch that no lock it granted was lost (see
+    /// [`LockerBuilder::restart_quarantine`](crate::LockerBuilder::restart_quarantine)).
+    /// An acquire it took part in is still undone there if it fails, and
+    /// its release and extend requests are made as usual.
+    Quarantined {
+        /// Why.
+        cause: Quarantine,
+        /// How long it is quarantined for yet.
+        left: Duration,
+    },
+    /// Not counted: this node reached the same Redis server (the same
+    /// `run_id`) as the node with index `same_as`, which counts for it.
+    /// One server counted twice would fake a majority; give each server
+    /// once. [`Locker::check_servers`](crate::Locker::check_servers)
+    /// finds this before any lock is taken.
+    SameServer {
+        /// The index of the node that counts for this server.
+        same_as: usize,
+    },
+}
+
+/// Why a node is quarantined ([`NodeErrorKind::Quarantined`]).
+///
+/// ```
+/// use redlease::{NodeErrorKind, Quarantine};
+/// fn explain(kind: &NodeErrorKind) -> Option<String> {
+///     match kind {
+///         NodeErrorKind::Quarantined { cause: Quarantine::Restarted { up }, left } => {
+///             Some(format!("restarted {up:?} ago; votes again in {left:?}"))
+///         }
+///         NodeErrorKind::Quarantined { cause: Quarantine::ClockJumped { ahead }, left } => {
+///             Some(format!("its clock jumped {ahead:?} ahead; votes again in {left:?}"))
+///         }
+///         _ => None,
+///     }
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Quarantine {
+    /// The server process started this long ago (its `uptime`, rounded
+    /// down): without fsync'd persistence it may have come back without
+    /// locks it had granted.
+    Restarted {
+        /// How long it has been up.
+        up: Duration,
+    },
+    /// The server's clock moved this much further than ours (beyond the
+    /// drift allowance) between two of our requests: it expired its keys
+    /// that much early.
+    ClockJumped {
+        /// How far it jumped ahead.
+        ahead: Duration,
+    },
 }
 
 impl NodeErrorKind {
@@ -193,6 +248,27 @@ impl fmt::Display for NodeErrorKind {
             } => write!(
                 f,
                 "written, but only {acknowledged} of the {wanted} required replica(s) acknowledged it in time"
+            ),
+            Self::Quarantined {
+                cause: Quarantine::Restarted { up },
+                left,
+            } => write!(
+                f,
+                "not counted: the server restarted {up:?} ago and votes again in {left:?} \
+                 (restart quarantine: it may have lost locks it granted)"
+            ),
+            Self::Quarantined {
+                cause: Quarantine::ClockJumped { ahead },
+                left,
+            } => write!(
+                f,
+                "not counted: the server's clock jumped {ahead:?} ahead, expiring its keys \
+                 early; it votes again in {left:?}"
+            ),
+            Self::SameServer { same_as } => write!(
+                f,
+                "not counted: the same Redis server as node {same_as} (same run_id); give \
+                 each server once"
             ),
         }
     }
@@ -454,6 +530,18 @@ pub enum Error {
     /// and the leases it held were released by `close` (their holders saw
     /// [`LostReason::Closed`](crate::LostReason::Closed)).
     Closed,
+    /// Two nodes of the [`Locker`](crate::Locker) are one Redis server
+    /// (the same `run_id`, e.g. `localhost:6379` and `127.0.0.1:6379`),
+    /// found by [`Locker::check_servers`](crate::Locker::check_servers).
+    /// Its vote would count twice; the later node's never counts (see
+    /// [`NodeErrorKind::SameServer`]).
+    #[non_exhaustive]
+    SameServer {
+        /// The node whose vote does not count.
+        node: NodeId,
+        /// The node that counts for the server.
+        same_as: NodeId,
+    },
     /// [`Locker::lock`](crate::Locker::lock) gave up: the wait deadline
     /// passed. The last attempt's error is the [`source`](std::error::Error::source)
     /// (not repeated in `Display`).
@@ -702,6 +790,11 @@ impl fmt::Display for Error {
                 f,
                 "gave up waiting for lock {resource:?} after {waited:?} and {attempts} \
                  attempts"
+            ),
+            Error::SameServer { node, same_as } => write!(
+                f,
+                "{node} is the same Redis server as {same_as} (same run_id): one server \
+                 counted twice would fake a majority, so it casts no vote; give each server once"
             ),
             Error::Closed => f.write_str(
                 "the Locker was closed: it takes no more locks, and close() released the \

@@ -32,7 +32,7 @@ use crate::validity::Timing;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlease::Error> {
 /// # let nodes = redlease_testkit::RedisNodes::start(1);
-/// # let locker = redlease::Locker::new(nodes.urls())?;
+/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
 /// let mut lease = locker.lock("orders:42").await?;
 /// println!("{} is ours for {:?}", lease.resource(), lease.remaining());
 /// lease.extend(std::time::Duration::from_secs(10)).await?;
@@ -140,7 +140,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// assert_eq!(lease.resource(), "orders:42");
     /// # lease.release().await }
@@ -160,7 +160,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("ledger").await?;
     /// let fence = lease.fencing_token();
     /// // UPDATE ledger SET ..., fence = $fence WHERE id = $id AND fence < $fence
@@ -178,7 +178,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("ledger").await?;
     /// assert_eq!(lease.replicas_acknowledged(), None); // durability is off
     /// # lease.release().await }
@@ -195,7 +195,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// assert!(lease.valid_until() > std::time::Instant::now());
     /// # lease.release().await }
@@ -210,7 +210,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// if lease.remaining() < std::time::Duration::from_secs(1) {
     ///     // too little time left for another step
@@ -230,7 +230,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("import").keep_alive().await?;
     /// for batch in 0..100 {
     ///     if lease.is_lost() {
@@ -269,7 +269,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("import").keep_alive().await?;
     /// tokio::select! {
     ///     why = lease.lost() => eprintln!("lock lost ({why}), work abandoned"),
@@ -300,7 +300,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let mut lease = locker.lock("slow-job").await?;
     /// for step in 0..10 {
     ///     // ... one step of the work ...
@@ -468,7 +468,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// // ... work ...
     /// if let Err(e) = lease.release().await {
@@ -567,7 +567,7 @@ impl Lease {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlease::Error> {
 /// # let nodes = redlease_testkit::RedisNodes::start(1);
-/// # let locker = redlease::Locker::new(nodes.urls())?;
+/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
 /// locker
 ///     .with_lock("sync", |lease| async move {
 ///         while !lease.is_lost() {
@@ -666,7 +666,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("job").keep_alive().await?;
     /// let view = lease.handle();
     /// tokio::spawn(async move { let _ = view.lost().await; /* alert */ });

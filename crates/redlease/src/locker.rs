@@ -11,7 +11,7 @@ use crate::engine::{Engine, Settings};
 use futures_util::future::join_all;
 use tracing::Instrument;
 
-use crate::error::{Error, NodeId, Op};
+use crate::error::{Error, NodeError, NodeErrorKind, NodeId, Op};
 use crate::keys::release_channel;
 use crate::lease::LeaseHandle;
 use crate::lock_status::LockStatus;
@@ -123,6 +123,8 @@ impl Locker {
             fence_expiry: Duration::from_secs(600),
             tls: None,
             durability: Durability::off(),
+            quarantine: None,
+            clock_guard: true,
         }
     }
 
@@ -136,7 +138,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker
     ///     .lock("daily-import")
     ///     .ttl(Duration::from_secs(60))
@@ -167,7 +169,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let report = locker
     ///     .with_lock("nightly-report", |lease| async move {
     ///         format!("built while holding {}", lease.resource())
@@ -194,7 +196,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// match locker.try_lock("cron:cleanup").await {
     ///     Ok(lease) => { /* run the job */ lease.release().await?; }
     ///     Err(redlease::Error::Taken { .. }) => { /* another machine runs it */ }
@@ -260,7 +262,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// for node in locker.nodes() {
     ///     println!("{node}");
     /// }
@@ -281,7 +283,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("cron:report").await?;
     /// // ... the job ...
     /// lease.release().await?;
@@ -309,7 +311,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let lease = locker.lock("worker:7").keep_alive().await?;
     /// // ... a shutdown signal arrives while the work runs ...
     /// locker.close().await;
@@ -338,7 +340,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let status = locker.inspect("nightly-report").await?;
     /// println!("{:?}, fencing counter {:?}", status.verdict(), status.fencing_counter());
     /// for (node, answer) in &status.nodes {
@@ -364,6 +366,63 @@ impl Locker {
         })
     }
 
+    /// Connects to every node now and checks that no two of them are one
+    /// Redis server (by its `run_id`: `localhost:6379` and
+    /// `127.0.0.1:6379` look different but are not). Returns the nodes that
+    /// could not be reached (and so not checked); they are checked when
+    /// they first answer a lock request, which then fails with the same
+    /// error. Cluster nodes are not checked beyond their URLs.
+    ///
+    /// Call it at start-up to fail fast on a configuration that would
+    /// count one server's vote twice: a Locker that finds such a pair
+    /// takes no lock ([`Error::SameServer`]). Each node is bounded by the
+    /// connect timeout plus the node timeout.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let port = nodes.node(0).port();
+    /// let one_server_twice = [
+    ///     format!("redis://127.0.0.1:{port}"),
+    ///     format!("redis://localhost:{port}"),
+    /// ];
+    /// let locker = redlease::Locker::new(one_server_twice)?;
+    /// match locker.check_servers().await {
+    ///     Err(redlease::Error::SameServer { node, same_as, .. }) => {
+    ///         println!("{node} is {same_as} again")
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_servers(&self) -> Result<Vec<NodeError>, Error> {
+        let settings = self.engine.settings();
+        let timeout =
+            settings.connect_timeout + self.engine.timing("ttl", settings.ttl)?.node_timeout;
+        let answers = join_all(
+            self.engine
+                .nodes()
+                .iter()
+                .map(|node| node.identify(timeout)),
+        )
+        .await;
+        let mut unreachable = Vec::new();
+        for answer in answers {
+            let Err(e) = answer else { continue };
+            match e.kind() {
+                NodeErrorKind::SameServer { same_as } => {
+                    return Err(Error::SameServer {
+                        node: e.node().clone(),
+                        same_as: self.engine.nodes()[*same_as].id().clone(),
+                    })
+                }
+                _ => unreachable.push(e),
+            }
+        }
+        Ok(unreachable)
+    }
+
     /// Deletes the lock on `resource` on every node, **whoever holds it**,
     /// and wakes its waiters. Returns on how many nodes a key was deleted.
     ///
@@ -384,7 +443,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// let deleted_on = locker.force_release("nightly-report").await?;
     /// eprintln!("force-released: the key was on {deleted_on} nodes");
     /// # Ok(()) }
@@ -459,7 +518,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// assert_eq!(locker.renewal_stats().leases, 0);
     /// # Ok(()) }
     /// ```
@@ -476,7 +535,7 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::new(nodes.urls())?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
     /// println!("{} of {} nodes must agree", locker.quorum(), locker.nodes().len());
     /// # Ok(()) }
     /// ```
@@ -495,6 +554,8 @@ impl Locker {
 /// | [`drift_factor`](Self::drift_factor), [`drift_floor`](Self::drift_floor) | 0.01, 2 ms (drift = ttl × 1% + 2 ms) |
 /// | [`retry`](Self::retry) | [`RetryPolicy::new`] |
 /// | [`key_prefix`](Self::key_prefix) | `"redlease:"` |
+/// | [`restart_quarantine`](Self::restart_quarantine) | the TTL plus its drift allowance |
+/// | [`clock_jump_guard`](Self::clock_jump_guard) | on |
 ///
 /// ```
 /// use std::time::Duration;
@@ -523,6 +584,8 @@ pub struct LockerBuilder {
     fence_expiry: Duration,
     tls: Option<TlsConfig>,
     durability: Durability,
+    quarantine: Option<Duration>,
+    clock_guard: bool,
 }
 
 impl LockerBuilder {
@@ -718,6 +781,69 @@ impl LockerBuilder {
         self
     }
 
+    /// How long a server that (re)started casts no "yes" vote on an
+    /// acquire; `Duration::ZERO` turns the quarantine off.
+    ///
+    /// A Redis server without fsync'd persistence comes back from a crash
+    /// or restart empty, and would grant again a lock it had granted to a
+    /// holder whose lease is still valid: with a majority made of it and
+    /// the nodes the holder did not reach, a second client would hold the
+    /// lock too. redlease reads each server's `run_id` and uptime on every
+    /// new connection (a restart always breaks the connection), and counts
+    /// no "yes" from a server that has been up for less than this. Its
+    /// writes are still made, undone and extended as usual; the failed
+    /// vote is [`NodeErrorKind::Quarantined`](crate::NodeErrorKind::Quarantined)
+    /// and says for how long yet.
+    ///
+    /// It must cover the longest TTL (plus drift) that any client of these
+    /// servers uses, not only this Locker's: the default is this Locker's
+    /// TTL plus its drift allowance, and a lock or extend asked for with a
+    /// longer TTL is refused. When every server restarted at once (nothing
+    /// can be held then), no lock can be taken until the quarantine is
+    /// over. Turn it off only for servers that cannot lose a write they
+    /// acknowledged (`appendfsync always`), or that stay down for longer
+    /// than the largest TTL after a crash. Cluster nodes are not covered:
+    /// redis-rs reconnects each shard out of our sight (use durability and
+    /// replicas there).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// // Other clients of these servers take locks for up to a minute.
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .restart_quarantine(Duration::from_secs(61))
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
+        self.quarantine = Some(quarantine);
+        self
+    }
+
+    /// Whether to watch each server's clock (on by default). Every acquire
+    /// reply carries the server's `TIME`; a server whose clock advanced
+    /// further than our monotonic clock over the same interval, beyond the
+    /// drift allowance (an NTP step, a restored VM), expired its keys that
+    /// much early, so it casts no "yes" vote for the restart quarantine
+    /// (at least the TTL plus drift), as if it had restarted. A jump is
+    /// seen by a Locker that talked to the server before and after it; a
+    /// Locker that first meets the server after the jump cannot tell.
+    /// Cluster nodes are not watched.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .clock_jump_guard(false)
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn clock_jump_guard(mut self, on: bool) -> Self {
+        self.clock_guard = on;
+        self
+    }
+
     /// Checks every setting and sets up (lazy) connections; no network I/O.
     /// Must be called inside a Tokio runtime.
     ///
@@ -792,15 +918,31 @@ impl LockerBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
+        let covered = self.ttl + self.drift.drift(self.ttl);
+        let quarantine = self.quarantine.unwrap_or(covered);
+        if !quarantine.is_zero() && (quarantine < covered || quarantine > crate::MAX_TTL) {
+            return Err(Error::invalid(
+                "restart_quarantine",
+                format!(
+                    "{quarantine:?} is not between the TTL plus drift ({covered:?}) and {:?}: \
+                     a server that restarted empty could grant again a lock still held",
+                    crate::MAX_TTL
+                ),
+            ));
+        }
         let connect = ConnectSettings {
             connect_timeout: self.connect_timeout,
             durability: self.durability,
+            quarantine,
+            clock_suspension: self.clock_guard.then_some(quarantine.max(covered)),
+            drift: self.drift,
+            registry: Arc::default(),
         };
         let nodes = self
             .urls
             .iter()
             .enumerate()
-            .map(|(i, url)| Node::new(i, url, connect, self.tls.as_ref()).map(Arc::new))
+            .map(|(i, url)| Node::new(i, url, connect.clone(), self.tls.as_ref()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let settings = Settings {
             ttl: self.ttl,
@@ -812,6 +954,7 @@ impl LockerBuilder {
             renew_fraction: self.renew_fraction,
             fence_expiry: self.fence_expiry,
             durability: self.durability,
+            quarantine,
         };
         Ok(Locker {
             engine: Arc::new(Engine::new(nodes, settings)),

@@ -15,6 +15,8 @@ use crate::node_url::{redact_url, NodeUrl};
 use crate::telemetry;
 use crate::tls::TlsConfig;
 use crate::token::Token;
+use crate::validity::DriftModel;
+use crate::vote_guard::{ClockSample, ServerRegistry, VoteGuard};
 use crate::Error;
 
 // EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
@@ -43,11 +45,18 @@ pub(crate) enum AcquireReply {
 }
 
 /// Connection settings shared by all nodes of a Locker.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct ConnectSettings {
     pub(crate) connect_timeout: Duration,
     /// `WAIT` after every write of a lease.
     pub(crate) durability: crate::Durability,
+    /// How long a server that started casts no "yes" (zero: off).
+    pub(crate) quarantine: Duration,
+    /// How long after its clock jumped (`None`: the clock is not watched).
+    pub(crate) clock_suspension: Option<Duration>,
+    pub(crate) drift: DriftModel,
+    /// Which node reached which server first, shared by a Locker's nodes.
+    pub(crate) registry: Arc<ServerRegistry>,
 }
 
 /// One Redis deployment.
@@ -57,6 +66,8 @@ pub(crate) struct Node {
     conn: Conn,
     settings: ConnectSettings,
     health: Health,
+    /// Whether the server may vote "yes".
+    guard: VoteGuard,
 }
 
 /// What the node's recent requests say about it: the backoff after a
@@ -235,12 +246,18 @@ impl Node {
         } else {
             Health::Whole(Arc::default())
         };
+        let guard = VoteGuard::new(
+            settings.quarantine,
+            settings.clock_suspension,
+            settings.drift,
+        );
         Ok(Node {
             id,
             deployment,
             conn,
             settings,
             health,
+            guard,
         })
     }
 
@@ -279,7 +296,9 @@ impl Node {
         self.settings.connect_timeout
     }
 
-    /// `SET key token NX PX ttl`, or the holder's remaining TTL.
+    /// `SET key token NX PX ttl`, or the holder's remaining TTL. A "yes"
+    /// from a server that may not vote (see [`VoteGuard`]) is an error: the
+    /// key was written there, so a failed attempt still undoes it.
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -287,6 +306,7 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<AcquireReply, NodeError> {
+        let watch_clock = self.watches_clock();
         let call = ACQUIRE.call(|c| {
             c.arg(2)
                 .arg(&*keys.lock)
@@ -294,13 +314,36 @@ impl Node {
                 .arg(token.as_str())
                 .arg(ttl_ms)
                 .arg(keys.fence_expiry_ms)
-                .arg(self.lineage_flag());
+                .arg(self.lineage_flag())
+                .arg(if watch_clock { "1" } else { "0" });
         });
-        let ((acquired, value), replicas): ((i64, i64), _) = self
+        let sent = std::time::Instant::now();
+        let (reply, replicas): (Vec<i64>, _) = self
             .run(&ACQUIRE, call, timeout, Gate::New, &keys.lock)
             .await?;
+        let (acquired, value, clock) = match reply[..] {
+            [a, v] if !watch_clock => (a, v, None),
+            [a, v, secs, micros] if watch_clock && secs >= 0 && micros >= 0 => {
+                let received = std::time::Instant::now();
+                let clock = ClockSample::new(sent, received, secs as u64, micros as u64);
+                (a, v, Some(clock))
+            }
+            _ => {
+                return Err(self.error(NodeErrorKind::Protocol(format!(
+                    "acquire script returned {reply:?}"
+                ))))
+            }
+        };
+        let objection = self.objection(clock);
+        if let Some(kind @ NodeErrorKind::SameServer { .. }) = objection {
+            // Whatever it answered: its answer is another node's.
+            return Err(self.error(kind));
+        }
         match (acquired, value) {
             (1, fence) if fence > 0 => {
+                if let Some(kind) = objection {
+                    return Err(self.error(kind));
+                }
                 self.replicated(replicas)?;
                 Ok(AcquireReply::Acquired(fence as u64, replicas))
             }
@@ -459,6 +502,41 @@ impl Node {
             self.replicated(replicas)?;
         }
         Ok(extended)
+    }
+
+    /// Whether acquire replies carry the server's clock: on a connection
+    /// that knows its server (not a cluster's), with the guard on.
+    fn watches_clock(&self) -> bool {
+        self.settings.clock_suspension.is_some() && !self.deployment.is_cluster()
+    }
+
+    /// Why the server behind the main connection may not vote "yes" now,
+    /// if it may not: the same server as another node, restarted or with a
+    /// jumped clock. `clock` is a reading from the reply being judged.
+    fn objection(&self, clock: Option<ClockSample>) -> Option<NodeErrorKind> {
+        let facts = self.conn.server_facts()?;
+        if let Err(same_as) = self.settings.registry.claim(&facts.run_id, self.id.index()) {
+            return Some(NodeErrorKind::SameServer { same_as });
+        }
+        self.guard
+            .objection(&facts, clock, std::time::Instant::now())
+    }
+
+    /// Connects (if not connected) and says which server this is: `Ok(None)`
+    /// for a cluster, whose shards are not tracked; `SameServer` if another
+    /// node of the Locker reached the same server first.
+    pub(crate) async fn identify(&self, timeout: Duration) -> Result<Option<String>, NodeError> {
+        let mut conn = self.conn.clone();
+        // TIME, which the ACL rule allows: any request connects first.
+        let request = Box::pin(async move { redis::cmd("TIME").query_async(&mut conn).await });
+        let () = self.bounded(timeout, Gate::New, "", request).await?;
+        let Some(facts) = self.conn.server_facts() else {
+            return Ok(None);
+        };
+        match self.settings.registry.claim(&facts.run_id, self.id.index()) {
+            Ok(()) => Ok(Some(facts.run_id.clone())),
+            Err(same_as) => Err(self.error(NodeErrorKind::SameServer { same_as })),
+        }
     }
 
     /// `Err` if durability is required and fewer replicas acknowledged.

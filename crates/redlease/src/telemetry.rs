@@ -33,6 +33,7 @@ pub(crate) fn outcome(result: Result<(), &Error>) -> &'static str {
             Error::NoRuntime => "no_runtime",
             Error::Closed => "closed",
             Error::WaitTimeout { .. } => "wait_timeout",
+            Error::SameServer { .. } => "same_server",
         },
     }
 }
@@ -47,6 +48,8 @@ fn error_kind(kind: &NodeErrorKind) -> &'static str {
         NodeErrorKind::Tls(_) => "tls",
         NodeErrorKind::Unresponsive { .. } => "unresponsive",
         NodeErrorKind::NotReplicated { .. } => "not_replicated",
+        NodeErrorKind::Quarantined { .. } => "quarantined",
+        NodeErrorKind::SameServer { .. } => "same_server",
     }
 }
 

@@ -20,7 +20,7 @@ use crate::support::MS;
 /// prefix `redlease:` (after `ACL SETUSER <name> on ><password>`).
 const RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
                     +get +set +incr +pexpire +pttl +del +time +publish +subscribe \
-                    +unsubscribe +pubsub|numsub";
+                    +unsubscribe +pubsub|numsub +info";
 
 const ADMIN_PASSWORD: &str = "admin-pw";
 const PASSWORD: &str = "locker-pw";
@@ -108,6 +108,7 @@ fn urls_as(nodes: &RedisNodes, name: &str) -> Vec<String> {
 /// its `retry_delay` timer.
 fn locker_as(nodes: &RedisNodes, name: &str, ttl: Duration, retry_delay: Duration) -> Locker {
     Locker::builder(urls_as(nodes, name))
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(ttl)
         .node_timeout(500 * MS)
         .connect_timeout(500 * MS)

@@ -61,6 +61,7 @@ async fn refused(node: &RedisNode) -> Vec<(String, String)> {
 async fn lock_cycle(url: &str) {
     let build = |delay: Duration| {
         Locker::builder([url])
+            .restart_quarantine(std::time::Duration::ZERO)
             .ttl(Duration::from_secs(1))
             .node_timeout(NODE_TIMEOUT)
             .connect_timeout(NODE_TIMEOUT)

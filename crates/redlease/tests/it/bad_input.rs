@@ -98,7 +98,11 @@ fn building_outside_a_runtime_is_a_typed_error() {
 #[tokio::test]
 async fn bad_call_arguments_are_rejected_before_io() {
     let node = RedisNode::start();
-    let locker = Locker::builder([node.url()]).build().unwrap();
+    // A brand-new server: without the restart quarantine, which restarts.rs tests.
+    let locker = Locker::builder([node.url()])
+        .restart_quarantine(Duration::ZERO)
+        .build()
+        .unwrap();
     assert_eq!(field(locker.try_lock("").await), "resource");
     assert_eq!(field(locker.lock("").await), "resource");
     assert_eq!(
@@ -119,6 +123,7 @@ async fn bad_call_arguments_are_rejected_before_io() {
     // Locker's 100 ms node timeout and renew_fraction 0.5, a 150 ms lease
     // is renewed at 75 ms and may answer at 175 ms, after it is lost.
     let tight = Locker::builder([node.url()])
+        .restart_quarantine(Duration::ZERO) // a brand-new server
         .node_timeout(100 * MS)
         .renew_fraction(0.5)
         .build()

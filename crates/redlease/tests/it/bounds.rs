@@ -48,7 +48,10 @@ fn lease_futures_are_send(mut lease: Lease) {
 #[tokio::test]
 async fn locker_futures_are_send() {
     // Building does not connect: nothing listens on port 1.
-    let locker = Locker::new(["redis://127.0.0.1:1"]).unwrap();
+    let locker = Locker::builder(["redis://127.0.0.1:1"])
+        .restart_quarantine(std::time::Duration::ZERO)
+        .build()
+        .unwrap();
     let try_lock = locker.try_lock("job").into_future();
     send(&try_lock);
     let lock = locker.lock("job").keep_alive().into_future();

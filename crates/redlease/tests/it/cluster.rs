@@ -157,6 +157,7 @@ async fn a_cluster_and_independent_servers_form_one_quorum() {
     let mut urls = vec![cluster_url(&cluster)];
     urls.extend(servers.urls());
     let locker = Locker::builder(urls)
+        .restart_quarantine(std::time::Duration::ZERO)
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
         .build()
@@ -362,6 +363,7 @@ async fn cluster_failover_while_held(how: Failover, durability: Durability) -> b
     let mut cluster = RedisCluster::start_with_replicas(3, 1);
     let url = cluster.cluster_url();
     let locker = Locker::builder([url.as_str()])
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(10))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)

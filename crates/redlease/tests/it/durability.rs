@@ -34,6 +34,7 @@ async fn primary_and_replica() -> (RedisNode, RedisNode) {
 
 fn durable_locker(primary: &RedisNode, durability: Durability) -> Locker {
     Locker::builder([primary.url()])
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(1))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
@@ -124,6 +125,7 @@ async fn a_kept_alive_lease_whose_renewals_are_not_replicated_is_lost() {
 #[tokio::test]
 async fn durability_that_cannot_fit_the_node_timeout_is_refused() {
     let err = Locker::builder(["redis://127.0.0.1:1"])
+        .restart_quarantine(std::time::Duration::ZERO)
         .node_timeout(Duration::from_millis(100))
         .durability(Durability::required(1, Duration::from_millis(100)))
         .build()
@@ -137,6 +139,7 @@ async fn durability_that_cannot_fit_the_node_timeout_is_refused() {
         "{err}"
     );
     let err = Locker::builder(["redis://127.0.0.1:1"])
+        .restart_quarantine(std::time::Duration::ZERO)
         .durability(Durability::required(0, Duration::from_millis(10)))
         .build()
         .unwrap_err();
@@ -218,6 +221,7 @@ async fn fsync_durability_waits_for_the_aof_where_the_server_has_waitaof() {
     // write, and then only once a second: 100 ms failed under load, so
     // WAITAOF gets more than a second here.
     let locker = Locker::builder([primary.url()])
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(10))
         .node_timeout(Duration::from_secs(2))
         .connect_timeout(NODE_TIMEOUT)

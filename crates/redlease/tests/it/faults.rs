@@ -231,7 +231,14 @@ async fn a_restarted_node_is_used_again() {
 #[tokio::test]
 async fn one_node_down_then_back() {
     let mut nodes = RedisNodes::start(1);
-    let locker = locker(&nodes);
+    // Without the restart quarantine (restarts.rs tests it): a server that
+    // cannot lose a lock it granted, as with `appendfsync always`.
+    let locker = redlease::Locker::builder(nodes.urls())
+        .ttl(Duration::from_secs(5))
+        .node_timeout(crate::support::NODE_TIMEOUT)
+        .restart_quarantine(Duration::ZERO)
+        .build()
+        .unwrap();
     nodes.node_mut(0).kill();
     match locker.try_lock("job").await {
         Err(Error::NoQuorum { failed, .. }) => {

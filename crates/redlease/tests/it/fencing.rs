@@ -12,6 +12,7 @@ use crate::support::*;
 
 fn fencing_locker(nodes: &RedisNodes) -> Locker {
     Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(5))
         .node_timeout(Duration::from_secs(1))
         .fence_expiry(Duration::from_secs(1))
@@ -73,6 +74,7 @@ async fn the_fenced_store_rejects_a_stalled_holder() {
     let nodes = RedisNodes::start(3);
     let data = RedisNode::start();
     let locker = Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_millis(300))
         .node_timeout(30 * MS)
         .build()

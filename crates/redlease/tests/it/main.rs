@@ -20,6 +20,7 @@ mod lifecycle;
 mod metrics_facade;
 mod ownership;
 mod renewal;
+mod restarts;
 mod sentinel;
 mod slow_nodes;
 mod tls;

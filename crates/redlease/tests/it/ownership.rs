@@ -69,6 +69,7 @@ async fn acl_user_and_password_from_the_url() {
     let node = acl_node().await;
     let url = format!("redis://alice:wonderland@{}", node.addr());
     let locker = Locker::builder([url])
+        .restart_quarantine(std::time::Duration::ZERO)
         .node_timeout(200 * MS)
         .build()
         .unwrap();
@@ -84,6 +85,7 @@ async fn a_wrong_password_is_a_node_error_that_hides_it() {
     let node = acl_node().await;
     let url = format!("redis://alice:not-the-password@{}", node.addr());
     let locker = Locker::builder([url])
+        .restart_quarantine(std::time::Duration::ZERO)
         .node_timeout(200 * MS)
         .build()
         .unwrap();
@@ -103,6 +105,7 @@ async fn a_database_number_in_the_url_is_used() {
     let node = RedisNode::start();
     let url = format!("{}/3", node.url());
     let locker = Locker::builder([url])
+        .restart_quarantine(std::time::Duration::ZERO)
         .node_timeout(200 * MS)
         .build()
         .unwrap();

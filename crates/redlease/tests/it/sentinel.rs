@@ -125,6 +125,7 @@ async fn failover_while_held(durability: Durability) -> FailoverReport {
     await_replica_sync(&set).await;
     let url = sentinel_url(&set);
     let locker = Locker::builder([url.as_str()])
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(2))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
@@ -225,6 +226,7 @@ async fn a_waiter_follows_the_primary_through_a_failover() {
     await_replica_sync(&set).await;
     let url = sentinel_url(&set);
     let holder = Locker::builder([url.as_str()])
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(10))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)

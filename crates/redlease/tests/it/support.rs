@@ -18,8 +18,13 @@ pub fn locker(nodes: &RedisNodes) -> Locker {
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Like [`locker`], with a node timeout short enough for sub-second TTLs.
+///
+/// The test Lockers here run without the restart quarantine: each test
+/// starts brand-new servers, which would otherwise cast no vote for the
+/// first TTL (restarts.rs tests the quarantine).
 pub fn locker_with_timeout(nodes: &RedisNodes, node_timeout: Duration) -> Locker {
     Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(5))
         .node_timeout(node_timeout)
         .connect_timeout(NODE_TIMEOUT)
@@ -221,6 +226,7 @@ pub async fn acl_log_entries(con: &mut MultiplexedConnection) -> Vec<(String, St
 /// the test node timeouts, and retries every `retry_delay`.
 pub fn locker_at(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
     Locker::builder([url])
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(ttl)
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)

@@ -16,6 +16,7 @@ fn tls_nodes(n: usize, pki: &TestPki, auth: ClientAuth) -> RedisNodes {
 
 fn tls_locker(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> Locker {
     Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         // A first request includes the TLS handshake, within the node
         // timeout: room for a debug build on a busy machine.
         .ttl(Duration::from_millis(1500))
@@ -160,11 +161,13 @@ async fn a_wrong_ca_is_a_certificate_error_naming_the_node() {
 async fn tls_settings_that_cannot_work_are_refused_at_build() {
     let nodes = RedisNodes::start(1);
     let e = Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         .tls(TlsConfig::new())
         .build()
         .unwrap_err();
     assert!(matches!(e, Error::InvalidInput { field: "tls", .. }), "{e}");
     let e = Locker::builder(["rediss://127.0.0.1:7"])
+        .restart_quarantine(std::time::Duration::ZERO)
         .tls(TlsConfig::new().ca_pem("not a certificate"))
         .build()
         .unwrap_err();
@@ -194,6 +197,7 @@ async fn a_blackholed_tls_node_is_outvoted_and_used_again_after_the_heal() {
     let mut urls = nodes.urls();
     urls[2] = format!("rediss://{}", proxy.addr());
     let locker = Locker::builder(&urls)
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_millis(1500))
         .node_timeout(300 * MS)
         .connect_timeout(NODE_TIMEOUT)

@@ -14,6 +14,7 @@ use crate::support::*;
 /// sooner.
 fn patient_locker(nodes: &RedisNodes) -> Locker {
     Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(10))
         .node_timeout(200 * MS)
         .retry(
@@ -290,6 +291,7 @@ async fn local_waiters_take_turns() {
 async fn a_failed_attempts_cleanup_does_not_wake_its_own_waiter() {
     let mut nodes = RedisNodes::start(3);
     let locker = Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(5))
         .node_timeout(NODE_TIMEOUT)
         .retry(

@@ -12,6 +12,7 @@ use crate::support::*;
 
 fn fencing_locker(nodes: &RedisNodes) -> Locker {
     Locker::builder(nodes.urls())
+        .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(5))
         .node_timeout(Duration::from_secs(1))
         .retry(

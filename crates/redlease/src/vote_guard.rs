@@ -1,0 +1,367 @@
+//! Whether a server may vote "yes" on an acquire: it must not have
+//! restarted, or had its clock jump forward, so recently that a lock it
+//! held for somebody else may have vanished from it, and it must not be a
+//! server another node of the Locker already speaks for. Pure logic: the
+//! transport reports what it read from the server (`INFO server`, `TIME`)
+//! and when; this decides.
+//!
+//! # Why
+//!
+//! A majority is only a majority if every "yes" comes from a server that
+//! still remembers every lock it granted and is still within their TTLs:
+//!
+//! - A server without fsync'd persistence that restarts comes back empty.
+//!   Until every lease it had granted has run out, it would grant the same
+//!   lock again, and a second client could assemble a quorum with it.
+//!   Hence the **restart quarantine**: a server whose uptime is below the
+//!   quarantine casts no "yes" (its writes are still made, undone and
+//!   extended as usual; they only do not count).
+//! - A server whose wall clock steps forward (an NTP step, a restored VM)
+//!   expires keys early by the size of the step: the same danger. A jump
+//!   is seen as the server's `TIME` advancing faster than our monotonic
+//!   clock over the same interval, beyond the drift allowance; such a
+//!   server is quarantined as if it had just restarted.
+//! - Two configured nodes that are one server (`localhost:6379` and
+//!   `127.0.0.1:6379`) would count its vote twice. The server's `run_id`
+//!   tells them apart; the second node to reach it does not count.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::{NodeErrorKind, Quarantine};
+use crate::validity::DriftModel;
+
+/// What a server said about itself when a connection reached it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ServerFacts {
+    /// `run_id`: random per process start.
+    pub(crate) run_id: String,
+    /// The latest instant the process can have started, on our clock
+    /// (`uptime_in_seconds` is rounded down, so this errs late: towards a
+    /// longer quarantine).
+    pub(crate) started: Instant,
+    /// The server's clock when it answered.
+    pub(crate) clock: Option<ClockSample>,
+}
+
+/// One reading of a server's `TIME`, between our sending the request and
+/// reading its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ClockSample {
+    pub(crate) sent: Instant,
+    pub(crate) received: Instant,
+    /// Microseconds since the Unix epoch, as the server's `TIME` said.
+    pub(crate) server_us: u64,
+}
+
+impl ClockSample {
+    /// A sample from `TIME`'s two numbers (seconds, microseconds).
+    pub(crate) fn new(sent: Instant, received: Instant, secs: u64, micros: u64) -> ClockSample {
+        ClockSample {
+            sent,
+            received,
+            server_us: secs.saturating_mul(1_000_000).saturating_add(micros),
+        }
+    }
+
+    /// How far the server's clock ran ahead of ours from `earlier` to
+    /// `self`, beyond `drift` over that interval; `None` if it did not.
+    ///
+    /// The server read its clock somewhere between our send and our
+    /// receive, so at most `self.received - earlier.sent` passed between
+    /// the two readings: comparing with that bound never mistakes a slow
+    /// round trip for a jump.
+    fn jump_since(&self, earlier: &ClockSample, drift: DriftModel) -> Option<Duration> {
+        let server = Duration::from_micros(self.server_us.checked_sub(earlier.server_us)?);
+        let most = self.received.checked_duration_since(earlier.sent)?;
+        let allowed = most + drift.drift(most);
+        server.checked_sub(allowed).filter(|d| !d.is_zero())
+    }
+}
+
+/// Reads `run_id` and `uptime_in_seconds` from an `INFO server` reply
+/// that arrived at `received`.
+pub(crate) fn parse_info_server(
+    info: &str,
+    received: Instant,
+    clock: Option<ClockSample>,
+) -> Result<ServerFacts, String> {
+    let field = |name: &str| {
+        info.lines().find_map(|line| {
+            line.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .map(str::trim)
+        })
+    };
+    let run_id = field("run_id")
+        .filter(|id| !id.is_empty())
+        .ok_or("INFO server has no run_id")?;
+    let uptime: u64 = field("uptime_in_seconds")
+        .and_then(|s| s.parse().ok())
+        .ok_or("INFO server has no uptime_in_seconds")?;
+    // Rounded down by the server, so the start is at most this early.
+    let started = received
+        .checked_sub(Duration::from_secs(uptime))
+        .unwrap_or(received);
+    Ok(ServerFacts {
+        run_id: run_id.to_string(),
+        started,
+        clock,
+    })
+}
+
+/// Which node of a Locker first reached each server, by `run_id`.
+#[derive(Debug, Default)]
+pub(crate) struct ServerRegistry {
+    claims: Mutex<HashMap<String, usize>>,
+}
+
+impl ServerRegistry {
+    /// Records that node `index` reached the server `run_id`; `Err(other)`
+    /// if node `other` reached it first.
+    pub(crate) fn claim(&self, run_id: &str, index: usize) -> Result<(), usize> {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        match claims.get(run_id) {
+            Some(&other) if other != index => Err(other),
+            Some(_) => Ok(()),
+            None => {
+                claims.insert(run_id.to_string(), index);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The vote rules for one node; see the module docs.
+#[derive(Debug)]
+pub(crate) struct VoteGuard {
+    /// How long a server casts no "yes" after it started; zero: off.
+    quarantine: Duration,
+    /// How long after a clock jump; `None`: the clock is not watched.
+    clock_suspension: Option<Duration>,
+    drift: DriftModel,
+    state: Mutex<GuardState>,
+}
+
+#[derive(Debug, Default)]
+struct GuardState {
+    /// The server the samples below come from.
+    run_id: Option<String>,
+    last: Option<ClockSample>,
+    /// Until when, and by how much, after a clock jump.
+    jumped: Option<(Instant, Duration)>,
+}
+
+impl VoteGuard {
+    pub(crate) fn new(
+        quarantine: Duration,
+        clock_suspension: Option<Duration>,
+        drift: DriftModel,
+    ) -> VoteGuard {
+        VoteGuard {
+            quarantine,
+            clock_suspension,
+            drift,
+            state: Mutex::default(),
+        }
+    }
+
+    /// Takes in what the latest connection learned (`facts`) and a clock
+    /// reading from a reply (`sample`), and says why the server may not
+    /// vote "yes" at `now`, if it may not.
+    pub(crate) fn objection(
+        &self,
+        facts: &ServerFacts,
+        sample: Option<ClockSample>,
+        now: Instant,
+    ) -> Option<NodeErrorKind> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.run_id.as_deref() != Some(facts.run_id.as_str()) {
+            // Another server process: its clock is compared with itself only.
+            *state = GuardState {
+                run_id: Some(facts.run_id.clone()),
+                last: facts.clock,
+                jumped: None,
+            };
+        }
+        if let (Some(suspension), Some(sample)) = (self.clock_suspension, sample) {
+            if let Some(jump) = state
+                .last
+                .and_then(|last| sample.jump_since(&last, self.drift))
+            {
+                state.jumped = Some((sample.received + suspension, jump));
+            }
+            if state
+                .last
+                .is_none_or(|last| last.received <= sample.received)
+            {
+                state.last = Some(sample);
+            }
+        }
+        let up = now.saturating_duration_since(facts.started);
+        if let Some(left) = self.quarantine.checked_sub(up).filter(|d| !d.is_zero()) {
+            return Some(NodeErrorKind::Quarantined {
+                cause: Quarantine::Restarted { up },
+                left,
+            });
+        }
+        match state.jumped {
+            Some((until, ahead)) if until > now => Some(NodeErrorKind::Quarantined {
+                cause: Quarantine::ClockJumped { ahead },
+                left: until - now,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn facts(run_id: &str, started: Instant) -> ServerFacts {
+        ServerFacts {
+            run_id: run_id.to_string(),
+            started,
+            clock: None,
+        }
+    }
+
+    fn sample(t0: Instant, at: Duration, rtt: Duration, server_us: u64) -> ClockSample {
+        ClockSample {
+            sent: t0 + at,
+            received: t0 + at + rtt,
+            server_us,
+        }
+    }
+
+    fn guard(quarantine: Duration) -> VoteGuard {
+        VoteGuard::new(quarantine, Some(10 * SEC), DriftModel::DEFAULT)
+    }
+
+    #[test]
+    fn info_server_gives_run_id_and_a_late_start() {
+        let now = Instant::now() + 100 * SEC;
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
+        let facts = parse_info_server(info, now, None).unwrap();
+        assert_eq!(facts.run_id, "abc123");
+        assert_eq!(facts.started, now - 42 * SEC);
+        assert!(parse_info_server("# Server\r\nuptime_in_seconds:1\r\n", now, None).is_err());
+        assert!(parse_info_server("run_id:x\r\nuptime_in_seconds:soon\r\n", now, None).is_err());
+    }
+
+    #[test]
+    fn a_young_server_is_quarantined_for_what_is_left() {
+        let t0 = Instant::now();
+        let g = guard(10 * SEC);
+        let f = facts("a", t0);
+        match g.objection(&f, None, t0 + 4 * SEC) {
+            Some(NodeErrorKind::Quarantined {
+                cause: Quarantine::Restarted { up },
+                left,
+            }) => {
+                assert_eq!(up, 4 * SEC);
+                assert_eq!(left, 6 * SEC);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(g.objection(&f, None, t0 + 10 * SEC), None);
+        // Off: a server that just started votes at once.
+        assert_eq!(guard(Duration::ZERO).objection(&f, None, t0), None);
+    }
+
+    #[test]
+    fn a_clock_that_keeps_pace_is_not_a_jump() {
+        let t0 = Instant::now();
+        let g = guard(Duration::ZERO);
+        let f = facts("a", t0);
+        let base = 1_000_000_000_000u64;
+        for i in 0..100u64 {
+            // The server reads its clock anywhere in the round trip.
+            let at = Duration::from_millis(i * 37);
+            let read = base + (i * 37 + (i % 3)) * 1000;
+            assert_eq!(
+                g.objection(&f, Some(sample(t0, at, 3 * MS, read)), t0 + at),
+                None
+            );
+        }
+    }
+
+    #[test]
+    fn a_forward_step_quarantines_and_says_by_how_much() {
+        let t0 = Instant::now();
+        let g = guard(Duration::ZERO);
+        let f = facts("a", t0);
+        let base = 1_000_000_000_000u64;
+        assert_eq!(
+            g.objection(&f, Some(sample(t0, SEC, MS, base)), t0 + SEC),
+            None
+        );
+        // One second later by our clock, the server says 31 s later.
+        let jumped = sample(t0, 2 * SEC, MS, base + 31_000_000);
+        match g.objection(&f, Some(jumped), t0 + 2 * SEC) {
+            Some(NodeErrorKind::Quarantined {
+                cause: Quarantine::ClockJumped { ahead },
+                left,
+            }) => {
+                assert!(ahead > 29 * SEC && ahead < 30 * SEC, "{ahead:?}");
+                assert!(left > 9 * SEC && left <= 10 * SEC, "{left:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Still quarantined on the next reply, which keeps pace again...
+        let later = sample(t0, 3 * SEC, MS, base + 32_000_000);
+        assert!(g.objection(&f, Some(later), t0 + 3 * SEC).is_some());
+        // ...until the suspension is over.
+        let much_later = sample(t0, 13 * SEC, MS, base + 42_000_000);
+        assert_eq!(g.objection(&f, Some(much_later), t0 + 13 * SEC), None);
+    }
+
+    #[test]
+    fn a_backward_step_is_harmless() {
+        let t0 = Instant::now();
+        let g = guard(Duration::ZERO);
+        let f = facts("a", t0);
+        let base = 1_000_000_000_000u64;
+        g.objection(&f, Some(sample(t0, SEC, MS, base)), t0 + SEC);
+        let back = sample(t0, 2 * SEC, MS, base - 60_000_000);
+        assert_eq!(g.objection(&f, Some(back), t0 + 2 * SEC), None);
+    }
+
+    #[test]
+    fn another_server_starts_a_new_clock_baseline() {
+        let t0 = Instant::now();
+        let g = guard(Duration::ZERO);
+        let base = 1_000_000_000_000u64;
+        let a = facts("a", t0 - 100 * SEC);
+        g.objection(&a, Some(sample(t0, SEC, MS, base)), t0 + SEC);
+        // A failover to a server whose clock is a minute ahead: not a jump.
+        let mut b = facts("b", t0 - 100 * SEC);
+        b.clock = Some(sample(t0, 2 * SEC, MS, base + 61_000_000));
+        let reply = sample(t0, 2 * SEC + MS, MS, base + 61_002_000);
+        assert_eq!(g.objection(&b, Some(reply), t0 + 2 * SEC), None);
+    }
+
+    #[test]
+    fn the_clock_is_not_watched_when_the_guard_is_off() {
+        let t0 = Instant::now();
+        let g = VoteGuard::new(Duration::ZERO, None, DriftModel::DEFAULT);
+        let f = facts("a", t0);
+        g.objection(&f, Some(sample(t0, SEC, MS, 0)), t0 + SEC);
+        let jumped = sample(t0, 2 * SEC, MS, 60_000_000);
+        assert_eq!(g.objection(&f, Some(jumped), t0 + 2 * SEC), None);
+    }
+
+    #[test]
+    fn one_server_counts_for_the_first_node_that_reached_it() {
+        let registry = ServerRegistry::default();
+        assert_eq!(registry.claim("r1", 0), Ok(()));
+        assert_eq!(registry.claim("r1", 0), Ok(()));
+        assert_eq!(registry.claim("r2", 1), Ok(()));
+        assert_eq!(registry.claim("r1", 2), Err(0));
+    }
+}

@@ -1,0 +1,269 @@
+//! Servers that may have forgotten locks do not vote: a server that
+//! restarted empty is quarantined, one server given twice counts once (and
+//! the Locker refuses to lock), and TTLs the quarantine does not cover are
+//! refused before any I/O.
+
+use std::time::{Duration, Instant};
+
+use redlease::{Error, Locker, NodeErrorKind, Quarantine, RetryPolicy};
+use redlease_testkit::RedisNodes;
+
+use crate::support::{indices, MS, NODE_TIMEOUT};
+
+/// A Locker with `ttl` (its quarantine is the default, `ttl` plus drift,
+/// unless `quarantine` is given) and one attempt per lock.
+fn build_locker(urls: Vec<String>, ttl: Duration, quarantine: Option<Duration>) -> Locker {
+    let mut builder = Locker::builder(urls)
+        .ttl(ttl)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .retry(RetryPolicy::new().attempts(1));
+    if let Some(quarantine) = quarantine {
+        builder = builder.restart_quarantine(quarantine);
+    }
+    builder.build().expect("valid test settings")
+}
+
+/// The quarantined nodes of a failed acquire, with what is left of it.
+fn quarantined(e: &Error) -> Vec<(usize, Quarantine, Duration)> {
+    e.node_errors()
+        .iter()
+        .filter_map(|f| match f.kind() {
+            NodeErrorKind::Quarantined { cause, left } => Some((f.node().index(), *cause, *left)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until `locker` takes a lock (which it releases), at most `limit`
+/// after `since`, while every refusal is a quarantine; how long that took
+/// since `since`.
+async fn until_it_votes(locker: &Locker, since: Instant, limit: Duration) -> Duration {
+    loop {
+        match locker.try_lock("warm-up").await {
+            Ok(lease) => {
+                let took = since.elapsed();
+                lease.release().await.unwrap();
+                return took;
+            }
+            Err(e) if since.elapsed() < limit => {
+                assert!(!quarantined(&e).is_empty(), "{e}");
+                tokio::time::sleep(50 * MS).await;
+            }
+            Err(e) => panic!("no lock {:?} after the start: {e}", since.elapsed()),
+        }
+    }
+}
+
+/// Kills node `i` and starts it again on its port, empty (no persistence).
+fn restart_empty(nodes: &mut RedisNodes, i: usize) {
+    tokio::task::block_in_place(|| {
+        nodes.node_mut(i).kill();
+        nodes.node_mut(i).restart();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_votes_again_only_after_its_quarantine() {
+    let mut nodes = RedisNodes::start(1);
+    let ttl = Duration::from_secs(2);
+    let quarantine = ttl + ttl / 100 + 2 * MS; // the default: TTL plus drift
+    let started = Instant::now();
+    let locker = build_locker(nodes.urls(), ttl, None);
+    // A brand-new server is quarantined too (it cannot show that it never
+    // granted a lock), for the quarantine and no longer.
+    let first = until_it_votes(&locker, started, 3 * ttl).await;
+    assert!(first >= quarantine - Duration::from_secs(1), "{first:?}");
+
+    let restarted = Instant::now();
+    restart_empty(&mut nodes, 0);
+    let e = loop {
+        match locker.try_lock("job").await {
+            // The first request may meet the old, broken connection.
+            Err(e) if quarantined(&e).is_empty() && restarted.elapsed() < 2 * ttl => {
+                tokio::time::sleep(10 * MS).await;
+            }
+            Err(e) => break e,
+            Ok(_) => panic!("a server up for {:?} voted", restarted.elapsed()),
+        }
+    };
+    match quarantined(&e)[..] {
+        [(0, Quarantine::Restarted { up }, left)] => {
+            assert!(up < Duration::from_secs(1), "up {up:?}");
+            assert!(left <= quarantine && left > quarantine - Duration::from_secs(1));
+        }
+        ref other => panic!("expected node 0 quarantined, got {other:?}: {e}"),
+    }
+    assert!(e.to_string().contains("restart quarantine"), "{e}");
+    assert!(e.is_retryable(), "the quarantine ends: worth retrying");
+
+    // It votes again once it has been up for the quarantine, not before.
+    let granted = loop {
+        match locker.try_lock("job").await {
+            Ok(lease) => break lease,
+            Err(e) if restarted.elapsed() < 3 * ttl => {
+                assert_eq!(indices(e.node_errors().iter().map(|f| f.node())), [0]);
+                tokio::time::sleep(50 * MS).await;
+            }
+            Err(e) => panic!(
+                "still refused {:?} after the restart: {e}",
+                restarted.elapsed()
+            ),
+        }
+    };
+    let after = restarted.elapsed();
+    assert!(after >= quarantine, "voted {after:?} after the restart");
+    granted.release().await.unwrap();
+}
+
+/// The fault Redlock leaves to operators: a majority of a holder's nodes
+/// includes one that restarts empty at once. With the quarantine a second
+/// client cannot take the lock; without it (the control), it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
+    for guarded in [true, false] {
+        let mut nodes = RedisNodes::start(3);
+        let started = Instant::now();
+        let ttl = Duration::from_secs(2);
+        let quarantine = if guarded { None } else { Some(Duration::ZERO) };
+        let holder = build_locker(nodes.urls(), ttl, quarantine);
+        let rival = build_locker(nodes.urls(), ttl, quarantine);
+        if guarded {
+            // Past the brand-new servers' own quarantine.
+            until_it_votes(&holder, started, 3 * ttl).await;
+        }
+        // The holder has the lock on nodes 0 and 1 only (say its SET never
+        // reached node 2): a bare majority.
+        let lease = holder.try_lock("job").await.expect("3 of 3");
+        let key = holder.key("job");
+        crate::support::command(nodes.node(2), &["DEL", &key]).await;
+        restart_empty(&mut nodes, 1);
+
+        // Node 1 forgot the lock: only node 0 still has it.
+        let mut outcome = None;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            match rival.try_lock("job").await {
+                Ok(second) => {
+                    outcome = Some(Ok(second));
+                    break;
+                }
+                Err(e) if !quarantined(&e).is_empty() => {
+                    outcome = Some(Err(e));
+                    break;
+                }
+                // The first request may meet the old, broken connection.
+                Err(_) => tokio::time::sleep(20 * MS).await,
+            }
+        }
+        assert!(
+            lease.remaining() > Duration::ZERO,
+            "the holder's lease is still valid"
+        );
+        match (guarded, outcome) {
+            (true, Some(Err(e))) => {
+                assert!(matches!(e, Error::NoQuorum { .. }), "{e}");
+                // Node 1 at least (a brand-new node may still be in its
+                // own first quarantine: uptime is in whole seconds).
+                let q = quarantined(&e);
+                assert!(q.iter().any(|(node, ..)| *node == 1), "{e}");
+            }
+            (false, Some(Ok(second))) => {
+                // The overlap the quarantine prevents.
+                assert!(second.fencing_token() > lease.fencing_token());
+            }
+            (guarded, other) => panic!("quarantine {guarded}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn one_server_given_twice_is_refused() {
+    let nodes = RedisNodes::start(2);
+    let port = nodes.node(0).port();
+    let urls = vec![
+        format!("redis://127.0.0.1:{port}"),
+        format!("redis://localhost:{port}"),
+        nodes.urls()[1].clone(),
+    ];
+    let locker = build_locker(urls.clone(), Duration::from_secs(5), None);
+    match locker.check_servers().await {
+        Err(Error::SameServer { node, same_as, .. }) => {
+            assert_eq!((node.index(), same_as.index()), (1, 0));
+        }
+        other => panic!("expected SameServer, got {other:?}"),
+    }
+    // Nodes 0 and 2 would make a quorum of 3; it still takes no lock.
+    match locker.try_lock("job").await {
+        Err(e @ Error::SameServer { .. }) => {
+            assert!(!e.is_retryable());
+            assert!(e.to_string().contains("same Redis server"), "{e}");
+        }
+        other => panic!("expected SameServer, got {other:?}"),
+    }
+    // A Locker that meets the pair first through a lock refuses as well.
+    let fresh = locker_of(urls);
+    assert!(
+        matches!(fresh.try_lock("job").await, Err(Error::SameServer { .. })),
+        "a fresh Locker's first lock"
+    );
+    // Nothing is left behind on the server.
+    let mut con = crate::support::conn(nodes.node(0)).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("redlease:{job}")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+fn locker_of(urls: Vec<String>) -> Locker {
+    build_locker(urls, Duration::from_secs(5), None)
+}
+
+#[tokio::test]
+async fn distinct_servers_pass_the_check_and_a_down_one_is_reported() {
+    let mut nodes = RedisNodes::start(3);
+    let locker = locker_of(nodes.urls());
+    assert_eq!(locker.check_servers().await.unwrap(), []);
+    nodes.node_mut(2).kill();
+    let again = locker_of(nodes.urls());
+    let unreachable = again.check_servers().await.unwrap();
+    assert_eq!(indices(unreachable.iter().map(|e| e.node())), [2]);
+}
+
+#[tokio::test]
+async fn ttls_the_quarantine_does_not_cover_are_refused_before_any_io() {
+    // No server listens: the checks come before any connection.
+    let urls = vec!["redis://127.0.0.1:1".to_string()];
+    let locker = build_locker(urls.clone(), Duration::from_secs(5), None);
+    match locker.try_lock("job").ttl(Duration::from_secs(6)).await {
+        Err(Error::InvalidInput {
+            field: "ttl",
+            reason,
+            ..
+        }) => {
+            assert!(reason.contains("restart_quarantine"), "{reason}");
+        }
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    // A quarantine long enough lets the longer lock through to the network.
+    let longer = build_locker(
+        urls.clone(),
+        Duration::from_secs(5),
+        Some(Duration::from_secs(60)),
+    );
+    assert!(matches!(
+        longer.try_lock("job").ttl(Duration::from_secs(6)).await,
+        Err(Error::NoQuorum { .. })
+    ));
+    // A quarantine shorter than the Locker's own TTL cannot work.
+    let short = Locker::builder(urls)
+        .ttl(Duration::from_secs(5))
+        .restart_quarantine(Duration::from_secs(5))
+        .build();
+    match short {
+        Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "restart_quarantine"),
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
