@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{self, Pid, Signal, WaitId, WaitIdOptions};
 
-use crate::NodeConfig;
+use crate::{faketime, NodeConfig};
 
 /// How often bounded waits re-check their condition.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
@@ -118,12 +118,20 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
     let stderr = std::fs::File::create(dir.join(STDERR_FILE))?;
     let program = server_program();
     let shown = program.clone();
+    // Looked up here: a missing library panics in the caller's thread, not
+    // on the spawner thread.
+    let fake_clock = config
+        .fake_clock
+        .then(|| (faketime::library(), dir.to_path_buf()));
     let result = on_spawner_thread(move || {
         let mut cmd = Command::new(program);
         cmd.args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
+        if let Some((library, dir)) = &fake_clock {
+            faketime::configure(&mut cmd, dir, library);
+        }
         // SAFETY: prctl is a plain syscall, safe between fork and exec.
         // pre_exec itself has no safe form.
         unsafe {
