@@ -162,7 +162,11 @@ pub async fn run(
     tag: &str,
     stall: Option<Stall>,
 ) -> Result<RenewalReport, BenchError> {
-    let locker = redlease::Locker::builder(urls).ttl(TTL).build()?;
+    // Brand-new servers: see client.rs.
+    let locker = redlease::Locker::builder(urls)
+        .restart_quarantine(std::time::Duration::ZERO)
+        .ttl(TTL)
+        .build()?;
     let mut held = Vec::with_capacity(leases);
     let names: Vec<String> = (0..leases).map(|i| format!("{tag}-{i}")).collect();
     for chunk in names.chunks(CONCURRENT) {

@@ -45,6 +45,19 @@ pub struct NodesArg {
     )]
     nodes: Vec<String>,
 
+    /// How long a server that (re)started casts no vote for a lock: a
+    /// server without fsync'd persistence comes back empty and could grant
+    /// a lock still held. Must cover the longest TTL any client of these
+    /// servers uses; 0s turns it off (only for `appendfsync always`
+    /// servers). Default: the TTL plus its drift allowance.
+    #[arg(
+        long,
+        env = "REDLEASE_RESTART_QUARANTINE",
+        value_name = "DURATION",
+        value_parser = crate::duration::parse
+    )]
+    restart_quarantine: Option<std::time::Duration>,
+
     /// CA certificates (PEM) to trust for rediss:// nodes instead of the
     /// system's trust store.
     #[arg(long, env = "REDLEASE_TLS_CA", value_name = "FILE")]
@@ -132,6 +145,9 @@ impl NodesArg {
     pub fn builder(&self) -> Result<(Vec<String>, redlease::LockerBuilder), Exit> {
         let urls = self.urls()?;
         let mut builder = redlease::Locker::builder(&urls);
+        if let Some(quarantine) = self.restart_quarantine {
+            builder = builder.restart_quarantine(quarantine);
+        }
         if let Some(tls) = self.tls()? {
             builder = builder.tls(tls);
         }

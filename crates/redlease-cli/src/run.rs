@@ -163,6 +163,12 @@ pub async fn run(args: RunArgs) -> Exit {
         Ok(locker) => locker,
         Err(e) => return Exit::with(exit::USAGE, chain(&e)),
     };
+    // One server given twice (localhost and 127.0.0.1, say) would count
+    // twice: refuse before waiting. Nodes that are down are checked when
+    // they answer (the lock then fails the same way).
+    if let Err(e) = locker.check_servers().await {
+        return Exit::with(exit::USAGE, chain(&e));
+    }
 
     let started = Instant::now();
     let lease = tokio::select! {
@@ -236,7 +242,16 @@ fn no_wait(args: &RunArgs) -> bool {
 fn worth_waiting(e: &Error) -> bool {
     match e {
         Error::Taken { .. } | Error::ValidityExhausted { .. } => true,
-        Error::NoQuorum { refused_by, .. } => !refused_by.is_empty(),
+        // Held somewhere, or nodes that vote again once their restart
+        // quarantine is over.
+        Error::NoQuorum {
+            refused_by, failed, ..
+        } => {
+            !refused_by.is_empty()
+                || failed
+                    .iter()
+                    .any(|f| matches!(f.kind(), redlease::NodeErrorKind::Quarantined { .. }))
+        }
         _ => false,
     }
 }

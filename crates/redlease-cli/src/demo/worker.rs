@@ -72,6 +72,8 @@ impl Shared {
 /// machine; runs until `stop`.
 pub async fn run(id: usize, urls: Vec<String>, shared: Arc<Shared>) {
     let locker = match Locker::builder(&urls)
+        // The demo's servers are brand new: none can have lost a lock.
+        .restart_quarantine(Duration::ZERO)
         .ttl(TTL)
         .key_prefix("redlease-demo:")
         .build()

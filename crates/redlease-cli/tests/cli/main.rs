@@ -7,6 +7,7 @@ mod deployments;
 mod doctor;
 mod logging;
 mod release;
+mod restarts;
 mod run;
 mod status;
 mod support;
