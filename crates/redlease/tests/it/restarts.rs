@@ -267,3 +267,69 @@ async fn ttls_the_quarantine_does_not_cover_are_refused_before_any_io() {
         other => panic!("expected InvalidInput, got {other:?}"),
     }
 }
+
+/// A server whose wall clock steps forward expires its keys early, like a
+/// restart that lost them. A Locker that talked to it before the jump sees
+/// its `TIME` run ahead and counts no "yes" from it; with the guard off
+/// (the control), a second client takes the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_clock_jumped_casts_no_vote() {
+    use redlease_testkit::{NodeConfig, RedisNode};
+    for guarded in [true, false] {
+        let nodes = [
+            RedisNode::start(),
+            RedisNode::start_with(NodeConfig::new().fake_clock()),
+            RedisNode::start(),
+        ];
+        let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
+        let ttl = Duration::from_secs(2);
+        // The quarantine off, to test the guard alone.
+        let build = || {
+            Locker::builder(urls.clone())
+                .ttl(ttl)
+                .node_timeout(NODE_TIMEOUT)
+                .restart_quarantine(Duration::ZERO)
+                .clock_jump_guard(guarded)
+                .retry(RetryPolicy::new().attempts(1))
+                .build()
+                .unwrap()
+        };
+        let (holder, rival) = (build(), build());
+        // The rival has met every server before the jump.
+        rival
+            .try_lock("other")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        // The holder has the lock on nodes 0 and 1 only: a bare majority.
+        let lease = holder.try_lock("job").await.expect("3 of 3");
+        crate::support::command(&nodes[2], &["DEL", &holder.key("job")]).await;
+
+        nodes[1].jump_clock(Duration::from_secs(30));
+        let second = rival.try_lock("job").await;
+        assert!(
+            lease.remaining() > Duration::ZERO,
+            "the lease is still valid"
+        );
+        match (guarded, second) {
+            (true, Err(e)) => {
+                let q = quarantined(&e);
+                match q[..] {
+                    [(1, Quarantine::ClockJumped { ahead }, left)] => {
+                        assert!(ahead > Duration::from_secs(29), "{ahead:?}");
+                        assert!(left > ttl && left <= ttl + ttl / 50, "{left:?}");
+                    }
+                    _ => panic!("expected node 1's clock jump, got {e}"),
+                }
+                assert!(e.to_string().contains("clock jumped"), "{e}");
+            }
+            (false, Ok(second)) => {
+                // The overlap the guard prevents.
+                assert!(second.fencing_token() > lease.fencing_token());
+            }
+            (guarded, other) => panic!("guard {guarded}: {other:?}"),
+        }
+    }
+}
