@@ -600,6 +600,25 @@ impl Error {
         }
     }
 
+    /// How long until the first quarantined node of a failed acquire votes
+    /// again, if any was quarantined.
+    pub(crate) fn quarantine_left(&self) -> Option<Duration> {
+        match self {
+            Error::NoQuorum {
+                op: Op::Acquire,
+                failed,
+                ..
+            } => failed
+                .iter()
+                .filter_map(|f| match f.kind() {
+                    NodeErrorKind::Quarantined { left, .. } => Some(*left),
+                    _ => None,
+                })
+                .min(),
+            _ => None,
+        }
+    }
+
     /// The soonest time another owner's hold is due to expire, when the
     /// failed attempt saw one. Waiting longer than this is pointless.
     pub(crate) fn expires_in(&self) -> Option<Duration> {

@@ -153,6 +153,71 @@
 //! queue right behind the acquire they undo, so a node that wakes deletes
 //! the key at once instead of holding it until it expires.
 //!
+//! # Restarts, duplicated servers and clock jumps
+//!
+//! A majority is only a majority if every "yes" comes from a server that
+//! still remembers every lock it granted, keeps it for its whole TTL, and
+//! is counted once. Three faults break that, and redlease keeps each such
+//! server from voting "yes" on an acquire (its "no" still counts, and its
+//! writes are still made, undone and extended as usual):
+//!
+//! - **A server that restarted empty** (no fsync'd persistence) would grant
+//!   a lock still held by a holder whose majority included it. On every
+//!   new connection (a restart always breaks the connection, so none goes
+//!   unseen) redlease reads the server's `run_id` and uptime with `INFO
+//!   server`. A server up for less than the
+//!   [restart quarantine](LockerBuilder::restart_quarantine) (by default
+//!   the TTL plus drift) casts no "yes": by the time it does, every lease
+//!   it granted before the restart has run out, since its holder could not
+//!   renew it without this server's key and so lost it within a TTL. The
+//!   quarantine must cover the longest TTL any client of these servers
+//!   uses; a lock or extend asked for with a longer TTL is refused.
+//! - **A server whose wall clock steps forward** (an NTP step, a VM
+//!   restored from a snapshot) expires its keys that much early. Every
+//!   acquire reply carries the server's `TIME`. Between two replies, the
+//!   server's clock may advance at most as much as our monotonic clock did
+//!   from the first request's sending to the second reply's arrival, plus
+//!   the drift allowance; a server whose clock ran further is quarantined
+//!   as if it had restarted ([`Quarantine::ClockJumped`]). Backward steps
+//!   only make keys live longer, and are let be.
+//! - **One server under two names** (`localhost:6379` and
+//!   `127.0.0.1:6379`) would count twice. The first node to reach a
+//!   `run_id` speaks for that server; another node that reaches it votes
+//!   nothing ([`NodeErrorKind::SameServer`]), and any acquire that meets
+//!   the pair fails with [`Error::SameServer`], which is not retryable.
+//!   [`Locker::check_servers`] finds it at start-up.
+//!
+//! A refused vote is a [`NodeErrorKind::Quarantined`] node error that says
+//! why and for how long yet, so `Error::NoQuorum` tells which nodes are
+//! quarantined; waiting for a lock waits the quarantine out.
+//!
+//! Cost: one extra round trip (`INFO server` and `TIME`, pipelined) per new
+//! connection, nothing per lock beyond one `TIME` call inside the acquire
+//! script. The ACL user needs `+info`.
+//!
+//! Limits, stated plainly:
+//!
+//! - A **brand-new** server cannot show that it never granted a lock, so
+//!   it is quarantined too: a fleet whose servers all (re)started together
+//!   takes no lock for the quarantine (and for up to a second more: uptime
+//!   is counted in whole seconds, rounded towards a longer quarantine), and
+//!   no longer. Turn the quarantine off
+//!   ([`Duration::ZERO`](std::time::Duration::ZERO)) only for servers that
+//!   cannot lose an acknowledged write (`appendfsync always`) or that are
+//!   kept down for longer than the largest TTL after a crash.
+//! - A clock jump is seen by a Locker that talked to the server before and
+//!   after it; a Locker that first meets the server after the jump cannot
+//!   tell (a restart in between resets the comparison too, but then the
+//!   restart quarantine applies).
+//! - Cluster nodes are not covered: redis-rs reconnects each shard out of
+//!   our sight, so neither uptime nor clock can be tied to a server. Run
+//!   cluster primaries with replicas and [`Durability`] (below), whose
+//!   lineage binding reports a lease lost after a data-losing restart.
+//! - The uptime a server reports comes from its wall clock on some
+//!   versions; a server restarted with a clock far ahead could look older
+//!   than it is. The clock guard does not see that case (a restart resets
+//!   its comparison).
+//!
 //! # Fencing tokens
 //!
 //! A lease cannot stop a holder that pauses (GC, swap, a stalled network
@@ -203,12 +268,15 @@
 //! - **Bounded clock drift.** Each node expires keys with its own clock. The
 //!   validity is cut by the drift allowance so that a node whose clock runs
 //!   up to 1% fast (plus 2 ms) still holds the key until `valid_until`. A
-//!   node whose clock jumps (an NTP step, a VM restored from snapshot) breaks
-//!   this; run nodes with slewing time sync.
-//! - **Persistence, or delayed restarts.** A node that restarts without the
-//!   keys it had can let a second client assemble a quorum. Either run nodes
-//!   with `appendonly yes` and `appendfsync always`, or keep a crashed node
-//!   down for longer than the largest TTL in use before it rejoins.
+//!   node whose clock jumps forward (an NTP step, a VM restored from
+//!   snapshot) casts no vote for a Locker that sees the jump (above); run
+//!   nodes with slewing time sync all the same.
+//! - **A restart quarantine that covers every TTL.** A node that restarts
+//!   without the keys it had casts no "yes" for the
+//!   [restart quarantine](LockerBuilder::restart_quarantine), which must
+//!   cover the largest TTL any client uses (above). With the quarantine
+//!   off, run nodes with `appendonly yes` and `appendfsync always`, or
+//!   keep a crashed node down for longer than the largest TTL in use.
 //!   Replicas do not help by themselves: Redis replication is asynchronous,
 //!   so a failover can lose a lock key. Use independent primaries, or ask
 //!   for [`Durability`] (below).
@@ -220,7 +288,9 @@
 //!   writers where possible.
 //! - **Independent nodes.** The same server listed twice would fake a
 //!   majority; the [`LockerBuilder`] rejects identical `host:port` pairs,
-//!   but cannot see that two names point at one server.
+//!   and a server reached under two names (the same `run_id`) makes every
+//!   acquire fail with [`Error::SameServer`]. Two servers that share a
+//!   fate (one machine, one disk) are not told apart.
 //!
 //! Under faults (checked by the fault-injection suite in `redlease-soak`,
 //! which kills, pauses, delays, blackholes, resets and partitions nodes in

@@ -52,7 +52,14 @@ pub(crate) async fn lock(
         if let Some(w) = waiter.as_ref().filter(|_| wait_first) {
             let now = Instant::now();
             let expires_in = last.as_ref().and_then(Error::expires_in);
-            let delay = policy.delay_before_next(rand::random::<f64>(), expires_in, now, deadline);
+            let mut delay =
+                policy.delay_before_next(rand::random::<f64>(), expires_in, now, deadline);
+            // No use trying before a quarantined node votes again (unless a
+            // release wakes us): sleep until the first one does.
+            if let Some(back) = last.as_ref().and_then(Error::quarantine_left) {
+                let left = deadline.map_or(back, |d| d.saturating_duration_since(now));
+                delay = delay.max(back.min(left));
+            }
             let span = tracing::debug_span!(
                 "redlease.wait",
                 delay_ms = delay.as_millis() as u64,
