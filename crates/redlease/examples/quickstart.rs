@@ -59,9 +59,14 @@ async fn run(urls: &[String]) -> Result<(), Error> {
             .join(", ")
     );
 
-    // 1. One attempt; the lease is ours until valid_until.
+    // 1. Take it, waiting up to 15 s: a server that started in the last
+    // TTL (5 s here) casts no vote yet, since after a crash it would have
+    // forgotten the locks it granted (the restart quarantine).
     let started = Instant::now();
-    let mut lease = locker.try_lock("report").await?;
+    let mut lease = locker
+        .lock("report")
+        .wait(Duration::from_secs(15))
+        .await?;
     println!(
         "acquired {:?} in {:?}; valid for {:?}",
         lease.resource(),
@@ -76,8 +81,8 @@ async fn run(urls: &[String]) -> Result<(), Error> {
         Err(e) => return Err(e),
     }
 
-    // 3. Extend, then release.
-    lease.extend(Duration::from_secs(10)).await?;
+    // 3. Extend (up to the TTL the restart quarantine covers), then release.
+    lease.extend(Duration::from_secs(5)).await?;
     println!("extended; now valid for {:?}", lease.remaining());
     lease.release().await?;
     println!("released");
