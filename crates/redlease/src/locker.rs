@@ -44,6 +44,7 @@ use crate::validity::{DriftModel, Timing};
 /// // Three independent servers, say redis://10.0.0.1:6379 and so on:
 /// let locker = Locker::builder(urls)
 ///     .ttl(Duration::from_secs(30))
+/// #   .restart_quarantine(Duration::ZERO) // brand-new test servers
 ///     .build()?;
 ///
 /// let lease = locker.lock("invoice:42").await?;
