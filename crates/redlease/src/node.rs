@@ -321,12 +321,13 @@ impl Node {
         let (reply, replicas): (Vec<i64>, _) = self
             .run(&ACQUIRE, call, timeout, Gate::New, &keys.lock)
             .await?;
+        // A "yes" carries the server's clock when asked for.
         let (acquired, value, clock) = match reply[..] {
-            [a, v] if !watch_clock => (a, v, None),
-            [a, v, secs, micros] if watch_clock && secs >= 0 && micros >= 0 => {
+            [a, v] if !watch_clock || a == 0 => (a, v, None),
+            [1, v, secs, micros] if watch_clock && secs >= 0 && micros >= 0 => {
                 let received = std::time::Instant::now();
                 let clock = ClockSample::new(sent, received, secs as u64, micros as u64);
-                (a, v, Some(clock))
+                (1, v, Some(clock))
             }
             _ => {
                 return Err(self.error(NodeErrorKind::Protocol(format!(

@@ -7,17 +7,11 @@
 -- server of another lineage (a promoted replica, a restart that lost the
 -- data) finds it not ours.
 -- ARGV[5] '1' to append the server clock (TIME: seconds, microseconds) to
--- the reply, so the client can see the clock jump (see vote_guard.rs).
--- Returns {1, fencing token} when taken by us, {0, pttl} when held by
--- someone else (pttl is -1 for a foreign key that never expires), each
--- followed by the clock when asked for.
-local function reply(a, b)
-  if ARGV[5] == '1' then
-    local now = redis.call('TIME')
-    return {a, b, tonumber(now[1]), tonumber(now[2])}
-  end
-  return {a, b}
-end
+-- a "yes", so the client can see the clock jump before it counts it (see
+-- vote_guard.rs); a "no" needs no such check.
+-- Returns {1, fencing token[, seconds, microseconds]} when taken by us,
+-- {0, pttl} when held by someone else (pttl is -1 for a foreign key that
+-- never expires).
 local value = ARGV[1]
 if ARGV[4] == '1' then
   value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
@@ -36,6 +30,10 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
     redis.call('SET', KEYS[2], string.format('%.0f', fence))
   end
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return reply(1, fence)
+  if ARGV[5] == '1' then
+    local now = redis.call('TIME')
+    return {1, fence, tonumber(now[1]), tonumber(now[2])}
+  end
+  return {1, fence}
 end
-return reply(0, redis.call('PTTL', KEYS[1]))
+return {0, redis.call('PTTL', KEYS[1])}
