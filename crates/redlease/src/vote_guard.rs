@@ -309,7 +309,7 @@ mod tests {
                 left,
             }) => {
                 assert!(ahead > 29 * SEC && ahead < 30 * SEC, "{ahead:?}");
-                assert!(left > 9 * SEC && left <= 10 * SEC, "{left:?}");
+                assert!(left > 9 * SEC && left <= 10 * SEC + MS, "{left:?}");
             }
             other => panic!("{other:?}"),
         }

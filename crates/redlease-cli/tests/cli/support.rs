@@ -201,6 +201,8 @@ impl Holder {
         let (locker, lease) = runtime.block_on(async {
             let locker = Locker::builder(urls)
                 .ttl(Duration::from_secs(30))
+                // Brand-new test servers: see `redlease()`.
+                .restart_quarantine(Duration::ZERO)
                 .build()
                 .expect("locker");
             let lease = locker
