@@ -63,10 +63,7 @@ async fn run(urls: &[String]) -> Result<(), Error> {
     // TTL (5 s here) casts no vote yet, since after a crash it would have
     // forgotten the locks it granted (the restart quarantine).
     let started = Instant::now();
-    let mut lease = locker
-        .lock("report")
-        .wait(Duration::from_secs(15))
-        .await?;
+    let mut lease = locker.lock("report").wait(Duration::from_secs(15)).await?;
     println!(
         "acquired {:?} in {:?}; valid for {:?}",
         lease.resource(),
