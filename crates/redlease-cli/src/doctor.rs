@@ -177,7 +177,8 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         // errors do.
         let node = redlease::NodeId::from_url(i, url)
             .map_or_else(|_| i.to_string(), |id| format!("{i} {}", id.addr()));
-        for (label, row) in node_rows(i, &node, probed, args.ttl, args.timeout) {
+        let quarantine = args.nodes.restart_quarantine(args.ttl);
+        for (label, row) in node_rows(i, &node, probed, (args.ttl, quarantine), args.timeout) {
             add(label, row);
         }
     }
@@ -377,17 +378,21 @@ fn node_rows(
     i: usize,
     node: &str,
     probed: &Probed,
-    ttl: Duration,
+    (ttl, quarantine): (Duration, Duration),
     timeout: Duration,
 ) -> Vec<(String, Row)> {
     let primary_label = |addr: &str| format!("{i} primary {addr}");
     match probed {
-        Probed::Server(facts) => {
-            node_checks(facts.as_ref(), ttl, timeout, Deploy::Standalone, None)
-                .into_iter()
-                .map(|row| (node.to_string(), row))
-                .collect()
-        }
+        Probed::Server(facts) => node_checks(
+            facts.as_ref(),
+            (ttl, quarantine),
+            timeout,
+            Deploy::Standalone,
+            None,
+        )
+        .into_iter()
+        .map(|row| (node.to_string(), row))
+        .collect(),
         Probed::Cluster { cluster, primaries } => {
             let mut rows: Vec<(String, Row)> = cluster_checks(cluster.as_ref(), primaries, timeout)
                 .into_iter()
@@ -399,7 +404,8 @@ fn node_rows(
                     let shard = shards.list.iter().find(|s| s.primary.addr() == *addr)?;
                     Some(shard.replicas.len())
                 });
-                for row in node_checks(facts.as_ref(), ttl, timeout, Deploy::Cluster, replicas) {
+                let budget = (ttl, quarantine);
+                for row in node_checks(facts.as_ref(), budget, timeout, Deploy::Cluster, replicas) {
                     rows.push((primary_label(addr), row));
                 }
             }
@@ -426,7 +432,7 @@ fn node_rows(
                 let replicas = in_sync.max(known);
                 for row in node_checks(
                     primary.facts.as_ref(),
-                    ttl,
+                    (ttl, quarantine),
                     timeout,
                     Deploy::Sentinel,
                     replicas,
@@ -457,7 +463,7 @@ fn unreachable(why: &str, what: &str, password: &str, timeout: Duration) -> Row 
 /// cluster or the sentinels tell, for when INFO is refused.
 fn node_checks(
     facts: Result<&Facts, &String>,
-    ttl: Duration,
+    (ttl, quarantine): (Duration, Duration),
     timeout: Duration,
     deploy: Deploy,
     replicas: Option<usize>,
@@ -478,7 +484,8 @@ fn node_checks(
         server(facts, deploy),
         scripting(facts),
         eviction(facts),
-        persistence(facts, ttl),
+        persistence(facts, quarantine),
+        restart_quarantine(facts, quarantine, deploy),
         replication(facts, deploy, replicas),
     ]
 }
@@ -1040,17 +1047,23 @@ fn eviction(facts: &Facts) -> Row {
     )
 }
 
-fn persistence(facts: &Facts, ttl: Duration) -> Row {
+fn persistence(facts: &Facts, quarantine: Duration) -> Row {
     const CHECK: &str = "persistence";
     let aof = match facts.setting("appendonly") {
         Some(v) => Some(v == "yes"),
         None => facts.info("aof_enabled").map(|v| v == "1"),
     };
-    let delayed = format!(
-        "after a crash or restart keep the node down for longer than {} (your largest TTL) \
-         before it rejoins",
-        duration::show(ttl)
-    );
+    let delayed = if quarantine.is_zero() {
+        "keep the node down for longer than your largest TTL after a crash, or turn the \
+         restart quarantine back on"
+            .to_string()
+    } else {
+        format!(
+            "keep the restart quarantine ({}) at least your largest TTL: redlease counts no \
+             vote from a node that restarted more recently",
+            duration::show(quarantine)
+        )
+    };
     match (aof, facts.setting("appendfsync")) {
         (Some(true), Some("always")) => ok(
             CHECK,
@@ -1083,6 +1096,61 @@ fn persistence(facts: &Facts, ttl: Duration) -> Row {
             format!("use appendonly yes with appendfsync always, or {delayed}"),
         ),
     }
+}
+
+/// Whether the server has been up for the restart quarantine (a server
+/// that started more recently casts no vote for a lock).
+fn restart_quarantine(facts: &Facts, quarantine: Duration, deploy: Deploy) -> Row {
+    const CHECK: &str = "restart quarantine";
+    let up = facts
+        .info("uptime_in_seconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    match (up, deploy) {
+        (_, Deploy::Cluster) => ok(
+            CHECK,
+            "not applied to cluster shards (their reconnections are out of redlease's sight)",
+        ),
+        (_, _) if quarantine.is_zero() && fsyncs_every_write(facts) => ok(
+            CHECK,
+            "off, and this node fsyncs every write (appendfsync always): a restart loses no lock",
+        ),
+        (_, _) if quarantine.is_zero() => warn(
+            CHECK,
+            "off: a node that restarted empty votes at once and can grant a held lock again",
+            "leave it on (the default) unless every node runs appendfsync always",
+        ),
+        (Some(up), _) if up < quarantine => warn(
+            CHECK,
+            format!(
+                "up {}: casts no vote for a lock for {} more (it may have lost locks it granted)",
+                duration::show(up),
+                duration::show(quarantine - up)
+            ),
+            "nothing, if the restart was planned; find out why it restarted otherwise",
+        ),
+        (Some(up), _) => ok(
+            CHECK,
+            format!(
+                "up {}, past the {} quarantine: it votes",
+                duration::show(up),
+                duration::show(quarantine)
+            ),
+        ),
+        (None, _) if matches!(facts.info, Err(Failure::Denied(_))) => {
+            not_checked(CHECK, "INFO", "its uptime")
+        }
+        (None, _) => warn(
+            CHECK,
+            "could not read its uptime",
+            "allow INFO for this user: redlease needs it to see restarts",
+        ),
+    }
+}
+
+/// AOF on with `appendfsync always`, as far as CONFIG GET shows.
+fn fsyncs_every_write(facts: &Facts) -> bool {
+    facts.setting("appendonly") == Some("yes") && facts.setting("appendfsync") == Some("always")
 }
 
 fn replication(facts: &Facts, deploy: Deploy, known: Option<usize>) -> Row {

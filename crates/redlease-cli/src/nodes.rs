@@ -141,6 +141,13 @@ impl NodesArg {
         }))
     }
 
+    /// The restart quarantine for locks of up to `ttl`: as given, or the
+    /// library's default (the TTL plus its drift allowance, 1% + 2 ms).
+    pub fn restart_quarantine(&self, ttl: std::time::Duration) -> std::time::Duration {
+        self.restart_quarantine
+            .unwrap_or(ttl + ttl / 100 + std::time::Duration::from_millis(2))
+    }
+
     /// A Locker builder over the nodes, with the TLS settings.
     pub fn builder(&self) -> Result<(Vec<String>, redlease::LockerBuilder), Exit> {
         let urls = self.urls()?;

@@ -90,10 +90,17 @@ fn doctor_reports_down_and_paused_nodes() {
         count.starts_with("FAIL") && count.contains("2 of 4 reachable"),
         "{count}"
     );
-    // Without persistence, a WARN names the delayed-restart rule.
+    // Without persistence, a WARN names the delayed-restart rule (the
+    // tests run with the restart quarantine off), and one that the
+    // quarantine is off.
     let persistence = row(&out, "0", "persistence");
     assert!(persistence.starts_with("WARN"), "{persistence}");
-    assert!(out.stdout.contains("keep the node down for longer than"));
+    assert!(out.stdout.contains("longer than your largest TTL"));
+    let quarantine = row(&out, "0", "restart quarantine");
+    assert!(
+        quarantine.starts_with("WARN") && quarantine.contains("off"),
+        "{quarantine}"
+    );
 }
 
 #[test]

@@ -52,3 +52,22 @@ fn a_brand_new_server_is_waited_for_until_its_quarantine_is_over() {
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(2_022), "ran after {took:?}");
 }
+
+#[test]
+fn doctor_shows_a_brand_new_server_in_its_quarantine() {
+    let nodes = RedisNodes::start(1);
+    let mut cmd = redlease();
+    cmd.env_remove("REDLEASE_RESTART_QUARANTINE").args([
+        "doctor",
+        "--ttl",
+        "30s",
+        "--nodes",
+        &nodes.urls()[0],
+    ]);
+    let out = run(&mut cmd, Duration::from_secs(20));
+    let line = crate::doctor::row(&out, "0", "restart quarantine");
+    assert!(
+        line.starts_with("WARN") && line.contains("casts no vote"),
+        "{line}"
+    );
+}
