@@ -7,6 +7,12 @@
 # Then the deployment scenarios, 10 s each (a cluster and a Sentinel
 # primary as the one node, failed over under the clients), and their
 # negative controls.
+# Last, the library's guards against servers that lost locks or would
+# count twice (issue 15): nodes restarted empty at once (restart
+# quarantine), a node whose wall clock jumps (clock-jump guard; its
+# control turns the guard off), one server named twice (every lock
+# refused); about 60 s in all. Last, so that a failure there leaves every
+# run above reported.
 # Every run prints its seed; replay a failure with the command it prints.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,3 +31,7 @@ soak="${CARGO_TARGET_DIR:-target}/release/soak"
 "$soak" --scenario sentinel-failover --seconds 10 --min-acquired 20 --min-faults 1
 "$soak" --scenario control-cluster-kill-lagging --expect-violation
 "$soak" --scenario control-sentinel-kill-lagging --expect-violation
+"$soak" --scenario control-clock-jump --expect-violation
+"$soak" --scenario clock-jump --nodes 5 --seconds 15 --min-acquired 100 --min-faults 5
+"$soak" --scenario empty-restart --nodes 5 --seconds 20 --min-acquired 150 --min-faults 8
+"$soak" --scenario duplicate-node --nodes 5 --seconds 5

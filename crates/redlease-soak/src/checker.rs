@@ -13,6 +13,9 @@
 //! 4. Leaks: no lock key is left on any node after the run, TTL + margin.
 //! 5. Every failure is a typed error of a kind the call can return, nothing
 //!    panicked, and every call returned within its bound + slack.
+//! 6. Where the node list names one server twice (`Config::same_server`),
+//!    no lease is granted: every acquire and `check_servers` fails with
+//!    `SameServer`, naming that pair.
 //!
 //! Measurement only ever narrows the intervals of (1): "returned" is read
 //! after the call returns and "release began" before it starts, so timing
@@ -33,6 +36,11 @@ pub struct Config {
     /// counts as returned expired: the time between the library's own check
     /// and our clock read, which a descheduled thread can stretch.
     pub expired_tolerance: Duration,
+    /// The node list names one server twice, as these two entries (by
+    /// index, either order): check 6 applies, and `SameServer` is a kind
+    /// `lock`, `try_lock` and `check_servers` may return (elsewhere it is
+    /// not).
+    pub same_server: Option<[usize; 2]>,
 }
 
 impl Default for Config {
@@ -40,6 +48,7 @@ impl Default for Config {
         Config {
             bound_slack: Duration::from_millis(250),
             expired_tolerance: Duration::from_millis(2),
+            same_server: None,
         }
     }
 }
@@ -88,6 +97,8 @@ pub struct Verdict {
     pub leaked_keys: u64,
     pub untyped_error: u64,
     pub unbounded_call: u64,
+    /// Calls that did not refuse a node list naming one server twice.
+    pub same_server: u64,
     pub examples: BTreeMap<&'static str, Vec<String>>,
 }
 
@@ -103,10 +114,11 @@ impl Verdict {
             + self.leaked_keys
             + self.untyped_error
             + self.unbounded_call
+            + self.same_server
     }
 
     /// `(name, count)` in the order of the JSON report.
-    pub fn counts(&self) -> [(&'static str, u64); 7] {
+    pub fn counts(&self) -> [(&'static str, u64); 8] {
         [
             ("overlap", self.overlap),
             ("expired_lease_returned", self.expired_lease_returned),
@@ -115,6 +127,7 @@ impl Verdict {
             ("leaked_keys", self.leaked_keys),
             ("untyped_error", self.untyped_error),
             ("unbounded_call", self.unbounded_call),
+            ("same_server", self.same_server),
         ]
     }
 
@@ -148,8 +161,11 @@ pub fn check(history: &History, state: &FinalState, config: &Config) -> Verdict 
     check_fencing(&spans, history, &mut verdict);
     check_expired(history, state, config, &mut verdict);
     check_leaks(state, &mut verdict);
-    check_errors(history, state, &mut verdict);
+    check_errors(history, state, config, &mut verdict);
     check_bounds(history, state, config, &mut verdict);
+    if let Some(pair) = config.same_server {
+        check_same_server(history, pair, &mut verdict);
+    }
     verdict
 }
 
@@ -407,22 +423,31 @@ fn check_leaks(state: &FinalState, verdict: &mut Verdict) {
     }
 }
 
-/// The error kinds each call may return under faults.
-fn allowed(call: Call, kind: ErrorKind) -> bool {
+/// The error kinds each call may return under faults (`same_server`: with
+/// a node list that names one server twice).
+fn allowed(call: Call, kind: ErrorKind, same_server: bool) -> bool {
     use ErrorKind::*;
+    if same_server
+        && kind == SameServer
+        && matches!(call, Call::Lock | Call::TryLock | Call::CheckServers)
+    {
+        return true;
+    }
     match call {
         Call::Lock => matches!(kind, Taken | NoQuorum | ValidityExhausted | WaitTimeout),
         Call::TryLock => matches!(kind, Taken | NoQuorum | ValidityExhausted),
         Call::Extend => matches!(kind, NotHeld | NoQuorum | ValidityExhausted),
         Call::Release => matches!(kind, NotHeld | NoQuorum),
         Call::Abandon => false,
+        // It fails only on a server given twice.
+        Call::CheckServers => false,
         // The data Redis is never faulted; its rare errors only weaken the
         // lost-update check (counted as unknown writes).
         Call::Read | Call::Write | Call::FencedWrite => kind == Data,
     }
 }
 
-fn check_errors(history: &History, state: &FinalState, verdict: &mut Verdict) {
+fn check_errors(history: &History, state: &FinalState, config: &Config, verdict: &mut Verdict) {
     let mut panics_seen = 0u64;
     for op in history {
         let Outcome::Failed(kind, text) = &op.outcome else {
@@ -431,7 +456,7 @@ fn check_errors(history: &History, state: &FinalState, verdict: &mut Verdict) {
         if *kind == ErrorKind::Panic {
             panics_seen += 1;
         }
-        if !allowed(op.call, *kind) || text.is_empty() {
+        if !allowed(op.call, *kind, config.same_server.is_some()) || text.is_empty() {
             verdict.untyped_error += 1;
             verdict.example("untyped_error", || {
                 format!(
@@ -488,9 +513,48 @@ fn check_bounds(history: &History, state: &FinalState, config: &Config, verdict:
     }
 }
 
+/// Check 6: with one server given twice, every acquire and every
+/// `check_servers` is refused with `SameServer` naming `pair`.
+fn check_same_server(history: &History, pair: [usize; 2], verdict: &mut Verdict) {
+    let named =
+        |p: Option<(usize, usize)>| p.is_some_and(|(a, b)| [a, b] == pair || [b, a] == pair);
+    for op in history {
+        if !matches!(op.call, Call::Lock | Call::TryLock | Call::CheckServers) {
+            continue;
+        }
+        let what = match &op.outcome {
+            Outcome::Failed(ErrorKind::SameServer, _) if named(op.not_counted.same_server) => {
+                continue
+            }
+            Outcome::Failed(ErrorKind::SameServer, _) => format!(
+                "refused naming {:?}, not nodes {} and {}",
+                op.not_counted.same_server, pair[0], pair[1]
+            ),
+            Outcome::Failed(kind, text) => format!("failed {} instead: {text}", kind.label()),
+            Outcome::Ok if op.call == Call::CheckServers => {
+                "found no server given twice".to_string()
+            }
+            _ => format!(
+                "granted a lease (lease {:?}, token {:?})",
+                op.lease, op.token
+            ),
+        };
+        verdict.same_server += 1;
+        verdict.example("same_server", || {
+            format!(
+                "{} by worker {} at {}: {what}",
+                op.call.label(),
+                op.worker,
+                fmt_ms(op.invoke)
+            )
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::NotCounted;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -508,6 +572,7 @@ mod tests {
             outcome: Outcome::Ok,
             valid_until: None,
             token: None,
+            not_counted: NotCounted::default(),
         }
     }
 
@@ -891,5 +956,46 @@ mod tests {
         slow.complete = ms(370);
         *h.last_mut().unwrap() = slow;
         assert_eq!(check(&h, &state(3), &config).unbounded_call, 0);
+    }
+
+    #[test]
+    fn a_server_given_twice_must_be_refused_by_every_call() {
+        let refused = |worker, call, pair| {
+            let mut o = op(worker, None, call, 0, 5);
+            o.outcome = Outcome::Failed(ErrorKind::SameServer, "same run_id".into());
+            o.not_counted.same_server = Some(pair);
+            o
+        };
+        let h: History = vec![
+            refused(0, Call::CheckServers, (1, 0)),
+            refused(1, Call::TryLock, (0, 1)),
+            refused(2, Call::Lock, (1, 0)),
+        ];
+        let config = Config {
+            same_server: Some([0, 1]),
+            ..Config::default()
+        };
+        assert_eq!(check(&h, &state(0), &config).total(), 0);
+        // Elsewhere SameServer is a kind no call may return.
+        assert_eq!(check(&h, &state(0), &Config::default()).untyped_error, 3);
+        // The wrong pair, another error, a lease, an unrefused check.
+        let mut bad = h.clone();
+        bad.push(refused(3, Call::Lock, (2, 0)));
+        let mut no_quorum = op(4, None, Call::TryLock, 0, 5);
+        no_quorum.outcome = Outcome::Failed(ErrorKind::NoQuorum, "2 of 5".into());
+        bad.push(no_quorum);
+        bad.extend(lease_ops(&L {
+            worker: 5,
+            lease: 0,
+            returned: 10,
+            valid_until: 500,
+            release: Some(40),
+            token: 1,
+            read: 0,
+        }));
+        bad.push(op(6, None, Call::CheckServers, 0, 5));
+        let v = check(&bad, &state(1), &config);
+        assert_eq!(v.same_server, 4, "{v:?}");
+        assert_eq!(v.untyped_error, 0, "{v:?}");
     }
 }

@@ -2,10 +2,18 @@
 //! interleaving (no luck involved), recorded like any run. The checker must
 //! flag each one, or the suite proves nothing.
 //!
-//! - `control-empty-restart`: 3 of 5. Client A reaches only nodes 0-2 (its
-//!   links to 3 and 4 are reset) and takes the lock there. Node 2 is killed
-//!   and restarted at once, empty. Client B reaches all nodes and gets 2, 3
-//!   and 4 while A's lease is valid: two holders (overlap, lost update).
+//! - `control-empty-restart`: 3 of 5, restart quarantine off. Client A
+//!   reaches only nodes 0-2 (its links to 3 and 4 are reset) and takes the
+//!   lock there. Node 2 is killed and restarted at once, empty. Client B
+//!   reaches all nodes and gets 2, 3 and 4 while A's lease is valid: two
+//!   holders (overlap, lost update). The `empty-restart` scenario repeats
+//!   this fault with the quarantine on.
+//! - `control-clock-jump`: the same with node 2 under a fake wall clock,
+//!   clock-jump guard and restart quarantine off: B first takes and
+//!   releases another lock (its Locker has read every server's clock), A
+//!   takes the lock on 0-2, node 2's clock jumps twice the TTL ahead (A's
+//!   key there expires), B gets 2, 3 and 4 while A's lease is valid. The
+//!   `clock-jump` scenario repeats this fault with the guard on.
 //! - `control-sleepy-holder`: A takes the lock, reads the counter, sleeps
 //!   past `valid_until` and then writes without looking at its lease or
 //!   fencing; meanwhile B took the expired lock and wrote: lost update.
@@ -14,6 +22,10 @@
 //!   library has no switch for it). A's lease expires, B takes the lock,
 //!   A's late release deletes B's key, C takes the lock while B holds it:
 //!   overlap.
+//!
+//! Every control turns the restart quarantine off: the first two because
+//! it is what they show, the others because nothing restarts there (the
+//! brand-new servers would otherwise refuse every lock for the first TTL).
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +43,13 @@ use crate::workload::{Client, Settings};
 pub const CONTROLS: &[(&str, &str)] = &[
     (
         "control-empty-restart",
-        "3 of 5: a node restarted empty at once lets a second client in (always 5 nodes)",
+        "3 of 5, restart quarantine off: a node restarted empty at once lets a second client \
+         in (always 5 nodes)",
+    ),
+    (
+        "control-clock-jump",
+        "3 of 5, clock-jump guard and quarantine off: a node's clock jumps past a holder's \
+         key; a second client gets in (always 5 nodes)",
     ),
     (
         "control-sleepy-holder",
@@ -55,8 +73,14 @@ struct Bench {
 }
 
 impl Bench {
-    async fn start(nodes: usize) -> Result<Bench, String> {
-        let nodes = rig::start_nodes(&vec![false; nodes]).await?;
+    /// `nodes` nodes without persistence; node `fake_clock` (if any) under
+    /// a fake wall clock. Every client runs with the restart quarantine
+    /// off (see the module docs).
+    async fn start(nodes: usize, fake_clock: Option<usize>) -> Result<Bench, String> {
+        let configs = (0..nodes)
+            .map(|n| rig::node_config(false, fake_clock == Some(n)))
+            .collect();
+        let nodes = rig::start_nodes(configs).await?;
         let data = rig::start_data().await?;
         let addrs = nodes
             .iter()
@@ -69,7 +93,10 @@ impl Bench {
             data,
             rec: Recorder::new(epoch),
             watchdog: Watchdog::start(epoch),
-            settings: Settings::standard(false),
+            settings: Settings {
+                restart_quarantine: Some(Duration::ZERO),
+                ..Settings::standard(false)
+            },
             notes: Vec::new(),
         })
     }
@@ -148,6 +175,7 @@ impl Bench {
                 stalls,
             },
             notes: self.notes,
+            same_server: None,
         })
     }
 }
@@ -160,17 +188,36 @@ fn inconclusive(control: &str, step: &str) -> String {
 
 pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
     match name {
-        "control-empty-restart" => empty_restart(seed).await,
+        "control-empty-restart" => two_holders(NodeFault::EmptyRestart, seed).await,
+        "control-clock-jump" => two_holders(NodeFault::ClockJump, seed).await,
         "control-sleepy-holder" => sleepy_holder(nodes, seed).await,
         "control-broken-release" => broken_release(nodes, seed).await,
         other => Err(format!("unknown control {other:?}")),
     }
 }
 
-async fn empty_restart(seed: u64) -> Result<Run, String> {
-    const NAME: &str = "control-empty-restart";
+/// What `two_holders` does to node 2 while A holds the lock there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NodeFault {
+    /// SIGKILL and restart at once, empty.
+    EmptyRestart,
+    /// Its wall clock steps twice the TTL ahead.
+    ClockJump,
+}
+
+/// `control-empty-restart` and `control-clock-jump` (see the module docs).
+async fn two_holders(fault: NodeFault, seed: u64) -> Result<Run, String> {
+    let name = match fault {
+        NodeFault::EmptyRestart => "control-empty-restart",
+        NodeFault::ClockJump => "control-clock-jump",
+    };
     let ttl = Duration::from_secs(3);
-    let mut bench = Bench::start(5).await?;
+    let fake_clock = (fault == NodeFault::ClockJump).then_some(2);
+    let mut bench = Bench::start(5, fake_clock).await?;
+    // What these controls show: without the quarantine (both) and the
+    // clock-jump guard (the second), node 2 votes for B.
+    bench.settings.restart_quarantine = Some(Duration::ZERO);
+    bench.settings.clock_jump_guard = fault != NodeFault::ClockJump;
     // A's links to nodes 3 and 4 are cut for the whole control.
     let cut: Vec<Proxy> = (3..5).map(|n| Proxy::start(&bench.addrs[n])).collect();
     for proxy in &cut {
@@ -182,14 +229,24 @@ async fn empty_restart(seed: u64) -> Result<Run, String> {
     let mut a = bench.client(0, a_urls, ttl).await?;
     let mut b = bench.client(1, bench.direct(), ttl).await?;
 
+    if fault == NodeFault::ClockJump {
+        // B's Locker reads every server's clock before the jump, as the
+        // guard would need; with the guard off it makes no difference.
+        let warm = b
+            .acquire(1, true)
+            .await
+            .ok_or_else(|| inconclusive(name, "B did not get lock 1"))?;
+        let _ = b.release(warm).await;
+        bench.note("B took and released lock 1 on every node");
+    }
     let held_a = a
         .acquire(0, true)
         .await
-        .ok_or_else(|| inconclusive(NAME, "A did not get nodes 0-2"))?;
+        .ok_or_else(|| inconclusive(name, "A did not get nodes 0-2"))?;
     let holders = bench.holders().await?;
     if holders != [0, 1, 2] {
         return Err(inconclusive(
-            NAME,
+            name,
             &format!("A's key is on {holders:?}, not 0-2"),
         ));
     }
@@ -200,19 +257,40 @@ async fn empty_restart(seed: u64) -> Result<Run, String> {
     let seen_a = a
         .read(&held_a)
         .await
-        .ok_or_else(|| inconclusive(NAME, "A's read failed"))?;
+        .ok_or_else(|| inconclusive(name, "A's read failed"))?;
 
-    with_node(&bench.nodes, 2, |n| {
-        n.kill();
-        n.restart();
-    })
-    .await?;
-    bench.note("node 2 killed and restarted at once, empty (no fsync'd persistence)");
+    let label = match fault {
+        NodeFault::EmptyRestart => {
+            with_node(&bench.nodes, 2, |n| {
+                n.kill();
+                n.restart();
+            })
+            .await?;
+            bench.note("node 2 killed and restarted at once, empty (no fsync'd persistence)");
+            "kill_immediate_restart_empty"
+        }
+        NodeFault::ClockJump => {
+            let by = 2 * ttl;
+            with_node(&bench.nodes, 2, move |n| n.jump_clock(by)).await?;
+            let holders = bench.holders().await?;
+            if holders != [0, 1] {
+                return Err(inconclusive(
+                    name,
+                    &format!("after the jump A's key is on {holders:?}, not 0-1"),
+                ));
+            }
+            bench.note(format!(
+                "node 2's wall clock jumped {} s ahead: A's key there expired",
+                by.as_secs()
+            ));
+            "clock_jump"
+        }
+    };
 
     let held_b = b
         .acquire(0, true)
         .await
-        .ok_or_else(|| inconclusive(NAME, "B did not get nodes 2-4"))?;
+        .ok_or_else(|| inconclusive(name, "B did not get nodes 2-4"))?;
     bench.note(format!(
         "B took the lock on nodes 2, 3, 4 while A's lease has {} ms left, token {}",
         held_a.lease.remaining().as_millis(),
@@ -221,7 +299,7 @@ async fn empty_restart(seed: u64) -> Result<Run, String> {
     let seen_b = b
         .read(&held_b)
         .await
-        .ok_or_else(|| inconclusive(NAME, "B's read failed"))?;
+        .ok_or_else(|| inconclusive(name, "B's read failed"))?;
     b.write(&held_b, seen_b + 1, false).await;
     b.fenced_write(&held_b, false).await;
     a.write(&held_a, seen_a + 1, false).await;
@@ -240,15 +318,13 @@ async fn empty_restart(seed: u64) -> Result<Run, String> {
     let _ = a.release(held_a).await;
     let _ = b.release(held_b).await;
     drop(cut);
-    bench
-        .finish(NAME, seed, ttl, &[("kill_immediate_restart_empty", 1)])
-        .await
+    bench.finish(name, seed, ttl, &[(label, 1)]).await
 }
 
 async fn sleepy_holder(nodes: usize, seed: u64) -> Result<Run, String> {
     const NAME: &str = "control-sleepy-holder";
     let ttl = Duration::from_millis(500);
-    let mut bench = Bench::start(nodes).await?;
+    let mut bench = Bench::start(nodes, None).await?;
     let mut a = bench.client(0, bench.direct(), ttl).await?;
     let mut b = bench.client(1, bench.direct(), ttl).await?;
 
@@ -304,7 +380,7 @@ async fn broken_release(nodes: usize, seed: u64) -> Result<Run, String> {
     const NAME: &str = "control-broken-release";
     let short = Duration::from_millis(500);
     let long = Duration::from_secs(3);
-    let mut bench = Bench::start(nodes).await?;
+    let mut bench = Bench::start(nodes, None).await?;
     let mut a = bench.client(0, bench.direct(), long).await?;
     let mut b = bench.client(1, bench.direct(), long).await?;
     let mut c = bench.client(2, bench.direct(), long).await?;

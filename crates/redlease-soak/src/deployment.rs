@@ -294,6 +294,7 @@ pub async fn run(
             stalls,
         },
         notes,
+        same_server: None,
     })
 }
 

@@ -25,6 +25,13 @@
 //! kill loses nothing: those two are run and reported, but the checker
 //! finds nothing there, as it should. The `-lagging` ones lose the write
 //! for certain, and the checker must flag them.
+//!
+//! Every client runs with the restart quarantine off
+//! (`restart_quarantine(Duration::ZERO)`): no server restarts in these
+//! controls (the killed primary stays down; the promoted replica has run
+//! since the deployment started; cluster nodes are not covered anyway), so
+//! it would change nothing but the start: with a 10 s TTL, the brand-new
+//! Sentinel primary would refuse W's lock for its first 10 s.
 
 use std::time::{Duration, Instant};
 
@@ -123,6 +130,8 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
     notes.add(format!("{describe}: {url}"));
 
     let mut settings = crate::deployment::settings(None);
+    // See the module docs: no server restarts here.
+    settings.restart_quarantine = Some(Duration::ZERO);
     let connect =
         |worker: usize, durability: Durability, node_timeout: Duration, settings: &mut Settings| {
             settings.durability = durability;
@@ -375,6 +384,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
             stalls,
         },
         notes: notes.list,
+        same_server: None,
     })
 }
 

@@ -6,7 +6,11 @@
 //!   (a minority; with one node, that node), one fault per node at a time;
 //! - a node without fsync'd persistence is restarted only after more than
 //!   the TTL (every key it held has expired by then); only `appendfsync
-//!   always` nodes are restarted at once;
+//!   always` nodes are restarted at once, except by `KillEmptyRestart`,
+//!   the fault the library's restart quarantine is for, which restarts a
+//!   node without persistence at once, empty;
+//! - clock jumps hit only nodes that run under a fake clock, and move it
+//!   forward by more than the TTL;
 //! - link faults hit proxied workers only, one fault per link at a time;
 //!   a client may lose a majority of its links (its calls then fail with
 //!   typed errors).
@@ -36,6 +40,12 @@ pub enum FaultKind {
     BufferedReplies,
     /// Groups of clients that each see a different subset of the nodes.
     Partition,
+    /// SIGKILL of a node without persistence, restarted at once: it comes
+    /// back empty while leases it granted are still valid.
+    KillEmptyRestart,
+    /// The wall clock of a node under a fake clock steps forward by more
+    /// than the TTL: its keys expire early.
+    ClockJump,
 }
 
 impl FaultKind {
@@ -49,13 +59,19 @@ impl FaultKind {
             FaultKind::Reset => "reset",
             FaultKind::BufferedReplies => "buffered_replies",
             FaultKind::Partition => "partition",
+            FaultKind::KillEmptyRestart => "kill_empty_restart",
+            FaultKind::ClockJump => "clock_jump",
         }
     }
 
     fn is_node_fault(self) -> bool {
         matches!(
             self,
-            FaultKind::KillDelayedRestart | FaultKind::KillFsyncRestart | FaultKind::Pause
+            FaultKind::KillDelayedRestart
+                | FaultKind::KillFsyncRestart
+                | FaultKind::Pause
+                | FaultKind::KillEmptyRestart
+                | FaultKind::ClockJump
         )
     }
 }
@@ -87,6 +103,8 @@ pub enum Action {
     Kill { node: usize, down: Duration },
     /// SIGSTOP for the fault's `hold`.
     Pause { node: usize },
+    /// Moves the node's wall clock forward by `by`.
+    ClockJump { node: usize, by: Duration },
     /// Set these links for the fault's `hold`, then back to pass.
     Links(Vec<(Link, LinkMode)>),
 }
@@ -113,7 +131,7 @@ impl Fault {
     pub fn busy_until(&self) -> Duration {
         match self.action {
             Action::Kill { .. } => self.at + self.hold + RESTART_ALLOWANCE,
-            Action::Pause { .. } => self.at + self.hold + LINK_SETTLE,
+            Action::Pause { .. } | Action::ClockJump { .. } => self.at + self.hold + LINK_SETTLE,
             Action::Links(_) => self.at + self.hold + LINK_SETTLE,
         }
     }
@@ -122,7 +140,9 @@ impl Fault {
     #[cfg(test)]
     pub fn node(&self) -> Option<usize> {
         match self.action {
-            Action::Kill { node, .. } | Action::Pause { node } => Some(node),
+            Action::Kill { node, .. } | Action::Pause { node } | Action::ClockJump { node, .. } => {
+                Some(node)
+            }
             Action::Links(_) => None,
         }
     }
@@ -131,6 +151,11 @@ impl Fault {
     pub fn describe(&self) -> String {
         let ms = |d: Duration| d.as_millis();
         match &self.action {
+            Action::Kill { node, down }
+                if down.is_zero() && self.kind == FaultKind::KillEmptyRestart =>
+            {
+                format!("kill node {node}, restart at once, empty (no persistence)")
+            }
             Action::Kill { node, down } if down.is_zero() => {
                 format!("kill node {node}, restart at once (fsync always)")
             }
@@ -138,6 +163,9 @@ impl Fault {
                 format!("kill node {node}, restart (empty) after {} ms", ms(*down))
             }
             Action::Pause { node } => format!("pause node {node} for {} ms", ms(self.hold)),
+            Action::ClockJump { node, by } => {
+                format!("jump node {node}'s wall clock {} ms ahead", ms(*by))
+            }
             Action::Links(links) => {
                 let what: Vec<String> = links
                     .iter()
@@ -170,6 +198,8 @@ pub struct Topology {
     pub nodes: usize,
     /// Per node: runs with `appendonly yes, appendfsync always`.
     pub fsync: Vec<bool>,
+    /// Per node: runs under a fake clock that clock jumps can move.
+    pub fake_clock: Vec<bool>,
     /// Workers whose links go through proxies.
     pub proxied: Vec<usize>,
     /// The largest TTL any client uses.
@@ -229,7 +259,9 @@ pub fn plan(seed: u64, mix: &[(FaultKind, u32)], topo: &Topology, run: Duration)
             if let Some(fault) = make(kind, at, topo, &busy, &mut rng) {
                 let until = fault.busy_until();
                 match &fault.action {
-                    Action::Kill { node, .. } | Action::Pause { node } => busy.nodes[*node] = until,
+                    Action::Kill { node, .. }
+                    | Action::Pause { node }
+                    | Action::ClockJump { node, .. } => busy.nodes[*node] = until,
                     Action::Links(links) => {
                         for (link, _) in links {
                             busy.links.insert(*link, until);
@@ -274,7 +306,12 @@ fn make(
         }
         let free: Vec<usize> = (0..topo.nodes)
             .filter(|&n| busy.nodes[n] <= at)
-            .filter(|&n| kind != FaultKind::KillFsyncRestart || topo.fsync[n])
+            .filter(|&n| match kind {
+                FaultKind::KillFsyncRestart => topo.fsync[n],
+                FaultKind::KillEmptyRestart => !topo.fsync[n],
+                FaultKind::ClockJump => topo.fake_clock[n],
+                _ => true,
+            })
             .collect();
         if free.is_empty() {
             return None;
@@ -287,13 +324,17 @@ fn make(
                 let down = ttl + Duration::from_millis(250) + between(rng, Duration::ZERO, ttl / 2);
                 (Action::Kill { node, down }, down)
             }
-            FaultKind::KillFsyncRestart => (
+            FaultKind::KillFsyncRestart | FaultKind::KillEmptyRestart => (
                 Action::Kill {
                     node,
                     down: Duration::ZERO,
                 },
                 Duration::ZERO,
             ),
+            FaultKind::ClockJump => {
+                let by = between(rng, ttl + ttl / 10, 3 * ttl);
+                (Action::ClockJump { node, by }, Duration::ZERO)
+            }
             _ => (Action::Pause { node }, between(rng, ttl / 4, 2 * ttl)),
         };
         return Some(Fault {
@@ -420,6 +461,7 @@ mod tests {
         Topology {
             nodes,
             fsync: (0..nodes).map(|n| n < 2).collect(),
+            fake_clock: (0..nodes).map(|n| n == 3).collect(),
             proxied: vec![0, 1, 2, 3, 4, 5],
             ttl: Duration::from_millis(500),
         }
@@ -479,6 +521,7 @@ mod tests {
                         assert!(down > t.ttl, "{down:?}");
                     }
                 }
+                assert!(!matches!(f.action, Action::ClockJump { .. }));
             }
         }
     }
@@ -559,5 +602,40 @@ mod tests {
     #[test]
     fn no_mix_no_faults() {
         assert!(plan(1, &[], &topo(5), RUN).is_empty());
+    }
+
+    #[test]
+    fn empty_restarts_hit_nodes_without_persistence_at_once() {
+        let t = topo(5);
+        let p = plan(5, &[(FaultKind::KillEmptyRestart, 1)], &t, RUN);
+        assert!(p.len() > 50, "{}", p.len());
+        for f in &p {
+            let Action::Kill { node, down } = f.action else {
+                panic!("{f:?}")
+            };
+            assert!(!t.fsync[node] && down.is_zero(), "{f:?}");
+        }
+        // Every node without persistence gets its turn.
+        for n in 2..5 {
+            assert!(p.iter().any(|f| f.node() == Some(n)), "node {n}");
+        }
+    }
+
+    #[test]
+    fn clock_jumps_hit_fake_clock_nodes_by_more_than_the_ttl() {
+        let t = topo(5);
+        let p = plan(6, &[(FaultKind::ClockJump, 1)], &t, RUN);
+        assert!(p.len() > 50, "{}", p.len());
+        for f in &p {
+            let Action::ClockJump { node, by } = f.action else {
+                panic!("{f:?}")
+            };
+            assert!(t.fake_clock[node], "{f:?}");
+            assert!(by > t.ttl && by <= 3 * t.ttl, "{by:?}");
+        }
+        // No node runs under a fake clock: nothing to jump.
+        let mut plain = topo(5);
+        plain.fake_clock = vec![false; 5];
+        assert!(plan(6, &[(FaultKind::ClockJump, 1)], &plain, RUN).is_empty());
     }
 }

@@ -31,6 +31,9 @@ pub enum Call {
     Write,
     /// Write to the lock's fenced store, carrying the fencing token.
     FencedWrite,
+    /// `locker.check_servers()`: connects to every node and looks for one
+    /// server given twice.
+    CheckServers,
 }
 
 impl Call {
@@ -38,7 +41,7 @@ impl Call {
     pub fn is_library(self) -> bool {
         matches!(
             self,
-            Call::Lock | Call::TryLock | Call::Extend | Call::Release
+            Call::Lock | Call::TryLock | Call::Extend | Call::Release | Call::CheckServers
         )
     }
 
@@ -52,6 +55,7 @@ impl Call {
             Call::Read => "read",
             Call::Write => "write",
             Call::FencedWrite => "fenced_write",
+            Call::CheckServers => "check_servers",
         }
     }
 }
@@ -66,6 +70,8 @@ pub enum ErrorKind {
     WaitTimeout,
     Lost,
     InvalidInput,
+    /// Two nodes of the list are one server (`Error::SameServer`).
+    SameServer,
     /// A `redlease::Error` variant this suite does not know (the enum is
     /// non-exhaustive).
     Unknown,
@@ -86,6 +92,7 @@ impl ErrorKind {
             E::WaitTimeout { .. } => ErrorKind::WaitTimeout,
             E::Lost { .. } => ErrorKind::Lost,
             E::InvalidInput { .. } => ErrorKind::InvalidInput,
+            E::SameServer { .. } => ErrorKind::SameServer,
             _ => ErrorKind::Unknown,
         }
     }
@@ -99,10 +106,69 @@ impl ErrorKind {
             ErrorKind::WaitTimeout => "WaitTimeout",
             ErrorKind::Lost => "Lost",
             ErrorKind::InvalidInput => "InvalidInput",
+            ErrorKind::SameServer => "SameServer",
             ErrorKind::Unknown => "Unknown",
             ErrorKind::Panic => "panic",
             ErrorKind::Data => "data-redis",
         }
+    }
+}
+
+/// Votes a failed acquire did not count, read from its typed error (for
+/// a `lock` that gave up waiting, its last attempt's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotCounted {
+    /// Nodes in their restart quarantine (`Quarantine::Restarted`).
+    pub restarted: u32,
+    /// Nodes quarantined after a clock jump (`Quarantine::ClockJumped`).
+    pub clock_jumped: u32,
+    /// The quarantined votes decided it: the nodes that said yes and the
+    /// quarantined ones would have made a quorum (`NoQuorum` only).
+    pub decisive: bool,
+    /// `SameServer`: the node that did not count and the one that counts
+    /// for the server, by index in the node list.
+    pub same_server: Option<(usize, usize)>,
+}
+
+impl NotCounted {
+    pub fn of(e: &redlease::Error) -> NotCounted {
+        use redlease::{Error as E, NodeErrorKind as K, Quarantine as Q};
+        let mut out = NotCounted::default();
+        for failure in e.node_errors() {
+            match failure.kind() {
+                K::Quarantined {
+                    cause: Q::Restarted { .. },
+                    ..
+                } => out.restarted += 1,
+                K::Quarantined {
+                    cause: Q::ClockJumped { .. },
+                    ..
+                } => out.clock_jumped += 1,
+                _ => {}
+            }
+        }
+        let mut last = e;
+        while let E::WaitTimeout { last: inner, .. } = last {
+            last = &**inner;
+        }
+        match last {
+            E::NoQuorum {
+                succeeded, quorum, ..
+            } => {
+                out.decisive =
+                    out.quarantined() > 0 && *succeeded + out.quarantined() as usize >= *quorum;
+            }
+            E::SameServer { node, same_as, .. } => {
+                out.same_server = Some((node.index(), same_as.index()));
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// Quarantined votes of either cause.
+    pub fn quarantined(&self) -> u32 {
+        self.restarted + self.clock_jumped
     }
 }
 
@@ -144,6 +210,8 @@ pub struct Op {
     pub valid_until: Option<Duration>,
     /// The lease's fencing token.
     pub token: Option<u64>,
+    /// Votes a failed acquire (or `check_servers`) did not count.
+    pub not_counted: NotCounted,
 }
 
 impl Op {

@@ -74,6 +74,10 @@ async fn apply(
             tokio::time::sleep(fault.hold).await;
             with_node(nodes, *node, |n| n.resume()).await
         }
+        Action::ClockJump { node, by } => {
+            let by = *by;
+            with_node(nodes, *node, move |n| n.jump_clock(by)).await
+        }
         Action::Links(links) => {
             let hold_until = Instant::now() + fault.hold;
             for (link, mode) in links {

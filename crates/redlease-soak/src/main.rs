@@ -3,14 +3,22 @@
 //! Runs real `redis-server` processes on free loopback ports, clients that
 //! take locks and run a critical section, and a seeded schedule of faults
 //! (kills, pauses, link delays, blackholes, resets, buffered replies,
-//! partitions); then checks the recorded history for overlapping leases,
-//! expired leases handed out, lost updates, fencing failures, leaked keys,
-//! untyped errors and unbounded calls.
+//! partitions, empty restarts, clock jumps); then checks the recorded
+//! history for overlapping leases, expired leases handed out, lost updates,
+//! fencing failures, leaked keys, untyped errors, unbounded calls, and
+//! (where one server is listed twice) locks that were not refused.
 //!
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
-//!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N] [--verbose] [--list]
+//!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N]
+//!     [--no-quarantine | --restart-quarantine-ms N] [--no-clock-guard] [--verbose] [--list]
 //! ```
+//!
+//! `--no-quarantine` and `--no-clock-guard` turn the library's guards
+//! against restarted and clock-jumped servers off in the scenarios'
+//! clients, to show what they buy (`empty-restart --no-quarantine` and
+//! `clock-jump --no-clock-guard --no-quarantine` find overlaps);
+//! `--restart-quarantine-ms N` sets the quarantine instead of the default.
 //!
 //! The deployment scenarios (`cluster-failover`, `sentinel-failover`) lock
 //! through one replicated node (a Redis Cluster, a Sentinel-managed
@@ -81,6 +89,17 @@ struct Args {
     /// replica of a primary).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
     durable_replicas: Option<u32>,
+    /// Scenarios only: clients with `restart_quarantine(Duration::ZERO)`
+    /// (the quarantine off), to see what it buys.
+    #[arg(long, conflicts_with = "restart_quarantine_ms")]
+    no_quarantine: bool,
+    /// Scenarios only: clients with `restart_quarantine(N ms)` instead of
+    /// the default (the TTL plus drift; N must not be below that).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    restart_quarantine_ms: Option<u64>,
+    /// Scenarios only: clients with `clock_jump_guard(false)`.
+    #[arg(long)]
+    no_clock_guard: bool,
     /// Log each fault as it is applied (to stderr).
     #[arg(long)]
     verbose: bool,
@@ -136,6 +155,15 @@ fn replay_command(args: &Args, seed: u64, nodes: usize) -> String {
     if let Some(n) = args.durable_replicas {
         cmd.push_str(&format!(" --durable-replicas {n}"));
     }
+    if args.no_quarantine {
+        cmd.push_str(" --no-quarantine");
+    }
+    if let Some(ms) = args.restart_quarantine_ms {
+        cmd.push_str(&format!(" --restart-quarantine-ms {ms}"));
+    }
+    if args.no_clock_guard {
+        cmd.push_str(" --no-clock-guard");
+    }
     if args.expect_violation {
         cmd.push_str(" --expect-violation");
     }
@@ -159,6 +187,15 @@ async fn main() -> ExitCode {
         eprintln!("--no-durability and --durable-replicas apply to the deployment scenarios only");
         return ExitCode::from(2);
     }
+    if (args.no_quarantine || args.restart_quarantine_ms.is_some() || args.no_clock_guard)
+        && scenarios::find(&args.scenario).is_none()
+    {
+        eprintln!(
+            "--no-quarantine, --restart-quarantine-ms and --no-clock-guard apply to the \
+             scenarios only (the controls set their own)"
+        );
+        return ExitCode::from(2);
+    }
     if !args.json {
         eprintln!(
             "soak: scenario {}, seed {seed} (replay with --seed {seed})",
@@ -166,7 +203,16 @@ async fn main() -> ExitCode {
         );
     }
     let run = if let Some(scenario) = scenarios::find(&args.scenario) {
-        scenarios::run(scenario, nodes, args.seconds, seed, args.verbose).await
+        let guards = scenarios::Guards {
+            quarantine: if args.no_quarantine {
+                Some(std::time::Duration::ZERO)
+            } else {
+                args.restart_quarantine_ms
+                    .map(std::time::Duration::from_millis)
+            },
+            clock: !args.no_clock_guard,
+        };
+        scenarios::run(scenario, nodes, args.seconds, seed, guards, args.verbose).await
     } else if let Some(scenario) = deployment::find(&args.scenario) {
         deployment::run(
             scenario,
@@ -192,7 +238,11 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let verdict = checker::check(&run.history, &run.state, &checker::Config::default());
+    let config = checker::Config {
+        same_server: run.same_server,
+        ..checker::Config::default()
+    };
+    let verdict = checker::check(&run.history, &run.state, &config);
     if !args.json {
         print!(
             "{}",

@@ -23,6 +23,9 @@ pub struct Run {
     pub state: FinalState,
     /// What a control did, step by step; anything else worth saying.
     pub notes: Vec<String>,
+    /// The node list names one server twice, as these entries (the
+    /// checker's `Config::same_server`).
+    pub same_server: Option<[usize; 2]>,
 }
 
 impl Run {
@@ -32,6 +35,21 @@ impl Run {
             .iter()
             .filter(|op| op.call.is_library())
             .count() as u64
+    }
+
+    /// Failed acquisitions in which votes were not counted because of the
+    /// restart quarantine or the clock-jump guard: `(all, refused)`, where
+    /// `refused` are those whose quarantined votes would have made the
+    /// quorum (the lock was refused because of them).
+    pub fn quarantined(&self) -> (u64, u64) {
+        let ops = self
+            .history
+            .iter()
+            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock))
+            .filter(|op| op.not_counted.quarantined() > 0);
+        ops.fold((0, 0), |(all, refused), op| {
+            (all + 1, refused + u64::from(op.not_counted.decisive))
+        })
     }
 
     /// Leases handed out.
@@ -226,6 +244,24 @@ fn observations(w: &mut String, run: &Run) {
         .iter()
         .filter(|op| matches!(&op.outcome, Outcome::Failed(_, text) if text.contains("required replica")))
         .count();
+    let (quarantined, refused) = run.quarantined();
+    if quarantined > 0 {
+        let votes = |f: &dyn Fn(&crate::history::NotCounted) -> u32| -> u64 {
+            run.history
+                .iter()
+                .filter(|op| matches!(op.call, Call::Lock | Call::TryLock))
+                .map(|op| u64::from(f(&op.not_counted)))
+                .sum()
+        };
+        let _ = writeln!(
+            w,
+            "      {quarantined} failed acquisition(s) had votes not counted ({} of a server in its \
+             restart quarantine, {} of one whose clock jumped); {refused} of them were refused \
+             for it (those votes would have made the quorum)",
+            votes(&|n| n.restarted),
+            votes(&|n| n.clock_jumped),
+        );
+    }
     if unreplicated > 0 {
         let _ = writeln!(
             w,
@@ -268,6 +304,7 @@ pub fn json(run: &Run, verdict: &Verdict) -> String {
         "seconds": run.seconds,
         "operations": run.operations(),
         "acquired": run.acquired(),
+        "refused_quarantined": run.quarantined().1,
         "faults": faults,
         "violations": violations,
     })

@@ -1,6 +1,8 @@
-//! The test rig: the lock nodes (some with fsync'd persistence), a data
-//! Redis that is never faulted, one proxy per faultable client-to-node
-//! link, and the end-of-run inspection of what the nodes still hold.
+//! The test rig: the lock nodes (some with fsync'd persistence, some under
+//! a fake clock), a data Redis that is never faulted, one proxy per
+//! faultable client-to-node link, the wait for brand-new servers to leave
+//! their restart quarantine, and the end-of-run inspection of what the
+//! nodes still hold.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -30,11 +32,18 @@ pub struct Rig {
     pub proxies: Arc<BTreeMap<Link, Proxy>>,
 }
 
-/// The settings of a node that survives SIGKILL with every acknowledged write.
-pub fn fsync_always() -> NodeConfig {
-    NodeConfig::new()
-        .arg("appendonly", "yes")
-        .arg("appendfsync", "always")
+/// The settings of a node: with `fsync`, one that survives SIGKILL with
+/// every acknowledged write; with `fake_clock`, one whose wall clock
+/// `RedisNode::jump_clock` moves (libfaketime).
+pub fn node_config(fsync: bool, fake_clock: bool) -> NodeConfig {
+    let mut config = NodeConfig::new();
+    if fsync {
+        config = config.arg("appendonly", "yes").arg("appendfsync", "always");
+    }
+    if fake_clock {
+        config = config.fake_clock();
+    }
+    config
 }
 
 /// Runs blocking work on node `i` off the async threads.
@@ -63,20 +72,13 @@ pub fn panic_text(e: tokio::task::JoinError) -> String {
     }
 }
 
-/// Starts `fsync.len()` nodes (node `i` with fsync'd AOF when `fsync[i]`).
-pub async fn start_nodes(fsync: &[bool]) -> Result<Nodes, String> {
-    let fsync = fsync.to_vec();
+/// Starts one node per config.
+pub async fn start_nodes(configs: Vec<NodeConfig>) -> Result<Nodes, String> {
     let nodes = tokio::task::spawn_blocking(move || {
         panics::harness(|| {
-            fsync
-                .iter()
-                .map(|&durable| {
-                    Mutex::new(if durable {
-                        RedisNode::start_with(fsync_always())
-                    } else {
-                        RedisNode::start()
-                    })
-                })
+            configs
+                .into_iter()
+                .map(|config| Mutex::new(RedisNode::start_with(config)))
                 .collect::<Vec<_>>()
         })
     })
@@ -93,8 +95,8 @@ pub async fn start_data() -> Result<RedisNode, String> {
 
 impl Rig {
     /// Nodes, the data node, and a proxy for every link of the `proxied` workers.
-    pub async fn start(fsync: &[bool], proxied: &[usize]) -> Result<Rig, String> {
-        let nodes = start_nodes(fsync).await?;
+    pub async fn start(configs: Vec<NodeConfig>, proxied: &[usize]) -> Result<Rig, String> {
+        let nodes = start_nodes(configs).await?;
         let data = start_data().await?;
         let addrs: Vec<String> = nodes
             .iter()
@@ -124,6 +126,12 @@ impl Rig {
             .collect()
     }
 
+    /// Resets `worker`'s link to `node` (connections reset, new ones
+    /// refused) until [`heal`](Self::heal).
+    pub fn cut(&self, worker: usize, node: usize) {
+        self.proxies[&Link { worker, node }].set(Mode::Reset);
+    }
+
     /// Every link back to pass, every node running and resumed.
     pub async fn heal(&self) -> Result<(), String> {
         for proxy in self.proxies.values() {
@@ -150,6 +158,60 @@ pub async fn heal_nodes(nodes: &Nodes) -> Result<(), String> {
         .await?;
     }
     Ok(())
+}
+
+/// How often [`await_uptime`] asks.
+const UPTIME_POLL: Duration = Duration::from_millis(50);
+
+/// Waits until every node has been up for at least `quarantine` by its own
+/// `uptime_in_seconds`: brand-new servers are in the library's restart
+/// quarantine and vote for no lock until then. Redis and Valkey report
+/// the difference of two whole wall-clock seconds (now and the start), so
+/// the figure turns 1 at the next full second, possibly a few ms after the
+/// start: it waits for the quarantine rounded up to whole seconds plus
+/// one. Returns how long it waited; bounded by `quarantine` plus 6 s.
+pub async fn await_uptime(addrs: &[String], quarantine: Duration) -> Result<Duration, String> {
+    let start = std::time::Instant::now();
+    let want = quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1;
+    let deadline = start + quarantine + Duration::from_secs(6);
+    for (node, addr) in addrs.iter().enumerate() {
+        loop {
+            let up = tokio::time::timeout(INSPECT_TIMEOUT, uptime(addr))
+                .await
+                .map_err(|_| format!("node {node}: INFO timed out"))?
+                .map_err(|e| format!("node {node}: INFO failed: {e}"))?;
+            if up >= want {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "node {node}: up {up} s after {:?}, waiting for {want} s",
+                    start.elapsed()
+                ));
+            }
+            tokio::time::sleep(UPTIME_POLL).await;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// `uptime_in_seconds` from `INFO server`.
+async fn uptime(addr: &str) -> redis::RedisResult<u64> {
+    let client = redis::Client::open(format!("redis://{addr}"))?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "INFO server has no uptime_in_seconds",
+            ))
+        })
 }
 
 /// Lock keys (`redlease:*` but not the `:fence` counters, which are meant

@@ -1,5 +1,31 @@
-//! The scenarios: which faults, which nodes persist, and the run that puts
-//! rig, workload and fault plan together.
+//! The scenarios: which faults, which nodes persist, which clients reach
+//! which nodes, and the run that puts rig, workload and fault plan together.
+//!
+//! Brand-new servers are in the library's restart quarantine (their uptime
+//! is below the TTL plus drift) and vote for no lock: every run waits that
+//! out before its clients start, so the first second measures the
+//! workload, not the servers' birth (unless the quarantine is off).
+//!
+//! Three scenarios aim at the library's guards against servers that lost
+//! locks or would count twice:
+//! - `empty-restart`: six of the eight clients each reach only a bare
+//!   majority of the nodes (their links to the others reset for the whole
+//!   run; client `w` reaches nodes `w, w+1, ...`), so the leases they take
+//!   are held on exactly a majority; critical sections last up to TTL/2, on
+//!   3 locks. A node without persistence is SIGKILLed and restarted at
+//!   once, empty, again and again: without the restart quarantine, a
+//!   client that reaches it and the nodes the holder does not takes the
+//!   lock while the holder's lease is valid (`--no-quarantine` shows it).
+//! - `clock-jump`: the same clients; node 0 runs under a fake wall clock
+//!   that steps forward by more than the TTL, again and again: its keys
+//!   expire early, and without the clock-jump guard a client takes the
+//!   lock there while the holder's lease is valid (`--no-clock-guard
+//!   --no-quarantine` shows it).
+//! - `duplicate-node`: no faults; the node list names server 0 twice
+//!   (`redis://127.0.0.1:P`, `redis://localhost:P`) and `--nodes - 1`
+//!   servers in all. Half the clients call `check_servers` first; every
+//!   acquire and every check must be refused with `SameServer` (check 6 of
+//!   the checker) and no key may be left.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +36,7 @@ use crate::history::Recorder;
 use crate::inject;
 use crate::panics;
 use crate::report::Run;
-use crate::rig::Rig;
+use crate::rig::{self, Rig};
 use crate::store::Store;
 use crate::watchdog::{Watchdog, STALL};
 use crate::workload::{self, Client, Settings};
@@ -25,6 +51,21 @@ pub enum Fsync {
     Minority,
 }
 
+/// Which nodes the clients reach, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clients {
+    /// Clients 0-5 reach every node through fault proxies, 6 and 7 directly.
+    Standard,
+    /// Clients 0-5 each reach only a bare majority of the nodes (`w, w+1,
+    /// ...` mod N; their other links reset for the whole run), 6 and 7
+    /// every node directly; critical sections up to TTL/2 on 3 locks.
+    BareMajorities,
+    /// Every client reaches every node directly, and the node list names
+    /// node 0 twice (`127.0.0.1` and `localhost`): `--nodes` entries,
+    /// one server fewer.
+    ServerTwice,
+}
+
 pub struct Scenario {
     pub name: &'static str,
     pub about: &'static str,
@@ -32,6 +73,21 @@ pub struct Scenario {
     pub fsync: Fsync,
     /// Clients 0 and 1 get a node timeout of 90% of the TTL.
     pub patient: bool,
+    pub clients: Clients,
+    /// Node 0 runs under a fake wall clock (libfaketime).
+    pub fake_clock: bool,
+}
+
+/// The library's guards against servers that restarted or whose clock
+/// jumped: on by default; `--no-quarantine`, `--restart-quarantine-ms N`,
+/// `--no-clock-guard`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guards {
+    /// `restart_quarantine`: `None` for the library's default (the TTL
+    /// plus drift), `Some(Duration::ZERO)` for off.
+    pub quarantine: Option<Duration>,
+    /// `clock_jump_guard`.
+    pub clock: bool,
 }
 
 use FaultKind::*;
@@ -43,6 +99,8 @@ pub const SCENARIOS: &[Scenario] = &[
         mix: &[],
         fsync: Fsync::None,
         patient: false,
+        clients: Clients::Standard,
+        fake_clock: false,
     },
     Scenario {
         name: "crash-delayed-restart",
@@ -50,6 +108,8 @@ pub const SCENARIOS: &[Scenario] = &[
         mix: &[(KillDelayedRestart, 1)],
         fsync: Fsync::None,
         patient: false,
+        clients: Clients::Standard,
+        fake_clock: false,
     },
     Scenario {
         name: "crash-fsync-restart",
@@ -57,6 +117,8 @@ pub const SCENARIOS: &[Scenario] = &[
         mix: &[(KillFsyncRestart, 1)],
         fsync: Fsync::All,
         patient: false,
+        clients: Clients::Standard,
+        fake_clock: false,
     },
     Scenario {
         name: "pause",
@@ -64,6 +126,8 @@ pub const SCENARIOS: &[Scenario] = &[
         mix: &[(Pause, 1)],
         fsync: Fsync::None,
         patient: false,
+        clients: Clients::Standard,
+        fake_clock: false,
     },
     Scenario {
         name: "latency",
@@ -71,6 +135,8 @@ pub const SCENARIOS: &[Scenario] = &[
         mix: &[(Latency, 1)],
         fsync: Fsync::None,
         patient: true,
+        clients: Clients::Standard,
+        fake_clock: false,
     },
     Scenario {
         name: "buffered-replies",
@@ -78,6 +144,8 @@ pub const SCENARIOS: &[Scenario] = &[
         mix: &[(BufferedReplies, 1)],
         fsync: Fsync::None,
         patient: false,
+        clients: Clients::Standard,
+        fake_clock: false,
     },
     Scenario {
         name: "partition",
@@ -85,6 +153,8 @@ pub const SCENARIOS: &[Scenario] = &[
         mix: &[(Partition, 1)],
         fsync: Fsync::None,
         patient: false,
+        clients: Clients::Standard,
+        fake_clock: false,
     },
     Scenario {
         name: "mixed",
@@ -101,6 +171,36 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
         fsync: Fsync::Minority,
         patient: true,
+        clients: Clients::Standard,
+        fake_clock: false,
+    },
+    Scenario {
+        name: "empty-restart",
+        about:
+            "SIGKILL a node without persistence, restart at once, empty; holders on bare majorities",
+        mix: &[(KillEmptyRestart, 1)],
+        fsync: Fsync::None,
+        patient: false,
+        clients: Clients::BareMajorities,
+        fake_clock: false,
+    },
+    Scenario {
+        name: "clock-jump",
+        about: "node 0's wall clock jumps ahead by more than the TTL; holders on bare majorities",
+        mix: &[(ClockJump, 1)],
+        fsync: Fsync::None,
+        patient: false,
+        clients: Clients::BareMajorities,
+        fake_clock: true,
+    },
+    Scenario {
+        name: "duplicate-node",
+        about: "the node list names one server twice (127.0.0.1 and localhost): no lock, ever",
+        mix: &[],
+        fsync: Fsync::None,
+        patient: false,
+        clients: Clients::ServerTwice,
+        fake_clock: false,
     },
 ];
 
@@ -120,17 +220,44 @@ pub async fn run(
     nodes: usize,
     seconds: u64,
     seed: u64,
+    guards: Guards,
     verbose: bool,
 ) -> Result<Run, String> {
-    let settings = Arc::new(Settings::standard(scenario.patient));
+    let mut settings = Settings::standard(scenario.patient);
+    // The servers the run starts (one fewer than the node list's entries
+    // when one of them is named twice).
+    let mut servers = nodes;
+    match scenario.clients {
+        Clients::Standard => {}
+        Clients::BareMajorities => {
+            settings.max_sleep = settings.ttl / 2;
+            settings.locks = 3;
+        }
+        Clients::ServerTwice => {
+            if nodes < 2 {
+                return Err(format!(
+                    "{} names one server twice: it needs --nodes 2 or more",
+                    scenario.name
+                ));
+            }
+            servers = nodes - 1;
+            settings.proxied = Vec::new();
+        }
+    }
+    settings.restart_quarantine = guards.quarantine;
+    settings.clock_jump_guard = guards.clock;
+    let settings = Arc::new(settings);
     let topo = Topology {
-        nodes,
-        fsync: (0..nodes)
+        nodes: servers,
+        fsync: (0..servers)
             .map(|n| match scenario.fsync {
                 Fsync::None => false,
                 Fsync::All => true,
-                Fsync::Minority => n < (nodes.saturating_sub(1) / 2).max(1),
+                Fsync::Minority => n < (servers.saturating_sub(1) / 2).max(1),
             })
+            .collect(),
+        fake_clock: (0..servers)
+            .map(|n| scenario.fake_clock && n == 0)
             .collect(),
         proxied: settings.proxied.clone(),
         ttl: settings.ttl,
@@ -139,16 +266,58 @@ pub async fn run(
     let plan = faults::plan(seed, scenario.mix, &topo, length);
     let max_delay = inject::max_link_delay(&plan);
 
-    let rig = Rig::start(&topo.fsync, &settings.proxied).await?;
+    let configs = (0..servers)
+        .map(|n| rig::node_config(topo.fsync[n], topo.fake_clock[n]))
+        .collect();
+    let rig = Rig::start(configs, &settings.proxied).await?;
+    let mut notes = Vec::new();
+    match guards.quarantine {
+        Some(q) if q.is_zero() => {
+            notes.push("restart quarantine OFF (--no-quarantine)".to_string());
+        }
+        Some(q) => notes.push(format!("restart quarantine {} ms", q.as_millis())),
+        None => {}
+    }
+    if !guards.clock {
+        notes.push("clock-jump guard OFF (--no-clock-guard)".to_string());
+    }
+    if scenario.fake_clock {
+        notes.push("node 0 runs under a fake wall clock (libfaketime)".to_string());
+    }
+    let quarantine = settings.quarantine();
+    if !quarantine.is_zero() {
+        let waited = rig::await_uptime(&rig.addrs, quarantine).await?;
+        notes.push(format!(
+            "waited {:.1} s for the brand-new servers to leave their restart quarantine \
+             ({}{} ms) before the clients started",
+            waited.as_secs_f64(),
+            if settings.restart_quarantine.is_none() {
+                "TTL + drift, at most "
+            } else {
+                ""
+            },
+            quarantine.as_millis()
+        ));
+    }
     let epoch = Instant::now();
     let rec = Recorder::new(epoch);
     let mut clients = Vec::new();
     for worker in 0..settings.workers {
         let nt = settings.node_timeout_of(worker);
+        let urls = match scenario.clients {
+            Clients::ServerTwice => server_twice(&rig.addrs),
+            Clients::BareMajorities => {
+                for node in unreached(worker, servers, &settings.proxied) {
+                    rig.cut(worker, node);
+                }
+                rig.urls_for(worker)
+            }
+            Clients::Standard => rig.urls_for(worker),
+        };
         clients.push(
             Client::connect(
                 worker,
-                rig.urls_for(worker),
+                urls,
                 &rig.data.url(),
                 settings.ttl,
                 nt,
@@ -158,6 +327,34 @@ pub async fn run(
             )
             .await?,
         );
+    }
+    if scenario.clients == Clients::BareMajorities {
+        notes.push(format!(
+            "clients {:?} each reach a bare majority of the nodes ({} of {servers}; client w: \
+             nodes w, w+1, ... mod {servers}), the others every node",
+            settings.proxied,
+            majority(servers)
+        ));
+    }
+    if scenario.clients == Clients::ServerTwice {
+        notes.push(format!(
+            "{} servers, {nodes} nodes in the list: {}",
+            servers,
+            server_twice(&rig.addrs).join(", ")
+        ));
+        // Half the clients check first (the start-up check an application
+        // should make); the others meet the pair in their first lock.
+        for client in clients.iter_mut().step_by(2) {
+            let found = client.check_servers().await;
+            notes.push(format!(
+                "worker {}: check_servers: {}",
+                client.worker,
+                match found {
+                    Ok(n) => format!("no server twice, {n} unreachable"),
+                    Err(kind) => format!("refused, {}", kind.label()),
+                }
+            ));
+        }
     }
 
     let deadline = epoch + length;
@@ -200,7 +397,6 @@ pub async fn run(
         .counters(settings.locks)
         .await?;
 
-    let mut notes = Vec::new();
     if let Some((start, end)) = stalls.iter().max_by_key(|(s, e)| *e - *s) {
         notes.push(format!(
             "the machine did not run this process {} time(s) for more than {STALL:?} (longest \
@@ -235,5 +431,66 @@ pub async fn run(
             stalls,
         },
         notes,
+        same_server: (scenario.clients == Clients::ServerTwice).then_some([0, 1]),
     })
+}
+
+/// A bare majority of `n` nodes.
+fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The nodes a bare-majority client does not reach: client `w` (one of
+/// `proxied`) reaches nodes `w, w+1, ...` (mod `n`), a bare majority;
+/// the other clients reach every node.
+fn unreached(worker: usize, n: usize, proxied: &[usize]) -> Vec<usize> {
+    if !proxied.contains(&worker) {
+        return Vec::new();
+    }
+    (majority(n)..n).map(|k| (worker + k) % n).collect()
+}
+
+/// The node list with server 0 named twice: `redis://127.0.0.1:P`,
+/// `redis://localhost:P`, then the other servers.
+fn server_twice(addrs: &[String]) -> Vec<String> {
+    let port = addrs[0].rsplit(':').next().unwrap_or_default();
+    let mut urls = vec![
+        format!("redis://127.0.0.1:{port}"),
+        format!("redis://localhost:{port}"),
+    ];
+    urls.extend(addrs[1..].iter().map(|a| format!("redis://{a}")));
+    urls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_majority_clients_each_miss_a_minority_and_differ() {
+        let proxied: Vec<usize> = (0..6).collect();
+        for worker in 0..6 {
+            let cut = unreached(worker, 5, &proxied);
+            assert_eq!(cut.len(), 2, "{cut:?}");
+            assert!(!cut.contains(&(worker % 5)));
+        }
+        assert_eq!(unreached(0, 5, &proxied), [3, 4]);
+        assert_eq!(unreached(3, 5, &proxied), [1, 2]);
+        assert!(unreached(6, 5, &proxied).is_empty());
+        assert!(unreached(0, 1, &proxied).is_empty());
+        assert_eq!(unreached(1, 3, &proxied), [0]);
+    }
+
+    #[test]
+    fn one_server_is_named_twice_first() {
+        let addrs = ["127.0.0.1:7001".to_string(), "127.0.0.1:7002".to_string()];
+        assert_eq!(
+            server_twice(&addrs),
+            [
+                "redis://127.0.0.1:7001",
+                "redis://localhost:7001",
+                "redis://127.0.0.1:7002"
+            ]
+        );
+    }
 }

@@ -15,7 +15,8 @@
 //! - `lock`: `wait + 4 x nt` (the last attempt may start at the deadline,
 //!   after one subscription wait of `nt`);
 //! - `extend`, `release`: `2 x nt` (waiting out the acquire's stragglers,
-//!   then one round).
+//!   then one round);
+//! - `check_servers`: the connect timeout plus `nt` (each node at once).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -27,7 +28,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlease::{Durability, Lease, Locker, RetryPolicy};
 
-use crate::history::{Call, ErrorKind, LeaseId, Op, Outcome, Recorder};
+use crate::history::{Call, ErrorKind, LeaseId, NotCounted, Op, Outcome, Recorder};
 use crate::panics;
 use crate::store::Store;
 
@@ -65,6 +66,11 @@ pub struct Settings {
     /// How many replicas must acknowledge each write of a lease (off for
     /// independent nodes, which have no replicas).
     pub durability: Durability,
+    /// `LockerBuilder::restart_quarantine`; `None`: the library's default
+    /// (the TTL plus its drift allowance).
+    pub restart_quarantine: Option<Duration>,
+    /// `LockerBuilder::clock_jump_guard` (on by default).
+    pub clock_jump_guard: bool,
 }
 
 impl Settings {
@@ -90,7 +96,17 @@ impl Settings {
             extend_share: 0.1,
             abandon_share: 0.02,
             durability: Durability::off(),
+            restart_quarantine: None,
+            clock_jump_guard: true,
         }
+    }
+
+    /// The longest restart quarantine any client of this run uses (the
+    /// default is the TTL plus the drift allowance, `TTL/100 + 2 ms`; this
+    /// errs long).
+    pub fn quarantine(&self) -> Duration {
+        self.restart_quarantine
+            .unwrap_or(self.ttl + self.ttl / 50 + Duration::from_millis(5))
     }
 
     pub fn node_timeout_of(&self, worker: usize) -> Duration {
@@ -122,6 +138,7 @@ pub struct Client {
     rec: Recorder,
     ttl: Duration,
     node_timeout: Duration,
+    connect_timeout: Duration,
     wait: Duration,
     write_margin: Duration,
 }
@@ -154,7 +171,12 @@ impl Client {
         settings: &Settings,
         rec: Recorder,
     ) -> Result<Client, String> {
-        let locker = Locker::builder(urls)
+        let mut builder = Locker::builder(urls);
+        if let Some(quarantine) = settings.restart_quarantine {
+            builder = builder.restart_quarantine(quarantine);
+        }
+        let locker = builder
+            .clock_jump_guard(settings.clock_jump_guard)
             .ttl(ttl)
             .node_timeout(node_timeout)
             .connect_timeout(settings.connect_timeout)
@@ -176,6 +198,7 @@ impl Client {
             rec,
             ttl,
             node_timeout,
+            connect_timeout: settings.connect_timeout,
             wait,
             write_margin: settings.write_margin,
         })
@@ -188,6 +211,7 @@ impl Client {
             Call::Lock => Some(self.wait + 4 * nt),
             Call::TryLock => Some(3 * nt),
             Call::Extend | Call::Release => Some(2 * nt),
+            Call::CheckServers => Some(self.connect_timeout + nt),
             _ => None,
         }
     }
@@ -204,6 +228,7 @@ impl Client {
             outcome: Outcome::Ok,
             valid_until: None,
             token: None,
+            not_counted: NotCounted::default(),
         }
     }
 
@@ -253,11 +278,33 @@ impl Client {
                 Some(Held { lease, id, lock })
             }
             other => {
+                if let Ran::Err(e) = &other {
+                    op.not_counted = NotCounted::of(e);
+                }
                 op.outcome = Self::failed(other);
                 self.rec.push(op);
                 None
             }
         }
+    }
+
+    /// `locker.check_servers()`: `Ok` with the unreachable nodes' count,
+    /// or the error (recorded with the pair it names).
+    pub async fn check_servers(&mut self) -> Result<usize, ErrorKind> {
+        let invoke = Instant::now();
+        let ran = guarded(self.locker.check_servers()).await;
+        let mut op = self.op(0, None, Call::CheckServers, invoke);
+        let result = match &ran {
+            Ran::Ok(unreachable) => Ok(unreachable.len()),
+            Ran::Err(e) => {
+                op.not_counted = NotCounted::of(e);
+                Err(ErrorKind::of(e))
+            }
+            Ran::Panicked(_) => Err(ErrorKind::Panic),
+        };
+        op.outcome = Self::failed(ran);
+        self.rec.push(op);
+        result
     }
 
     fn lease_op(&self, held: &Held, call: Call, invoke: Instant) -> Op {
