@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
-use crate::error::{Error, NodeErrorKind, Op};
+use crate::error::{Error, Op};
 use crate::fanout;
 use crate::fencing;
 use crate::guard::ReleaseOnDrop;
@@ -15,6 +15,7 @@ use crate::node::AcquireReply;
 use crate::quorum::{quorum, Decision};
 use crate::release::{release_on, Announce, Ownership};
 use crate::validity::Timing;
+use crate::vote_guard;
 
 /// A lock a quorum granted, not yet a [`Lease`](crate::Lease).
 pub(crate) struct Grant {
@@ -39,6 +40,10 @@ pub(crate) async fn attempt(
     keys: &LockKeys,
     timing: Timing,
 ) -> Result<Grant, Error> {
+    // One server under two names: refused before anything is written.
+    if let Some(e) = same_server(engine) {
+        return Err(e);
+    }
     let ownership = Arc::new(Ownership::new(keys.lock.clone(), engine.nodes().len()));
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
     let start = Instant::now();
@@ -68,10 +73,12 @@ pub(crate) async fn attempt(
 
     let failure = match replies.tally.decision() {
         // One server configured twice: refuse outright rather than take
-        // locks on what is not the majority it looks like.
-        _ if same_server(&replies, engine).is_some() => {
+        // locks on what is not the majority it looks like. Every node that
+        // connected has said which server it reached by now, whether or
+        // not its answer is in.
+        _ if same_server(engine).is_some() => {
             replies.finish().await;
-            same_server(&replies, engine).expect("seen above")
+            same_server(engine).expect("seen above")
         }
         Decision::Reached => {
             let (granted_by, fences) = granted(&replies);
@@ -104,7 +111,7 @@ pub(crate) async fn attempt(
             // Wait for the stragglers: the cleanup below must reach every
             // node that may have applied the SET, and must not overtake it.
             replies.finish().await;
-            same_server(&replies, engine).unwrap_or_else(|| {
+            same_server(engine).unwrap_or_else(|| {
                 replies
                     .shortfall(Op::Acquire, engine.nodes())
                     .into_error(resource, false)
@@ -181,18 +188,27 @@ async fn settle_fence(
     Ok(fence)
 }
 
-/// [`Error::SameServer`] if a node found it reached the same server as
-/// another.
-fn same_server(replies: &fanout::Replies<AcquireReply>, engine: &Engine) -> Option<Error> {
-    replies.answers.iter().find_map(|(_, answer)| match answer {
-        Err(e) => match e.kind() {
-            NodeErrorKind::SameServer { same_as } => Some(Error::SameServer {
-                node: e.node().clone(),
-                same_as: engine.nodes()[*same_as].id().clone(),
-            }),
-            _ => None,
-        },
-        Ok(_) => None,
+/// [`Error::SameServer`] if two nodes are known to be one server: from an
+/// earlier answer, or from the servers the nodes' connections reached
+/// (which each learns before it sends anything, so by the time a quorum
+/// answered, every node that connected has said which server it is).
+fn same_server(engine: &Engine) -> Option<Error> {
+    let nodes = engine.nodes();
+    let pair = nodes[0].known_pair().or_else(|| {
+        let servers: Vec<_> = nodes.iter().map(|n| n.server()).collect();
+        let run_ids: Vec<_> = servers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.as_deref()?.run_id.as_str())))
+            .collect();
+        let pair = vote_guard::same_server(&run_ids)?;
+        nodes[0].found_pair(pair);
+        Some(pair)
+    });
+    let (node, same_as) = pair?;
+    Some(Error::SameServer {
+        node: nodes[node].id().clone(),
+        same_as: nodes[same_as].id().clone(),
     })
 }
 

@@ -160,9 +160,10 @@ pub enum NodeErrorKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Quarantine {
-    /// The server process started this long ago (its `uptime`, rounded
-    /// down): without fsync'd persistence it may have come back without
-    /// locks it had granted.
+    /// The server process has surely been up this long (its `uptime` less
+    /// a second: the server counts whole wall-clock seconds): without
+    /// fsync'd persistence it may have come back without locks it had
+    /// granted.
     Restarted {
         /// How long it has been up.
         up: Duration,

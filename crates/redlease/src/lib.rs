@@ -181,11 +181,17 @@
 //!   as if it had restarted ([`Quarantine::ClockJumped`]). Backward steps
 //!   only make keys live longer, and are let be.
 //! - **One server under two names** (`localhost:6379` and
-//!   `127.0.0.1:6379`) would count twice. The first node to reach a
-//!   `run_id` speaks for that server; another node that reaches it votes
-//!   nothing ([`NodeErrorKind::SameServer`]), and any acquire that meets
-//!   the pair fails with [`Error::SameServer`], which is not retryable.
-//!   [`Locker::check_servers`] finds it at start-up.
+//!   `127.0.0.1:6379`) would count twice: a lease on a quorum of names
+//!   would stand on fewer servers than it seems, and survive fewer
+//!   crashes. (It stays exclusive: two quorums of names always share a
+//!   name.) Once the Locker knows of such a pair, every acquire fails at
+//!   once with [`Error::SameServer`], which is not retryable, before
+//!   anything is sent. It knows as soon as both names' connections have
+//!   reached the server (each learns its server before it sends anything,
+//!   so an acquire that reached them both is refused too, and undone).
+//!   [`Locker::check_servers`] connects every name at start-up; without it,
+//!   a Locker's very first locks can be granted on the other names if the
+//!   second name's connection is slower than a quorum's answers.
 //!
 //! A refused vote is a [`NodeErrorKind::Quarantined`] node error that says
 //! why and for how long yet, so `Error::NoQuorum` tells which nodes are
@@ -199,9 +205,10 @@
 //!
 //! - A **brand-new** server cannot show that it never granted a lock, so
 //!   it is quarantined too: a fleet whose servers all (re)started together
-//!   takes no lock for the quarantine (and for up to a second more: uptime
-//!   is counted in whole seconds, rounded towards a longer quarantine), and
-//!   no longer. Turn the quarantine off
+//!   takes no lock for the quarantine (and for up to 2 s more: a server
+//!   counts its uptime in whole wall-clock seconds, and may say 1 a few
+//!   milliseconds after it started, so one second less is all that is
+//!   sure), and no longer. Turn the quarantine off
 //!   ([`Duration::ZERO`](std::time::Duration::ZERO)) only for servers that
 //!   cannot lose an acknowledged write (`appendfsync always`) or that are
 //!   kept down for longer than the largest TTL after a crash.

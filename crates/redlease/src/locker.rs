@@ -370,9 +370,9 @@ impl Locker {
     /// Connects to every node now and checks that no two of them are one
     /// Redis server (by its `run_id`: `localhost:6379` and
     /// `127.0.0.1:6379` look different but are not). Returns the nodes that
-    /// could not be reached (and so not checked); they are checked when
-    /// they first answer a lock request, which then fails with the same
-    /// error. Cluster nodes are not checked beyond their URLs.
+    /// could not be reached (and so not checked); they are checked once
+    /// their connection reaches a server, and locks fail with the same
+    /// error from then on. Cluster nodes are not checked beyond their URLs.
     ///
     /// Call it at start-up to fail fast on a configuration that would
     /// count one server's vote twice: a Locker that finds such a pair

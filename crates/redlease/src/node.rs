@@ -523,6 +523,22 @@ impl Node {
             .objection(&facts, clock, std::time::Instant::now())
     }
 
+    /// The server this node's newest connection reached, once it connected
+    /// (never on a cluster).
+    pub(crate) fn server(&self) -> Option<Arc<crate::vote_guard::ServerFacts>> {
+        self.conn.server_facts()
+    }
+
+    /// The pair of nodes known to be one server, if any (no I/O).
+    pub(crate) fn known_pair(&self) -> Option<(usize, usize)> {
+        self.settings.registry.pair()
+    }
+
+    /// Records that two nodes (the later, the earlier) are one server.
+    pub(crate) fn found_pair(&self, pair: (usize, usize)) {
+        self.settings.registry.found(pair);
+    }
+
     /// Connects (if not connected) and says which server this is: `Ok(None)`
     /// for a cluster, whose shards are not tracked; `SameServer` if another
     /// node of the Locker reached the same server first.

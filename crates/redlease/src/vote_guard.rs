@@ -37,9 +37,10 @@ use crate::validity::DriftModel;
 pub(crate) struct ServerFacts {
     /// `run_id`: random per process start.
     pub(crate) run_id: String,
-    /// The latest instant the process can have started, on our clock
-    /// (`uptime_in_seconds` is rounded down, so this errs late: towards a
-    /// longer quarantine).
+    /// The latest instant the process can have started, on our clock:
+    /// `uptime_in_seconds - 1` before the reply (the server subtracts whole
+    /// seconds, so it may say 1 a few milliseconds after starting). Errs
+    /// late, towards a longer quarantine, by up to 2 s.
     pub(crate) started: Instant,
     /// The server's clock when it answered.
     pub(crate) clock: Option<ClockSample>,
@@ -100,10 +101,11 @@ pub(crate) fn parse_info_server(
     let uptime: u64 = field("uptime_in_seconds")
         .and_then(|s| s.parse().ok())
         .ok_or("INFO server has no uptime_in_seconds")?;
-    // Rounded down by the server, so the start is at most this early.
-    let started = received
-        .checked_sub(Duration::from_secs(uptime))
-        .unwrap_or(received);
+    // The server counts whole wall-clock seconds now minus whole seconds at
+    // its start, so 1 can show a few milliseconds after it started: it has
+    // been up for more than `uptime - 1` seconds, and no more can be told.
+    let surely_up = Duration::from_secs(uptime.saturating_sub(1));
+    let started = received.checked_sub(surely_up).unwrap_or(received);
     Ok(ServerFacts {
         run_id: run_id.to_string(),
         started,
@@ -111,10 +113,12 @@ pub(crate) fn parse_info_server(
     })
 }
 
-/// Which node of a Locker first reached each server, by `run_id`.
+/// Which node of a Locker first reached each server, by `run_id`, and the
+/// first pair of nodes found to be one server.
 #[derive(Debug, Default)]
 pub(crate) struct ServerRegistry {
     claims: Mutex<HashMap<String, usize>>,
+    pair: Mutex<Option<(usize, usize)>>,
 }
 
 impl ServerRegistry {
@@ -123,7 +127,10 @@ impl ServerRegistry {
     pub(crate) fn claim(&self, run_id: &str, index: usize) -> Result<(), usize> {
         let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
         match claims.get(run_id) {
-            Some(&other) if other != index => Err(other),
+            Some(&other) if other != index => {
+                self.found((index, other));
+                Err(other)
+            }
             Some(_) => Ok(()),
             None => {
                 claims.insert(run_id.to_string(), index);
@@ -131,6 +138,29 @@ impl ServerRegistry {
             }
         }
     }
+
+    /// Records that nodes `a` and `b` are one server.
+    pub(crate) fn found(&self, (a, b): (usize, usize)) {
+        let mut pair = self.pair.lock().unwrap_or_else(|p| p.into_inner());
+        pair.get_or_insert((a.max(b), a.min(b)));
+    }
+
+    /// A pair of nodes known to be one server: (the later, the earlier).
+    pub(crate) fn pair(&self) -> Option<(usize, usize)> {
+        *self.pair.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The first pair of nodes (the later, the earlier index) whose servers
+/// have the same `run_id`, from each node's where known. A Locker has a
+/// handful of nodes: comparing each pair costs less than a map.
+pub(crate) fn same_server(run_ids: &[(usize, &str)]) -> Option<(usize, usize)> {
+    run_ids.iter().enumerate().find_map(|(k, &(later, id))| {
+        run_ids[..k]
+            .iter()
+            .find(|(_, other)| *other == id)
+            .map(|&(earlier, _)| (later.max(earlier), later.min(earlier)))
+    })
 }
 
 /// The vote rules for one node; see the module docs.
@@ -249,7 +279,13 @@ mod tests {
         let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
         let facts = parse_info_server(info, now, None).unwrap();
         assert_eq!(facts.run_id, "abc123");
-        assert_eq!(facts.started, now - 42 * SEC);
+        // 42 whole-second ticks: surely more than 41 s up, not surely 42.
+        assert_eq!(facts.started, now - 41 * SEC);
+        for fresh in ["0", "1"] {
+            let info = format!("run_id:x\r\nuptime_in_seconds:{fresh}\r\n");
+            let facts = parse_info_server(&info, now, None).unwrap();
+            assert_eq!(facts.started, now, "uptime {fresh}: maybe just started");
+        }
         assert!(parse_info_server("# Server\r\nuptime_in_seconds:1\r\n", now, None).is_err());
         assert!(parse_info_server("run_id:x\r\nuptime_in_seconds:soon\r\n", now, None).is_err());
     }
@@ -362,6 +398,15 @@ mod tests {
         assert_eq!(registry.claim("r1", 0), Ok(()));
         assert_eq!(registry.claim("r1", 0), Ok(()));
         assert_eq!(registry.claim("r2", 1), Ok(()));
+        assert_eq!(registry.pair(), None);
         assert_eq!(registry.claim("r1", 2), Err(0));
+        assert_eq!(registry.pair(), Some((2, 0)));
+    }
+
+    #[test]
+    fn the_same_run_id_on_two_nodes_is_a_pair() {
+        assert_eq!(same_server(&[(0, "a"), (1, "b"), (2, "c")]), None);
+        assert_eq!(same_server(&[(0, "a"), (2, "b"), (3, "a")]), Some((3, 0)));
+        assert_eq!(same_server(&[]), None);
     }
 }

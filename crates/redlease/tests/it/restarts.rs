@@ -180,13 +180,14 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
 
 #[tokio::test]
 async fn one_server_given_twice_is_refused() {
-    let nodes = RedisNodes::start(2);
+    // Five names for four servers: nodes 2-4 alone are a quorum of 5.
+    let nodes = RedisNodes::start(4);
     let port = nodes.node(0).port();
-    let urls = vec![
+    let mut urls = vec![
         format!("redis://127.0.0.1:{port}"),
         format!("redis://localhost:{port}"),
-        nodes.urls()[1].clone(),
     ];
+    urls.extend(nodes.urls()[1..].iter().cloned());
     let locker = build_locker(urls.clone(), Duration::from_secs(5), None);
     match locker.check_servers().await {
         Err(Error::SameServer { node, same_as, .. }) => {
@@ -194,7 +195,7 @@ async fn one_server_given_twice_is_refused() {
         }
         other => panic!("expected SameServer, got {other:?}"),
     }
-    // Nodes 0 and 2 would make a quorum of 3; it still takes no lock.
+    // Nodes 2-4 would make a quorum; it still takes no lock.
     match locker.try_lock("job").await {
         Err(e @ Error::SameServer { .. }) => {
             assert!(!e.is_retryable());
@@ -202,12 +203,32 @@ async fn one_server_given_twice_is_refused() {
         }
         other => panic!("expected SameServer, got {other:?}"),
     }
-    // A Locker that meets the pair first through a lock refuses as well.
-    let fresh = locker_of(urls);
+    // A Locker that meets the pair first through a lock refuses as well,
+    // even when the quorum answers before the second name's reply (its
+    // connection says which server it reached before anything is sent).
+    for round in 0..20 {
+        let fresh = locker_of(urls.clone());
+        match fresh.try_lock("job").await {
+            Err(Error::SameServer { .. }) => {}
+            other => panic!("round {round}: a fresh Locker's first lock gave {other:?}"),
+        }
+        for _ in 0..5 {
+            let again = fresh.try_lock("job").await;
+            assert!(matches!(again, Err(Error::SameServer { .. })), "{again:?}");
+        }
+    }
+    // A Locker whose connections already reached both names (here through
+    // inspect, which claims nothing) refuses before sending a script.
+    let known = locker_of(urls.clone());
+    let before = crate::support::script_calls(nodes.node(1)).await;
+    known.inspect("job").await.unwrap();
+    let refused = known.try_lock("job").await;
     assert!(
-        matches!(fresh.try_lock("job").await, Err(Error::SameServer { .. })),
-        "a fresh Locker's first lock"
+        matches!(refused, Err(Error::SameServer { .. })),
+        "{refused:?}"
     );
+    let after = crate::support::script_calls(nodes.node(1)).await;
+    assert_eq!(after, before, "no script was sent");
     // Nothing is left behind on the server.
     let mut con = crate::support::conn(nodes.node(0)).await;
     let keys: Vec<String> = redis::cmd("KEYS")
