@@ -17,8 +17,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build --release -q -p redlease-soak
-soak="${CARGO_TARGET_DIR:-target}/release/soak"
+# The build profile: release on demand (SOAK_PROFILE=release); CI uses the
+# debug build, which shares everything with the test build before it (the
+# soak mostly waits on servers and timers; its floors hold there too).
+profile="${SOAK_PROFILE:-debug}"
+if [ "$profile" = release ]; then
+  cargo build --release -q -p redlease-soak
+else
+  cargo build -q -p redlease-soak
+fi
+soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario mixed --nodes 5 --seconds 60 --min-acquired 3000 --min-faults 15
 "$soak" --scenario control-empty-restart --expect-violation
 "$soak" --scenario control-sleepy-holder --expect-violation
