@@ -24,7 +24,8 @@ profile="${SOAK_PROFILE:-debug}"
 if [ "$profile" = release ]; then
   cargo build --release -q -p redlease-soak
 else
-  cargo build -q -p redlease-soak
+  # The whole workspace, so features resolve as in the test build.
+  cargo build -q --workspace --bins
 fi
 soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario mixed --nodes 5 --seconds 60 --min-acquired 3000 --min-faults 15
