@@ -113,7 +113,7 @@ pub async fn status(args: StatusArgs) -> Exit {
     print!("{}", table.render());
 
     let counter = match status.fencing_counter() {
-        Some(n) => format!("fencing counter {n} (the next holder's token will be higher)"),
+        Some(n) => format!("fencing counter {n} (no token handed out so far is higher)"),
         None => "no fencing counter (no acquisition lately)".to_string(),
     };
     let waiting = status.waiting();

@@ -138,8 +138,10 @@ impl LockStatus {
         }
     }
 
-    /// The highest fencing counter any node reported: the next holder's
-    /// token will be higher.
+    /// The highest fencing counter any node reported: no token handed out
+    /// so far is higher. (A node outside the last granting quorum may hold
+    /// more than the last token, so the next token is higher than the last
+    /// one but not always higher than this.)
     ///
     /// ```
     /// # fn f(status: &redlease::LockStatus) {

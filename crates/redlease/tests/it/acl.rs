@@ -202,7 +202,7 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
         matches!(status.verdict(), Verdict::Held { on: 3, .. }),
         "{status:?}"
     );
-    assert_eq!(status.fencing_counter(), Some(first));
+    crate::support::assert_fence_stored(&status, first);
     // Let the waiter's retry after subscribing fail and its timer start.
     tokio::time::sleep(200 * MS).await;
     let released = Instant::now();

@@ -39,7 +39,7 @@ async fn inspect_reports_each_node_and_never_the_token() {
         }
         other => panic!("held on the two live nodes: {other:?}"),
     }
-    assert_eq!(status.fencing_counter(), Some(lease.fencing_token()));
+    crate::support::assert_fence_stored(&status, lease.fencing_token());
     assert_eq!(status.waiting(), 1, "one waiting process");
     assert!(
         status.nodes[2].1.is_err(),

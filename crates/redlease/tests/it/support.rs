@@ -238,3 +238,25 @@ pub fn locker_at(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
         .build()
         .expect("valid test settings")
 }
+
+/// Asserts that a quorum of nodes holds `token` as the lock's fencing
+/// counter (the fencing argument's invariant). A node outside the granting
+/// quorum may hold more: its counter may have started from the clock in a
+/// later 100 ms tick, and its answer came too late to count.
+pub fn assert_fence_stored(status: &redlease::LockStatus, token: u64) {
+    let nodes = status.nodes.len();
+    let holding = status
+        .nodes
+        .iter()
+        .filter(|(_, answer)| {
+            answer
+                .as_ref()
+                .is_ok_and(|state| state.fencing_counter == Some(token))
+        })
+        .count();
+    assert!(
+        holding >= nodes / 2 + 1,
+        "token {token} is the counter on {holding} of {nodes} nodes: {status:?}"
+    );
+    assert!(status.fencing_counter() >= Some(token), "{status:?}");
+}

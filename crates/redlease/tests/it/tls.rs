@@ -83,7 +83,7 @@ async fn the_whole_lock_cycle_works_over_tls() {
     );
     assert!(next.fencing_token() > first_token);
     let status = holder.inspect("tls-job").await.unwrap();
-    assert_eq!(status.fencing_counter(), Some(next.fencing_token()));
+    crate::support::assert_fence_stored(&status, next.fencing_token());
     next.release().await.unwrap();
     for node in nodes.iter() {
         assert_eq!(get(node, &holder.key("tls-job")).await, None);
