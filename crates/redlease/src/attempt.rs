@@ -15,7 +15,6 @@ use crate::node::AcquireReply;
 use crate::quorum::{quorum, Decision};
 use crate::release::{release_on, Announce, Ownership};
 use crate::validity::Timing;
-use crate::vote_guard;
 
 /// A lock a quorum granted, not yet a [`Lease`](crate::Lease).
 pub(crate) struct Grant {
@@ -41,7 +40,7 @@ pub(crate) async fn attempt(
     timing: Timing,
 ) -> Result<Grant, Error> {
     // One server under two names: refused before anything is written.
-    if let Some(e) = same_server(engine) {
+    if let Some(e) = engine.same_server() {
         return Err(e);
     }
     let ownership = Arc::new(Ownership::new(keys.lock.clone(), engine.nodes().len()));
@@ -74,11 +73,11 @@ pub(crate) async fn attempt(
     let failure = match replies.tally.decision() {
         // One server configured twice: refuse outright rather than take
         // locks on what is not the majority it looks like. Every node that
-        // connected has said which server it reached by now, whether or
+        // connected has claimed the server it reached by now, whether or
         // not its answer is in.
-        _ if same_server(engine).is_some() => {
+        _ if engine.same_server().is_some() => {
             replies.finish().await;
-            same_server(engine).expect("seen above")
+            engine.same_server().expect("a pair is never forgotten")
         }
         Decision::Reached => {
             let (granted_by, fences) = granted(&replies);
@@ -111,7 +110,7 @@ pub(crate) async fn attempt(
             // Wait for the stragglers: the cleanup below must reach every
             // node that may have applied the SET, and must not overtake it.
             replies.finish().await;
-            same_server(engine).unwrap_or_else(|| {
+            engine.same_server().unwrap_or_else(|| {
                 replies
                     .shortfall(Op::Acquire, engine.nodes())
                     .into_error(resource, false)
@@ -186,30 +185,6 @@ async fn settle_fence(
         return Err(Unsettled::Expired { elapsed, timing });
     }
     Ok(fence)
-}
-
-/// [`Error::SameServer`] if two nodes are known to be one server: from an
-/// earlier answer, or from the servers the nodes' connections reached
-/// (which each learns before it sends anything, so by the time a quorum
-/// answered, every node that connected has said which server it is).
-fn same_server(engine: &Engine) -> Option<Error> {
-    let nodes = engine.nodes();
-    let pair = nodes[0].known_pair().or_else(|| {
-        let servers: Vec<_> = nodes.iter().map(|n| n.server()).collect();
-        let run_ids: Vec<_> = servers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| Some((i, s.as_deref()?.run_id.as_str())))
-            .collect();
-        let pair = vote_guard::same_server(&run_ids)?;
-        nodes[0].found_pair(pair);
-        Some(pair)
-    });
-    let (node, same_as) = pair?;
-    Some(Error::SameServer {
-        node: nodes[node].id().clone(),
-        same_as: nodes[same_as].id().clone(),
-    })
 }
 
 /// The nodes that granted the lock, and the fencing counters they reported.

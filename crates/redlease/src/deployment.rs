@@ -33,7 +33,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::node_url::NodeUrl;
 use crate::server_conn::{Finder, SentinelTarget, ServerConn};
 use crate::tls::TlsConfig;
-use crate::vote_guard::ServerFacts;
+use crate::vote_guard::{ServerFacts, ServerRegistry};
 
 /// What a node URL leads to, ready to connect (no I/O yet).
 pub(crate) enum Deployment {
@@ -91,13 +91,19 @@ impl Deployment {
     /// to a node that is down fails at once (instead of waiting out retries
     /// inside its timeout), and the next one tries again. Our per-node
     /// timeout bounds every request; a second, fixed one inside redis-rs
-    /// would cut long TTLs' short.
-    pub(crate) fn main_connection(&self, connect_timeout: Duration) -> RedisResult<Conn> {
+    /// would cut long TTLs' short. Each server it reaches is claimed for
+    /// `claim`'s node index (not on a cluster, whose shards are not seen).
+    pub(crate) fn main_connection(
+        &self,
+        connect_timeout: Duration,
+        claim: (Arc<ServerRegistry>, usize),
+    ) -> RedisResult<Conn> {
         match self {
             Deployment::Server(client) => Ok(Conn::Server(ServerConn::new(
                 Finder::Address(client.clone()),
                 client.get_connection_info().redis_settings().db(),
                 connect_timeout,
+                Some(claim),
             ))),
             Deployment::Cluster(cluster) => Ok(Conn::Cluster(
                 cluster
@@ -108,6 +114,7 @@ impl Deployment {
                 Finder::Sentinel(target.clone()),
                 target.db(),
                 connect_timeout,
+                Some(claim),
             ))),
         }
     }
@@ -135,6 +142,7 @@ impl Deployment {
                     Finder::Sentinel(target.clone()),
                     target.db(),
                     connect_timeout,
+                    None,
                 );
                 conn.connect().await?;
                 Ok(Conn::Server(conn))

@@ -133,6 +133,16 @@ impl Engine {
         }
     }
 
+    /// [`Error::SameServer`] if two nodes are known to be one server (their
+    /// main connections reached the same `run_id`); no I/O.
+    pub(crate) fn same_server(&self) -> Option<Error> {
+        let (node, same_as) = self.nodes.first()?.known_pair()?;
+        Some(Error::SameServer {
+            node: self.nodes[node].id().clone(),
+            same_as: self.nodes[same_as].id().clone(),
+        })
+    }
+
     /// Checks a TTL against this Locker's drift and timeout settings.
     pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
         let timing = Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)?;

@@ -11,7 +11,7 @@ use crate::engine::{Engine, Settings};
 use futures_util::future::join_all;
 use tracing::Instrument;
 
-use crate::error::{Error, NodeError, NodeErrorKind, NodeId, Op};
+use crate::error::{Error, NodeError, NodeId, Op};
 use crate::keys::release_channel;
 use crate::lease::LeaseHandle;
 use crate::lock_status::LockStatus;
@@ -401,27 +401,11 @@ impl Locker {
         let settings = self.engine.settings();
         let timeout =
             settings.connect_timeout + self.engine.timing("ttl", settings.ttl)?.node_timeout;
-        let answers = join_all(
-            self.engine
-                .nodes()
-                .iter()
-                .map(|node| node.identify(timeout)),
-        )
-        .await;
-        let mut unreachable = Vec::new();
-        for answer in answers {
-            let Err(e) = answer else { continue };
-            match e.kind() {
-                NodeErrorKind::SameServer { same_as } => {
-                    return Err(Error::SameServer {
-                        node: e.node().clone(),
-                        same_as: self.engine.nodes()[*same_as].id().clone(),
-                    })
-                }
-                _ => unreachable.push(e),
-            }
+        let answers = join_all(self.engine.nodes().iter().map(|node| node.connect(timeout))).await;
+        if let Some(pair) = self.engine.same_server() {
+            return Err(pair);
         }
-        Ok(unreachable)
+        Ok(answers.into_iter().filter_map(Result::err).collect())
     }
 
     /// Deletes the lock on `resource` on every node, **whoever holds it**,

@@ -237,7 +237,7 @@ impl Node {
     ) -> Result<Node, Error> {
         let (id, deployment) = open(index, url, tls)?;
         let conn = deployment
-            .main_connection(settings.connect_timeout)
+            .main_connection(settings.connect_timeout, (settings.registry.clone(), index))
             .map_err(|e| {
                 Error::invalid("urls", format!("node {index} ({}): {e}", redact_url(url)))
             })?;
@@ -523,37 +523,21 @@ impl Node {
             .objection(&facts, clock, std::time::Instant::now())
     }
 
-    /// The server this node's newest connection reached, once it connected
-    /// (never on a cluster).
-    pub(crate) fn server(&self) -> Option<Arc<crate::vote_guard::ServerFacts>> {
-        self.conn.server_facts()
-    }
-
-    /// The pair of nodes known to be one server, if any (no I/O).
+    /// The pair of nodes (the later, the earlier) known to be one server,
+    /// if any: each main connection claims its server when it connects
+    /// (no I/O here).
     pub(crate) fn known_pair(&self) -> Option<(usize, usize)> {
         self.settings.registry.pair()
     }
 
-    /// Records that two nodes (the later, the earlier) are one server.
-    pub(crate) fn found_pair(&self, pair: (usize, usize)) {
-        self.settings.registry.found(pair);
-    }
-
-    /// Connects (if not connected) and says which server this is: `Ok(None)`
-    /// for a cluster, whose shards are not tracked; `SameServer` if another
-    /// node of the Locker reached the same server first.
-    pub(crate) async fn identify(&self, timeout: Duration) -> Result<Option<String>, NodeError> {
+    /// Connects, if not connected, so the connection claims its server
+    /// (see [`known_pair`](Self::known_pair)).
+    pub(crate) async fn connect(&self, timeout: Duration) -> Result<(), NodeError> {
         let mut conn = self.conn.clone();
         // TIME, which the ACL rule allows: any request connects first.
         let request = Box::pin(async move { redis::cmd("TIME").query_async(&mut conn).await });
         let () = self.bounded(timeout, Gate::New, "", request).await?;
-        let Some(facts) = self.conn.server_facts() else {
-            return Ok(None);
-        };
-        match self.settings.registry.claim(&facts.run_id, self.id.index()) {
-            Ok(()) => Ok(Some(facts.run_id.clone())),
-            Err(same_as) => Err(self.error(NodeErrorKind::SameServer { same_as })),
-        }
+        Ok(())
     }
 
     /// `Err` if durability is required and fewer replicas acknowledged.

@@ -24,7 +24,7 @@ use redis::{
 
 use crate::node_url::SentinelUrl;
 use crate::tls::TlsConfig;
-use crate::vote_guard::{parse_info_server, ClockSample, ServerFacts};
+use crate::vote_guard::{parse_info_server, ClockSample, ServerFacts, ServerRegistry};
 
 /// Everything needed to ask the sentinels for the primary again.
 #[derive(Clone)]
@@ -158,6 +158,10 @@ struct Shared {
     /// a reply is judged by the newest server seen, which is the one that
     /// sent it or a later one.
     latest: Mutex<Option<Arc<ServerFacts>>>,
+    /// Where a node's main connection records the server it reached, as
+    /// node `index`, so a Locker knows of one server under two names as
+    /// soon as both connected.
+    claim: Option<(Arc<ServerRegistry>, usize)>,
     connect_timeout: Duration,
 }
 
@@ -175,7 +179,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl ServerConn {
     /// A connection that connects on first use; no I/O here.
-    pub(crate) fn new(finder: Finder, db: i64, connect_timeout: Duration) -> ServerConn {
+    pub(crate) fn new(
+        finder: Finder,
+        db: i64,
+        connect_timeout: Duration,
+        claim: Option<(Arc<ServerRegistry>, usize)>,
+    ) -> ServerConn {
         ServerConn {
             shared: Arc::new(Shared {
                 resolving: tokio::sync::Mutex::new(()),
@@ -184,6 +193,7 @@ impl ServerConn {
                 finder,
                 current: Mutex::new(None),
                 latest: Mutex::new(None),
+                claim,
                 connect_timeout,
             }),
             db,
@@ -236,6 +246,10 @@ impl ServerConn {
         }
         // The facts first: no request goes out on the connection before
         // its server is known.
+        if let Some((registry, index)) = &self.shared.claim {
+            // A refused claim is recorded as the Locker's pair.
+            let _ = registry.claim(&facts.run_id, *index);
+        }
         *lock(&self.shared.latest) = Some(Arc::new(facts));
         let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed);
         let current = Current { conn, generation };

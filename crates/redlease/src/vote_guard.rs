@@ -151,18 +151,6 @@ impl ServerRegistry {
     }
 }
 
-/// The first pair of nodes (the later, the earlier index) whose servers
-/// have the same `run_id`, from each node's where known. A Locker has a
-/// handful of nodes: comparing each pair costs less than a map.
-pub(crate) fn same_server(run_ids: &[(usize, &str)]) -> Option<(usize, usize)> {
-    run_ids.iter().enumerate().find_map(|(k, &(later, id))| {
-        run_ids[..k]
-            .iter()
-            .find(|(_, other)| *other == id)
-            .map(|&(earlier, _)| (later.max(earlier), later.min(earlier)))
-    })
-}
-
 /// The vote rules for one node; see the module docs.
 #[derive(Debug)]
 pub(crate) struct VoteGuard {
@@ -401,12 +389,5 @@ mod tests {
         assert_eq!(registry.pair(), None);
         assert_eq!(registry.claim("r1", 2), Err(0));
         assert_eq!(registry.pair(), Some((2, 0)));
-    }
-
-    #[test]
-    fn the_same_run_id_on_two_nodes_is_a_pair() {
-        assert_eq!(same_server(&[(0, "a"), (1, "b"), (2, "c")]), None);
-        assert_eq!(same_server(&[(0, "a"), (2, "b"), (3, "a")]), Some((3, 0)));
-        assert_eq!(same_server(&[]), None);
     }
 }

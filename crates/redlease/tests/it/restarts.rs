@@ -218,7 +218,7 @@ async fn one_server_given_twice_is_refused() {
         }
     }
     // A Locker whose connections already reached both names (here through
-    // inspect, which claims nothing) refuses before sending a script.
+    // inspect) refuses before sending a script.
     let known = locker_of(urls.clone());
     let before = crate::support::script_calls(nodes.node(1)).await;
     known.inspect("job").await.unwrap();
