@@ -14,7 +14,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use crate::{process, NodeConfig, RedisNode};
+use crate::{NodeConfig, RedisNode};
 
 /// How long the nodes may take to agree that the cluster is up, replicas
 /// synced.
@@ -115,14 +115,10 @@ impl RedisCluster {
         // Spawn all first, then wait: boots overlap without extra threads.
         let mut nodes: Vec<RedisNode> = (0..total)
             .map(|_| {
-                // The bus port is set, not port + 10000, which may be taken
-                // or out of range.
-                let bus = process::free_port().to_string();
                 RedisNode::launch(
                     NodeConfig::new()
-                        .arg("cluster-enabled", "yes")
+                        .cluster()
                         .arg("cluster-config-file", "nodes.conf")
-                        .arg("cluster-port", &bus)
                         .arg("cluster-node-timeout", "2000")
                         // A full sync starts at once instead of waiting 5 s
                         // for more replicas to join it.

@@ -125,6 +125,8 @@ pub struct NodeConfig {
     sentinel: Option<String>,
     /// Runs under libfaketime, see [`NodeConfig::fake_clock`].
     fake_clock: bool,
+    /// Cluster mode with a bus port of its own, see [`NodeConfig::cluster`].
+    cluster: bool,
 }
 
 /// Whether a TLS node asks clients for a certificate (`tls-auth-clients`).
@@ -154,6 +156,14 @@ impl NodeConfig {
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.args.push((name.to_owned(), value.to_owned()));
         self
+    }
+
+    /// Runs the server in cluster mode (`cluster-enabled yes`) with its bus
+    /// on a free port picked with the client port, not port + 10000, which
+    /// may be taken or out of range. A start that fails retries both.
+    pub(crate) fn cluster(mut self) -> Self {
+        self.cluster = true;
+        self.arg("cluster-enabled", "yes")
     }
 
     /// Runs the server as a Sentinel (`--sentinel`) with these config
@@ -215,6 +225,8 @@ impl NodeConfig {
 #[derive(Debug)]
 pub struct RedisNode {
     port: u16,
+    /// The cluster bus port, for a [`NodeConfig::cluster`] node.
+    bus_port: Option<u16>,
     config: NodeConfig,
     child: Option<Child>,
     /// What the offset file says (always zero without a fake clock); the
@@ -263,18 +275,27 @@ impl RedisNode {
         }
         let mut node = RedisNode {
             port: 0,
+            bus_port: None,
             config,
             child: None,
             clock_offset: Mutex::new(Duration::ZERO),
             dir,
         };
-        node.spawn_on(process::free_port());
+        node.spawn_on_fresh_ports();
         node
+    }
+
+    /// Spawns on new ports: a client port, and a bus port if clustered.
+    fn spawn_on_fresh_ports(&mut self) {
+        if self.config.cluster {
+            self.bus_port = Some(process::free_port());
+        }
+        self.spawn_on(process::free_port());
     }
 
     fn spawn_on(&mut self, port: u16) {
         self.port = port;
-        let child = process::spawn_redis(port, self.dir.path(), &self.config)
+        let child = process::spawn_redis(port, self.bus_port, self.dir.path(), &self.config)
             .unwrap_or_else(|e| panic!("failed to spawn redis-server on port {port}: {e}"));
         self.child = Some(child);
     }
@@ -286,9 +307,10 @@ impl RedisNode {
                 return;
             }
             if attempt < START_ATTEMPTS {
-                // Most likely another test took the port between probe and bind.
+                // Most likely another process took a port between probe
+                // and bind (a client's ephemeral port can be any of them).
                 self.kill();
-                self.spawn_on(process::free_port());
+                self.spawn_on_fresh_ports();
             }
         }
         let tail = process::log_tail(self.dir.path());

@@ -49,7 +49,12 @@ pub(crate) fn server_program() -> String {
 /// wait for it.
 ///
 /// Panics with an install hint if the program is not found.
-pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Result<Child> {
+pub(crate) fn spawn_redis(
+    port: u16,
+    bus_port: Option<u16>,
+    dir: &Path,
+    config: &NodeConfig,
+) -> io::Result<Child> {
     assert_ne!(port, RESERVED_PORT, "refusing to use port {RESERVED_PORT}");
     // A stale log would make `wait_ready` believe a previous run is this one.
     match std::fs::remove_file(dir.join(LOG_FILE)) {
@@ -109,6 +114,10 @@ pub(crate) fn spawn_redis(port: u16, dir: &Path, config: &NodeConfig) -> io::Res
             args.push(name.to_string());
             args.push(value);
         }
+    }
+    if let Some(bus) = bus_port {
+        args.push("--cluster-port".to_string());
+        args.push(bus.to_string());
     }
     // Last occurrence wins in redis, so user args override the defaults above.
     for (name, value) in &config.args {
