@@ -124,14 +124,15 @@ impl LockClient for Raw {
                         .arg(token)
                         .arg(self.ttl_ms)
                         .arg(self.fence_expiry_ms)
-                        .invoke_async::<(i64, i64)>(&mut conn)
+                        // {1, fence} or {0, pttl, waiting, owner}.
+                        .invoke_async::<Vec<i64>>(&mut conn)
                         .await
                 }
             }))
             .await;
             let mut taken = Vec::with_capacity(replies.len());
             for (i, reply) in replies.into_iter().enumerate() {
-                if reply?.0 == 1 {
+                if reply?.first() == Some(&1) {
                     taken.push(i);
                 }
             }

@@ -2,7 +2,9 @@
 //! extend, release, then let a few workers share one lock.
 //!
 //! Nodes come from REDLEASE_NODES (comma-separated URLs), by default
-//! redis://127.0.0.1:6379. Run it with:
+//! redis://127.0.0.1:6379. It writes only keys that expire on their own
+//! (`redlease-quickstart:*`: the locks, by their TTL; their fencing
+//! counters, after 10 idle minutes). Run it with:
 //!
 //! ```text
 //! cargo run --example quickstart

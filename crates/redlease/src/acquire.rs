@@ -188,9 +188,7 @@ impl<'a> Acquire<'a> {
     async fn run(self) -> Result<Lease, Error> {
         let engine = self.engine;
         let settings = engine.settings();
-        if self.resource.is_empty() {
-            return Err(Error::invalid("resource", "the lock name is empty"));
-        }
+        crate::keys::check_resource(&settings.prefix, &self.resource)?;
         let timing = engine.timing("ttl", self.ttl.unwrap_or(settings.ttl))?;
         if self.keep_alive {
             timing.check_renewal("ttl", settings.renew_fraction)?;

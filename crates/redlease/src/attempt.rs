@@ -58,7 +58,7 @@ pub(crate) async fn attempt(
                 )
                 .await;
             let unwritten = match &reply {
-                Ok(AcquireReply::Held(_)) => true,
+                Ok(AcquireReply::Held(..)) => true,
                 Err(e) => e.kind().never_sent(),
                 Ok(AcquireReply::Acquired(..)) => false,
             };
@@ -70,6 +70,18 @@ pub(crate) async fn attempt(
     })
     .await;
 
+    // A node that has never reached its server may be a granting node's
+    // server under another name (a Locker's first locks, before its
+    // connections all came up): hear it out before granting, so one server
+    // given twice is refused every time, not only once it is known. This
+    // waits only while such a node exists.
+    if replies.tally.decision() == Decision::Reached
+        && engine.nodes().iter().any(|node| {
+            node.server_unknown() && !replies.answers.iter().any(|(i, _)| *i == node.id().index())
+        })
+    {
+        replies.finish().await;
+    }
     let failure = match replies.tally.decision() {
         // One server configured twice: refuse outright rather than take
         // locks on what is not the majority it looks like. Every node that

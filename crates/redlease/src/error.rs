@@ -319,6 +319,17 @@ impl NodeError {
         self
     }
 
+    /// The same redis-rs cause as another error of this node had.
+    pub(crate) fn with_cause_of(mut self, earlier: Option<Arc<redis::RedisError>>) -> Self {
+        self.source = earlier;
+        self
+    }
+
+    /// The redis-rs error behind this one, shared.
+    pub(crate) fn cause(&self) -> Option<Arc<redis::RedisError>> {
+        self.source.clone()
+    }
+
     /// The node that failed.
     ///
     /// ```
@@ -375,7 +386,7 @@ impl std::error::Error for NodeError {
 ///     held_on.iter().filter_map(|h| h.expires_in).min()
 /// }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Held {
     /// The node.
@@ -383,11 +394,38 @@ pub struct Held {
     /// The key's remaining TTL there; `None` when the key never expires
     /// (someone wrote it without a TTL).
     pub expires_in: Option<Duration>,
+    /// How many processes wait for the lock there (subscriptions to its
+    /// release channel): spreads a crowd's checks of a held lock.
+    pub(crate) waiting: u64,
+    /// 28 bits of a hash of the owner's token (0: unknown): the same owner
+    /// on a quorum of nodes holds the lock; different ones are contenders
+    /// of a split vote, about to undo their partial grants.
+    pub(crate) owner: u32,
 }
 
 impl Held {
-    pub(crate) fn new(node: NodeId, expires_in: Option<Duration>) -> Self {
-        Held { node, expires_in }
+    pub(crate) fn new(
+        node: NodeId,
+        expires_in: Option<Duration>,
+        waiting: u64,
+        owner: u32,
+    ) -> Self {
+        Held {
+            node,
+            expires_in,
+            waiting,
+            owner,
+        }
+    }
+}
+
+/// The node and the expiry; the bookkeeping for waiters is left out.
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held")
+            .field("node", &self.node)
+            .field("expires_in", &self.expires_in)
+            .finish_non_exhaustive()
     }
 }
 
@@ -620,19 +658,48 @@ impl Error {
         }
     }
 
-    /// The soonest time another owner's hold is due to expire, when the
-    /// failed attempt saw one. Waiting longer than this is pointless.
-    pub(crate) fn expires_in(&self) -> Option<Duration> {
-        let held = match self {
-            Error::Taken { held_on, .. } => held_on,
+    /// For a failed acquire: the nodes where another owner held the lock,
+    /// and the quorum. What a waiter reads of a busy lock comes from here.
+    fn refusals(&self) -> Option<(&[Held], usize)> {
+        match self {
+            Error::Taken {
+                held_on, quorum, ..
+            } => Some((held_on, *quorum)),
             Error::NoQuorum {
                 op: Op::Acquire,
                 refused_by,
+                quorum,
                 ..
-            } => refused_by,
-            _ => return None,
-        };
+            } => Some((refused_by, *quorum)),
+            _ => None,
+        }
+    }
+
+    /// The soonest time another owner's hold is due to expire, when the
+    /// failed attempt saw one. Waiting longer than this is pointless.
+    pub(crate) fn expires_in(&self) -> Option<Duration> {
+        let (held, _) = self.refusals()?;
         held.iter().filter_map(|h| h.expires_in).min()
+    }
+
+    /// For a busy lock: whether one owner holds it on a quorum of the
+    /// nodes, as the refusals show (not a split vote between contenders,
+    /// whose partial grants are undone at once and announced to no one).
+    pub(crate) fn held_by_one_owner(&self) -> bool {
+        let Some((held, quorum)) = self.refusals() else {
+            return false;
+        };
+        held.iter()
+            .filter(|h| h.owner != 0)
+            .any(|h| held.iter().filter(|o| o.owner == h.owner).count() >= quorum)
+    }
+
+    /// For a busy lock: the most processes any refusing node counted as
+    /// waiting for it (every waiter subscribes on every node).
+    pub(crate) fn waiting(&self) -> u64 {
+        self.refusals()
+            .and_then(|(held, _)| held.iter().map(|h| h.waiting).max())
+            .unwrap_or(0)
     }
 }
 
@@ -840,6 +907,32 @@ impl std::error::Error for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn taken(owners: &[u32], nodes: usize) -> Error {
+        Error::Taken {
+            resource: "job".into(),
+            held_on: owners
+                .iter()
+                .enumerate()
+                .map(|(i, &owner)| Held::new(NodeId::new(i, "n"), None, 0, owner))
+                .collect(),
+            nodes,
+            quorum: crate::quorum::quorum(nodes),
+            failed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_owner_on_a_quorum_holds_the_lock_and_a_split_vote_does_not() {
+        assert!(taken(&[7], 1).held_by_one_owner());
+        assert!(taken(&[7, 7, 7], 5).held_by_one_owner());
+        assert!(taken(&[7, 9, 7, 7], 5).held_by_one_owner());
+        assert!(!taken(&[7, 9, 7], 5).held_by_one_owner(), "a split vote");
+        assert!(!taken(&[1, 2, 3, 4, 5], 5).held_by_one_owner());
+        assert!(!taken(&[0, 0, 0], 5).held_by_one_owner(), "unknown owners");
+        let held = format!("{:?}", taken(&[7], 1));
+        assert!(!held.contains("owner"), "{held}");
+    }
 
     fn redis(code: &str, message: &str) -> NodeErrorKind {
         NodeErrorKind::Redis {

@@ -8,12 +8,11 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
 use crate::background::Background;
-use crate::error::{Held, NodeError, Op, Shortfall};
+use crate::error::{Held, NodeError, NodeId, Op, Shortfall};
 use crate::node::{AcquireReply, Node};
 use crate::quorum::{Decision, Tally, Vote};
 
@@ -79,10 +78,10 @@ pub(crate) trait Answer: Send + 'static {
     /// fencing counter).
     fn agreed(&self) -> bool;
 
-    /// For a refusal: when the other owner's key expires there, if the node
-    /// said (`None`: no expiry, or not reported).
-    fn expires_in(&self) -> Option<Duration> {
-        None
+    /// For a refusal by `node`: what it said of the other owner (when its
+    /// key expires, how many wait, a fingerprint of the owner), if anything.
+    fn refusal(&self, node: NodeId) -> Held {
+        Held::new(node, None, 0, 0)
     }
 }
 
@@ -98,10 +97,12 @@ impl Answer for AcquireReply {
         matches!(self, AcquireReply::Acquired(..))
     }
 
-    fn expires_in(&self) -> Option<Duration> {
-        match self {
-            AcquireReply::Held(expires_in) => *expires_in,
-            AcquireReply::Acquired(..) => None,
+    fn refusal(&self, node: NodeId) -> Held {
+        match *self {
+            AcquireReply::Held(expires_in, waiting, owner) => {
+                Held::new(node, expires_in, waiting, owner)
+            }
+            AcquireReply::Acquired(..) => Held::new(node, None, 0, 0),
         }
     }
 }
@@ -193,7 +194,7 @@ impl<R: Answer> Replies<R> {
                 .answers
                 .iter()
                 .filter_map(|(i, a)| match a {
-                    Ok(a) if !a.agreed() => Some(Held::new(nodes[*i].id().clone(), a.expires_in())),
+                    Ok(a) if !a.agreed() => Some(a.refusal(nodes[*i].id().clone())),
                     _ => None,
                 })
                 .collect(),

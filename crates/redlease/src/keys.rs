@@ -6,6 +6,82 @@
 
 use std::sync::Arc;
 
+use crate::error::Error;
+
+/// The longest lock key, `prefix{resource}`, in bytes (the fencing counter
+/// and the release channel add at most 9 more).
+///
+/// Redis itself takes keys of up to 512 MB, but a lock's key travels with
+/// every request the lock makes (acquire, each renewal, release, the
+/// release notification), sits in every node's memory and shows up in
+/// errors: a name read from untrusted input could make each of them cost
+/// megabytes. Lock names are identifiers; 4 KiB holds any of them, a file
+/// path (Linux's `PATH_MAX` is 4096) or a URL included.
+pub(crate) const MAX_KEY_LEN: usize = 4096;
+
+/// How much of a refused name an error shows: enough to recognise it.
+const SHOWN: usize = 32;
+
+/// Checks that `resource` can name a lock under `prefix`: not empty, and
+/// its key within [`MAX_KEY_LEN`]. The one check every call that takes a
+/// lock name makes, before any I/O; the error never echoes a long name.
+pub(crate) fn check_resource(prefix: &str, resource: &str) -> Result<(), Error> {
+    if resource.is_empty() {
+        return Err(Error::invalid("resource", "the lock name is empty"));
+    }
+    let key_len = prefix.len() + resource.len() + "{}".len();
+    if key_len > MAX_KEY_LEN {
+        let room = MAX_KEY_LEN - prefix.len() - "{}".len();
+        return Err(Error::invalid(
+            "resource",
+            format!(
+                "the lock name {} is {} bytes, longer than the {room} bytes its Redis key \
+                 leaves it (a key is at most {MAX_KEY_LEN} bytes, Locker::MAX_KEY_LEN, and \
+                 the {}-byte prefix and the braces take the rest)",
+                shorten(resource),
+                resource.len(),
+                prefix.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a key prefix: no braces (the resource is the key's hash tag),
+/// and room for a name within [`MAX_KEY_LEN`].
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), Error> {
+    if prefix.contains(['{', '}']) {
+        return Err(Error::invalid(
+            "key_prefix",
+            format!(
+                "{} contains a brace; the resource name is the key's hash tag",
+                shorten(prefix)
+            ),
+        ));
+    }
+    // Room for the braces and a one-byte name.
+    if prefix.len() + "{x}".len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "key_prefix",
+            format!(
+                "{} is {} bytes: no lock key would fit in {MAX_KEY_LEN} bytes \
+                 (Locker::MAX_KEY_LEN)",
+                shorten(prefix),
+                prefix.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `text` quoted, cut after [`SHOWN`] characters (with `…`) when longer.
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("{:?}…", &text[..end]),
+        None => format!("{text:?}"),
+    }
+}
+
 /// The keys of one lock: the lock itself and its fencing counter, which
 /// share a Redis Cluster hash slot.
 #[derive(Clone, Debug)]
@@ -80,6 +156,40 @@ mod tests {
         assert_eq!(release_channel(&keys.lock), "app:{orders:42}:released");
         assert_eq!(hash_slot(&keys.lock), hash_slot(&keys.fence));
         assert_eq!(hash_slot(&keys.lock), hash_slot("orders:42"));
+    }
+
+    #[test]
+    fn names_are_checked_with_their_prefix() {
+        let room = MAX_KEY_LEN - "app:".len() - 2;
+        assert!(check_resource("app:", &"n".repeat(room)).is_ok());
+        let long = "n".repeat(room + 1);
+        let Err(Error::InvalidInput { field, reason }) = check_resource("app:", &long) else {
+            panic!("a name one byte too long was accepted");
+        };
+        assert_eq!(field, "resource");
+        assert!(
+            reason.contains(&format!("is {} bytes", room + 1)),
+            "{reason}"
+        );
+        assert!(
+            reason.contains(&format!("\"{}\"…", "n".repeat(SHOWN))),
+            "{reason}"
+        );
+        assert!(reason.len() < 300, "{reason}");
+        let Err(Error::InvalidInput { reason, .. }) = check_resource("app:", "") else {
+            panic!("an empty name was accepted");
+        };
+        assert_eq!(reason, "the lock name is empty");
+        // A multi-byte character is not cut in half.
+        assert!(check_resource("", &"é".repeat(MAX_KEY_LEN)).is_err());
+    }
+
+    #[test]
+    fn a_prefix_must_leave_room_and_have_no_brace() {
+        assert!(check_prefix("redlease:").is_ok());
+        assert!(check_prefix(&"p".repeat(MAX_KEY_LEN - 3)).is_ok());
+        assert!(check_prefix(&"p".repeat(MAX_KEY_LEN - 2)).is_err());
+        assert!(check_prefix("app:{x}:").is_err());
     }
 
     #[test]

@@ -443,7 +443,7 @@ impl Lease {
                     nodes,
                     refused: refused_on
                         .into_iter()
-                        .map(|node| Held::new(node, None))
+                        .map(|node| Held::new(node, None, 0, 0))
                         .collect(),
                     failed,
                 };

@@ -130,9 +130,15 @@ impl Locker {
     }
 
     /// Takes the lock, waiting until it is acquired or the Locker's
-    /// [`RetryPolicy`] gives up. A busy lock is retried as soon as its holder
-    /// releases it (see "Waiting for a busy lock" in the crate docs).
-    /// Override TTL and wait per call:
+    /// [`RetryPolicy`] gives up: **by default after 10 s**, with
+    /// [`Error::WaitTimeout`] (set [`LockerBuilder::retry`], or `.wait(..)`
+    /// per call; [`RetryPolicy::wait_forever`] waits like `redlease run`,
+    /// which has no bound unless given `--wait`). A busy lock is retried as
+    /// soon as its holder releases it, without polling (see "Waiting for a
+    /// busy lock" in the crate docs). An
+    /// empty name, or one whose key exceeds [`MAX_KEY_LEN`](Self::MAX_KEY_LEN),
+    /// is [`Error::InvalidInput`] before any I/O (as in every call that takes
+    /// a name). Override TTL and wait per call:
     ///
     /// ```
     /// use std::time::Duration;
@@ -212,6 +218,51 @@ impl Locker {
             ..self.engine.settings().retry.clone()
         };
         Acquire::new(&self.engine, resource.into(), once)
+    }
+
+    /// The longest Redis key a lock may have, in bytes: the key prefix, the
+    /// lock name and two braces (`redlease:{name}`). With the default
+    /// prefix a name may be 4085 bytes long.
+    ///
+    /// Every call that takes a lock name ([`lock`](Self::lock),
+    /// [`try_lock`](Self::try_lock), [`with_lock`](Self::with_lock),
+    /// [`inspect`](Self::inspect), [`force_release`](Self::force_release),
+    /// [`check_name`](Self::check_name)) refuses a longer one, and an empty
+    /// one, with [`Error::InvalidInput`] before any I/O. Redis would take
+    /// keys of up to 512 MB, but the key is sent with every request a lock
+    /// makes and kept on every node: 4 KiB holds any name that is an
+    /// identifier, a file path or a URL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// let longest = "n".repeat(redlease::Locker::MAX_KEY_LEN - "redlease:{}".len());
+    /// assert_eq!(locker.key(&longest).len(), redlease::Locker::MAX_KEY_LEN);
+    /// # Ok(()) }
+    /// ```
+    pub const MAX_KEY_LEN: usize = crate::keys::MAX_KEY_LEN;
+
+    /// Checks that `resource` can name a lock of this Locker, as every call
+    /// that takes a lock name does first: not empty, and its key no longer
+    /// than [`MAX_KEY_LEN`](Self::MAX_KEY_LEN). No I/O; use it to refuse a
+    /// name from user input early. The error shows the name's length and
+    /// its start, never a whole long name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// assert!(locker.check_name("invoice:42").is_ok());
+    /// assert!(matches!(
+    ///     locker.check_name(""),
+    ///     Err(redlease::Error::InvalidInput { field: "resource", .. })
+    /// ));
+    /// assert!(locker.check_name(&"x".repeat(1 << 20)).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn check_name(&self, resource: &str) -> Result<(), Error> {
+        crate::keys::check_resource(&self.engine.settings().prefix, resource)
     }
 
     /// The Redis key that holds the lock on `resource`: the key prefix, then
@@ -489,9 +540,7 @@ impl Locker {
     /// Checks the name an admin call is about, and gives its per-node
     /// timeout: the one a lock with the default TTL gets.
     fn admin_timeout(&self, resource: &str) -> Result<Duration, Error> {
-        if resource.is_empty() {
-            return Err(Error::invalid("resource", "the lock name is empty"));
-        }
+        self.check_name(resource)?;
         let settings = self.engine.settings();
         Ok(self.engine.timing("ttl", settings.ttl)?.node_timeout)
     }
@@ -668,7 +717,8 @@ impl LockerBuilder {
     }
 
     /// Prepended to every lock key, to keep lock keys apart from other data.
-    /// May not contain `{` or `}` (the resource is the hash tag).
+    /// May not contain `{` or `}` (the resource is the hash tag), and
+    /// counts toward [`Locker::MAX_KEY_LEN`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -857,15 +907,7 @@ impl LockerBuilder {
                 }
             }
         }
-        if self.prefix.contains(['{', '}']) {
-            return Err(Error::invalid(
-                "key_prefix",
-                format!(
-                    "{:?} contains a brace; the resource name is the key's hash tag",
-                    self.prefix
-                ),
-            ));
-        }
+        crate::keys::check_prefix(&self.prefix)?;
         if self.connect_timeout.is_zero() {
             return Err(Error::invalid(
                 "connect_timeout",

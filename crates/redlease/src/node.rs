@@ -40,8 +40,10 @@ pub(crate) enum AcquireReply {
     /// Taken by us, with this node's fencing number and, with durability
     /// on, how many replicas acknowledged it.
     Acquired(u64, Option<u32>),
-    /// Held by another owner, who has this long left (`None`: no expiry).
-    Held(Option<Duration>),
+    /// Held by another owner, who has this long left (`None`: no expiry),
+    /// with how many processes (subscriptions) wait for its release there,
+    /// and a fingerprint of the owner (see acquire.lua).
+    Held(Option<Duration>, u64, u32),
 }
 
 /// Connection settings shared by all nodes of a Locker.
@@ -68,6 +70,9 @@ pub(crate) struct Node {
     health: Health,
     /// Whether the server may vote "yes".
     guard: VoteGuard,
+    /// Set once the main connection has claimed its server (claims are
+    /// never withdrawn), so the check on every granted acquire is one load.
+    server_known: std::sync::atomic::AtomicBool,
 }
 
 /// What the node's recent requests say about it: the backoff after a
@@ -169,20 +174,24 @@ enum Gate {
 type Request<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, RedisError>> + Send>>;
 
 /// How long requests to a node that refused a connection skip it.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Backoff {
     until: Option<std::time::Instant>,
     next: Duration,
+    /// Why the last connection failed (NOAUTH, refused, ...): the errors
+    /// of the back-off carry it, so they say more than "moments ago".
+    cause: Option<Arc<redis::RedisError>>,
 }
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(50);
     const MAX: Duration = Duration::from_millis(250);
 
-    fn failed(&mut self, now: std::time::Instant) {
+    fn failed(&mut self, now: std::time::Instant, cause: Option<Arc<redis::RedisError>>) {
         let wait = self.next.clamp(Self::FIRST, Self::MAX);
         self.until = Some(now + wait);
         self.next = wait * 2;
+        self.cause = cause;
     }
 }
 
@@ -258,6 +267,7 @@ impl Node {
             settings,
             health,
             guard,
+            server_known: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -280,6 +290,16 @@ impl Node {
             return Ok(self.conn.clone());
         }
         self.deployment.connect(self.connect_timeout()).await
+    }
+
+    /// The `PUBSUB` subcommand that counts a release channel's
+    /// subscribers: sharded on a cluster, like the channel.
+    fn numsub_command(&self) -> &'static str {
+        if self.deployment.is_cluster() {
+            "SHARDNUMSUB"
+        } else {
+            "NUMSUB"
+        }
     }
 
     /// The command that announces a release: sharded on a cluster, so the
@@ -315,19 +335,21 @@ impl Node {
                 .arg(ttl_ms)
                 .arg(keys.fence_expiry_ms)
                 .arg(self.lineage_flag())
-                .arg(if watch_clock { "1" } else { "0" });
+                .arg(if watch_clock { "1" } else { "0" })
+                .arg(self.numsub_command());
         });
         let sent = std::time::Instant::now();
         let (reply, replicas): (Vec<i64>, _) = self
             .run(&ACQUIRE, call, timeout, Gate::New, &keys.lock)
             .await?;
         // A "yes" carries the server's clock when asked for.
-        let (acquired, value, clock) = match reply[..] {
-            [a, v] if !watch_clock || a == 0 => (a, v, None),
+        let (acquired, value, clock, waiting, owner) = match reply[..] {
+            [0, pttl, waiting, owner] => (0, pttl, None, waiting.max(0) as u64, owner as u32),
+            [1, v] if !watch_clock => (1, v, None, 0, 0),
             [1, v, secs, micros] if watch_clock && secs >= 0 && micros >= 0 => {
                 let received = std::time::Instant::now();
                 let clock = ClockSample::new(sent, received, secs as u64, micros as u64);
-                (1, v, Some(clock))
+                (1, v, Some(clock), 0, 0)
             }
             _ => {
                 return Err(self.error(NodeErrorKind::Protocol(format!(
@@ -348,10 +370,12 @@ impl Node {
                 self.replicated(replicas)?;
                 Ok(AcquireReply::Acquired(fence as u64, replicas))
             }
-            (0, pttl) if pttl >= 0 => {
-                Ok(AcquireReply::Held(Some(Duration::from_millis(pttl as u64))))
-            }
-            (0, -1) => Ok(AcquireReply::Held(None)),
+            (0, pttl) if pttl >= 0 => Ok(AcquireReply::Held(
+                Some(Duration::from_millis(pttl as u64)),
+                waiting,
+                owner,
+            )),
+            (0, -1) => Ok(AcquireReply::Held(None, waiting, owner)),
             other => Err(self.error(NodeErrorKind::Protocol(format!(
                 "acquire script returned {other:?}"
             )))),
@@ -445,11 +469,7 @@ impl Node {
             .cmd("GET")
             .arg(&*keys.fence)
             .cmd("PUBSUB")
-            .arg(if self.deployment.is_cluster() {
-                "SHARDNUMSUB"
-            } else {
-                "NUMSUB"
-            })
+            .arg(self.numsub_command())
             .arg(release_channel(&keys.lock));
         let mut conn = self.conn.clone();
         let request = Box::pin(async move { pipe.query_async(&mut conn).await });
@@ -528,6 +548,21 @@ impl Node {
     /// (no I/O here).
     pub(crate) fn known_pair(&self) -> Option<(usize, usize)> {
         self.settings.registry.pair()
+    }
+
+    /// Whether this node has never reached its server, so it is not known
+    /// which server it is (it may be another node's under another name).
+    /// Never on a cluster, whose shards claim nothing.
+    pub(crate) fn server_unknown(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.deployment.is_cluster() || self.server_known.load(Ordering::Relaxed) {
+            return false;
+        }
+        let known = self.settings.registry.has_claimed(self.id.index());
+        if known {
+            self.server_known.store(true, Ordering::Relaxed);
+        }
+        !known
     }
 
     /// Connects, if not connected, so the connection claims its server
@@ -609,11 +644,19 @@ impl Node {
     ) -> Result<T, NodeError> {
         let health = self.health(key);
         let now = std::time::Instant::now();
-        if let Some(until) = health.backoff().until.filter(|&until| now < until) {
-            return Err(self.error(NodeErrorKind::Connection(format!(
-                "refused a connection moments ago; next try in {:?}",
-                until - now
-            ))));
+        let backoff = {
+            let b = health.backoff();
+            b.until
+                .filter(|&until| now < until)
+                .map(|until| (until, b.cause.clone()))
+        };
+        if let Some((until, cause)) = backoff {
+            return Err(self
+                .error(NodeErrorKind::Connection(format!(
+                    "refused a connection moments ago; next try in {:?}",
+                    until - now
+                )))
+                .with_cause_of(cause));
         }
         if let Some((count, since)) = health.owed.pending().filter(|_| gate == Gate::New) {
             return Err(self.error(NodeErrorKind::Unresponsive {
@@ -632,7 +675,10 @@ impl Node {
         match result.as_ref().map_err(NodeError::kind) {
             // Only a broken connection backs off: a slow or paused node
             // still gets every request (its timeout bounds them).
-            Err(NodeErrorKind::Connection(_)) => health.backoff().failed(std::time::Instant::now()),
+            Err(NodeErrorKind::Connection(_)) => {
+                let cause = result.as_ref().err().and_then(NodeError::cause);
+                health.backoff().failed(std::time::Instant::now(), cause)
+            }
             Ok(_) => *health.backoff() = Backoff::default(),
             Err(_) => {}
         }

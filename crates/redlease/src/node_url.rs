@@ -90,15 +90,28 @@ impl NodeUrl {
     /// [`parse`](Self::parse), with the reason alone as the error.
     pub(crate) fn parse_reason(url: &str) -> Result<NodeUrl, String> {
         let Some((scheme, rest)) = url.split_once("://") else {
-            return Ok(NodeUrl::Server(url.to_string()));
+            // `unix:/path` is a URL too (redis-rs takes it).
+            let socket = url.split_once(":/").is_some_and(|(scheme, _)| {
+                SERVER_SCHEMES.contains(&scheme) && scheme.ends_with("unix")
+            });
+            return match socket {
+                true => Ok(NodeUrl::Server(url.to_string())),
+                false => Err(without_scheme(url)),
+            };
         };
         let (tls, kind) = match scheme {
             "redis+cluster" => (false, Kind::Cluster),
             "rediss+cluster" => (true, Kind::Cluster),
             "redis+sentinel" => (false, Kind::Sentinel),
             "rediss+sentinel" => (true, Kind::Sentinel),
-            _ => return Ok(NodeUrl::Server(url.to_string())),
+            _ => {
+                check_server(scheme, rest)?;
+                return Ok(NodeUrl::Server(url.to_string()));
+            }
         };
+        if credentials_end(rest).is_some() && !rest.split('/').next().unwrap_or("").contains('@') {
+            return Err(PERCENT_ENCODE.to_string());
+        }
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),
             None => (rest, None),
@@ -219,6 +232,85 @@ enum Kind {
     Sentinel,
 }
 
+/// The schemes of one server's URL that redis-rs takes.
+const SERVER_SCHEMES: [&str; 7] = [
+    "redis",
+    "rediss",
+    "valkey",
+    "valkeys",
+    "redis+unix",
+    "valkey+unix",
+    "unix",
+];
+
+/// The forms a node URL takes, for errors.
+const FORMS: &str = "redis://HOST:PORT, rediss://HOST:PORT (TLS), redis+unix:///PATH, \
+                     redis+cluster://HOST:PORT,... or redis+sentinel://HOST:PORT,.../SERVICE";
+
+/// Why text without `://` is no node URL, and what was probably meant:
+/// `127.0.0.1:7300`, `localhost` or `redis:/host` are typed for
+/// `redis://...` often enough. Never shows a password.
+fn without_scheme(text: &str) -> String {
+    if text.trim().is_empty() {
+        return format!("an empty URL; write one of {FORMS}");
+    }
+    // `redis:/host` or `redis:host`: a known scheme short of its `//`.
+    if let Some((scheme, rest)) = text.split_once(':') {
+        let all = [
+            "redis+cluster",
+            "rediss+cluster",
+            "redis+sentinel",
+            "rediss+sentinel",
+        ];
+        if SERVER_SCHEMES.contains(&scheme) || all.contains(&scheme) {
+            let rest = rest.trim_start_matches('/');
+            return format!(
+                "`{scheme}:` must be followed by `//`: write {}",
+                redact_url(&format!("{scheme}://{rest}"))
+            );
+        }
+    }
+    if text.starts_with('/') {
+        return format!("no scheme: for a Unix socket write redis+unix://{text}");
+    }
+    format!(
+        "no scheme: write {} (or rediss:// for TLS)",
+        redact_url(&format!("redis://{text}"))
+    )
+}
+
+/// Checks what redis-rs would refuse with a bare "did not parse" in a
+/// server URL of `scheme` (`rest` follows the `://`): an unknown scheme,
+/// no host, a port that is not one.
+fn check_server(scheme: &str, rest: &str) -> Result<(), String> {
+    if !SERVER_SCHEMES.contains(&scheme) {
+        let instead = match scheme {
+            "http" | "https" | "tcp" => {
+                let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+                let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                format!("; a Redis node is redis://{host}")
+            }
+            _ => String::new(),
+        };
+        return Err(format!(
+            "`{scheme}://` is no Redis scheme{instead}; use one of {FORMS}"
+        ));
+    }
+    if scheme.ends_with("unix") {
+        return Ok(());
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if !authority.contains('@') && credentials_end(rest).is_some() {
+        // Shown, the part before the `@` would show the password.
+        return Err(PERCENT_ENCODE.to_string());
+    }
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.is_empty() || host.starts_with(':') {
+        return Err(format!("no host: write {scheme}://HOST:PORT"));
+    }
+    host_port(host, 6379).map(drop)
+}
+
 /// `host[:port]` (or `[v6]:port`), with the default port filled in.
 fn host_port(text: &str, default_port: u16) -> Result<String, String> {
     if text.is_empty() {
@@ -302,19 +394,39 @@ fn after_credentials(url: &str) -> &str {
     rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts)
 }
 
+/// Why a URL whose `@` comes after a `/`, `?` or `#` is refused (the
+/// message cannot show the part before the `@`: the password).
+const PERCENT_ENCODE: &str = "a `/`, `?` or `#` before the `@`: percent-encode it in the user \
+                              name or password (%2F, %3F, %23)";
+
+/// Where the credentials of `rest` (a URL after its `://`) end: its last
+/// `@` before the query. Not only within the authority: a password with
+/// an unencoded `/` (base64 has them) puts its tail after one, and must
+/// not be shown either.
+fn credentials_end(rest: &str) -> Option<usize> {
+    let before_query = rest.split('?').next().unwrap_or_default();
+    before_query.rfind('@')
+}
+
 /// A Redis URL fit to print: any `user:password@` becomes `***@`.
+///
+/// Text that is no URL is shown as it is, but for anything up to an `@`.
 ///
 /// ```
 /// assert_eq!(redlease::redact_url("redis://app:s3cret@10.0.0.1:6379/2"), "redis://***@10.0.0.1:6379/2");
 /// assert_eq!(redlease::redact_url("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
+/// assert_eq!(redlease::redact_url("app:s3cret@10.0.0.1:6379"), "***@10.0.0.1:6379");
 /// ```
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return "<unparsable URL>".to_string();
+        // Not a URL, but what was typed: without what may be credentials.
+        return match url.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => url.to_string(),
+        };
     };
     let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let url = match rest[..authority_end].rfind('@') {
+    let url = match credentials_end(rest) {
         Some(at) => format!("{}***@{}", &url[..scheme_end], &rest[at + 1..]),
         None => url.to_string(),
     };
@@ -351,7 +463,9 @@ mod tests {
             "redis://***@h:1/0"
         );
         assert_eq!(redact_url("rediss://:p@ss@h:1"), "rediss://***@h:1");
-        assert_eq!(redact_url("nonsense"), "<unparsable URL>");
+        assert_eq!(redact_url("nonsense"), "nonsense");
+        assert_eq!(redact_url("u:hunter2@h:1"), "***@h:1");
+        assert_eq!(redact_url("redis://u:hun/ter2@h:1/0"), "redis://***@h:1/0");
         assert_eq!(
             redact_url("redis+sentinel://u:p@s1,s2/m?sentinel_password=sp&sentinel_username=x"),
             "redis+sentinel://***@s1,s2/m?sentinel_password=***&sentinel_username=x"
@@ -364,7 +478,10 @@ mod tests {
             "redis://h:1/2",
             "rediss://u:p@h",
             "unix:///tmp/r.sock",
-            "nonsense",
+            "redis+unix:///tmp/r.sock?db=1",
+            "unix:/tmp/r.sock",
+            "valkey://[::1]:7000",
+            "redis://h",
         ] {
             assert_eq!(
                 NodeUrl::parse_reason(url),
@@ -420,6 +537,42 @@ mod tests {
     }
 
     #[test]
+    fn common_typos_say_what_to_write() {
+        let cases = [
+            ("127.0.0.1:7300", "no scheme: write redis://127.0.0.1:7300"),
+            ("localhost", "no scheme: write redis://localhost"),
+            ("u:hunter2@h:1", "write redis://***@h:1"),
+            ("/run/redis.sock", "redis+unix:///run/redis.sock"),
+            (
+                "redis:/host:1",
+                "`redis:` must be followed by `//`: write redis://host:1",
+            ),
+            ("redis:host", "write redis://host"),
+            ("rediss:/u:hunter2@h", "write rediss://***@h"),
+            (
+                "http://u:hunter2@h:1/x",
+                "no Redis scheme; a Redis node is redis://h:1",
+            ),
+            ("tcp://h:1", "a Redis node is redis://h:1"),
+            ("mongodb://h", "`mongodb://` is no Redis scheme; use one of"),
+            (
+                "redis://h:99999",
+                "the port in `h:99999` is not a port number",
+            ),
+            ("redis://:hunter2@h:x", "the port in `h:x`"),
+            ("redis://u:hun/ter2@h:1", "percent-encode"),
+            ("redis://", "no host"),
+            ("redis://:6379", "no host"),
+            ("", "an empty URL"),
+        ];
+        for (url, expected) in cases {
+            let err = NodeUrl::parse_reason(url).unwrap_err();
+            assert!(err.contains(expected), "{url}: {err}");
+            assert!(!err.contains("hunter2"), "{url}: {err}");
+        }
+    }
+
+    #[test]
     fn bad_cluster_and_sentinel_urls_say_what_is_wrong() {
         let cases = [
             ("redis+sentinel://s1:26379", "names the monitored primary"),
@@ -429,6 +582,8 @@ mod tests {
             ("redis+cluster://a:70000", "not a port number"),
             ("redis+cluster://a:7000,,b", "empty host"),
             ("redis+cluster://[::1:7000", "without closing"),
+            ("redis+cluster://u:hun/ter2@a:7000", "percent-encode"),
+            ("redis+sentinel://u:hun/ter2@s1/m", "percent-encode"),
         ];
         for (url, expected) in cases {
             let err = NodeUrl::parse_reason(url).unwrap_err();

@@ -7,8 +7,19 @@
 //! order and only the head is woken by a release, so one release costs one
 //! retry in this process, not one per waiter (no thundering herd), and the
 //! lock goes to waiters in turn (fairness within the process).
+//!
+//! Waiters trust these notifications only while they can arrive: a node's
+//! subscription counts from its confirmation until its connection breaks.
+//! A waiter whose subscription stands on a quorum of nodes hears every
+//! release that succeeds (the release runs on a quorum, and two quorums
+//! share a node), so it need not poll (see [`RetryPolicy::fallback_delay`]).
+//! A broken connection wakes the first waiter of every lock at once (a
+//! release may have gone unheard), and the node task subscribes again
+//! every second until the node confirms.
+//!
+//! [`RetryPolicy::fallback_delay`]: crate::retry::RetryPolicy::fallback_delay
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,9 +37,14 @@ enum Command {
     Unsubscribe { channel: String },
 }
 
+/// How often a node task whose connection broke subscribes again, until
+/// the node confirms. Waiters poll that node's lock meanwhile.
+const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
+
 /// Channels with waiters, shared by the waiters and the node tasks.
 pub(crate) struct Notifier {
     quorum: usize,
+    nodes: usize,
     channels: Mutex<HashMap<String, Channel>>,
     /// The node tasks, started by the first waiter.
     tasks: Mutex<Tasks>,
@@ -61,8 +77,9 @@ struct Channel {
     generation: u64,
     /// Waiters in arrival order; the head is the one a release wakes.
     waiters: VecDeque<(u64, Arc<Notify>)>,
-    /// How many nodes confirmed the SUBSCRIBE.
-    subscribed: watch::Sender<usize>,
+    /// Which nodes confirmed the SUBSCRIBE, and their connection has not
+    /// broken since.
+    confirmed: watch::Sender<Vec<bool>>,
     /// The latest release heard of: its id, from how many nodes, and
     /// whether a waiter already took the lock after it.
     release: Option<Release>,
@@ -80,6 +97,7 @@ impl Notifier {
     pub(crate) fn new(nodes: &[Arc<Node>], timeout: Duration) -> Arc<Notifier> {
         Arc::new(Notifier {
             quorum: crate::quorum::quorum(nodes.len()),
+            nodes: nodes.len(),
             channels: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Tasks {
                 nodes: nodes.to_vec(),
@@ -107,15 +125,15 @@ impl Notifier {
         }
         tasks.handles.abort();
         tasks.senders.clear();
-        for node in tasks.nodes.clone() {
+        for (index, node) in tasks.nodes.clone().into_iter().enumerate() {
             let (tx, rx) = mpsc::unbounded_channel();
             let weak = Arc::downgrade(self);
-            let task = node_task(node, weak, rx, tasks.timeout);
+            let task = node_task(node, index, weak, rx, tasks.timeout);
             tasks.senders.push(tx);
             tasks.handles.spawn(task);
         }
-        for (name, channel) in channels.iter() {
-            channel.subscribed.send_replace(0);
+        for (name, channel) in channels.iter_mut() {
+            channel.confirmed.send_modify(|nodes| nodes.fill(false));
             tasks.send(|| Command::Subscribe {
                 channel: name.clone(),
                 generation: channel.generation,
@@ -167,7 +185,7 @@ impl Notifier {
             Channel {
                 generation: id,
                 waiters: VecDeque::new(),
-                subscribed: watch::Sender::new(0),
+                confirmed: watch::Sender::new(vec![false; self.nodes]),
                 release: None,
             }
         });
@@ -177,7 +195,7 @@ impl Notifier {
             channel: channel.to_string(),
             id,
             notify,
-            subscribed: entry.subscribed.subscribe(),
+            confirmed: entry.confirmed.subscribe(),
             acquired: false,
         }
     }
@@ -220,11 +238,24 @@ impl Notifier {
         }
     }
 
-    fn confirmed(&self, channel: &str, generation: u64) {
-        if let Some(c) = self.channels().get(channel) {
+    /// Node `node` confirmed the subscription to `channel`.
+    fn confirmed(&self, channel: &str, generation: u64, node: usize) {
+        if let Some(c) = self.channels().get_mut(channel) {
             if c.generation == generation {
-                c.subscribed.send_modify(|n| *n += 1);
+                c.confirmed
+                    .send_if_modified(|nodes| !std::mem::replace(&mut nodes[node], true));
             }
+        }
+    }
+
+    /// Node `node`'s subscription connection broke: it confirms nothing
+    /// until it subscribes again, and a release it announced meanwhile went
+    /// unheard, so the first waiter of every lock looks at once.
+    fn disconnected(&self, node: usize) {
+        for c in self.channels().values_mut() {
+            c.confirmed
+                .send_if_modified(|nodes| std::mem::replace(&mut nodes[node], false));
+            c.wake_head();
         }
     }
 
@@ -241,6 +272,10 @@ impl Notifier {
             if let Some(r) = &mut c.release {
                 r.done = true;
             }
+            // The next waiter moves up: it looks once, to learn when the
+            // new holder's key is due to expire (waiters behind the first
+            // do not watch the lock).
+            c.wake_head();
         } else if was_head {
             // The head gave up (dropped, out of time) and may have swallowed
             // a wake-up: pass it on rather than lose it.
@@ -271,7 +306,7 @@ pub(crate) struct Waiter {
     channel: String,
     id: u64,
     notify: Arc<Notify>,
-    subscribed: watch::Receiver<usize>,
+    confirmed: watch::Receiver<Vec<bool>>,
     acquired: bool,
 }
 
@@ -280,7 +315,14 @@ impl Waiter {
     /// `timeout`: a release published before that would go unheard.
     pub(crate) async fn subscribed(&mut self, timeout: Duration) {
         let quorum = self.notifier.quorum;
-        let _ = tokio::time::timeout(timeout, self.subscribed.wait_for(|n| *n >= quorum)).await;
+        let on_quorum = |nodes: &Vec<bool>| confirmations(nodes) >= quorum;
+        let _ = tokio::time::timeout(timeout, self.confirmed.wait_for(on_quorum)).await;
+    }
+
+    /// Whether every release that succeeds will be heard: the subscription
+    /// stands on a quorum of nodes.
+    pub(crate) fn heard(&self) -> bool {
+        confirmations(&self.confirmed.borrow()) >= self.notifier.quorum
     }
 
     /// Whether this waiter is first in line.
@@ -303,6 +345,11 @@ impl Waiter {
     }
 }
 
+/// How many nodes confirm a subscription.
+fn confirmations(nodes: &[bool]) -> usize {
+    nodes.iter().filter(|&&confirmed| confirmed).count()
+}
+
 impl Drop for Waiter {
     fn drop(&mut self) {
         self.notifier.leave(&self.channel, self.id, self.acquired);
@@ -310,10 +357,12 @@ impl Drop for Waiter {
 }
 
 /// One node's subscription connection: runs SUBSCRIBE / UNSUBSCRIBE (or
-/// their sharded forms on a cluster) in the order asked, and turns published
-/// messages into wake-ups. Ends when the Locker is gone.
+/// their sharded forms on a cluster) in the order asked, turns published
+/// messages into wake-ups, and tells the notifier when the node confirmed a
+/// subscription and when the connection broke. Ends when the Locker is gone.
 async fn node_task(
     node: Arc<Node>,
+    index: usize,
     notifier: std::sync::Weak<Notifier>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeout: Duration,
@@ -321,11 +370,30 @@ async fn node_task(
     let deployment = node.deployment();
     let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
     // RESP3 lets the connection reconnect and resubscribe on its own after
-    // it breaks; meanwhile waiters fall back to their timers.
+    // it breaks; until the node confirms again, waiters poll its lock.
     let mut conn: Option<Subscriber> = None;
-    // Channels subscribed to, for a Sentinel's new primary after a failover.
-    let mut channels = std::collections::HashSet::new();
+    // Channels subscribed to, with the generation each confirms: for a
+    // Sentinel's new primary after a failover, and for subscribing again.
+    let mut channels: HashMap<String, u64> = HashMap::new();
+    // Channels this node has not confirmed since they were asked for or
+    // since the connection broke.
+    let mut unconfirmed: HashSet<String> = HashSet::new();
     let mut switches = deployment.switches();
+    let mut resubscribe = tokio::time::interval(RESUBSCRIBE_EVERY);
+    resubscribe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let confirm = |channel: &str, generation: u64| {
+        if let Some(n) = notifier.upgrade() {
+            n.confirmed(channel, generation, index);
+        }
+    };
+    // The connection broke (or the primary moved): nothing it confirmed
+    // counts until it is confirmed again.
+    let broke = |unconfirmed: &mut HashSet<String>, channels: &HashMap<String, u64>| {
+        if let Some(n) = notifier.upgrade() {
+            n.disconnected(index);
+        }
+        unconfirmed.extend(channels.keys().cloned());
+    };
     loop {
         tokio::select! {
             // The sentinels named another primary: subscribe there. The
@@ -337,31 +405,43 @@ async fn node_task(
                     None => std::future::pending().await,
                 }
             } => {
-                conn = open_subscriber(deployment, timeout, &push_tx, &channels).await;
+                broke(&mut unconfirmed, &channels);
+                conn = open_subscriber(deployment, timeout, &push_tx).await;
+                resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
             }
             command = commands.recv() => {
                 let Some(command) = command else { return };
                 if conn.is_none() {
-                    conn = open_subscriber(deployment, timeout, &push_tx, &channels).await;
+                    conn = open_subscriber(deployment, timeout, &push_tx).await;
                 }
                 match command {
                     Command::Subscribe { channel, generation } => {
-                        channels.insert(channel.clone());
+                        channels.insert(channel.clone(), generation);
+                        unconfirmed.insert(channel.clone());
                         let Some(conn) = &mut conn else { continue };
                         if subscribe(conn, &channel, timeout).await {
-                            if let Some(n) = notifier.upgrade() {
-                                n.confirmed(&channel, generation);
-                            }
+                            unconfirmed.remove(&channel);
+                            confirm(&channel, generation);
                         }
                     }
                     Command::Unsubscribe { channel } => {
                         channels.remove(&channel);
+                        unconfirmed.remove(&channel);
                         let Some(conn) = &mut conn else { continue };
                         if let Ok(Err(e)) = tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
                             tracing::debug!(error = %e, "UNSUBSCRIBE failed");
                         }
                     }
                 }
+            }
+            // Subscribe again where the node has not confirmed: after a
+            // failed SUBSCRIBE, or a broken connection that did not come
+            // back with its subscriptions (a second SUBSCRIBE is harmless).
+            _ = resubscribe.tick(), if !unconfirmed.is_empty() => {
+                if conn.is_none() {
+                    conn = open_subscriber(deployment, timeout, &push_tx).await;
+                }
+                resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
             }
             Some(push) = pushes.recv() => {
                 match push.kind {
@@ -372,10 +452,25 @@ async fn node_task(
                             }
                         }
                     }
-                    // After a failover the sentinels name another primary:
-                    // subscribe there, not to the old address again.
-                    PushKind::Disconnection if matches!(deployment, Deployment::Sentinel(_)) => {
-                        conn = open_subscriber(deployment, timeout, &push_tx, &channels).await;
+                    PushKind::Disconnection => {
+                        broke(&mut unconfirmed, &channels);
+                        // After a failover the sentinels name another
+                        // primary: subscribe there, not to the old address.
+                        if matches!(deployment, Deployment::Sentinel(_)) {
+                            conn = open_subscriber(deployment, timeout, &push_tx).await;
+                            resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
+                        }
+                    }
+                    // The connection came back and subscribed again on its
+                    // own (RESP3 resubscription).
+                    PushKind::Subscribe | PushKind::SSubscribe => {
+                        if let Some(channel) = push.data.first().and_then(text) {
+                            if let Some(&generation) = channels.get(&channel) {
+                                if unconfirmed.remove(&channel) {
+                                    confirm(&channel, generation);
+                                }
+                            }
+                        }
                     }
                     _ => {}
                 }
@@ -384,24 +479,40 @@ async fn node_task(
     }
 }
 
-/// A new subscription connection, subscribed to `channels` (those that
-/// already have waiters, after a failover or a failed first try).
+/// A new subscription connection; the node task subscribes it to the
+/// channels that have waiters.
 async fn open_subscriber(
     deployment: &Deployment,
     timeout: Duration,
     pushes: &mpsc::UnboundedSender<PushInfo>,
-    channels: &std::collections::HashSet<String>,
 ) -> Option<Subscriber> {
     match deployment.subscriber(timeout, pushes.clone()).await {
-        Ok(mut conn) => {
-            for channel in channels {
-                subscribe(&mut conn, channel, timeout).await;
-            }
-            Some(conn)
-        }
+        Ok(conn) => Some(conn),
         Err(e) => {
             tracing::warn!(error = %e, "no release notifications from a node; its waiters poll it");
             None
+        }
+    }
+}
+
+/// Subscribes to every channel in `unconfirmed`, and confirms those the
+/// node confirmed. Stops at the first failure: the node is down or slow,
+/// and a thousand channels must not cost a thousand timeouts in a row.
+async fn resubscribe_all(
+    conn: &mut Option<Subscriber>,
+    unconfirmed: &mut HashSet<String>,
+    channels: &HashMap<String, u64>,
+    timeout: Duration,
+    confirm: &impl Fn(&str, u64),
+) {
+    let Some(conn) = conn else { return };
+    for channel in unconfirmed.clone() {
+        if !subscribe(conn, &channel, timeout).await {
+            return;
+        }
+        unconfirmed.remove(&channel);
+        if let Some(&generation) = channels.get(&channel) {
+            confirm(&channel, generation);
         }
     }
 }

@@ -149,6 +149,12 @@ impl ServerRegistry {
     pub(crate) fn pair(&self) -> Option<(usize, usize)> {
         *self.pair.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Whether node `index` has reached a server and claimed it.
+    pub(crate) fn has_claimed(&self, index: usize) -> bool {
+        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        claims.values().any(|&i| i == index)
+    }
 }
 
 /// The vote rules for one node; see the module docs.

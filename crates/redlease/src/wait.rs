@@ -11,7 +11,7 @@ use crate::attempt::{attempt, Grant};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::keys::{release_channel, LockKeys};
-use crate::retry::RetryPolicy;
+use crate::retry::{RetryPolicy, Waiting};
 use crate::subscription::Waiter;
 use crate::validity::Timing;
 
@@ -51,18 +51,20 @@ pub(crate) async fn lock(
         // Only a task that already queues ever waits before an attempt.
         if let Some(w) = waiter.as_ref().filter(|_| wait_first) {
             let now = Instant::now();
-            let expires_in = last.as_ref().and_then(Error::expires_in);
-            let mut delay =
-                policy.delay_before_next(rand::random::<f64>(), expires_in, now, deadline);
-            // No use trying before a quarantined node votes again (unless a
-            // release wakes us): sleep until the first one does.
-            if let Some(back) = last.as_ref().and_then(Error::quarantine_left) {
-                let left = deadline.map_or(back, |d| d.saturating_duration_since(now));
-                delay = delay.max(back.min(left));
-            }
+            let waiting = Waiting {
+                behind: !w.is_head(),
+                heard: w.heard(),
+                held_elsewhere: last.as_ref().is_some_and(Error::held_by_one_owner),
+                expires_in: last.as_ref().and_then(Error::expires_in),
+                crowd: last.as_ref().map_or(0, Error::waiting),
+                quarantine_left: last.as_ref().and_then(Error::quarantine_left),
+            };
+            let delay = policy.fallback_delay(rand::random::<f64>(), &waiting, now, deadline);
             let span = tracing::debug_span!(
                 "redlease.wait",
                 delay_ms = delay.as_millis() as u64,
+                heard = waiting.heard,
+                behind = waiting.behind,
                 woken_by = tracing::field::Empty,
                 elapsed_ms = tracing::field::Empty,
             );
@@ -72,6 +74,12 @@ pub(crate) async fn lock(
             };
             span.record("woken_by", woken_by);
             span.record("elapsed_ms", now.elapsed().as_secs_f64() * 1e3);
+            // Behind another waiter of this Locker: it does the trying, and
+            // this one looks again when it moves up (or at the deadline,
+            // for one last try).
+            if !w.is_head() && deadline.is_none_or(|d| Instant::now() < d) {
+                continue;
+            }
             span.in_scope(|| tracing::debug!(woken_by, "retrying"));
         }
         if engine.is_closed() {

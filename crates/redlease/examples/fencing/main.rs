@@ -5,6 +5,12 @@
 //! Nodes come from REDLEASE_NODES (comma-separated URLs), by default
 //! redis://127.0.0.1:6379; the fenced store lives on the first node.
 //!
+//! It leaves nothing behind that does not expire: its two ledgers
+//! (`redlease-fencing-example:ledger:*`) start empty with a one-minute TTL,
+//! in case the example is interrupted, and are deleted at the end of each
+//! round, also a failed one; the locks' keys expire with their TTL, and
+//! their fencing counters after the fence expiry (10 minutes idle).
+//!
 //! ```text
 //! cargo run --example fencing
 //! ```
@@ -16,6 +22,9 @@ use std::time::Duration;
 
 use redlease::Locker;
 use store::{late_writer, FencedStore};
+
+/// How long a ledger outlives an interrupted example.
+const LEDGER_TTL_MS: i64 = 60_000;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -55,11 +64,22 @@ async fn run(urls: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             if fenced { "fenced" } else { "plain" }
         );
         let mut store = FencedStore::new(conn.clone(), &key);
-        redis::cmd("DEL")
-            .arg(&key)
+        // An empty ledger (no fence, no value) that expires on its own: the
+        // writes keep the TTL (HSET does not clear it).
+        redis::pipe()
+            .atomic()
+            .del(&key)
+            .hset(&key, "value", "")
+            .pexpire(&key, LEDGER_TTL_MS)
             .query_async::<()>(&mut conn.clone())
             .await?;
-        let (value, accepted) = late_writer(&locker, &mut store, fenced, stall).await?;
+        let outcome = late_writer(&locker, &mut store, fenced, stall).await;
+        let deleted = redis::cmd("DEL")
+            .arg(&key)
+            .query_async::<()>(&mut conn.clone())
+            .await;
+        let (value, accepted) = outcome?;
+        deleted?;
         println!(
             "{}: A's late write was {}; the ledger holds {value:?}{}",
             if fenced {

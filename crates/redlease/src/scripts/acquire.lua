@@ -9,9 +9,16 @@
 -- ARGV[5] '1' to append the server clock (TIME: seconds, microseconds) to
 -- a "yes", so the client can see the clock jump before it counts it (see
 -- vote_guard.rs); a "no" needs no such check.
+-- ARGV[6] NUMSUB, or SHARDNUMSUB on a cluster: with a "no" comes the number
+-- of connections subscribed to the lock's release channel (KEYS[1] ..
+-- ':released'), that is how many waiting processes watch the lock, so
+-- that a crowd of waiters can spread its checks (see retry.rs).
 -- Returns {1, fencing token[, seconds, microseconds]} when taken by us,
--- {0, pttl} when held by someone else (pttl is -1 for a foreign key that
--- never expires).
+-- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
+-- foreign key that never expires). owner is 28 bits of the SHA-1 of the
+-- holder's token (0 for a value that is not a string): waiters compare it
+-- across nodes to tell a lock held by one owner on a quorum from a split
+-- vote between contenders, and it reveals nothing usable of the token.
 local value = ARGV[1]
 if ARGV[4] == '1' then
   value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
@@ -36,4 +43,17 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+-- pcall: an ACL user without the PUBSUB command still gets its answer.
+local waiting = redis.pcall('PUBSUB', ARGV[6], KEYS[1] .. ':released')
+if type(waiting) == 'table' and type(waiting[2]) == 'number' then
+  waiting = waiting[2]
+else
+  waiting = 0
+end
+local owner = redis.pcall('GET', KEYS[1])
+if type(owner) == 'string' then
+  owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|]*')), 1, 7), 16)
+else
+  owner = 0
+end
+return {0, redis.call('PTTL', KEYS[1]), waiting, owner}

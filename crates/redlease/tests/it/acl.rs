@@ -14,7 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redlease::{Error, KeyState, Locker, NodeErrorKind, Op, RetryPolicy, Verdict};
 use redlease_testkit::{RedisNode, RedisNodes};
 
-use crate::support::MS;
+use crate::support::{handoff, spawn_lock, MS};
 
 /// The rule of README's "ACL: the least privilege", for the default key
 /// prefix `redlease:` (after `ACL SETUSER <name> on ><password>`).
@@ -352,4 +352,82 @@ async fn a_user_without_rights_to_the_keys_gets_noperm_and_writes_nothing() {
             node.addr()
         );
     }
+}
+
+/// Scripts run so far on all nodes (EVALSHA and EVAL).
+async fn script_calls(nodes: &RedisNodes) -> u64 {
+    let mut sum = 0;
+    for node in nodes.iter() {
+        let calls = command_calls(node).await;
+        sum += calls.get("evalsha").unwrap_or(&0) + calls.get("eval").unwrap_or(&0);
+    }
+    sum
+}
+
+/// The rule without the lock's channels: SUBSCRIBE is refused.
+fn rule_without_channels() -> String {
+    RULE.replace(" &redlease:*", "")
+}
+
+/// A waiter that may not subscribe cannot hear a release, so it keeps the
+/// short retry delay instead of sleeping until the holder's key expires
+/// (10 s here): it gets a released lock within a few delays.
+#[tokio::test]
+async fn a_waiter_that_may_not_subscribe_polls_and_gets_the_lock() {
+    let deaf_rule = rule_without_channels();
+    let nodes = nodes_with_users(3, &[("holder", RULE), ("deaf", &deaf_rule)]).await;
+    let ttl = Duration::from_secs(10);
+    let holder = locker_as(&nodes, "holder", ttl, 50 * MS);
+    let lease = holder.try_lock("job").await.expect("free lock");
+    let waiter = spawn_lock(locker_as(&nodes, "deaf", ttl, 50 * MS), "job");
+    // Long enough for its SUBSCRIBE to be refused on every node.
+    tokio::time::sleep(500 * MS).await;
+    let gap = handoff(lease, waiter).await;
+    assert!(
+        gap < Duration::from_secs(2),
+        "took {gap:?}: a waiter that cannot hear releases must poll"
+    );
+}
+
+/// A subscription that breaks and cannot come back (the user lost its
+/// channel rights meanwhile) is no longer trusted: the waiter, which slept
+/// until the holder's expiry while it could hear releases, polls again and
+/// gets the lock soon after a release it could not hear.
+#[tokio::test]
+async fn a_waiter_whose_subscription_broke_polls_until_it_is_back() {
+    let nodes = nodes_with_users(3, &[("holder", RULE), ("waiter", RULE)]).await;
+    let ttl = Duration::from_secs(10);
+    let holder = locker_as(&nodes, "holder", ttl, 50 * MS);
+    let lease = holder.try_lock("job").await.expect("free lock");
+    let waiter_side = locker_as(&nodes, "waiter", ttl, 50 * MS);
+    let watcher = waiter_side.clone();
+    let waiter = spawn_lock(waiter_side, "job");
+    until_waiting(&watcher, "job", 1).await;
+    // Heard on every node: now it sleeps until the holder's key expires.
+    tokio::time::sleep(200 * MS).await;
+    let calls_before = script_calls(&nodes).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls_after = script_calls(&nodes).await;
+    assert!(
+        calls_after - calls_before <= 3,
+        "a waiter that hears releases does not poll: {} script calls in 1 s",
+        calls_after - calls_before
+    );
+    // Taking the channel rights away closes the user's subscriptions, and
+    // its connections cannot subscribe again.
+    for node in nodes.iter() {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("waiter")
+            .arg("resetchannels")
+            .query_async(&mut admin(node).await)
+            .await
+            .expect("ACL SETUSER");
+    }
+    tokio::time::sleep(300 * MS).await;
+    let gap = handoff(lease, waiter).await;
+    assert!(
+        gap < Duration::from_secs(2),
+        "took {gap:?}: a waiter that can no longer hear releases must poll"
+    );
 }

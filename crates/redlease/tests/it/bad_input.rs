@@ -171,4 +171,142 @@ async fn error_messages_name_the_problem() {
     let message = err.to_string();
     assert!(message.contains("fake a majority"), "{message}");
     assert!(!message.contains("hunter2"), "{message}");
+
+    // Typos of a URL say what was typed and what to write, without the
+    // password (redis-rs says only "Redis URL did not parse").
+    for (url, says) in [
+        (
+            "127.0.0.1:7300",
+            "(127.0.0.1:7300): no scheme: write redis://127.0.0.1:7300",
+        ),
+        ("localhost", "write redis://localhost"),
+        (
+            "redis:/u:hunter2@h:1",
+            "must be followed by `//`: write redis://***@h:1",
+        ),
+        ("http://u:hunter2@h:8080/", "a Redis node is redis://h:8080"),
+        (
+            "redis://u:hunter2@h:99999",
+            "the port in `h:99999` is not a port number",
+        ),
+    ] {
+        let err = Locker::builder([url]).build().unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(says), "{url}: {message}");
+        assert!(!message.contains("hunter2"), "{url}: {message}");
+        assert!(matches!(err, Error::InvalidInput { field: "urls", .. }));
+    }
+}
+
+/// What `node` has been asked so far: its command counts (but INFO's own,
+/// which this asks) and how many connections it accepted.
+async fn traffic(con: &mut redis::aio::MultiplexedConnection) -> (Vec<String>, String) {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await
+        .expect("INFO commandstats");
+    let commands = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .map(str::to_string)
+        .collect();
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(con)
+        .await
+        .expect("INFO stats");
+    let connections = info
+        .get("total_connections_received")
+        .expect("a connection count");
+    (commands, connections)
+}
+
+#[tokio::test]
+async fn a_name_too_long_for_a_key_is_refused_before_any_io() {
+    let node = RedisNode::start();
+    let mut admin = conn(&node).await;
+    let locker = Locker::builder([node.url()])
+        .restart_quarantine(Duration::ZERO) // a brand-new server
+        .build()
+        .unwrap();
+    let before = traffic(&mut admin).await;
+
+    // Far beyond the limit, as a name read from untrusted input may be:
+    // Redis would store it (keys go up to 512 MB).
+    let huge = "x".repeat(16 << 20);
+    let refused = |result: Result<(), Error>| {
+        let err = result.expect_err("a 16 MiB name was accepted");
+        let message = err.to_string();
+        // Its length and start, not the whole name.
+        assert!(message.len() < 400, "{}...", &message[..400]);
+        assert!(
+            message.contains(&format!("{} bytes", huge.len())),
+            "{message}"
+        );
+        assert_eq!(field(Err::<(), _>(err)), "resource");
+    };
+    refused(locker.try_lock(huge.as_str()).await.map(drop));
+    refused(locker.lock(huge.as_str()).await.map(drop));
+    refused(locker.with_lock(huge.as_str(), |_| async {}).await);
+    refused(locker.inspect(&huge).await.map(drop));
+    refused(locker.force_release(&huge).await.map(drop));
+    refused(locker.check_name(&huge));
+
+    // One byte over the limit, with a longer prefix taking its share.
+    let prefixed = Locker::builder([node.url()])
+        .restart_quarantine(Duration::ZERO)
+        .key_prefix("billing:locks:")
+        .build()
+        .unwrap();
+    let room = Locker::MAX_KEY_LEN - "billing:locks:{}".len();
+    assert_eq!(
+        field(prefixed.try_lock("n".repeat(room + 1)).await),
+        "resource"
+    );
+    assert_eq!(
+        traffic(&mut admin).await,
+        before,
+        "no command and no connection reached the server"
+    );
+
+    // The longest name still works, and its key is exactly the limit.
+    let longest = "n".repeat(room);
+    let lease = prefixed.try_lock(longest.as_str()).await.unwrap();
+    let key = prefixed.key(&longest);
+    assert_eq!(key.len(), Locker::MAX_KEY_LEN);
+    assert!(get(&node, &key).await.is_some());
+    lease.release().await.unwrap();
+
+    // A prefix that leaves no room for any name is refused when built.
+    let no_room = Locker::builder([node.url()])
+        .key_prefix("p".repeat(Locker::MAX_KEY_LEN))
+        .build();
+    assert_eq!(field(no_room), "key_prefix");
+}
+
+/// A node that refused the connection (here: it wants a password) is not
+/// asked again for a moment; the errors of that back-off still carry the
+/// refusal's cause, so a caller can say what is wrong.
+#[tokio::test]
+async fn a_backed_off_node_still_says_why_it_refused() {
+    let node = RedisNode::start_with(redlease_testkit::NodeConfig::new().arg("requirepass", "pw"));
+    let locker = Locker::builder([node.url()])
+        .restart_quarantine(Duration::ZERO)
+        .retry(RetryPolicy::new().attempts(1))
+        .build()
+        .unwrap();
+    for attempt in ["first", "backed off"] {
+        let error = locker.try_lock("job").await.expect_err("no password");
+        let Error::NoQuorum { failed, .. } = &error else {
+            panic!("{attempt}: expected NoQuorum, got {error:?}");
+        };
+        let cause = std::error::Error::source(&failed[0])
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            cause.contains("NOAUTH"),
+            "{attempt}: the cause is kept: {failed:?} / {cause:?}"
+        );
+    }
 }

@@ -382,3 +382,31 @@ async fn waiting_for_a_quarantined_server_does_not_poll_it() {
     let calls = crate::support::script_calls(nodes.node(0)).await;
     assert!(calls <= 9, "{calls} script calls in {took:?}");
 }
+
+/// A fresh Locker that skips `check_servers()` and whose second name for
+/// one server connects slowly: its first lock, decided by three distinct
+/// servers before the slow name reached the server, must still be refused.
+/// (Before, the lock was granted: the pair was not known yet.)
+#[tokio::test]
+async fn a_slow_second_name_of_one_server_is_heard_before_a_grant() {
+    use redlease_testkit::proxy::{Mode, Proxy};
+    let nodes = RedisNodes::start(3);
+    let slow = Proxy::start(&nodes.node(2).addr());
+    slow.set(Mode::Delay {
+        fixed: 50 * MS,
+        jitter: Duration::ZERO,
+    });
+    let mut urls = nodes.urls();
+    urls.push(slow.url());
+    for round in 0..3 {
+        let locker = Locker::builder(urls.clone())
+            .restart_quarantine(Duration::ZERO)
+            .ttl(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        match locker.try_lock("job").await {
+            Err(Error::SameServer { .. }) => {}
+            other => panic!("round {round}: expected SameServer, got {other:?}"),
+        }
+    }
+}

@@ -260,3 +260,31 @@ pub fn assert_fence_stored(status: &redlease::LockStatus, token: u64) {
     );
     assert!(status.fencing_counter() >= Some(token), "{status:?}");
 }
+
+/// A task that waits for `resource` through `locker` (as another process
+/// would), returning when it got the lock, and the result.
+pub fn spawn_lock(
+    locker: Locker,
+    resource: &'static str,
+) -> tokio::task::JoinHandle<(Instant, Result<redlease::Lease, redlease::Error>)> {
+    tokio::spawn(async move {
+        let lease = locker.lock(resource).await;
+        (Instant::now(), lease)
+    })
+}
+
+/// Releases `lease` and waits for `waiter` (from [`spawn_lock`]) to get
+/// the lock, which it then releases: how long the handoff took.
+pub async fn handoff(
+    lease: redlease::Lease,
+    waiter: tokio::task::JoinHandle<(Instant, Result<redlease::Lease, redlease::Error>)>,
+) -> Duration {
+    let released = Instant::now();
+    lease.release().await.expect("release");
+    let (acquired, got) = waiter.await.unwrap();
+    got.expect("the waiter gets the lock")
+        .release()
+        .await
+        .unwrap();
+    acquired - released
+}
