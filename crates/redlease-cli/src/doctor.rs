@@ -14,6 +14,7 @@ use redis::IntoConnectionInfo;
 use crate::cluster::{self, ClusterFacts};
 use crate::duration;
 use crate::errors::chain;
+use crate::errors::Diagnosis;
 use crate::exit::{self, Exit};
 use crate::facts::{self, Facts};
 use crate::nodes::NodesArg;
@@ -64,11 +65,11 @@ pub struct DoctorArgs {
     nodes: NodesArg,
 
     /// The largest lock TTL you use: latency and restart advice depend on it.
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse_positive)]
     ttl: Duration,
 
     /// How long each node may take to connect and answer one request.
-    #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse)]
+    #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse_positive)]
     timeout: Duration,
 }
 
@@ -146,7 +147,7 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         found.push(
             probe
                 .await
-                .unwrap_or_else(|e| Probed::Server(Err(format!("internal error: {}", chain(&e))))),
+                .unwrap_or_else(|e| Probed::Server(Err(internal(&e)))),
         );
     }
 
@@ -202,12 +203,12 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
 /// What doctor learned about one node of the list.
 enum Probed {
     /// One server.
-    Server(Result<Facts, String>),
+    Server(Result<Facts, Failure>),
     /// A Redis Cluster: what a seed said of it, and each primary's facts
     /// (the seed's alone when the shards are unknown).
     Cluster {
         cluster: Result<ClusterFacts, String>,
-        primaries: Vec<(String, Result<Facts, String>)>,
+        primaries: Vec<(String, Result<Facts, Failure>)>,
     },
     /// The sentinels' answers, and the primary they name, if any.
     Sentinel {
@@ -221,7 +222,7 @@ enum Probed {
 struct SentinelPrimary {
     addr: String,
     role: Result<sentinel::Role, Failure>,
-    facts: Result<Facts, String>,
+    facts: Result<Facts, Failure>,
 }
 
 impl Probed {
@@ -259,10 +260,10 @@ impl Probed {
 /// `timeout`.
 async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertificates>) -> Probed {
     match NodeUrl::parse(url) {
-        Err(why) => Probed::Server(Err(why.to_string())),
+        Err(why) => Probed::Server(Err(Failure::Failed(why.to_string()))),
         Ok(NodeUrl::Server(url)) => Probed::Server(match url.as_str().into_connection_info() {
             Ok(info) => facts::gather(info, timeout, tls).await,
-            Err(e) => Err(chain(&e)),
+            Err(e) => Err(Failure::Failed(chain(&e))),
         }),
         Ok(NodeUrl::Cluster { seeds }) => {
             let cluster = cluster::gather(&seeds, timeout, tls).await;
@@ -295,7 +296,7 @@ async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertifi
                     let gather = tokio::spawn(async move {
                         match info {
                             Some(info) => facts::gather(info, timeout, tls.as_ref()).await,
-                            None => Err("not an address".to_string()),
+                            None => Err(Failure::Failed("not an address".to_string())),
                         }
                     });
                     (addr, gather)
@@ -303,9 +304,7 @@ async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertifi
                 .collect();
             let mut primaries = Vec::new();
             for (addr, gather) in gathers {
-                let facts = gather
-                    .await
-                    .unwrap_or_else(|e| Err(format!("internal error: {}", chain(&e))));
+                let facts = gather.await.unwrap_or_else(|e| Err(internal(&e)));
                 primaries.push((addr, facts));
             }
             Probed::Cluster { cluster, primaries }
@@ -318,7 +317,7 @@ async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertifi
                     Err(e) => SentinelPrimary {
                         addr: addr.clone(),
                         role: Err(e.clone()),
-                        facts: Err(e.into()),
+                        facts: Err(e),
                     },
                     Ok(info) => {
                         let (role, facts) = tokio::join!(
@@ -340,7 +339,10 @@ async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertifi
             }
         }
         // A form newer than this command: the library will say.
-        Ok(_) => Probed::Server(Err(format!("{url}: a node form doctor does not know"))),
+        Ok(_) => Probed::Server(Err(Failure::Failed(format!(
+            "{}: a node form doctor does not know",
+            redlease::redact_url(url)
+        )))),
     }
 }
 
@@ -445,24 +447,38 @@ fn node_rows(
     }
 }
 
+/// A task that panicked, as a failure.
+fn internal(e: &tokio::task::JoinError) -> Failure {
+    Failure::Failed(format!("internal error: {}", chain(e)))
+}
+
 /// The row for a node that does not answer at all: `what` to start, and
-/// how its URL carries a password.
-fn unreachable(why: &str, what: &str, password: &str, timeout: Duration) -> Row {
-    fail(
-        "reachable",
-        format!("no: {why}"),
-        format!(
+/// how its URL carries a password. A refused password or a port where
+/// no Redis answers is fixed in the URL, not by starting anything.
+fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> Row {
+    let fix = match why {
+        Failure::Diagnosed(Diagnosis::NeedsPassword) => {
+            format!("give the user and password in the URL: {password}")
+        }
+        Failure::Diagnosed(Diagnosis::WrongPassword) => {
+            format!("check the user name and password in the URL ({password})")
+        }
+        Failure::Diagnosed(Diagnosis::NotRedis) => "check the port in the URL: another \
+             program listens there (for a TLS port, the URL starts with rediss://)"
+            .to_string(),
+        _ => format!(
             "start {what}, or check the URL, port, firewall and password ({password}); \
              doctor waits {} per request (--timeout)",
             duration::show(timeout)
         ),
-    )
+    };
+    fail("reachable", format!("no: {why}"), fix)
 }
 
 /// The checks of one server. `replicas`: how many replicas it has as the
 /// cluster or the sentinels tell, for when INFO is refused.
 fn node_checks(
-    facts: Result<&Facts, &String>,
+    facts: Result<&Facts, &Failure>,
     (ttl, quarantine): (Duration, Duration),
     timeout: Duration,
     deploy: Deploy,
@@ -494,14 +510,14 @@ fn node_checks(
 /// coverage, and its shards.
 fn cluster_checks(
     cluster: Result<&ClusterFacts, &String>,
-    primaries: &[(String, Result<Facts, String>)],
+    primaries: &[(String, Result<Facts, Failure>)],
     timeout: Duration,
 ) -> Vec<Row> {
     let cluster = match cluster {
         Ok(cluster) => cluster,
         Err(why) => {
             return vec![unreachable(
-                why,
+                &Failure::Failed(why.clone()),
                 "the cluster's servers",
                 "redis+cluster://:password@host:port,...",
                 timeout,
@@ -529,7 +545,7 @@ fn cluster_checks(
     rows
 }
 
-fn cluster_state(cluster: &ClusterFacts, primaries: &[(String, Result<Facts, String>)]) -> Row {
+fn cluster_state(cluster: &ClusterFacts, primaries: &[(String, Result<Facts, Failure>)]) -> Row {
     const CHECK: &str = "cluster";
     const ALL: u32 = 16_384;
     let shards = cluster.shards.as_ref().ok();
@@ -718,7 +734,7 @@ fn sentinel_checks(
             )];
         }
         return vec![unreachable(
-            &format!("no sentinel answered ({})", silent.join("; ")),
+            &Failure::Failed(format!("no sentinel answered ({})", silent.join("; "))),
             "the sentinels",
             "?sentinel_password=... after the service name",
             timeout,
@@ -887,21 +903,21 @@ fn latency(rtt: Duration, ping_denied: bool, ttl: Duration) -> Row {
     } else {
         format!("PING {} (median of 5)", duration::show_ms(rtt))
     };
-    let why = format!(
-        "each request may take {} with a {} TTL",
+    let budget_text = format!(
+        "the {} a lock request may take with a {} TTL (the node timeout, 5% of it)",
         duration::show(budget),
         duration::show(ttl)
     );
     if rtt >= budget {
         fail(
             "reachable",
-            format!("{detail}: slower than the {why}"),
+            format!("{detail}: slower than {budget_text}"),
             "use nearer nodes, or a longer TTL",
         )
     } else if rtt >= budget / 4 {
         warn(
             "reachable",
-            format!("{detail}: little margin, as {why}"),
+            format!("{detail}: little margin under {budget_text}"),
             "use nearer nodes, or a longer TTL",
         )
     } else {
@@ -946,7 +962,11 @@ fn server(facts: &Facts, deploy: Deploy) -> Row {
                 failed(facts.hello.as_ref().map(drop)),
                 failed(facts.info.as_ref().map(drop))
             ),
-            "allow INFO for this user (ACL +info), or run doctor as an admin user",
+            if matches!(facts.info, Err(Failure::Denied(_))) {
+                "allow INFO for this user (ACL +info), or run doctor as an admin user"
+            } else {
+                "run doctor again; if INFO keeps failing, check the server"
+            },
         );
     };
     let mode = facts.mode().unwrap_or_else(|| "standalone".into());
@@ -1142,8 +1162,11 @@ fn restart_quarantine(facts: &Facts, quarantine: Duration, deploy: Deploy) -> Ro
         }
         (None, _) => warn(
             CHECK,
-            "could not read its uptime",
-            "allow INFO for this user: redlease needs it to see restarts",
+            match &facts.info {
+                Ok(_) => "could not read its uptime: INFO has no uptime_in_seconds".to_string(),
+                Err(e) => format!("could not read its uptime: INFO failed: {e}"),
+            },
+            "run doctor again: redlease needs INFO's uptime to see restarts",
         ),
     }
 }
@@ -1199,8 +1222,11 @@ fn replication(facts: &Facts, deploy: Deploy, known: Option<usize>) -> Row {
         }
         _ => warn(
             CHECK,
-            "could not read the role from INFO",
-            "allow INFO for this user (ACL +info)",
+            match &facts.info {
+                Ok(_) => "could not read the role: INFO has no role".to_string(),
+                Err(e) => format!("could not read the role: INFO failed: {e}"),
+            },
+            "run doctor again; if INFO keeps failing, check the server",
         ),
     }
 }
@@ -1227,6 +1253,11 @@ fn fleet_checks(found: &[Probed]) -> Vec<Row> {
         .flat_map(|(i, probed)| probed.servers().into_iter().map(move |f| (i, f)))
         .collect();
     let up = found.iter().filter(|p| p.up()).count();
+    if servers.is_empty() {
+        // Nothing to compare: an OK here would read as a pass. The node
+        // count FAILs, and each node's row says why.
+        return vec![node_count(found.len(), up)];
+    }
     vec![
         node_count(found.len(), up),
         same_server(&servers),
@@ -1293,9 +1324,6 @@ fn same_server(servers: &[(usize, &Facts)]) -> Row {
             names.join(" = ")
         })
         .collect();
-    if servers.is_empty() {
-        return ok(CHECK, "no server answered: nothing to compare");
-    }
     if twice.is_empty() && !unknown.is_empty() {
         let names: Vec<String> = unknown.iter().map(|i| format!("node {i}")).collect();
         warn(
@@ -1343,18 +1371,27 @@ fn clock_skew(servers: &[(usize, &Facts)]) -> Row {
         .iter()
         .filter_map(|(_, f)| f.clock.as_ref().ok())
         .collect();
-    if servers.is_empty() {
-        return ok(CHECK, "no server answered: nothing to compare");
-    }
     let (Some(min), Some(max)) = (
         clocks.iter().map(|c| c.offset_us).min(),
         clocks.iter().map(|c| c.offset_us).max(),
     ) else {
-        return warn(
-            CHECK,
-            "no node told its time (TIME failed)",
-            "allow TIME for this user (the lock script needs it too)",
-        );
+        let failures: Vec<&Failure> = servers
+            .iter()
+            .filter_map(|(_, f)| f.clock.as_ref().err())
+            .collect();
+        // An ACL grant helps only if TIME was refused for this user.
+        return match failures.iter().find(|f| !matches!(f, Failure::Denied(_))) {
+            None => warn(
+                CHECK,
+                "no node told its time: this user may not run TIME (ACL: NOPERM)",
+                "allow TIME for this user (the lock script needs it too)",
+            ),
+            Some(e) => warn(
+                CHECK,
+                format!("no node told its time: TIME failed: {e}"),
+                "run doctor again; if TIME keeps failing, check the nodes",
+            ),
+        };
     };
     if clocks.len() < 2 {
         return ok(CHECK, "one server: nothing to compare");
@@ -1395,5 +1432,56 @@ fn plural(n: usize) -> &'static str {
         ""
     } else {
         "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_names_the_budget_in_words_and_below_a_millisecond() {
+        let us = Duration::from_micros;
+        let slow = latency(us(210), false, Duration::from_millis(2));
+        assert_eq!(slow.level, Level::Fail);
+        assert!(
+            slow.detail.ends_with(
+                "slower than the 100µs a lock request may take with a 2ms TTL (the node \
+                 timeout, 5% of it)"
+            ),
+            "{}",
+            slow.detail
+        );
+        let close = latency(us(40), false, Duration::from_millis(2));
+        assert_eq!(close.level, Level::Warn);
+        assert!(
+            close.detail.contains("little margin under the 100µs"),
+            "{}",
+            close.detail
+        );
+        assert_eq!(
+            latency(us(20), false, Duration::from_secs(10)).level,
+            Level::Ok
+        );
+    }
+
+    #[test]
+    fn an_auth_failure_or_a_foreign_port_is_fixed_in_the_url() {
+        let timeout = Duration::from_secs(2);
+        for (diagnosis, fix) in [
+            (
+                Diagnosis::NeedsPassword,
+                "give the user and password in the URL",
+            ),
+            (Diagnosis::WrongPassword, "check the user name and password"),
+            (Diagnosis::NotRedis, "check the port"),
+        ] {
+            let row = unreachable(&Failure::Diagnosed(diagnosis), "the server", "URL", timeout);
+            assert_eq!(row.detail, format!("no: {diagnosis}"));
+            let row_fix = row.fix.unwrap();
+            assert!(row_fix.starts_with(fix), "{row_fix}");
+            assert!(!row_fix.contains("start the server"), "{row_fix}");
+            assert!(!row_fix.contains("allow"), "{row_fix}");
+        }
     }
 }

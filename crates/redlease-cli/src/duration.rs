@@ -16,11 +16,30 @@ const EXAMPLES: &str = "use e.g. 500ms, 10s, 2m";
 /// months where `m` is minutes.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
+    if text.starts_with('-') {
+        return Err(format!(
+            "{text:?}: durations cannot be negative; {EXAMPLES}"
+        ));
+    }
     let parsed = humantime::parse_duration(text).map_err(|e| explain(text, &e))?;
     if units(text).any(|unit| unit == "M") {
         return Err(format!(
             "{text:?}: the unit M means months; write m for minutes, or months if you \
              mean it"
+        ));
+    }
+    Ok(parsed)
+}
+
+/// [`parse`], for the flags where zero means nothing (a TTL, a timeout):
+/// zero is refused as a usage error, not left to fail later or to time
+/// out at once.
+pub fn parse_positive(text: &str) -> Result<Duration, String> {
+    let parsed = parse(text)?;
+    if parsed.is_zero() {
+        return Err(format!(
+            "{:?} is zero, and this takes a positive duration; {EXAMPLES}",
+            text.trim()
         ));
     }
     Ok(parsed)
@@ -51,10 +70,17 @@ fn explain(text: &str, e: &humantime::DurationError) -> String {
     }
 }
 
-/// A short rendering for people: `850ms`, `9.2s`, `2m05s`, `3h12m`.
+/// A short rendering for people: `250µs`, `2.5ms`, `850ms`, `9.2s`,
+/// `2m05s`, `3h12m`. Never rounds a duration that is not zero to `0ms`.
 pub fn show(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms < 1_000 {
+    if d.is_zero() {
+        "0s".to_string()
+    } else if d < Duration::from_millis(1) {
+        format!("{}µs", d.as_micros())
+    } else if d < Duration::from_millis(10) && !d.subsec_micros().is_multiple_of(1_000) {
+        format!("{:.1}ms", d.as_secs_f64() * 1e3)
+    } else if ms < 1_000 {
         format!("{ms}ms")
     } else if ms < 60_000 {
         format!("{:.1}s", d.as_secs_f64())
@@ -116,7 +142,8 @@ mod tests {
         assert!(parse("  ").unwrap_err().contains("empty"));
         assert!(parse("s").unwrap_err().contains("not a duration"));
         assert!(parse("1..5s").unwrap_err().contains("not a duration"));
-        assert!(parse("-1s").unwrap_err().contains("not a duration"));
+        assert!(parse("-1s").unwrap_err().contains("cannot be negative"));
+        assert!(parse(" -1").unwrap_err().contains("cannot be negative"));
         assert!(parse("99999999999999999999h")
             .unwrap_err()
             .contains("too large"));
@@ -126,7 +153,25 @@ mod tests {
     }
 
     #[test]
+    fn positive_durations_refuse_zero_only() {
+        assert_eq!(parse_positive("1ms"), Ok(ms(1)));
+        assert_eq!(parse_positive("250us"), Ok(Duration::from_micros(250)));
+        for zero in ["0", "0s", " 0ms "] {
+            assert!(
+                parse_positive(zero).unwrap_err().contains("is zero"),
+                "{zero}"
+            );
+        }
+        assert!(parse_positive("-5s").unwrap_err().contains("negative"));
+        assert!(parse_positive("10").unwrap_err().contains("no unit"));
+    }
+
+    #[test]
     fn shows_short_forms() {
+        assert_eq!(show(Duration::ZERO), "0s");
+        assert_eq!(show(Duration::from_micros(100)), "100µs");
+        assert_eq!(show(Duration::from_micros(2_500)), "2.5ms");
+        assert_eq!(show(ms(2)), "2ms");
         assert_eq!(show(ms(850)), "850ms");
         assert_eq!(show(ms(9_240)), "9.2s");
         assert_eq!(show(ms(125_000)), "2m05s");

@@ -1,6 +1,11 @@
-//! Errors as one line for people: the error and every cause behind it.
+//! Errors as one line for people: the error and every cause behind it,
+//! with the library's field names as the flags that set them, and what a
+//! node's failure most likely means when that can be told.
 
 use std::error::Error;
+use std::fmt;
+
+use redis::RedisError;
 
 /// The error's message followed by `: <cause>` for each
 /// [`source`](Error::source) down the chain, so that a wrapper such as
@@ -8,8 +13,18 @@ use std::error::Error;
 /// as its source, does not hide why it failed. A cause whose text the line
 /// already contains (an error that repeats its source in its own message)
 /// is not added again.
-pub fn chain(e: &dyn Error) -> String {
-    let mut line = e.to_string();
+///
+/// A `redlease::Error::InvalidInput` names the flag (`--key` for the
+/// library's `resource`), and the nodes that failed for a reason
+/// [`diagnose`] tells are named with it at the end.
+pub fn chain(e: &(dyn Error + 'static)) -> String {
+    let library = e.downcast_ref::<redlease::Error>();
+    let mut line = match library {
+        Some(redlease::Error::InvalidInput { field, reason, .. }) => {
+            format!("invalid {}: {reason}", flag(field))
+        }
+        _ => e.to_string(),
+    };
     let mut next = e.source();
     while let Some(cause) = next {
         let text = cause.to_string();
@@ -19,7 +34,107 @@ pub fn chain(e: &dyn Error) -> String {
         }
         next = cause.source();
     }
+    let told: Vec<String> = library
+        .map(redlease::Error::node_errors)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|failed| {
+            let diagnosis = diagnose(failed)?;
+            Some(format!("node {}: {diagnosis}", failed.node().index()))
+        })
+        .collect();
+    if !told.is_empty() {
+        line.push_str(&format!(" ({})", told.join("; ")));
+    }
     line
+}
+
+/// The command-line flag behind a setting the library names: the flags
+/// are what the person typed.
+fn flag(field: &str) -> &str {
+    match field {
+        "resource" => "--key",
+        "urls" => "--nodes",
+        "key_prefix" => "--key-prefix",
+        other => other,
+    }
+}
+
+/// What a node's failure means for the person at the keyboard, when that
+/// can be told for sure; neither waiting nor ACL grants fix these, the URL
+/// does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Diagnosis {
+    /// The server wants a password and got none (`NOAUTH`).
+    NeedsPassword,
+    /// The server refused the user name or password (`WRONGPASS`, or
+    /// `AUTH` refused).
+    WrongPassword,
+    /// What answered is no Redis server: its reply does not parse.
+    NotRedis,
+}
+
+impl fmt::Display for Diagnosis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Diagnosis::NeedsPassword => {
+                "needs a password: put it in the URL, redis://user:password@host"
+            }
+            Diagnosis::WrongPassword => "wrong user name or password (or the user is disabled)",
+            Diagnosis::NotRedis => "does not speak the Redis protocol (is this a Redis port?)",
+        })
+    }
+}
+
+/// What `e`, or an error behind it, means ([`Diagnosis`]), if it is a
+/// redis-rs error that tells. The library keeps the redis-rs error of a
+/// failed connection as its node error's source.
+pub fn diagnose(e: &(dyn Error + 'static)) -> Option<Diagnosis> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(told) = e.downcast_ref::<RedisError>().and_then(diagnose_redis) {
+            return Some(told);
+        }
+        // A reply with an error code is kept as the code, without a source.
+        if let Some(redlease::NodeErrorKind::Redis { code, .. }) =
+            e.downcast_ref::<redlease::NodeError>().map(|e| e.kind())
+        {
+            if let Some(told) = diagnose_code(code) {
+                return Some(told);
+            }
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// What an error reply's code says, if it is about authentication.
+fn diagnose_code(code: &str) -> Option<Diagnosis> {
+    match code {
+        "NOAUTH" => Some(Diagnosis::NeedsPassword),
+        "WRONGPASS" => Some(Diagnosis::WrongPassword),
+        _ => None,
+    }
+}
+
+/// [`diagnose`] for one redis-rs error.
+pub fn diagnose_redis(e: &RedisError) -> Option<Diagnosis> {
+    match e.kind() {
+        redis::ErrorKind::AuthenticationFailed => return Some(Diagnosis::WrongPassword),
+        redis::ErrorKind::Parse => return Some(Diagnosis::NotRedis),
+        _ => {}
+    }
+    // A connection's set-up runs as a pipeline, whose error lists each
+    // command's reply; the first code that tells decides.
+    let codes: Vec<String> = match e.code() {
+        Some(code) => vec![code.to_string()],
+        None => e
+            .clone()
+            .into_server_errors()
+            .map(|errors| errors.iter().map(|(_, e)| e.code().to_string()).collect())
+            .unwrap_or_default(),
+    };
+    codes.iter().find_map(|code| diagnose_code(code))
 }
 
 #[cfg(test)]
@@ -58,6 +173,34 @@ mod tests {
     #[test]
     fn an_error_without_a_source_is_its_message() {
         assert_eq!(chain(&Wrapped("bad input", None)), "bad input");
+    }
+
+    #[test]
+    fn the_librarys_field_names_become_the_flags() {
+        let locker_error = redlease::NodeId::from_url(0, "127.0.0.1:7300").unwrap_err();
+        let line = chain(&locker_error);
+        assert!(
+            line.starts_with("invalid --nodes: node 0 (127.0.0.1:7300)"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn auth_and_protocol_failures_are_told() {
+        let wrong: RedisError = (
+            redis::ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        )
+            .into();
+        assert_eq!(diagnose_redis(&wrong), Some(Diagnosis::WrongPassword));
+        let noauth =
+            redis::make_extension_error("NOAUTH".into(), Some("Authentication required.".into()));
+        assert_eq!(diagnose_redis(&noauth), Some(Diagnosis::NeedsPassword));
+        let wrongpass = redis::make_extension_error("WRONGPASS".into(), None);
+        let behind = Wrapped("connection failed", Some(Box::new(wrongpass)));
+        assert_eq!(diagnose(&behind), Some(Diagnosis::WrongPassword));
+        let refused = io::Error::new(io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(diagnose_redis(&RedisError::from(refused)), None);
     }
 
     #[test]

@@ -132,7 +132,7 @@ pub async fn gather(
     server: ConnectionInfo,
     timeout: Duration,
     tls: Option<&redis::TlsCertificates>,
-) -> Result<Facts, String> {
+) -> Result<Facts, Failure> {
     let mut probe = Probe::connect_to(server, timeout, tls).await?;
     let mut rtts = Vec::with_capacity(PINGS);
     let mut ping_denied = false;
@@ -141,7 +141,7 @@ pub async fn gather(
         match probe.query::<String>(&redis::cmd("PING")).await {
             Ok(_) => {}
             Err(Failure::Denied(_)) => ping_denied = true,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
         rtts.push(sent.elapsed());
     }

@@ -9,7 +9,9 @@ mod duration;
 mod errors;
 mod exit;
 mod facts;
+mod guardian;
 mod logging;
+mod metrics_http;
 mod nodes;
 mod probe;
 mod release;
@@ -65,6 +67,14 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("redlease: internal error (a bug): {info}");
     }));
+    // `run`'s guardian (hidden): before clap, logging and the runtime, none
+    // of which it needs.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == guardian::SUBCOMMAND)
+    {
+        return guardian::main();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => match e.kind() {
@@ -73,7 +83,10 @@ fn main() -> ExitCode {
             | ErrorKind::DisplayVersion
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
             _ => {
-                let args: Vec<String> = std::env::args().collect();
+                // Lossy: an argument that is not UTF-8 must not panic here.
+                let args: Vec<String> = std::env::args_os()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect();
                 return Exit::with(exit::USAGE, one_line(&e, &args)).report();
             }
         },
@@ -126,7 +139,12 @@ fn one_line(e: &clap::Error, args: &[String]) -> String {
             usage = Some(rest.trim().to_string());
             break;
         }
-        if trimmed.is_empty() || trimmed.starts_with("For more information") {
+        // "to pass '-1' as a value, use '-- -1'": here `--` starts run's
+        // command, which the value would become.
+        if trimmed.is_empty()
+            || trimmed.starts_with("For more information")
+            || trimmed.starts_with("tip: to pass")
+        {
             continue;
         }
         let trimmed = trimmed.strip_prefix("error: ").unwrap_or(trimmed);
@@ -147,6 +165,9 @@ fn one_line(e: &clap::Error, args: &[String]) -> String {
     if message.contains("<COMMAND>") && e.kind() == ErrorKind::MissingRequiredArgument {
         message.push_str(" (put the command after `--`, e.g. redlease run --key NAME -- ./job.sh)");
     }
+    if let Some(instead) = misread(e, args) {
+        message = instead;
+    }
     // The usage line names the subcommand ("redlease run [OPTIONS] ...");
     // errors without one (bad values) are found in the arguments.
     let subcommand = match usage {
@@ -165,6 +186,94 @@ fn one_line(e: &clap::Error, args: &[String]) -> String {
     match subcommand {
         Some(sub) => format!("{message}; see `redlease {sub} --help`"),
         None => format!("{message}; see `redlease --help`"),
+    }
+}
+
+/// What an unexpected argument clap reports most likely was, when that
+/// can be told: a negative value after a flag (which clap takes for a
+/// flag), or `run`'s command without the `--` before it. `None` for the
+/// others, which clap's own message fits.
+fn misread(e: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let cli = Cli::command();
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    let sub_at = (1..end).find(|&i| cli.find_subcommand(&args[i]).is_some())?;
+    let sub = cli.find_subcommand(&args[sub_at])?;
+    // The flag `word` names, if it takes a value (given as the next word).
+    let flag = |word: &str| {
+        let arg = match word.strip_prefix("--") {
+            Some(long) => sub.get_arguments().find(|a| a.get_long() == Some(long)),
+            None => {
+                let short = word.strip_prefix('-')?.chars().next()?;
+                (word.len() == 2)
+                    .then(|| sub.get_arguments().find(|a| a.get_short() == Some(short)))?
+            }
+        }?;
+        arg.get_action().takes_values().then_some(arg)
+    };
+    // Where clap stopped: the first `bad` that is not a flag's value.
+    let at = (sub_at + 1..end).find(|&i| args[i] == *bad && flag(&args[i - 1]).is_none());
+    let negative = bad.len() > 1 && bad[1..].starts_with(|c: char| c.is_ascii_digit() || c == '.');
+    if bad.starts_with('-') && negative {
+        // `--ttl -1`: clap read the value as a flag, as the one before it
+        // is still waiting for its value (and of `-5s`, only `-5`).
+        let i = (sub_at + 1..end).find(|&i| args[i].starts_with(bad.as_str()))?;
+        let arg = flag(&args[i - 1])?;
+        let (name, bad) = (&args[i - 1], &args[i]);
+        let is_duration =
+            arg.get_value_parser().type_id() == std::any::TypeId::of::<std::time::Duration>();
+        return Some(if is_duration {
+            format!("{name} {bad}: durations cannot be negative; use e.g. 500ms, 10s, 2m")
+        } else {
+            format!("{name} {bad}: negative values are not accepted")
+        });
+    }
+    if sub.get_name() == "run" && !bad.starts_with('-') && end == args.len() {
+        let at = at?;
+        let before: Vec<String> = args[..at]
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                if i == 0 {
+                    "redlease".to_string()
+                } else {
+                    shown(a)
+                }
+            })
+            .collect();
+        let command: Vec<String> = args[at..].iter().map(|a| shell_word(a)).collect();
+        return Some(format!(
+            "unexpected argument {bad:?}: put the command after `--`: {} -- {}",
+            before.join(" "),
+            command.join(" ")
+        ));
+    }
+    None
+}
+
+/// An option word as it may be shown: a URL's password hidden.
+fn shown(word: &str) -> String {
+    if word.contains("://") && word.contains('@') {
+        redlease::redact_url(word)
+    } else {
+        shell_word(word)
+    }
+}
+
+/// `word` as a shell would need it typed: in single quotes unless it is
+/// plain.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:=,@%+".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -212,6 +321,55 @@ mod tests {
             "true",
         ]);
         assert!(line.contains("cannot be used with"), "{line}");
+    }
+
+    #[test]
+    fn negative_values_and_a_missing_dash_dash_are_named() {
+        let (_, line) = error_for(&["redlease", "run", "--key", "k", "--ttl", "-1", "--", "true"]);
+        assert!(
+            line.starts_with("--ttl -1: durations cannot be negative"),
+            "{line}"
+        );
+        assert!(!line.contains("'-- -1'"), "{line}");
+        let (_, line) = error_for(&["redlease", "status", "--key", "k", "--timeout", "-5s"]);
+        assert!(
+            line.starts_with("--timeout -5s: durations cannot"),
+            "{line}"
+        );
+        let (_, line) = error_for(&[
+            "redlease",
+            "run",
+            "--key",
+            "k",
+            "--durable",
+            "-1",
+            "--",
+            "x",
+        ]);
+        assert!(line.starts_with("--durable -1: negative values"), "{line}");
+
+        let (_, line) = error_for(&["redlease", "run", "--key", "echo", "echo", "it's"]);
+        assert!(
+            line.contains("put the command after `--`: redlease run --key echo -- echo 'it'\\''s'"),
+            "{line}"
+        );
+        let (_, line) = error_for(&[
+            "redlease",
+            "run",
+            "--nodes",
+            "redis://u:hunter2@h:1",
+            "--key",
+            "k",
+            "true",
+        ]);
+        assert!(
+            line.contains("--nodes redis://***@h:1 --key k -- true"),
+            "{line}"
+        );
+        assert!(!line.contains("hunter2"), "{line}");
+        // With a `--` already there, the word is just unexpected.
+        let (_, line) = error_for(&["redlease", "run", "--key", "k", "extra", "--", "true"]);
+        assert!(!line.contains("put the command"), "{line}");
     }
 
     #[test]

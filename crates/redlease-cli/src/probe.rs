@@ -11,7 +11,7 @@ use redis::{
 };
 
 use crate::duration;
-use crate::errors::chain;
+use crate::errors::{chain, diagnose_redis, Diagnosis};
 
 /// One connection, with the timeout every request gets.
 pub struct Probe {
@@ -29,6 +29,9 @@ pub enum Failure {
     /// The server does not know the command (`ERR unknown command`): it is
     /// older than the command.
     Unknown(String),
+    /// The server refused our credentials, or what answered is no Redis
+    /// server: the URL is wrong, and no ACL grant helps.
+    Diagnosed(Diagnosis),
     /// Anything else: no connection, no reply in time, another error.
     Failed(String),
 }
@@ -37,6 +40,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Denied(why) | Failure::Unknown(why) | Failure::Failed(why) => f.write_str(why),
+            Failure::Diagnosed(diagnosis) => diagnosis.fmt(f),
         }
     }
 }
@@ -115,6 +119,9 @@ async fn bounded<T>(
 
 /// A redis-rs error as a [`Failure`], described for a table cell.
 pub fn classify(e: &RedisError) -> Failure {
+    if let Some(diagnosis) = diagnose_redis(e) {
+        return Failure::Diagnosed(diagnosis);
+    }
     let text = describe_error(e);
     match e.code() {
         Some("NOPERM") => Failure::Denied(text),

@@ -1,6 +1,9 @@
 //! `redlease run`: a command under a distributed lock, like flock(1) across
 //! machines. Acquire, keep the lease alive while the command runs, stop the
-//! command if the lease is lost, pass signals on, release at the end.
+//! command if the lease is lost or redlease is asked to stop (SIGKILL after
+//! `--grace` if it does not), pass signals on, release at the end. If
+//! redlease itself dies, its guardian process stops the command (see
+//! guardian.rs).
 
 use std::ffi::OsString;
 use std::io;
@@ -15,11 +18,17 @@ use tokio::process::{Child, Command};
 use crate::duration;
 use crate::errors::chain;
 use crate::exit::{self, Exit};
+use crate::guardian::Guardian;
 use crate::nodes::NodesArg;
-use crate::signals::{Signals, Target};
+use crate::signals::{self, Signals, Target};
 
 /// How often leftovers of a stopped command are looked for.
 const GROUP_POLL: Duration = Duration::from_millis(50);
+
+/// A pause of this process or of a node that a lease should survive: a busy
+/// machine's scheduler, forking the command, a node forking for a snapshot
+/// or rewriting its append-only file can each stall this long.
+const ORDINARY_PAUSE: Duration = Duration::from_millis(100);
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -32,9 +41,15 @@ lost anyway (nodes down or unreachable for longer than the TTL, or the lock \
 was taken over), the command gets SIGTERM, then SIGKILL after --grace, and \
 redlease exits with 75. The command runs in its own process group, so these \
 reach every process it started (a shell script's children too). SIGTERM, \
-SIGINT, SIGHUP and SIGQUIT sent to redlease are passed on the same way, \
-SIGUSR1 and SIGUSR2 to the command alone. When the command ends, redlease \
-releases the lock and exits with its status (128+N if it died of signal N).
+SIGINT and SIGQUIT sent to redlease are passed on the same way, SIGKILL \
+following after --grace if the command has not exited; SIGHUP is passed on \
+without (daemons take it as a reload); SIGUSR1 and SIGUSR2 go to the command \
+alone. If redlease itself is killed (SIGKILL, out of memory), a small \
+guardian process (redlease __guardian) stops the command's group: SIGTERM at \
+once, SIGKILL after --grace or before the lease could expire, whichever is \
+first. A process that leaves the group (setsid) escapes both. When the \
+command ends, redlease releases the lock and exits with its status (128+N if \
+it died of signal N).
 
 Examples:
   redlease run --key nightly-report -- ./report.sh --full
@@ -56,7 +71,7 @@ pub struct RunArgs {
     /// How long the lock outlives redlease if it dies without releasing
     /// (e.g. its machine crashes). It is renewed every third of this while
     /// the command runs, so the command itself may run for any time.
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse_positive)]
     ttl: Duration,
 
     /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m) [default:
@@ -72,8 +87,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
     conflict_exit_code: u8,
 
-    /// After the lease is lost and the command got SIGTERM, how long it may
-    /// take to exit before it gets SIGKILL.
+    /// How long the command may take to exit after it was told to stop
+    /// (SIGTERM on a lost lease; SIGTERM, SIGINT or SIGQUIT passed on; redlease
+    /// killed) before its process group gets SIGKILL.
     #[arg(long, value_name = "D", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
 
@@ -86,7 +102,7 @@ pub struct RunArgs {
 
     /// How long each write waits for the --durable replicas; must be
     /// shorter than the node timeout (5% of the TTL unless set otherwise).
-    #[arg(long, value_name = "D", default_value = "100ms", value_parser = duration::parse, requires = "durable")]
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = duration::parse_positive, requires = "durable")]
     durable_timeout: Duration,
 
     /// Prefix of the lock's Redis key (the key is PREFIX{NAME}); must match
@@ -140,13 +156,10 @@ pub async fn run(args: RunArgs) -> Exit {
     };
     if let Some(addr) = args.metrics_addr {
         // Serves from this runtime until redlease exits.
-        let exporter = metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install();
-        if let Err(e) = exporter {
+        if let Err(e) = crate::metrics_http::serve(addr).await {
             return Exit::with(
                 exit::USAGE,
-                format!("cannot serve metrics at {addr}: {}", chain(&e)),
+                format!("cannot serve metrics at {addr}: {}", chain(&*e)),
             );
         }
     }
@@ -163,6 +176,15 @@ pub async fn run(args: RunArgs) -> Exit {
         Ok(locker) => locker,
         Err(e) => return Exit::with(exit::USAGE, chain(&e)),
     };
+    // A bad name is refused before any connection is made.
+    if let Err(e) = locker.check_name(&args.key) {
+        return Exit::with(exit::USAGE, chain(&e));
+    }
+    let mut ttl_warned = false;
+    if let Some(warning) = ttl_warning(args.ttl).filter(|_| !args.quiet) {
+        eprintln!("redlease: {warning}");
+        ttl_warned = true;
+    }
     // One server given twice (localhost and 127.0.0.1, say) would count
     // twice: refuse before waiting. Nodes that are down are checked when
     // they answer (the lock then fails the same way).
@@ -171,8 +193,9 @@ pub async fn run(args: RunArgs) -> Exit {
     }
 
     let started = Instant::now();
+    let mut first_try = Duration::ZERO;
     let lease = tokio::select! {
-        got = acquire(&locker, &args) => match got {
+        got = acquire(&locker, &args, &mut first_try) => match got {
             Ok(lease) => lease,
             Err(e) => return not_acquired(&e, &args, started.elapsed()),
         },
@@ -190,30 +213,115 @@ pub async fn run(args: RunArgs) -> Exit {
         waited = %duration::show(started.elapsed()),
         "took the lock; starting the command"
     );
-    let mut child = match spawn(&args, lease.fencing_token()) {
+    if let Some(warning) = round_trip_warning(args.ttl, first_try) {
+        if !args.quiet && !ttl_warned {
+            eprintln!("redlease: {warning}");
+        }
+    }
+    let mut guardian = match Guardian::start(args.grace) {
+        Ok(guardian) => guardian,
+        Err(e) => {
+            let _ = lease.release().await;
+            locker.flush().await;
+            return Exit::with(
+                exit::INTERNAL,
+                format!(
+                    "cannot start the guardian process (it stops the command if redlease \
+                     dies): {}; the command was not run",
+                    chain(&e)
+                ),
+            );
+        }
+    };
+    let mut child = match spawn(&args, lease.fencing_token(), &guardian) {
         Ok(child) => child,
         Err(e) => {
+            let guardian = guardian.dismiss();
             // Nothing ran under the lock: its release result is moot.
             let _ = lease.release().await;
             locker.flush().await;
+            guardian.reap().await;
             return cannot_spawn(&args.command[0], &e);
         }
     };
-    let ended = supervise(&mut child, &lease, &mut signals, &args).await;
+    let ended = supervise(&mut child, &lease, &mut signals, &mut guardian, &args).await;
+    // The command ended: nothing is left to guard. What it left running
+    // behind it is not stopped on a normal end, nor if redlease dies while
+    // releasing (the keys then expire by their TTL).
+    let guardian = guardian.dismiss();
     tracing::info!(key = %args.key, status = ?ended.status, "the command ended; releasing");
     let released = lease.release().await;
     // The release returns once a quorum confirmed; its requests to slower
     // nodes would die with this process and leave a key there until its
     // TTL: let them finish first.
     locker.flush().await;
+    guardian.reap().await;
     finish(ended, released, &args.key)
 }
 
+/// How long a lease outlives its last renewal: renewed every third of the
+/// TTL, it is lost when none has come through by two thirds (less the
+/// drift allowance).
+fn renewal_window(ttl: Duration) -> Duration {
+    ttl * 2 / 3
+}
+
+/// The library's drift allowance, 1% of the TTL + 2 ms: a lease counts as
+/// lost this long before its validity ends.
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// Why `ttl` is too short to keep, if it is, whatever the nodes: the lease
+/// would not survive an [`ORDINARY_PAUSE`].
+fn ttl_warning(ttl: Duration) -> Option<String> {
+    let window = renewal_window(ttl);
+    (window < ORDINARY_PAUSE).then(|| {
+        format!(
+            "warning: --ttl {} is too short to keep: the lease is renewed every {} and lost \
+             when no renewal got through for {}, less than an ordinary pause of a busy \
+             machine or a Redis node ({}); use --ttl {} or more",
+            duration::show(ttl),
+            duration::show(ttl / 3),
+            duration::show(window),
+            duration::show(ORDINARY_PAUSE),
+            duration::show(ORDINARY_PAUSE * 3 / 2)
+        )
+    })
+}
+
+/// Why `ttl` is too short for these nodes, if it is: the first attempt to
+/// take the lock (`first_try`, on connections `check_servers` opened: one
+/// round of requests to every node, two with the fencing write-back) took
+/// more than a quarter of the time a renewal has, so a renewal that meets
+/// a slow moment has too little room for another try.
+fn round_trip_warning(ttl: Duration, first_try: Duration) -> Option<String> {
+    let window = renewal_window(ttl);
+    (first_try * 4 > window).then(|| {
+        format!(
+            "warning: --ttl {} may be too short to keep: taking the lock took {} for one \
+             round of requests, and a renewal must get through within {} (room for fewer \
+             than 4 tries); use --ttl {} or more",
+            duration::show(ttl),
+            duration::show(first_try),
+            duration::show(window),
+            duration::show(first_try * 6)
+        )
+    })
+}
+
 /// Takes the lock: one attempt, then (unless --no-wait) waits for it.
-async fn acquire(locker: &Locker, args: &RunArgs) -> Result<Lease, Error> {
+/// `first_try` gets how long the first attempt took.
+async fn acquire(
+    locker: &Locker,
+    args: &RunArgs,
+    first_try: &mut Duration,
+) -> Result<Lease, Error> {
     // A wait too long for the clock to represent is no bound at all.
     let deadline = args.wait.and_then(|wait| Instant::now().checked_add(wait));
+    let tried = Instant::now();
     let first = locker.try_lock(args.key.as_str()).keep_alive().await;
+    *first_try = tried.elapsed();
     match first {
         Ok(lease) => return Ok(lease),
         Err(e) if no_wait(args) || !worth_waiting(&e) => return Err(e),
@@ -296,8 +404,9 @@ fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
 }
 
 /// Starts the command with the lock's name and fencing token in its
-/// environment, and its stdio shared with ours.
-fn spawn(args: &RunArgs, fencing_token: u64) -> io::Result<Child> {
+/// environment, and its stdio shared with ours; it announces itself to the
+/// `guardian` before it execs.
+fn spawn(args: &RunArgs, fencing_token: u64, guardian: &Guardian) -> io::Result<Child> {
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env("REDLEASE_KEY", &args.key)
@@ -310,7 +419,8 @@ fn spawn(args: &RunArgs, fencing_token: u64) -> io::Result<Child> {
         // If redlease itself is killed (SIGKILL, OOM), nobody renews the
         // lease any more: the command must not go on unprotected. The
         // kernel sends it SIGTERM when the forking thread exits; that is a
-        // runtime worker thread, which lives until redlease exits.
+        // runtime worker thread, which lives until redlease exits. A second
+        // line behind the guardian, which stops the whole group.
         let parent = process::getpid();
         // SAFETY: the closure only makes async-signal-safe syscalls (rustix
         // wraps them without allocating). pre_exec itself has no safe form.
@@ -326,6 +436,14 @@ fn spawn(args: &RunArgs, fencing_token: u64) -> io::Result<Child> {
                 Ok(())
             });
         }
+    }
+    // After the hook above (hooks run in order) and after the new group
+    // exists (std sets it before any hook): the guardian learns the group
+    // before anything of the command runs.
+    // SAFETY: the hook makes one send(2) on a socket it holds, with its line
+    // built on the stack: async-signal-safe, no allocation.
+    unsafe {
+        cmd.pre_exec(guardian.announce(!args.foreground));
     }
     cmd.spawn()
 }
@@ -350,12 +468,13 @@ struct Ended {
     lost: Option<LostReason>,
 }
 
-/// Waits for the command, passing signals on and stopping it if the lease
-/// is lost.
+/// Waits for the command, passing signals on, stopping it if the lease is
+/// lost, and keeping the guardian's kill-by time up with the renewals.
 async fn supervise(
     child: &mut Child,
     lease: &Lease,
     signals: &mut Signals,
+    guardian: &mut Guardian,
     args: &RunArgs,
 ) -> Ended {
     let Some(target) = child
@@ -370,30 +489,61 @@ async fn supervise(
     let lost = lease.lost();
     tokio::pin!(lost);
     let mut lost_why = None;
+    // SIGKILL time: --grace after the first request to stop, and the
+    // signal that made it (for the message).
     let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut told = Signal::TERM;
+    // Renewals move the lease's end every third of the TTL; the guardian
+    // hears of it a little later, which only makes its kill-by earlier.
+    let mut renewed = tokio::time::interval(
+        (args.ttl / 6).clamp(Duration::from_millis(10), Duration::from_secs(1)),
+    );
+    renewed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let margin = drift(args.ttl);
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             why = &mut lost, if lost_why.is_none() => {
                 lost_why = Some(why);
                 target.stop(Signal::TERM);
+                let kill_in = match kill_at {
+                    Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
+                    None => args.grace,
+                };
                 eprintln!(
                     "redlease: lost the lock {:?} while the command ran ({why}); sent it \
                      SIGTERM (SIGKILL in {})",
                     args.key,
-                    duration::show(args.grace)
+                    duration::show(kill_in)
                 );
-                kill_at = Some(tokio::time::Instant::now() + args.grace);
+                if kill_at.is_none() {
+                    told = Signal::TERM;
+                    kill_at = Some(tokio::time::Instant::now() + args.grace);
+                }
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
                 kill_at = None;
                 target.stop(Signal::KILL);
                 eprintln!(
-                    "redlease: the command did not exit within {} of SIGTERM; sent SIGKILL",
-                    duration::show(args.grace)
+                    "redlease: the command did not exit within {} of {}; sent SIGKILL",
+                    duration::show(args.grace),
+                    signals::name(told)
                 );
             }
-            sig = signals.recv() => target.forward(sig),
+            sig = signals.recv() => {
+                target.forward(sig);
+                // A command that ignores the request must not keep the lock
+                // for ever: the same grace as for a lost lease.
+                if signals::asks_to_stop(sig) && kill_at.is_none() {
+                    told = sig;
+                    kill_at = Some(tokio::time::Instant::now() + args.grace);
+                }
+            }
+            _ = renewed.tick() => {
+                if let Some(at) = lease.valid_until().checked_sub(margin) {
+                    guardian.kill_by(at);
+                }
+            }
         }
     };
     if let Some(kill_at) = kill_at {
@@ -454,5 +604,47 @@ fn finish(ended: Ended, released: Result<(), Error>, key: &str) -> Exit {
                 chain(&e)
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_ttl_that_cannot_outlast_an_ordinary_pause_is_too_short() {
+        // Lost 2/3 of the TTL after the last renewal: 150 ms survives 100 ms.
+        assert!(ttl_warning(ms(149)).is_some());
+        assert!(ttl_warning(ms(150)).is_none());
+        assert!(ttl_warning(ms(10_000)).is_none());
+        let text = ttl_warning(ms(30)).unwrap();
+        assert!(text.contains("--ttl 30ms"), "{text}");
+        assert!(text.contains("every 10ms"), "{text}");
+        assert!(text.contains("for 20ms"), "{text}");
+    }
+
+    #[test]
+    fn a_ttl_with_room_for_fewer_than_four_round_trips_is_too_short() {
+        // 1 s: a renewal has 666 ms; 4 tries of 167 ms do not fit.
+        assert!(round_trip_warning(ms(1_000), ms(167)).is_some());
+        assert!(round_trip_warning(ms(1_000), ms(166)).is_none());
+        assert!(round_trip_warning(ms(10_000), ms(5)).is_none());
+        let text = round_trip_warning(ms(1_000), ms(400)).unwrap();
+        assert!(text.contains("took 400ms"), "{text}");
+        assert!(text.contains("--ttl 2.4s or more"), "{text}");
+    }
+
+    #[test]
+    fn only_stop_requests_escalate() {
+        for sig in [Signal::TERM, Signal::INT, Signal::QUIT] {
+            assert!(signals::asks_to_stop(sig), "{}", signals::name(sig));
+        }
+        for sig in [Signal::HUP, Signal::USR1, Signal::USR2] {
+            assert!(!signals::asks_to_stop(sig), "{}", signals::name(sig));
+        }
     }
 }

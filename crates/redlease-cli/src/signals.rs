@@ -20,6 +20,29 @@ pub const FORWARDED: [Signal; 6] = [
     Signal::USR2,
 ];
 
+/// Whether `sig`, passed on to the command, asks it to end: then it gets
+/// SIGKILL if it has not exited after `--grace`, so a command that ignores
+/// it cannot keep the lock for ever. Not SIGHUP: daemons take it as
+/// "reload", and a job started under nohup ignores it on purpose; a command
+/// that goes on after it is still under the lock redlease keeps renewing.
+pub fn asks_to_stop(sig: Signal) -> bool {
+    matches!(sig, Signal::TERM | Signal::INT | Signal::QUIT)
+}
+
+/// The usual name of a forwarded signal, for messages.
+pub fn name(sig: Signal) -> &'static str {
+    match sig {
+        Signal::TERM => "SIGTERM",
+        Signal::INT => "SIGINT",
+        Signal::HUP => "SIGHUP",
+        Signal::QUIT => "SIGQUIT",
+        Signal::USR1 => "SIGUSR1",
+        Signal::USR2 => "SIGUSR2",
+        Signal::KILL => "SIGKILL",
+        _ => "a signal",
+    }
+}
+
 /// Handlers for [`FORWARDED`]; from creation on, these signals no longer
 /// end redlease but are queued for [`Signals::recv`].
 pub struct Signals {

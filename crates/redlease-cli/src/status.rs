@@ -8,7 +8,7 @@ use clap::Args;
 use redlease::{Error, KeyState, Locker, Verdict};
 
 use crate::duration;
-use crate::errors::chain;
+use crate::errors::{self, chain};
 use crate::exit::{self, Exit};
 use crate::nodes::NodesArg;
 use crate::table::Table;
@@ -44,7 +44,7 @@ pub struct LockArg {
     key_prefix: String,
 
     /// How long each node may take to connect and answer.
-    #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse)]
+    #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse_positive)]
     timeout: Duration,
 }
 
@@ -91,24 +91,27 @@ pub async fn status(args: StatusArgs) -> Exit {
         status.key,
         if nodes == 1 { "" } else { "s" }
     );
-    let mut table = Table::new(&["NODE", "LOCK", "FENCING COUNTER", "WAITING"]);
+    // Why a node failed goes on a line of its own under LOCK: it can be
+    // long, and would push the other columns off the screen.
+    let mut table = Table::new(&["NODE", "LOCK", "FENCING COUNTER", "WAITING"]).notes_under(1);
     for (node, answer) in &status.nodes {
-        let row = match answer {
-            Ok(s) => vec![
-                format!("{} {}", node.index(), node.addr()),
-                show_key(s.key),
-                s.fencing_counter
-                    .map_or_else(|| "-".to_string(), |n| n.to_string()),
-                s.waiting.to_string(),
-            ],
-            Err(e) => vec![
-                format!("{} {}", node.index(), node.addr()),
-                format!("unreachable: {}", why(e)),
-                String::new(),
-                String::new(),
-            ],
-        };
-        table.row(row, None);
+        let name = format!("{} {}", node.index(), node.addr());
+        match answer {
+            Ok(s) => table.row(
+                vec![
+                    name,
+                    show_key(s.key),
+                    s.fencing_counter
+                        .map_or_else(|| "-".to_string(), |n| n.to_string()),
+                    s.waiting.to_string(),
+                ],
+                None,
+            ),
+            Err(e) => table.row(
+                vec![name, "unreachable".into(), String::new(), String::new()],
+                Some(why(e)),
+            ),
+        }
     }
     print!("{}", table.render());
 
@@ -132,8 +135,12 @@ pub async fn status(args: StatusArgs) -> Exit {
     }
 }
 
-/// What went wrong with a node, without its name (the row has it).
+/// What went wrong with a node, without its name (the row has it): what
+/// it means when that can be told, else the error and its cause.
 fn why(e: &redlease::NodeError) -> String {
+    if let Some(diagnosis) = errors::diagnose(e) {
+        return diagnosis.to_string();
+    }
     match std::error::Error::source(e) {
         Some(cause) => format!("{}: {}", e.kind(), chain(cause)),
         None => e.kind().to_string(),

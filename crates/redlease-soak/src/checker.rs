@@ -169,6 +169,16 @@ pub fn check(history: &History, state: &FinalState, config: &Config) -> Verdict 
     verdict
 }
 
+/// "lock by worker 3 at 1234.0ms": which call, whose, and when, for examples.
+fn who_when(op: &Op) -> String {
+    format!(
+        "{} by worker {} at {}",
+        op.call.label(),
+        op.worker,
+        fmt_ms(op.invoke)
+    )
+}
+
 fn fmt_ms(d: Duration) -> String {
     format!("{:.1}ms", d.as_secs_f64() * 1e3)
 }
@@ -459,13 +469,7 @@ fn check_errors(history: &History, state: &FinalState, config: &Config, verdict:
         if !allowed(op.call, *kind, config.same_server.is_some()) || text.is_empty() {
             verdict.untyped_error += 1;
             verdict.example("untyped_error", || {
-                format!(
-                    "{} by worker {} at {}: {} {text:?}",
-                    op.call.label(),
-                    op.worker,
-                    fmt_ms(op.invoke),
-                    kind.label()
-                )
+                format!("{}: {} {text:?}", who_when(op), kind.label())
             });
         }
     }
@@ -499,10 +503,8 @@ fn check_bounds(history: &History, state: &FinalState, config: &Config, verdict:
             verdict.unbounded_call += 1;
             verdict.example("unbounded_call", || {
                 format!(
-                    "{} by worker {} at {} took {} ({} without process stalls; bound {} + slack {})",
-                    op.call.label(),
-                    op.worker,
-                    fmt_ms(op.invoke),
+                    "{} took {} ({} without process stalls; bound {} + slack {})",
+                    who_when(op),
                     fmt_ms(op.duration()),
                     fmt_ms(busy),
                     fmt_ms(bound),
@@ -540,14 +542,7 @@ fn check_same_server(history: &History, pair: [usize; 2], verdict: &mut Verdict)
             ),
         };
         verdict.same_server += 1;
-        verdict.example("same_server", || {
-            format!(
-                "{} by worker {} at {}: {what}",
-                op.call.label(),
-                op.worker,
-                fmt_ms(op.invoke)
-            )
-        });
+        verdict.example("same_server", || format!("{}: {what}", who_when(op)));
     }
 }
 

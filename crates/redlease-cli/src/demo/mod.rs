@@ -3,6 +3,7 @@
 //! killed halfway, a summary, and every process cleaned up.
 
 mod report;
+mod servers;
 mod worker;
 
 use std::io::IsTerminal;
@@ -12,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlease_testkit::RedisNodes;
 
 use crate::duration;
 use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::signals::Signals;
 use report::{Progress, Summary};
+use servers::Servers;
 use worker::Shared;
 
 const NODES: usize = 5;
@@ -60,8 +61,8 @@ fn parse_run_time(text: &str) -> Result<Duration, String> {
 }
 
 pub async fn demo(args: DemoArgs) -> Exit {
-    // What the testkit starts: REDLEASE_SERVER, or redis-server.
-    let program = redlease_testkit::server_program();
+    // REDLEASE_SERVER, or redis-server, as the tests use.
+    let program = servers::program();
     let server = Path::new(&program).file_name().map_or_else(
         || program.clone(),
         |name| name.to_string_lossy().into_owned(),
@@ -104,8 +105,7 @@ pub async fn demo(args: DemoArgs) -> Exit {
         KILLED.len()
     );
 
-    // The testkit blocks while servers boot, and panics if they cannot.
-    let mut nodes = match tokio::task::spawn_blocking(|| RedisNodes::start(NODES)).await {
+    let mut nodes = match Servers::start(&program, NODES).await {
         Ok(nodes) => nodes,
         Err(e) => {
             return Exit::with(
@@ -115,7 +115,7 @@ pub async fn demo(args: DemoArgs) -> Exit {
         }
     };
     let urls = nodes.urls();
-    let ports: Vec<String> = nodes.iter().map(|n| n.port().to_string()).collect();
+    let ports: Vec<String> = nodes.ports().iter().map(u16::to_string).collect();
     println!(
         "Started {NODES} {server} processes on 127.0.0.1, ports {}.\n",
         ports.join(", ")
@@ -146,11 +146,9 @@ pub async fn demo(args: DemoArgs) -> Exit {
                 progress.tick(&shared.record(), NODES - killed, NODES, counter);
             }
             () = tokio::time::sleep_until(halfway), if killed == 0 => {
-                tokio::task::block_in_place(|| {
-                    for i in KILLED {
-                        nodes.node_mut(i).kill();
-                    }
-                });
+                for i in KILLED {
+                    nodes.kill(i);
+                }
                 killed = KILLED.len();
                 {
                     let mut record = shared.record();
@@ -194,8 +192,8 @@ pub async fn demo(args: DemoArgs) -> Exit {
         record: shared.record().clone(),
     };
     println!("\n{}", summary.render());
-    let running = nodes.iter().filter(|n| n.is_running()).count();
-    tokio::task::block_in_place(|| drop(nodes));
+    let running = nodes.running();
+    drop(nodes);
     println!("Cleaned up: stopped the {running} {server} processes still running.");
 
     if let Some(sig) = interrupted {
@@ -209,7 +207,7 @@ pub async fn demo(args: DemoArgs) -> Exit {
 }
 
 /// Whether `program` (a path, or a name looked up on PATH) would be found,
-/// checked here because the testkit panics when it is missing.
+/// checked first to say how to install it.
 fn findable(program: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
     let executable = |candidate: &Path| {

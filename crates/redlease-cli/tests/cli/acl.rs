@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use redlease_testkit::{RedisNode, RedisNodes};
+use redlease_testkit::{NodeConfig, RedisNode, RedisNodes};
 
-use crate::doctor::{doctor, row};
+use crate::doctor::{assert_table_intact, doctor, row};
 use crate::support::{eventually, has_key, lock_key, redlease, run, Holder};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -131,4 +131,78 @@ fn doctor_as_the_least_privilege_user_says_which_checks_it_cannot_do() {
     let distinct = row(&out, "all", "distinct servers");
     assert!(distinct.starts_with("OK"), "{distinct}");
     assert!(row(&out, "all", "clock skew").starts_with("OK"));
+}
+
+#[test]
+fn status_and_doctor_name_a_missing_or_wrong_password() {
+    let node = RedisNode::start_with(NodeConfig::new().arg("requirepass", PASSWORD));
+    let addr = node.addr();
+    let wrong = "hunter2";
+    let cases = [
+        (
+            format!("redis://{addr}"),
+            "needs a password: put it in the URL, redis://user:password@host",
+            "fix: give the user and password in the URL",
+        ),
+        (
+            format!("redis://:{wrong}@{addr}"),
+            "wrong user name or password",
+            "fix: check the user name and password in the URL",
+        ),
+        // Through HELLO (RESP3), the refusal is WRONGPASS itself.
+        (
+            format!("redis://{USER}:{wrong}@{addr}?protocol=resp3"),
+            "wrong user name or password",
+            "fix: check the user name and password in the URL",
+        ),
+    ];
+    for (url, says, fix) in cases {
+        let status = run(
+            redlease().args(["status", "--nodes", &url, "--key", "job", "--timeout", "2s"]),
+            LIMIT,
+        );
+        status.expect(69);
+        let line = status
+            .stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(says))
+            .unwrap_or_else(|| panic!("{url}: {status:#?}"));
+        assert!(!line.contains("Pipeline"), "{line}");
+
+        let out = doctor(std::slice::from_ref(&url));
+        out.expect(1);
+        let reachable = row(&out, "0", "reachable");
+        assert!(
+            reachable.starts_with("FAIL") && reachable.contains(says),
+            "{url}: {reachable}"
+        );
+        assert!(out.stdout.contains(fix), "{url}: {out:#?}");
+        // No ACL grant fixes a password, and with no server reached
+        // nothing passes.
+        assert!(!out.stdout.contains("allow "), "{url}: {out:#?}");
+        assert!(
+            !out.stdout.lines().any(|l| l.starts_with("OK ")),
+            "{url}: {out:#?}"
+        );
+        assert!(out.stdout.ends_with("0 OK\n"), "{url}: {out:#?}");
+        assert_table_intact(&out);
+
+        // `run` says it too, though its lock attempt meets the node's
+        // back-off after check_servers was refused.
+        let ran = run(
+            redlease().args(["run", "--nodes", &url, "--key", "job", "--", "true"]),
+            LIMIT,
+        );
+        ran.expect(69);
+        assert!(ran.stderr.contains(says), "{url}: {ran:#?}");
+        for printed in [
+            &status.stdout,
+            &status.stderr,
+            &out.stdout,
+            &out.stderr,
+            &ran.stderr,
+        ] {
+            assert!(!printed.contains(wrong) && !printed.contains(PASSWORD));
+        }
+    }
 }

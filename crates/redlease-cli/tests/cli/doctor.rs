@@ -1,6 +1,11 @@
 //! `redlease doctor`: flags what breaks locks, passes what does not.
 
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use redlease_testkit::{NodeConfig, RedisNode, RedisNodes};
 
@@ -26,6 +31,106 @@ pub fn row<'a>(out: &'a Finished, node: &str, check: &str) -> &'a str {
             cells.len() > 2 && cells[1] == node && line.contains(&cell)
         })
         .unwrap_or_else(|| panic!("no {check} row for node {node}: {out:#?}"))
+}
+
+/// A port where another program listens: like an HTTP server, it answers
+/// whatever it is sent with a 400 and hangs up. Serves for at most a
+/// minute, and stops when dropped.
+pub struct NotRedis {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl NotRedis {
+    pub fn start() -> NotRedis {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener
+            .set_nonblocking(true)
+            .expect("a non-blocking listener");
+        let port = listener.local_addr().expect("its address").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let server = thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stopped.load(Ordering::Relaxed) && Instant::now() < deadline {
+                let Ok((mut client, _)) = listener.accept() else {
+                    thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = client.set_nonblocking(false);
+                let _ = client.set_read_timeout(Some(Duration::from_millis(500)));
+                let _ = client.read(&mut [0; 1024]);
+                let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            }
+        });
+        NotRedis {
+            port,
+            stop,
+            server: Some(server),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for NotRedis {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(server) = self.server.take() {
+            let _ = server.join();
+        }
+    }
+}
+
+/// Asserts that doctor's output is its table: a title, the header, rows
+/// whose DETAIL starts under the header's, fixes under them, a summary.
+pub fn assert_table_intact(out: &Finished) {
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("redlease doctor: "), "{out:#?}");
+    let detail = lines[1].find("DETAIL").expect("a header");
+    let summary = lines.last().expect("a summary");
+    assert!(
+        summary.ends_with(" OK") && summary.contains(" FAIL, "),
+        "{out:#?}"
+    );
+    for line in &lines[2..lines.len() - 1] {
+        let (before, after) = line.split_at(detail.min(line.len()));
+        let row = ["OK ", "WARN ", "FAIL "]
+            .iter()
+            .any(|l| before.starts_with(l));
+        let fix = before.trim().is_empty() && after.starts_with("fix: ");
+        assert!(
+            (row || fix) && before.ends_with("  ") && !after.starts_with(' '),
+            "a line out of the table: {line:?} in {out:#?}"
+        );
+    }
+}
+
+#[test]
+fn doctor_says_a_port_speaks_no_redis_and_keeps_its_table() {
+    let other = NotRedis::start();
+    let node = RedisNode::start();
+    let out = doctor(&[other.url(), node.url(), other.url()]);
+    out.expect(1);
+    for i in ["0", "2"] {
+        let reachable = row(&out, i, "reachable");
+        assert!(
+            reachable.starts_with("FAIL")
+                && reachable
+                    .contains("no: does not speak the Redis protocol (is this a Redis port?)"),
+            "{reachable}"
+        );
+    }
+    assert!(
+        out.stdout.contains("fix: check the port in the URL"),
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("Parse error"), "{out:#?}");
+    assert!(row(&out, "1", "reachable").starts_with("OK"));
+    assert_table_intact(&out);
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod acl;
 mod demo;
 mod deployments;
 mod doctor;
+mod guardian;
 mod logging;
 mod release;
 mod restarts;

@@ -7,7 +7,9 @@ use std::time::Duration;
 use redlease_testkit::{RedisNode, RedisNodes};
 use rustix::process::Signal;
 
-use crate::support::{eventually, finish, has_key, lock_key, redlease, run, signal, start, Holder};
+use crate::support::{
+    eventually, finish, gone, has_key, lock_key, recorded_pid, redlease, run, signal, start, Holder,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -227,27 +229,15 @@ fn a_command_that_ignores_sigterm_gets_sigkill_with_its_children() {
             .args(["--ttl", "1s", "--grace", "500ms", "--", "sh", "-c", script])
             .env("PIDS", &pids),
     );
-    eventually(LIMIT, "the command to start", || {
-        std::fs::read_to_string(&pids).is_ok_and(|p| p.ends_with('\n'))
-    });
-    let grandchild: u32 = std::fs::read_to_string(&pids)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let grandchild = recorded_pid(&pids);
     node.kill();
     let ended = finish(child, Duration::from_secs(20));
     ended.expect(75);
     assert!(ended.stderr.contains("sent SIGKILL"), "{ended:#?}");
-    let proc_dir = format!("/proc/{grandchild}");
     eventually(
         Duration::from_secs(5),
         "the command's child to be gone",
-        || {
-            // Gone, or a zombie about to be reaped by init.
-            std::fs::read_to_string(format!("{proc_dir}/stat"))
-                .map_or(true, |stat| stat.contains(") Z "))
-        },
+        || gone(grandchild),
     );
 }
 
@@ -287,6 +277,123 @@ fn signals_are_passed_on_and_the_lock_released_before_exit() {
     signal(&child, Signal::INT);
     finish(child, LIMIT).expect(130);
     assert!(!has_key(&node, &lock_key("signalled")));
+}
+
+#[test]
+fn a_stop_signal_is_followed_by_sigkill_after_the_grace() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    // The shell and its child both ignore SIGTERM (an ignored signal stays
+    // ignored in the child); the child lets go of the output pipes.
+    let script = r#"trap '' TERM; sleep 60 >/dev/null 2>&1 & echo $! > "$PIDS"; wait"#;
+    let child = start(
+        run_cmd(&urls, "deaf")
+            .args(["--grace", "500ms", "--", "sh", "-c", script])
+            .env("PIDS", &pids),
+    );
+    let grandchild = recorded_pid(&pids);
+    signal(&child, Signal::TERM);
+    // Far less than the minute the command would take.
+    let ended = finish(child, Duration::from_secs(10));
+    ended.expect(128 + Signal::KILL.as_raw());
+    assert!(
+        ended
+            .stderr
+            .contains("did not exit within 500ms of SIGTERM; sent SIGKILL"),
+        "{ended:#?}"
+    );
+    assert!(
+        !has_key(&node, &lock_key("deaf")),
+        "released before redlease exited"
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the command's child to be gone",
+        || gone(grandchild),
+    );
+}
+
+/// Runs `sh -c` a script that ends when `$STOP` exists (at most 20 s),
+/// kills node 2 of 3 once it started, lets renewals fail for two seconds,
+/// and returns what redlease said.
+fn run_through_a_node_death(extra: &[&str]) -> (crate::support::Finished, String) {
+    let mut nodes = RedisNodes::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
+    let script = r#"touch "$READY"; i=0; while [ ! -e "$STOP" ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done"#;
+    let child = start(
+        run_cmd(&nodes.urls(), "bumpy")
+            .args(["--ttl", "1s"])
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .env("READY", &ready)
+            .env("STOP", &stop),
+    );
+    eventually(LIMIT, "the command to start", || ready.exists());
+    let dead = nodes.node(2).addr();
+    nodes.node_mut(2).kill();
+    // Six renewal rounds (every third of the TTL) to the dead node.
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&stop, "").unwrap();
+    let ended = finish(child, LIMIT);
+    ended.expect(0);
+    (ended, dead)
+}
+
+#[test]
+fn a_node_that_dies_under_a_run_is_reported_once() {
+    let (ended, dead) = run_through_a_node_death(&[]);
+    let lines: Vec<&str> = ended.stderr.lines().filter(|l| l.contains(&dead)).collect();
+    assert_eq!(lines.len(), 1, "{ended:#?}");
+    assert!(
+        lines[0].starts_with("redlease: warning: renewals to a node are failing: node 2"),
+        "{ended:#?}"
+    );
+
+    let (quiet, dead) = run_through_a_node_death(&["--quiet"]);
+    assert!(!quiet.stderr.contains(&dead), "{quiet:#?}");
+    assert_eq!(quiet.stderr, "", "{quiet:#?}");
+}
+
+#[test]
+fn a_ttl_too_short_to_keep_is_warned_about_before_running() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let warned = |out: &crate::support::Finished| {
+        out.stderr
+            .lines()
+            .filter(|l| l.contains("too short to keep"))
+            .count()
+    };
+    // However the run ends (a lease this short may well be lost), the
+    // warning came once, naming the TTL and the rule.
+    let short = run(
+        run_cmd(&urls, "brief").args(["--ttl", "60ms", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(warned(&short), 1, "{short:#?}");
+    assert!(
+        short.stderr.starts_with(
+            "redlease: warning: --ttl 60ms is too short to keep: the lease is renewed every"
+        ),
+        "{short:#?}"
+    );
+    assert!(short.stderr.contains("150ms or more"), "{short:#?}");
+
+    let quiet = run(
+        run_cmd(&urls, "brief").args(["--ttl", "60ms", "--quiet", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(warned(&quiet), 0, "{quiet:#?}");
+
+    let fine = run(
+        run_cmd(&urls, "brief").args(["--ttl", "10s", "--", "true"]),
+        LIMIT,
+    );
+    fine.expect(0);
+    assert_eq!(fine.stderr, "", "{fine:#?}");
 }
 
 #[test]

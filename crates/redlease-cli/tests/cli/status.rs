@@ -83,3 +83,28 @@ fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
         .one_line_error()
         .contains("only 1 of 3 nodes answered"));
 }
+
+#[test]
+fn status_says_a_port_speaks_no_redis_on_a_line_of_its_own() {
+    let other = crate::doctor::NotRedis::start();
+    let nodes = RedisNodes::start(1);
+    let urls = [nodes.urls()[0].clone(), other.url()];
+    let out = status(&urls, "report");
+    // One of two nodes: a quorum (2) cannot answer.
+    out.expect(69);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let row = lines
+        .iter()
+        .position(|l| l.starts_with("1 "))
+        .unwrap_or_else(|| panic!("no row for node 1: {out:#?}"));
+    assert!(lines[row].trim_end().ends_with("unreachable"), "{out:#?}");
+    // The reason, under LOCK, on a line of its own.
+    let lock = lines[1].find("LOCK").unwrap();
+    assert_eq!(
+        &lines[row + 1][lock..],
+        "does not speak the Redis protocol (is this a Redis port?)",
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("Parse error"), "{out:#?}");
+    assert!(lines[row - 1].starts_with("0 ") && lines[row - 1].contains("free"));
+}

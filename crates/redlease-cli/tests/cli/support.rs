@@ -238,3 +238,26 @@ impl Drop for Holder {
         }
     }
 }
+
+/// The pid a command wrote to `file`, once the line is complete (at most
+/// 30 s).
+pub fn recorded_pid(file: &std::path::Path) -> u32 {
+    eventually(
+        Duration::from_secs(30),
+        "the command to record a pid",
+        || std::fs::read_to_string(file).is_ok_and(|p| p.ends_with('\n')),
+    );
+    std::fs::read_to_string(file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Whether `pid` is gone (or a zombie, about to be reaped).
+pub fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+    })
+}

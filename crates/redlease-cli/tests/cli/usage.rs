@@ -106,3 +106,155 @@ fn every_command_has_help_with_its_exit_codes() {
         assert!(out.stdout.contains(text), "--help lacks {text}");
     }
 }
+
+/// `redlease SUBCOMMAND NODES ARGS...`: the node flags before any `--`.
+fn with_nodes(args: &[&str], nodes: &[&str]) -> std::process::Command {
+    let mut cmd = redlease();
+    cmd.arg(args[0]).args(nodes).args(&args[1..]);
+    cmd
+}
+
+#[test]
+fn negative_durations_and_a_missing_dash_dash_say_what_to_write() {
+    let nodes = ["--nodes", "redis://127.0.0.1:1"];
+    // Clap's own tip here, `use '-- -1'`, would make `-1` run's command.
+    for (args, says) in [
+        (
+            &["run", "--key", "k", "--ttl", "-1", "--", "true"][..],
+            "--ttl -1: durations cannot be negative",
+        ),
+        (
+            &["run", "--key", "k", "--wait", "-500ms", "--", "true"],
+            "--wait -500ms: durations cannot be negative",
+        ),
+        (
+            &["run", "--key", "k", "--ttl=-1s", "--", "true"],
+            "durations cannot be negative",
+        ),
+        (
+            &["doctor", "--ttl", "-1"],
+            "--ttl -1: durations cannot be negative",
+        ),
+    ] {
+        let out = run(&mut with_nodes(args, &nodes), LIMIT);
+        out.expect(2);
+        let line = out.one_line_error();
+        assert!(line.contains(says), "{args:?}: {line}");
+        assert!(!line.contains("'-- -1'"), "{args:?}: {line}");
+    }
+
+    let out = run(
+        redlease().args([
+            "run",
+            "--nodes",
+            "redis://127.0.0.1:1",
+            "--key",
+            "k",
+            "echo",
+            "hi",
+        ]),
+        LIMIT,
+    );
+    out.expect(2);
+    let line = out.one_line_error();
+    assert!(
+        line.contains(
+            "put the command after `--`: redlease run --nodes redis://127.0.0.1:1 --key k -- \
+             echo hi"
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn zero_durations_are_refused_where_they_mean_nothing() {
+    let nodes = ["--nodes", "redis://127.0.0.1:1"];
+    for args in [
+        &["doctor", "--ttl", "0s"][..],
+        &["doctor", "--timeout", "0s"],
+        &["status", "--key", "k", "--timeout", "0s"],
+        &["release", "--force", "--key", "k", "--timeout", "0ms"],
+        &["run", "--key", "k", "--ttl", "0s", "--", "true"],
+        &[
+            "run",
+            "--key",
+            "k",
+            "--durable",
+            "1",
+            "--durable-timeout",
+            "0s",
+            "--",
+            "true",
+        ],
+    ] {
+        let out = run(&mut with_nodes(args, &nodes), LIMIT);
+        out.expect(2);
+        let line = out.one_line_error();
+        assert!(line.contains("is zero"), "{args:?}: {line}");
+        assert!(line.contains("--help"), "{args:?}: {line}");
+    }
+}
+
+#[test]
+fn bad_lock_names_get_one_message_everywhere() {
+    let nodes = ["--nodes", "redis://127.0.0.1:1"];
+    let long = "n".repeat(100_000);
+    for key in ["", long.as_str()] {
+        for args in [
+            &["run", "--key", key, "--", "true"][..],
+            &["status", "--key", key],
+            &["release", "--force", "--key", key],
+        ] {
+            let out = run(&mut with_nodes(args, &nodes), LIMIT);
+            out.expect(2);
+            let line = out.one_line_error();
+            let says = if key.is_empty() {
+                "invalid --key: the lock name is empty".to_string()
+            } else {
+                "invalid --key: the lock name \"nnn".to_string()
+            };
+            assert!(line.starts_with(&format!("redlease: {says}")), "{line}");
+            // The length and a prefix, not the name.
+            assert!(line.len() < 400, "{}...", &line[..400]);
+        }
+    }
+}
+
+#[test]
+fn node_url_typos_say_what_was_typed_and_what_to_write() {
+    for (nodes, says) in [
+        (
+            "127.0.0.1:7300",
+            "node 0 (127.0.0.1:7300): no scheme: write redis://127.0.0.1:7300",
+        ),
+        ("localhost", "write redis://localhost"),
+        (
+            "redis:/127.0.0.1:7300",
+            "must be followed by `//`: write redis://127.0.0.1:7300",
+        ),
+        (
+            "http://admin:hunter2@10.0.0.1:6379",
+            "a Redis node is redis://10.0.0.1:6379",
+        ),
+        (
+            "redis://admin:hunter2@h:99999",
+            "the port in `h:99999` is not a port number",
+        ),
+    ] {
+        for sub in [
+            &["run", "--key", "k", "--", "true"][..],
+            &["status", "--key", "k"],
+            &["doctor"],
+        ] {
+            let out = run(&mut with_nodes(sub, &["--nodes", nodes]), LIMIT);
+            out.expect(2);
+            let line = out.one_line_error();
+            assert!(
+                line.contains("invalid --nodes: "),
+                "{sub:?} {nodes}: {line}"
+            );
+            assert!(line.contains(says), "{sub:?} {nodes}: {line}");
+            assert!(!line.contains("hunter2"), "{line}");
+        }
+    }
+}
