@@ -12,9 +12,10 @@ pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
 /// TTL of every lock in every workload (the issue fixes it at 10 s).
 pub const TTL: Duration = Duration::from_secs(10);
-/// Idle expiry of each lock's fencing counter (`<key>:fence`). Short, so the
-/// counters of the many fresh keys a run creates leave Redis a minute later
-/// (the library's default is 10 minutes; the commands cost the same).
+/// Idle expiry of each lock's fencing counter (`<key>:fence`), for the
+/// client with fencing on. Short, so the counters of the many fresh keys a
+/// run creates leave Redis a minute later (the library's default is 10
+/// minutes; the commands cost the same).
 pub const FENCE_EXPIRY: Duration = Duration::from_secs(60);
 /// How long a blocking acquire may wait before the run fails.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -53,6 +54,7 @@ pub trait LockClient: Send + Sync + 'static {
 /// The library, configured as a user would for this bench.
 pub struct Redlease {
     locker: Locker,
+    fencing: bool,
 }
 
 impl Redlease {
@@ -62,17 +64,22 @@ impl Redlease {
     }
 
     /// One Locker over `urls`, shared by all workers (one multiplexed
-    /// connection per node). Must run inside the Tokio runtime.
-    pub fn new(urls: &[String]) -> Result<Self, BenchError> {
-        let locker = Locker::builder(urls)
+    /// connection per node), drawing fencing tokens if `fencing`. Must run
+    /// inside the Tokio runtime.
+    pub fn new(urls: &[String], fencing: bool) -> Result<Self, BenchError> {
+        let mut builder = Locker::builder(urls)
             // The bench's servers are brand new (none can have lost a
             // lock), and it measures locks, not the quarantine's wait.
             .restart_quarantine(std::time::Duration::ZERO)
             .ttl(TTL)
-            .retry(Self::policy())
-            .fence_expiry(FENCE_EXPIRY)
-            .build()?;
-        Ok(Redlease { locker })
+            .retry(Self::policy());
+        if fencing {
+            builder = builder.fencing(true).fence_expiry(FENCE_EXPIRY);
+        }
+        Ok(Redlease {
+            locker: builder.build()?,
+            fencing,
+        })
     }
 
     /// The Redis keys the library uses for `name`: the lock and its
@@ -86,7 +93,11 @@ impl LockClient for Redlease {
     type Guard = redlease::Lease;
 
     fn label(&self) -> &'static str {
-        "redlease"
+        if self.fencing {
+            "redlease+fence"
+        } else {
+            "redlease"
+        }
     }
 
     async fn acquire(&self, name: &str) -> Result<Self::Guard, BenchError> {

@@ -45,6 +45,23 @@ impl NodeConn {
     }
 }
 
+impl NodeConn {
+    /// Whether this is a cluster connection (the library does not read a
+    /// cluster's clock).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, NodeConn::Cluster(_))
+    }
+
+    /// The `PUBSUB` subcommand that counts a channel's subscribers, as the
+    /// library picks it.
+    pub fn numsub_command(&self) -> &'static str {
+        match self {
+            NodeConn::Server(_) => "NUMSUB",
+            NodeConn::Cluster(_) => "SHARDNUMSUB",
+        }
+    }
+}
+
 impl ConnectionLike for NodeConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

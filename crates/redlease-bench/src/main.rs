@@ -1,6 +1,7 @@
-//! redlease-bench: what a lock costs with redlease, against a raw redis-rs
-//! baseline sending the same commands (and optionally the rslock crate),
-//! measured back to back in one run so every figure is a ratio that holds on
+//! redlease-bench: what a lock costs with redlease, against two redis-rs
+//! baselines, one sending the library's own commands (raw) and one the
+//! leanest lock there is, `SET NX PX` and compare-and-delete (plain), and
+//! optionally the rslock crate, measured back to back in one run so every figure is a ratio that holds on
 //! a noisy machine. See BENCHMARKS.md at the workspace root.
 //!
 //! ```text
@@ -48,7 +49,7 @@ const MAX_CLUSTER_PRIMARIES: usize = 15;
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Lock costs of redlease against a raw redis-rs baseline (and rslock), in one run"
+    about = "Lock costs of redlease against raw redis-rs baselines (and rslock), in one run"
 )]
 struct Args {
     /// Which workload to run.
@@ -108,8 +109,9 @@ struct Args {
     /// depending on D/P); `same` stops and resumes all nodes together.
     #[arg(long, value_enum, value_name = "PHASE", requires = "stall")]
     stall_phase: Option<StallPhase>,
-    /// Also run another lock library on the same workloads.
-    #[arg(long, value_enum)]
+    /// Also run these on the same workloads: another lock library, or the
+    /// library with fencing on (comma-separated, e.g. rslock,fenced).
+    #[arg(long, value_enum, value_delimiter = ',')]
     compare: Vec<Compare>,
 }
 
@@ -131,6 +133,9 @@ enum WorkloadArg {
 enum Compare {
     /// The rslock crate (bench feature `rslock`, on by default).
     Rslock,
+    /// redlease with fencing tokens on (`LockerBuilder::fencing`), to show
+    /// what drawing a token costs.
+    Fenced,
 }
 
 /// Everything a run needs, checked.
@@ -225,6 +230,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
             slice: Duration::from_secs_f64(args.seconds / f64::from(rounds)),
             rounds,
             rslock,
+            fenced: args.compare.contains(&Compare::Fenced),
         },
         urls: args.urls,
         json: args.json,
@@ -512,7 +518,7 @@ fn print_header(plan: &Plan) {
         }
     );
     println!(
-        "blocking acquire: redlease {:?}; raw: the same delays ({RETRY_MIN:?}-{RETRY_MAX:?} uniform) \
+        "blocking acquire: redlease {:?}; raw and plain: the same delays ({RETRY_MIN:?}-{RETRY_MAX:?} uniform) \
          within {WAIT:?}{}",
         Redlease::policy(),
         if plan.settings.rslock {

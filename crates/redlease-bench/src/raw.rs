@@ -1,13 +1,24 @@
-//! The raw baseline: the library's own Redis commands (its acquire and
-//! release scripts with the same keys and arguments: lock key, fencing
-//! counter, 32-hex-char token, release channel and id) sent with plain
-//! redis-rs, one multiplexed connection per node shared by all workers (for
-//! a node that is a Redis Cluster, one redis-rs cluster connection), and
-//! waiting for every node. It is what a lock costs with no library at all:
-//! no timeouts, no quorum early exit, no undo on faults, no drop guards, no
-//! release notifications (a busy lock is polled with the same delays).
+//! The two baselines, sent with plain redis-rs over one multiplexed
+//! connection per node shared by all workers (for a node that is a Redis
+//! Cluster, one redis-rs cluster connection), waiting for every node. They
+//! are what a lock costs with no library at all: no timeouts, no quorum
+//! early exit, no undo on faults, no drop guards, no release notifications
+//! (a busy lock is polled with the same delays).
 //!
-//! The argument layout mirrors `crates/redlease/src/node.rs`; if the
+//! - **raw**: the library's own Redis commands with its default settings
+//!   (fencing off): `SET key token NX PX ttl GET` pipelined with `TIME`
+//!   (the clock guard's reading; not on a cluster), on a refusal `PTTL` and
+//!   `PUBSUB NUMSUB` of the release channel, and its release script with
+//!   the same keys and arguments (32-hex-char token, release channel and
+//!   id). Its ratio shows what the library's client side costs on top of
+//!   its commands.
+//! - **plain**: the leanest lock there is, as the lightest peers send it:
+//!   `SET key token NX PX ttl` to take, a compare-and-delete script
+//!   (`EVALSHA`) to give back; no fencing token, no notification, no
+//!   holder's TTL on a refusal. Its server CPU is the floor the library's
+//!   extras are measured against.
+//!
+//! The raw argument layout mirrors `crates/redlease/src/node.rs`; if the
 //! library changes it, the scripts fail here with a Redis error and the
 //! run stops, rather than measuring something else.
 
@@ -18,24 +29,38 @@ use futures_util::future::join_all;
 use rand::Rng;
 use redis::Script;
 
-use crate::client::{
-    fence_key_for, key_for, BenchError, LockClient, FENCE_EXPIRY, RETRY_MAX, RETRY_MIN, TTL, WAIT,
-};
+use crate::client::{key_for, BenchError, LockClient, RETRY_MAX, RETRY_MIN, TTL, WAIT};
 use crate::conn::NodeConn;
 
 // Read from the library's sources, so the baseline sends byte-for-byte the
-// scripts the library sends (and the same EVALSHA digests).
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../redlease/src/scripts/acquire.lua")));
+// script the library sends (and the same EVALSHA digest).
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../redlease/src/scripts/release.lua")));
+/// The plain baseline's release: delete only our own token.
+static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+           return redis.call('DEL', KEYS[1]) \
+         end \
+         return 0",
+    )
+});
+
+/// Which commands a baseline sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// The library's scripts.
+    Raw,
+    /// `SET NX PX` and compare-and-delete.
+    Plain,
+}
 
 /// Plain redis-rs over one connection per node.
 pub struct Raw {
     conns: Vec<NodeConn>,
     quorum: usize,
     ttl_ms: u64,
-    fence_expiry_ms: u64,
+    flavor: Flavor,
 }
 
 /// A lock held through the raw baseline.
@@ -47,7 +72,7 @@ pub struct RawGuard {
 impl Raw {
     /// Opens one connection per node (this does I/O): multiplexed, or a
     /// cluster connection for a `redis+cluster://` node.
-    pub async fn connect(urls: &[String]) -> Result<Self, BenchError> {
+    pub async fn connect(urls: &[String], flavor: Flavor) -> Result<Self, BenchError> {
         let mut conns = Vec::with_capacity(urls.len());
         for url in urls {
             conns.push(NodeConn::connect(url).await?);
@@ -56,7 +81,7 @@ impl Raw {
             quorum: conns.len() / 2 + 1,
             conns,
             ttl_ms: u64::try_from(TTL.as_millis())?,
-            fence_expiry_ms: u64::try_from(FENCE_EXPIRY.as_millis())?,
+            flavor,
         })
     }
 
@@ -75,15 +100,26 @@ impl Raw {
         let replies = join_all(nodes.map(|i| {
             let mut conn = self.conns[i].clone();
             async move {
-                let publish = conn.publish_command();
-                RELEASE
-                    .key(key)
-                    .arg(token)
-                    .arg(channel)
-                    .arg(release_id)
-                    .arg(publish)
-                    .invoke_async::<i64>(&mut conn)
-                    .await
+                match self.flavor {
+                    Flavor::Raw => {
+                        let publish = conn.publish_command();
+                        RELEASE
+                            .key(key)
+                            .arg(token)
+                            .arg(channel)
+                            .arg(release_id)
+                            .arg(publish)
+                            .invoke_async::<i64>(&mut conn)
+                            .await
+                    }
+                    Flavor::Plain => {
+                        COMPARE_AND_DELETE
+                            .key(key)
+                            .arg(token)
+                            .invoke_async::<i64>(&mut conn)
+                            .await
+                    }
+                }
             }
         }))
         .await;
@@ -104,35 +140,65 @@ impl LockClient for Raw {
     type Guard = RawGuard;
 
     fn label(&self) -> &'static str {
-        "raw"
+        match self.flavor {
+            Flavor::Raw => "raw",
+            Flavor::Plain => "plain",
+        }
     }
 
     async fn acquire(&self, name: &str) -> Result<RawGuard, BenchError> {
         let key = key_for(name);
-        let fence = fence_key_for(name);
         let deadline = Instant::now() + WAIT;
         // Bounded by the wait deadline, like the library's lock().
         loop {
             let token = token();
             let replies = join_all(self.conns.iter().map(|conn| {
                 let mut conn = conn.clone();
-                let (key, fence, token) = (&key, &fence, &token);
+                let (key, token) = (&key, &token);
                 async move {
-                    ACQUIRE
-                        .key(key)
-                        .key(fence)
-                        .arg(token)
-                        .arg(self.ttl_ms)
-                        .arg(self.fence_expiry_ms)
-                        // {1, fence} or {0, pttl, waiting, owner}.
-                        .invoke_async::<Vec<i64>>(&mut conn)
-                        .await
+                    match self.flavor {
+                        Flavor::Raw => {
+                            let mut pipe = redis::pipe();
+                            pipe.cmd("SET")
+                                .arg(key)
+                                .arg(token)
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(self.ttl_ms)
+                                .arg("GET");
+                            if !conn.is_cluster() {
+                                pipe.cmd("TIME").ignore();
+                            }
+                            let (holder,): (Option<String>,) = pipe.query_async(&mut conn).await?;
+                            if holder.is_some() {
+                                // What the library asks a refusing node.
+                                let _: (i64, redis::Value) = redis::pipe()
+                                    .cmd("PTTL")
+                                    .arg(key)
+                                    .cmd("PUBSUB")
+                                    .arg(conn.numsub_command())
+                                    .arg(format!("{key}:released"))
+                                    .query_async(&mut conn)
+                                    .await?;
+                            }
+                            Ok(holder.is_none())
+                        }
+                        Flavor::Plain => redis::cmd("SET")
+                            .arg(key)
+                            .arg(token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(self.ttl_ms)
+                            .query_async::<Option<String>>(&mut conn)
+                            .await
+                            .map(|ok| ok.is_some()),
+                    }
                 }
             }))
             .await;
             let mut taken = Vec::with_capacity(replies.len());
             for (i, reply) in replies.into_iter().enumerate() {
-                if reply?.first() == Some(&1) {
+                if reply? {
                     taken.push(i);
                 }
             }

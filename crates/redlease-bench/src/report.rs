@@ -162,7 +162,11 @@ pub struct WorkloadReport {
     pub rounds: u32,
     pub lib: ClientRun,
     pub raw: ClientRun,
+    /// `SET NX PX` and compare-and-delete: the floor.
+    pub plain: ClientRun,
     pub rslock: Option<ClientRun>,
+    /// The library with fencing tokens on (`--compare fenced`).
+    pub fenced: Option<ClientRun>,
 }
 
 impl WorkloadReport {
@@ -187,10 +191,25 @@ impl WorkloadReport {
         }
     }
 
+    /// The library's server CPU per cycle over the plain baseline's, when
+    /// the servers are ours.
+    pub fn server_cpu_vs_plain(&self) -> Option<f64> {
+        Some(ratio(
+            self.lib.server_cpu_us_per_cycle?,
+            self.plain.server_cpu_us_per_cycle?,
+        ))
+    }
+
     pub fn runs(&self) -> impl Iterator<Item = &ClientRun> {
-        [Some(&self.lib), Some(&self.raw), self.rslock.as_ref()]
-            .into_iter()
-            .flatten()
+        [
+            Some(&self.lib),
+            Some(&self.raw),
+            Some(&self.plain),
+            self.rslock.as_ref(),
+            self.fenced.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
     }
 
     /// The JSON line: the library's figures at the top level (the fields the
@@ -211,6 +230,27 @@ impl WorkloadReport {
             json!(round(self.raw.cycles_per_s, 1)),
         );
         out.insert("ratio_vs_raw".into(), json!(round(self.ratio_vs_raw(), 3)));
+        out.insert(
+            "ratio_vs_plain".into(),
+            json!(round(
+                ratio(self.lib.cycles_per_s, self.plain.cycles_per_s),
+                3
+            )),
+        );
+        out.insert(
+            "server_cpu_vs_plain".into(),
+            json!(self.server_cpu_vs_plain().map(|x| round(x, 3))),
+        );
+        out.insert(
+            "client_cpu_vs_plain".into(),
+            json!(round(
+                ratio(
+                    self.lib.client_cpu_us_per_cycle,
+                    self.plain.client_cpu_us_per_cycle
+                ),
+                3
+            )),
+        );
         if let Some(rs) = &self.rslock {
             out.insert(
                 "rslock_cycles_per_s".into(),
@@ -222,8 +262,12 @@ impl WorkloadReport {
             );
         }
         out.insert("raw".into(), self.raw.json());
+        out.insert("plain".into(), self.plain.json());
         if let Some(rs) = &self.rslock {
             out.insert("rslock".into(), rs.json());
+        }
+        if let Some(f) = &self.fenced {
+            out.insert("fenced".into(), f.json());
         }
         Value::Object(out)
     }
@@ -241,8 +285,19 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// hand-off details of the contended runs.
 pub fn table(reports: &[WorkloadReport]) -> String {
     let mut main = vec![row(&[
-        "workload", "nodes", "workers", "client", "cycles/s", "vs raw", "acq p50", "acq p99",
-        "rel p50", "rel p99", "cli CPU", "srv CPU",
+        "workload",
+        "nodes",
+        "workers",
+        "client",
+        "cycles/s",
+        "vs raw",
+        "acq p50",
+        "acq p99",
+        "rel p50",
+        "rel p99",
+        "cli CPU",
+        "srv CPU",
+        "srv÷plain",
     ])];
     for r in reports {
         for run in r.runs() {
@@ -260,13 +315,16 @@ pub fn table(reports: &[WorkloadReport]) -> String {
                 format!("{:.1}", run.client_cpu_us_per_cycle),
                 run.server_cpu_us_per_cycle
                     .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+                run.server_cpu_us_per_cycle
+                    .zip(r.plain.server_cpu_us_per_cycle)
+                    .map_or_else(|| "-".into(), |(v, p)| format!("{:.2}", ratio(v, p))),
             ]);
         }
     }
     let mut out = String::from(
         "latencies in microseconds; vs raw = cycles/s / raw cycles/s; \
          cli/srv CPU = CPU microseconds per cycle of the bench process / of all redis-servers \
-         (every process of a cluster)\n",
+         (every process of a cluster); srv÷plain = srv CPU / plain's srv CPU\n",
     );
     out.push_str(&render(&main));
 
@@ -400,14 +458,38 @@ pub fn targets(reports: &[WorkloadReport]) -> Vec<String> {
             verdict(x >= 0.8)
         ));
     }
+    for r in reports
+        .iter()
+        .filter(|r| r.workload == Workload::Independent)
+    {
+        if let Some(x) = r.server_cpu_vs_plain() {
+            lines.push(format!(
+                "  independent, {}: Redis CPU per cycle <= 1.1 x plain's: {x:.3} ({})",
+                r.deployment(),
+                verdict(x <= 1.1)
+            ));
+        }
+    }
+    for r in reports.iter().filter(|r| r.workload == Workload::Contended) {
+        if let Some(h) = r.lib.contention.as_ref().map(|c| &c.handoffs) {
+            let share = h.same_worker_share;
+            let p99_ms = h.wait.map_or(f64::INFINITY, |p| p.p99_us / 1000.0);
+            lines.push(format!(
+                "  contended, {}: fair (same-worker share <= 0.05, wait p99 <= 10 ms): \
+                 {share:.3}, {p99_ms:.1} ms ({})",
+                r.deployment(),
+                verdict(share <= 0.05 && p99_ms <= 10.0)
+            ));
+        }
+    }
     for r in reports {
         if let Some(rs) = &r.rslock {
             let x = ratio(r.lib.cycles_per_s, rs.cycles_per_s);
             lines.push(format!(
-                "  {}, {}: ahead of rslock: {x:.3} x its rate ({})",
+                "  {}, {}: at least rslock's rate: {x:.3} x ({})",
                 r.workload,
                 r.deployment(),
-                verdict(x > 1.0)
+                verdict(x >= 1.0)
             ));
         }
     }

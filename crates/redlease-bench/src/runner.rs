@@ -1,5 +1,6 @@
 //! Measuring one workload on one set of nodes: every client in interleaved
-//! rounds (redlease, raw, rslock; then raw, rslock, redlease; ...), so a
+//! rounds (redlease, raw, plain, rslock; then raw, plain, rslock, redlease;
+//! ...), so a
 //! change in machine load hits all of them alike and the ratios hold.
 
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use crate::client::{fence_key_for, key_for, BenchError, LockClient, Redlease};
 use crate::conn::NodeConn;
 use crate::cpu;
-use crate::raw::Raw;
+use crate::raw::{Flavor, Raw};
 use crate::report::{ClientRun, WorkloadReport};
 use crate::workloads::{self, Counter, Outcome, Workload};
 
@@ -25,6 +26,8 @@ pub struct Settings {
     pub slice: Duration,
     pub rounds: u32,
     pub rslock: bool,
+    /// Also the library with fencing tokens on.
+    pub fenced: bool,
 }
 
 /// A client under test; an enum so the rounds can rotate over clients of
@@ -49,7 +52,9 @@ impl Subject {
     /// One-letter key tag, so all clients' keys have the same length.
     fn letter(&self) -> char {
         match self {
+            Subject::Lib(c) if c.label() == "redlease+fence" => 'F',
             Subject::Lib(_) => 'L',
+            Subject::Raw(c) if c.label() == "plain" => 'P',
             Subject::Raw(_) => 'R',
             #[cfg(feature = "rslock")]
             Subject::Rslock(_) => 'S',
@@ -103,7 +108,7 @@ pub async fn measure(
     let counter = Counter {
         conn: NodeConn::connect(&urls[0]).await?,
     };
-    let lib = Redlease::new(urls)?;
+    let lib = Redlease::new(urls, false)?;
     // The raw and rslock clients build keys themselves: same scheme or bust.
     let expected = (key_for("x"), fence_key_for("x"));
     if lib.keys("x") != expected {
@@ -116,10 +121,14 @@ pub async fn measure(
     }
     let mut subjects = vec![
         Subject::Lib(Arc::new(lib)),
-        Subject::Raw(Arc::new(Raw::connect(urls).await?)),
+        Subject::Raw(Arc::new(Raw::connect(urls, Flavor::Raw).await?)),
+        Subject::Raw(Arc::new(Raw::connect(urls, Flavor::Plain).await?)),
     ];
     if settings.rslock {
         subjects.push(rslock_subject(urls)?);
+    }
+    if settings.fenced {
+        subjects.push(Subject::Lib(Arc::new(Redlease::new(urls, true)?)));
     }
     for s in &subjects {
         if !settings.warmup.is_zero() {
@@ -153,13 +162,21 @@ pub async fn measure(
             tokio::time::sleep(SETTLE).await;
         }
     }
-    let mut runs = subjects
+    let mut runs: Vec<ClientRun> = subjects
         .iter()
         .zip(&slices)
-        .map(|(s, outcomes)| ClientRun::new(s.label(), outcomes));
-    let (Some(lib), Some(raw)) = (runs.next(), runs.next()) else {
-        unreachable!("redlease and raw are always measured");
+        .map(|(s, outcomes)| ClientRun::new(s.label(), outcomes))
+        .collect();
+    let mut take = |label: &str| {
+        runs.iter()
+            .position(|r| r.client == label)
+            .map(|i| runs.remove(i))
     };
+    let (Some(lib), Some(raw), Some(plain)) = (take("redlease"), take("raw"), take("plain")) else {
+        unreachable!("redlease, raw and plain are always measured");
+    };
+    let rslock = take("rslock");
+    let fenced = take("redlease+fence");
     Ok(WorkloadReport {
         workload,
         nodes: urls.len(),
@@ -169,7 +186,9 @@ pub async fn measure(
         rounds: settings.rounds,
         lib,
         raw,
-        rslock: runs.next(),
+        plain,
+        rslock,
+        fenced,
     })
 }
 
