@@ -46,3 +46,4 @@ soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario clock-jump --nodes 5 --seconds 12 --min-acquired 100 --min-faults 5
 "$soak" --scenario empty-restart --nodes 5 --seconds 15 --min-acquired 150 --min-faults 8
 "$soak" --scenario duplicate-node --nodes 5 --seconds 5
+echo "ci-smoke: all scenarios passed, ${SECONDS}s after the smoke started"
