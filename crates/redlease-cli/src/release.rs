@@ -15,8 +15,9 @@ delete it. --force deletes the key on every node whoever holds it, and \
 wakes the processes waiting for it. A holder that is still at work is not \
 told until its next renewal (up to a third of its TTL later): until then two \
 holders may run. Use it for a lock whose holder is known to be dead and \
-whose TTL is too long to wait out. The fencing counter is kept, so the next \
-holder's token is still higher than the old holder's.
+whose TTL is too long to wait out. The fencing counter (kept for locks taken \
+with fencing on, as `redlease run` takes them) stays, so the next holder's \
+token is still higher than the old holder's.
 
 Example:
   redlease status --key nightly-report      # who holds it, for how long
@@ -53,7 +54,7 @@ pub async fn release(args: ReleaseArgs) -> Exit {
         Ok(deleted) => {
             println!(
                 "force-released lock {:?} (key {key}): a key was deleted on {deleted} of {} \
-                 node{}; the fencing counter is kept",
+                 node{}; any fencing counter is kept",
                 name,
                 urls.len(),
                 if urls.len() == 1 { "" } else { "s" }

@@ -167,7 +167,9 @@ pub async fn run(args: RunArgs) -> Exit {
         Some(replicas) => redlease::Durability::required(replicas, args.durable_timeout),
         None => redlease::Durability::off(),
     };
+    // Fencing on: the command gets the lease's token (REDLEASE_FENCING_TOKEN).
     let locker = match builder
+        .fencing(true)
         .ttl(args.ttl)
         .key_prefix(args.key_prefix.as_str())
         .durability(durability)
@@ -207,9 +209,12 @@ pub async fn run(args: RunArgs) -> Exit {
         }
     };
 
+    let fencing_token = lease
+        .fencing_token()
+        .expect("run's Locker draws fencing tokens");
     tracing::info!(
         key = %args.key,
-        fencing_token = lease.fencing_token(),
+        fencing_token,
         waited = %duration::show(started.elapsed()),
         "took the lock; starting the command"
     );
@@ -233,7 +238,7 @@ pub async fn run(args: RunArgs) -> Exit {
             );
         }
     };
-    let mut child = match spawn(&args, lease.fencing_token(), &guardian) {
+    let mut child = match spawn(&args, fencing_token, &guardian) {
         Ok(child) => child,
         Err(e) => {
             let guardian = guardian.dismiss();

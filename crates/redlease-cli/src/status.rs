@@ -117,7 +117,7 @@ pub async fn status(args: StatusArgs) -> Exit {
 
     let counter = match status.fencing_counter() {
         Some(n) => format!("fencing counter {n} (no token handed out so far is higher)"),
-        None => "no fencing counter (no acquisition lately)".to_string(),
+        None => "no fencing counter (no acquisition with fencing on lately)".to_string(),
     };
     let waiting = status.waiting();
     let verdict = status.verdict();

@@ -129,6 +129,22 @@ pub struct Held {
     pub lock: usize,
 }
 
+impl Held {
+    /// The lease's fencing token (see [`fencing_token`]).
+    pub fn token(&self) -> u64 {
+        fencing_token(&self.lease)
+    }
+}
+
+/// The lease's fencing token. Every Locker the soak builds has fencing on
+/// ([`Client::connect`]): the fenced writes and the checker's token order
+/// need one on every lease, so a lease without one is a bug, not a case.
+pub fn fencing_token(lease: &Lease) -> u64 {
+    lease
+        .fencing_token()
+        .expect("the soak's Lockers draw fencing tokens")
+}
+
 /// One client "process": its own Locker (own connections) and its own
 /// connection to the data Redis. Every call is timed and recorded.
 pub struct Client {
@@ -175,7 +191,10 @@ impl Client {
         if let Some(quarantine) = settings.restart_quarantine {
             builder = builder.restart_quarantine(quarantine);
         }
+        // Fencing on: every lease's token goes into the history (the
+        // checker's token order) and into the fenced writes.
         let locker = builder
+            .fencing(true)
             .clock_jump_guard(settings.clock_jump_guard)
             .ttl(ttl)
             .node_timeout(node_timeout)
@@ -273,7 +292,7 @@ impl Client {
                 let id = self.rec.next_lease();
                 op.lease = Some(id);
                 op.valid_until = Some(self.rec.at(lease.valid_until()));
-                op.token = Some(lease.fencing_token());
+                op.token = Some(fencing_token(&lease));
                 self.rec.push(op);
                 Some(Held { lease, id, lock })
             }
@@ -310,7 +329,7 @@ impl Client {
     fn lease_op(&self, held: &Held, call: Call, invoke: Instant) -> Op {
         let mut op = self.op(held.lock, Some(held.id), call, invoke);
         op.valid_until = Some(self.rec.at(held.lease.valid_until()));
-        op.token = Some(held.lease.fencing_token());
+        op.token = Some(held.token());
         op
     }
 
@@ -372,7 +391,7 @@ impl Client {
         let value = format!("worker {} lease {}", self.worker, held.id);
         let result = self
             .store
-            .fenced_write(held.lock, held.lease.fencing_token(), &value)
+            .fenced_write(held.lock, held.token(), &value)
             .await;
         let mut op = self.lease_op(held, Call::FencedWrite, invoke);
         let accepted = match result {
@@ -405,7 +424,7 @@ impl Client {
     /// Releases the lease; the error kind if it failed.
     pub async fn release(&mut self, held: Held) -> Result<(), ErrorKind> {
         let Held { lease, id, lock } = held;
-        let (valid_until, token) = (lease.valid_until(), lease.fencing_token());
+        let (valid_until, token) = (lease.valid_until(), fencing_token(&lease));
         let invoke = Instant::now();
         let ran = guarded(lease.release()).await;
         let mut op = self.op(lock, Some(id), Call::Release, invoke);

@@ -3,8 +3,8 @@
 //!
 //! Nodes come from REDLEASE_NODES (comma-separated URLs), by default
 //! redis://127.0.0.1:6379. It writes only keys that expire on their own
-//! (`redlease-quickstart:*`: the locks, by their TTL; their fencing
-//! counters, after 10 idle minutes). Run it with:
+//! (`redlease-quickstart:*`, the locks, by their TTL: fencing is off, so
+//! no fencing counters are kept). Run it with:
 //!
 //! ```text
 //! cargo run --example quickstart

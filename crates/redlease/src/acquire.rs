@@ -224,8 +224,8 @@ impl<'a> IntoFuture for Acquire<'a> {
             async move {
                 let start = Instant::now();
                 let result = self.run().await;
-                if let Ok(lease) = &result {
-                    tracing::Span::current().record("fencing_token", lease.fencing_token());
+                if let Some(token) = result.as_ref().ok().and_then(Lease::fencing_token) {
+                    tracing::Span::current().record("fencing_token", token);
                 }
                 telemetry::finished(Op::Acquire, result.as_ref().map(|_| ()), start.elapsed());
                 result

@@ -21,7 +21,8 @@ pub(crate) struct Grant {
     /// Releases the lock if the grant is dropped.
     pub(crate) guard: ReleaseOnDrop,
     pub(crate) valid_until: Instant,
-    pub(crate) fence: u64,
+    /// The fencing token, if the Locker draws them.
+    pub(crate) fence: Option<u64>,
     /// The nodes that granted it.
     pub(crate) granted_by: Vec<usize>,
     /// With durability on: the fewest replicas that acknowledged it on a
@@ -45,6 +46,7 @@ pub(crate) async fn attempt(
     }
     let ownership = Arc::new(Ownership::new(keys.lock.clone(), engine.nodes().len()));
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
+    let fenced = engine.settings().fencing;
     let start = Instant::now();
     let mut replies = fanout::until_decided(engine.nodes(), |node| {
         let (keys, ownership) = (keys.clone(), ownership.clone());
@@ -55,6 +57,7 @@ pub(crate) async fn attempt(
                     &ownership.token,
                     timing.ttl_ms(),
                     timing.node_timeout,
+                    fenced,
                 )
                 .await;
             let unwritten = match &reply {
@@ -101,7 +104,13 @@ pub(crate) async fn attempt(
                     _ => None,
                 })
                 .min();
-            match settle_fence(engine, keys, fences, timing, start).await {
+            let settled = match fenced {
+                true => settle_fence(engine, keys, fences, timing, start)
+                    .await
+                    .map(Some),
+                false => usable(timing, start).map(|()| None),
+            };
+            match settled {
                 Ok(fence) => {
                     // The slower nodes' answers cannot change the outcome: let
                     // them finish on their own. The lease waits for them before
@@ -191,22 +200,29 @@ async fn settle_fence(
         }
         raised.detach(engine.background());
     }
-    let elapsed = start.elapsed();
-    // Never hand out a lease that would be reported lost at once.
-    if !timing.usable(elapsed) {
-        return Err(Unsettled::Expired { elapsed, timing });
-    }
+    usable(timing, start)?;
     Ok(fence)
 }
 
-/// The nodes that granted the lock, and the fencing counters they reported.
+/// Never hand out a lease that would be reported lost at once.
+fn usable(timing: Timing, start: Instant) -> Result<(), Unsettled> {
+    let elapsed = start.elapsed();
+    if !timing.usable(elapsed) {
+        return Err(Unsettled::Expired { elapsed, timing });
+    }
+    Ok(())
+}
+
+/// The nodes that granted the lock, and the fencing counters they reported
+/// (none when no token is drawn).
 fn granted(replies: &fanout::Replies<AcquireReply>) -> (Vec<usize>, Vec<u64>) {
-    replies
-        .answers
-        .iter()
-        .filter_map(|(i, a)| match a {
-            Ok(AcquireReply::Acquired(fence, _)) => Some((*i, *fence)),
-            _ => None,
-        })
-        .unzip()
+    let mut nodes = Vec::new();
+    let mut fences = Vec::new();
+    for (i, answer) in &replies.answers {
+        if let Ok(AcquireReply::Acquired(fence, _)) = answer {
+            nodes.push(*i);
+            fences.extend(*fence);
+        }
+    }
+    (nodes, fences)
 }

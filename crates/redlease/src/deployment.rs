@@ -280,7 +280,7 @@ impl Lua {
 
     /// `call` (an `EVALSHA` of this script) as an `EVAL` of its text, with
     /// the same keys and arguments.
-    fn whole(&self, call: &Cmd) -> Cmd {
+    pub(crate) fn whole(&self, call: &Cmd) -> Cmd {
         let mut eval = redis::cmd("EVAL");
         eval.arg(self.code);
         for arg in call.args_iter().skip(2) {

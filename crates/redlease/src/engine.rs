@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) prefix: String,
     pub(crate) renew_fraction: f64,
     pub(crate) fence_expiry: Duration,
+    /// Whether every acquire draws a fencing token.
+    pub(crate) fencing: bool,
     pub(crate) durability: crate::Durability,
     /// The restart quarantine (zero: off): no TTL may outlast it.
     pub(crate) quarantine: Duration,

@@ -149,24 +149,29 @@ impl Lease {
         self.view.resource()
     }
 
-    /// The fencing token of this acquisition: larger than that of every
-    /// earlier acquisition of the same resource, by any client. Pass it to
-    /// the protected resource with each write and have the resource reject
-    /// a token lower than the highest it has accepted: a holder that was
-    /// paused past its lease is then turned away (see "Fencing tokens" in
-    /// the crate docs).
+    /// The fencing token of this acquisition, if its Locker draws them
+    /// ([`LockerBuilder::fencing`](crate::LockerBuilder::fencing)): larger
+    /// than that of every earlier acquisition of the same resource by any
+    /// client with fencing on. Pass it to the protected resource with each
+    /// write and have the resource reject a token lower than the highest it
+    /// has accepted: a holder that was paused past its lease is then turned
+    /// away (see "Fencing tokens" in the crate docs). `None` with fencing
+    /// off.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let locker = redlease::Locker::builder(nodes.urls())
+    ///     .fencing(true)
+    /// #   .restart_quarantine(std::time::Duration::ZERO) // brand-new test servers
+    ///     .build()?;
     /// let lease = locker.lock("ledger").await?;
-    /// let fence = lease.fencing_token();
+    /// let fence = lease.fencing_token().expect("fencing is on");
     /// // UPDATE ledger SET ..., fence = $fence WHERE id = $id AND fence < $fence
     /// # let _ = fence; lease.release().await }
     /// ```
-    pub fn fencing_token(&self) -> u64 {
+    pub fn fencing_token(&self) -> Option<u64> {
         self.view.fencing_token()
     }
 
@@ -581,7 +586,7 @@ impl Lease {
 #[derive(Clone)]
 pub struct LeaseHandle {
     resource: Arc<str>,
-    fence: u64,
+    fence: Option<u64>,
     state: watch::Receiver<LeaseState>,
 }
 
@@ -604,12 +609,12 @@ impl LeaseHandle {
         &self.resource
     }
 
-    /// The fencing token (see [`Lease::fencing_token`]).
+    /// The fencing token, with fencing on (see [`Lease::fencing_token`]).
     ///
     /// ```no_run
-    /// # fn f(lease: &redlease::LeaseHandle) { println!("token {}", lease.fencing_token()); }
+    /// # fn f(lease: &redlease::LeaseHandle) { println!("token {:?}", lease.fencing_token()); }
     /// ```
-    pub fn fencing_token(&self) -> u64 {
+    pub fn fencing_token(&self) -> Option<u64> {
         self.fence
     }
 

@@ -29,9 +29,14 @@
 //!
 //! 1. Draw a fresh 128-bit token from the OS CSPRNG. It proves ownership;
 //!    it is never logged or shown by `Debug`.
-//! 2. Note `start` on the monotonic clock, then send `SET key token NX PX ttl`
-//!    (as a script that also returns the holder's remaining TTL on failure)
-//!    to every node at once, each request bounded by the per-node timeout.
+//! 2. Note `start` on the monotonic clock, then send `SET key token NX PX ttl
+//!    GET` to every node at once, each request bounded by the per-node
+//!    timeout. Plain commands, no script: `GET` makes a refusal name the
+//!    holder (only a hash of its token is kept), and a node that refused
+//!    is then asked, in a second round trip, for the holder's remaining
+//!    TTL and how many processes wait. (With [fencing
+//!    tokens](#fencing-tokens) or [`Durability`] on, or on a server older
+//!    than Redis 7.0, the acquire is one script instead.)
 //! 3. Decide as soon as a quorum said yes, or enough said no or failed that
 //!    a quorum is impossible.
 //! 4. With a quorum, the lease is valid until `start + ttl - drift`, where
@@ -42,7 +47,8 @@
 //!    request never reached, has not) before the error is returned.
 //!
 //! Release and extend run a compare-and-delete and a compare-and-`PEXPIRE`
-//! on the nodes, so only the token's owner can touch the lock; both need a
+//! script on the nodes (`EVALSHA`), so only the token's owner can touch
+//! the lock; both need a
 //! quorum to succeed, and an extend must also answer within the remaining
 //! validity. A release counts a node that cannot hold the token (it
 //! refused the acquire, or never received it) as done without asking it.
@@ -79,7 +85,7 @@
 //! delay.
 //! Tasks behind the first waiter of their Locker do not look at all: the
 //! first looks for them, and the next one moves up when it is done. 100
-//! waiting processes on one held lock cost its node about 2 script calls a
+//! waiting processes on one held lock cost its node about 2 attempts a
 //! second (they made 1,772 when they polled; see BENCHMARKS.md).
 //!
 //! The [`RetryPolicy`] delay (10–100 ms) is kept for a waiter that could
@@ -231,8 +237,9 @@
 //! quarantined; waiting for a lock waits the quarantine out.
 //!
 //! Cost: one extra round trip (`INFO server` and `TIME`, pipelined) per new
-//! connection, nothing per lock beyond one `TIME` call inside the acquire
-//! script. The ACL user needs `+info`.
+//! connection, and per lock one `TIME` pipelined with the acquire (about a
+//! tenth of what a lock costs Redis; see BENCHMARKS.md). The ACL user
+//! needs `+info`.
 //!
 //! Limits, stated plainly:
 //!
@@ -273,6 +280,12 @@
 //! ```
 //!
 //! The `fencing` example does the same with a Redis key and a Lua script.
+//!
+//! Tokens are drawn only by a Locker built with
+//! [`fencing(true)`](LockerBuilder::fencing); without it
+//! [`Lease::fencing_token`] is `None`, no counter is kept, and a lock costs
+//! Redis two plain commands per node. A resource that checks tokens must
+//! only be written by holders whose Lockers draw them.
 //!
 //! How the tokens are made: each node keeps a counter beside the lock key,
 //! in the same Redis Cluster hash slot. The acquire script bumps it in the
@@ -360,7 +373,7 @@
 //! or the primary that Sentinels name (`redis+sentinel://s1,s2/SERVICE`);
 //! see [`NodeUrl`]. Either counts as one node of the quorum. A lock's key,
 //! fencing counter and release channel share the resource as hash tag, so
-//! they live in one slot: the scripts run there (redis-rs follows MOVED and
+//! they live in one slot: every command runs there (redis-rs follows MOVED and
 //! ASK, so a migrating slot keeps its locks), renewal batches are split per
 //! slot, and waiters use sharded pub/sub. The owed-request gate and the
 //! connect backoff are kept per slot, so a dead or stalled shard costs only
@@ -480,6 +493,7 @@ mod renew;
 mod renew_schedule;
 mod retry;
 mod server_conn;
+mod set_nx;
 mod subscription;
 mod telemetry;
 mod tls;

@@ -22,13 +22,16 @@ use crate::Error;
 // EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
 // SCRIPT FLUSH): `Conn::eval` does both, so NOSCRIPT never surfaces.
 static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/acquire.lua")));
-// Release is sent whole with EVAL instead: one command, never a NOSCRIPT
-// round trip, so it is on the wire as soon as it is first polled, and this
-// client's next request to the node (say, acquiring the lock again right
-// after releasing it) queues behind it even when `release` returned at
-// the quorum. With EVALSHA, a node that had not loaded the script yet got
-// the retry after that next request. It runs once per lease.
-const RELEASE: &str = include_str!("scripts/release.lua");
+// Release goes as EVALSHA once this client has seen the node run it, and
+// whole (EVAL) before: a whole script is one command, never a NOSCRIPT
+// round trip, so it is on the wire as soon as it is first polled, and
+// this client's next request to the node (say, acquiring the lock again
+// right after releasing it) queues behind it even when `release` returned
+// at the quorum. EVALSHA spares Redis hashing the text on every release
+// (about half the release's cost); after a server lost its scripts (a
+// restart, SCRIPT FLUSH) the first one is retried whole, which may then
+// run after that next request: a delay, not an error.
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/release.lua")));
 const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
 static RAISE_FENCE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
@@ -37,9 +40,9 @@ static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/e
 /// A node's answer to an acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken by us, with this node's fencing number and, with durability
-    /// on, how many replicas acknowledged it.
-    Acquired(u64, Option<u32>),
+    /// Taken by us, with this node's fencing number (when one was drawn)
+    /// and, with durability on, how many replicas acknowledged it.
+    Acquired(Option<u64>, Option<u32>),
     /// Held by another owner, who has this long left (`None`: no expiry),
     /// with how many processes (subscriptions) wait for its release there,
     /// and a fingerprint of the owner (see acquire.lua).
@@ -73,6 +76,12 @@ pub(crate) struct Node {
     /// Set once the main connection has claimed its server (claims are
     /// never withdrawn), so the check on every granted acquire is one load.
     server_known: std::sync::atomic::AtomicBool,
+    /// Whether the server takes `SET ... NX GET` (Redis 7.0 and later):
+    /// believed until it refuses it once.
+    set_nx_get: std::sync::atomic::AtomicBool,
+    /// Whether the release script is believed cached on the server, so it
+    /// goes as `EVALSHA` (see [`Node::release`]).
+    release_cached: std::sync::atomic::AtomicBool,
 }
 
 /// What the node's recent requests say about it: the backoff after a
@@ -268,6 +277,8 @@ impl Node {
             health,
             guard,
             server_known: std::sync::atomic::AtomicBool::new(false),
+            set_nx_get: std::sync::atomic::AtomicBool::new(true),
+            release_cached: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -319,12 +330,100 @@ impl Node {
     /// `SET key token NX PX ttl`, or the holder's remaining TTL. A "yes"
     /// from a server that may not vote (see [`VoteGuard`]) is an error: the
     /// key was written there, so a failed attempt still undoes it.
+    ///
+    /// `fenced`: also draw a fencing token. With it, or with durability on,
+    /// or on a server older than Redis 7.0, this is the acquire script;
+    /// otherwise plain commands (see [`set_nx`](crate::set_nx)).
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
         token: &Token,
         ttl_ms: u64,
         timeout: Duration,
+        fenced: bool,
+    ) -> Result<AcquireReply, NodeError> {
+        use std::sync::atomic::Ordering;
+        let plain = !fenced
+            && self.settings.durability.wait().is_none()
+            && self.set_nx_get.load(Ordering::Relaxed);
+        if plain {
+            match self.acquire_plain(keys, token, ttl_ms, timeout).await? {
+                Some(reply) => return Ok(reply),
+                // Nothing was written: the script does it the old way.
+                None => self.set_nx_get.store(false, Ordering::Relaxed),
+            }
+        }
+        self.acquire_scripted(keys, token, ttl_ms, timeout, fenced)
+            .await
+    }
+
+    /// The acquire with plain commands; `None` if the server does not know
+    /// `SET ... NX GET`.
+    async fn acquire_plain(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<Option<AcquireReply>, NodeError> {
+        use crate::set_nx::{self, SetNx};
+        let clock = self.watches_clock();
+        let request = set_nx::request(&keys.lock, token.as_str(), ttl_ms, clock);
+        let (key, numsub) = (keys.lock.clone(), self.numsub_command());
+        let mut conn = self.conn.clone();
+        let sent = std::time::Instant::now();
+        // Both round trips under one timeout: the second only on a refusal.
+        let exchange = Box::pin(async move {
+            let replies: Vec<redis::Value> = request.query_async(&mut conn).await?;
+            let received = std::time::Instant::now();
+            let parsed = set_nx::parse(&replies, clock);
+            let refusal = match parsed {
+                Ok(SetNx::Held { .. }) => {
+                    let details = set_nx::refusal_request(&key, &release_channel(&key), numsub);
+                    let replies: Vec<redis::Value> = details.query_async(&mut conn).await?;
+                    Some(set_nx::parse_refusal(&replies))
+                }
+                _ => None,
+            };
+            Ok((parsed, refusal, received))
+        });
+        let (parsed, refusal, received) = self
+            .bounded(timeout, Gate::New, &keys.lock, exchange)
+            .await?;
+        let protocol = |reply: set_nx::Reply| match reply {
+            set_nx::Reply::Server { code, message } => {
+                self.error(NodeErrorKind::Redis { code, message })
+            }
+            set_nx::Reply::Shape(what) => self.error(NodeErrorKind::Protocol(what)),
+        };
+        let clock = match parsed.map_err(protocol)? {
+            SetNx::Unsupported => return Ok(None),
+            SetNx::Held { owner } => {
+                let refusal = refusal
+                    .expect("a refusal is followed up")
+                    .map_err(protocol)?;
+                return Ok(Some(AcquireReply::Held(
+                    refusal.expires_in,
+                    refusal.waiting,
+                    owner,
+                )));
+            }
+            SetNx::Taken(clock) => {
+                clock.map(|(secs, micros)| ClockSample::new(sent, received, secs, micros))
+            }
+        };
+        self.judge_grant(clock, None, None).map(Some)
+    }
+
+    /// The acquire script: with a fencing token, durability, or on a
+    /// server older than Redis 7.0.
+    async fn acquire_scripted(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl_ms: u64,
+        timeout: Duration,
+        fenced: bool,
     ) -> Result<AcquireReply, NodeError> {
         let watch_clock = self.watches_clock();
         let call = ACQUIRE.call(|c| {
@@ -336,7 +435,8 @@ impl Node {
                 .arg(keys.fence_expiry_ms)
                 .arg(self.lineage_flag())
                 .arg(if watch_clock { "1" } else { "0" })
-                .arg(self.numsub_command());
+                .arg(self.numsub_command())
+                .arg(if fenced { "1" } else { "0" });
         });
         let sent = std::time::Instant::now();
         let (reply, replicas): (Vec<i64>, _) = self
@@ -357,28 +457,45 @@ impl Node {
                 ))))
             }
         };
-        let objection = self.objection(clock);
-        if let Some(kind @ NodeErrorKind::SameServer { .. }) = objection {
-            // Whatever it answered: its answer is another node's.
-            return Err(self.error(kind));
-        }
         match (acquired, value) {
-            (1, fence) if fence > 0 => {
-                if let Some(kind) = objection {
-                    return Err(self.error(kind));
-                }
-                self.replicated(replicas)?;
-                Ok(AcquireReply::Acquired(fence as u64, replicas))
+            (1, fence) if fence > 0 && fenced => {
+                self.judge_grant(clock, Some(fence as u64), replicas)
             }
-            (0, pttl) if pttl >= 0 => Ok(AcquireReply::Held(
+            (1, 0) if !fenced => self.judge_grant(clock, None, replicas),
+            (0, pttl) if pttl >= 0 => self.judge_refusal(AcquireReply::Held(
                 Some(Duration::from_millis(pttl as u64)),
                 waiting,
                 owner,
             )),
-            (0, -1) => Ok(AcquireReply::Held(None, waiting, owner)),
+            (0, -1) => self.judge_refusal(AcquireReply::Held(None, waiting, owner)),
             other => Err(self.error(NodeErrorKind::Protocol(format!(
                 "acquire script returned {other:?}"
             )))),
+        }
+    }
+
+    /// A "yes", unless this server may not vote (see [`VoteGuard`]) or
+    /// too few replicas acknowledged it: then an error (the key was
+    /// written, so a failed attempt still undoes it).
+    fn judge_grant(
+        &self,
+        clock: Option<ClockSample>,
+        fence: Option<u64>,
+        replicas: Option<u32>,
+    ) -> Result<AcquireReply, NodeError> {
+        if let Some(kind) = self.objection(clock) {
+            return Err(self.error(kind));
+        }
+        self.replicated(replicas)?;
+        Ok(AcquireReply::Acquired(fence, replicas))
+    }
+
+    /// A "no" counts, except from a node that is another node's server:
+    /// its answer is that node's.
+    fn judge_refusal(&self, held: AcquireReply) -> Result<AcquireReply, NodeError> {
+        match self.objection(None) {
+            Some(kind @ NodeErrorKind::SameServer { .. }) => Err(self.error(kind)),
+            _ => Ok(held),
         }
     }
 
@@ -411,15 +528,26 @@ impl Node {
         release_id: &str,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(RELEASE)
-            .arg(1)
-            .arg(key)
-            .arg(token.as_str())
-            .arg(release_channel(key))
-            .arg(release_id)
-            .arg(self.publish_command());
-        self.cleanup(cmd, timeout, key, "release").await
+        use std::sync::atomic::Ordering;
+        let call = RELEASE.call(|c| {
+            c.arg(1)
+                .arg(key)
+                .arg(token.as_str())
+                .arg(release_channel(key))
+                .arg(release_id)
+                .arg(self.publish_command());
+        });
+        let cached = self.release_cached.load(Ordering::Relaxed);
+        let mut conn = self.conn.clone();
+        let request: Request<i64> = if cached {
+            Box::pin(async move { conn.eval(&RELEASE, &call).await })
+        } else {
+            let whole = RELEASE.whole(&call);
+            Box::pin(async move { whole.query_async(&mut conn).await })
+        };
+        let n = self.bounded(timeout, Gate::Cleanup, key, request).await?;
+        self.release_cached.store(true, Ordering::Relaxed);
+        self.as_flag(n, "release")
     }
 
     /// Deletes the lock key whatever it holds, and announces it on the

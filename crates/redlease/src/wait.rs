@@ -31,7 +31,8 @@ pub(crate) async fn lock(
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
     let waits = policy.attempts != Some(1);
-    let channel = release_channel(&keys.lock);
+    // Named only once needed: most locks are taken at the first attempt.
+    let channel = || release_channel(&keys.lock);
     let mut waiter: Option<Waiter> = None;
     let mut last: Option<Error> = None;
     let mut attempts: u32 = 0;
@@ -40,6 +41,7 @@ pub(crate) async fn lock(
     // lock, get in line behind them instead of racing them for it.
     if waits {
         if let Some(notifier) = engine.started_notifier() {
+            let channel = channel();
             if notifier.has_waiters(&channel) {
                 waiter = Some(notifier.join(&channel));
             }
@@ -112,7 +114,7 @@ pub(crate) async fn lock(
         last = Some(error);
         wait_first = true;
         if waiter.is_none() {
-            let mut w = engine.notifier().join(&channel);
+            let mut w = engine.notifier().join(&channel());
             w.subscribed(timing.node_timeout).await;
             // A release between the failed attempt and the subscription went
             // unheard: the first in line tries again at once.

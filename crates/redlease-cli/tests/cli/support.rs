@@ -182,7 +182,8 @@ pub fn get(node: &RedisNode, key: &str) -> Option<String> {
 }
 
 /// A lock held by the test itself, through the library, as another
-/// machine would hold it.
+/// machine running `redlease run` would hold it: with fencing on, so it
+/// draws a token (and bumps the lock's fencing counter) as `run` does.
 pub struct Holder {
     lease: Option<Lease>,
     // Declared after the lease: the lease is released before the runtime
@@ -200,6 +201,7 @@ impl Holder {
             .expect("runtime");
         let (locker, lease) = runtime.block_on(async {
             let locker = Locker::builder(urls)
+                .fencing(true)
                 .ttl(Duration::from_secs(30))
                 // Brand-new test servers: see `redlease()`.
                 .restart_quarantine(Duration::ZERO)
@@ -219,7 +221,11 @@ impl Holder {
     }
 
     pub fn fencing_token(&self) -> u64 {
-        self.lease.as_ref().expect("held").fencing_token()
+        self.lease
+            .as_ref()
+            .expect("held")
+            .fencing_token()
+            .expect("the holder's Locker draws fencing tokens")
     }
 
     pub fn release(&mut self) {

@@ -48,8 +48,10 @@ async fn main() -> ExitCode {
 }
 
 async fn run(urls: &[String]) -> Result<(), Box<dyn std::error::Error>> {
-    // A short TTL so the stall below outlives the lease.
+    // Fencing on, so each lease carries a token; a short TTL so the stall
+    // below outlives the lease.
     let locker = Locker::builder(urls)
+        .fencing(true)
         .ttl(Duration::from_millis(300))
         .key_prefix("redlease-fencing-example:")
         .build()?;

@@ -68,12 +68,20 @@ impl FencedStore {
     }
 }
 
+/// The lease's fencing token: its Locker must be built with
+/// `.fencing(true)`, else the lease carries none.
+fn fencing_token(lease: &redlease::Lease) -> Result<u64, Box<dyn std::error::Error>> {
+    lease
+        .fencing_token()
+        .ok_or_else(|| "the Locker draws no fencing tokens: build it with .fencing(true)".into())
+}
+
 /// The classic failure: client A takes the lock, reads, then stalls (a GC
 /// pause, a swap storm) past its lease; B takes the expired lock, reads,
 /// appends its entry and writes; A wakes and writes what it computed from
 /// its stale read. With fencing, A's write carries the older token and is
 /// turned away; without, B's entry is lost. Returns the final value and
-/// whether A's late write was accepted.
+/// whether A's late write was accepted. `locker` must have fencing on.
 pub async fn late_writer(
     locker: &redlease::Locker,
     store: &mut FencedStore,
@@ -82,16 +90,18 @@ pub async fn late_writer(
 ) -> Result<(String, bool), Box<dyn std::error::Error>> {
     let resource = "fenced-ledger";
     let lease_a = locker.lock(resource).await?;
+    let token_a = fencing_token(&lease_a)?;
     let seen_by_a = store.read().await?;
 
     // A stalls past its lease; meanwhile B gets the lock.
     tokio::time::sleep(stall).await;
     let lease_b = locker.lock(resource).await?;
-    assert!(lease_b.fencing_token() > lease_a.fencing_token());
+    let token_b = fencing_token(&lease_b)?;
+    assert!(token_b > token_a);
     let seen_by_b = store.read().await?;
     let written_by_b = format!("{seen_by_b}B");
     if fenced {
-        store.write(lease_b.fencing_token(), &written_by_b).await?;
+        store.write(token_b, &written_by_b).await?;
     } else {
         store.write_unfenced(&written_by_b).await?;
     }
@@ -100,7 +110,7 @@ pub async fn late_writer(
     // A wakes up, unaware, and writes what it computed before the stall.
     let written_by_a = format!("{seen_by_a}A");
     let accepted = if fenced {
-        store.write(lease_a.fencing_token(), &written_by_a).await?
+        store.write(token_a, &written_by_a).await?
     } else {
         store.write_unfenced(&written_by_a).await?;
         true

@@ -1,5 +1,6 @@
--- Take the lock if it is free, and draw its fencing token: one round trip
--- whether it succeeds or not.
+-- Take the lock if it is free, and draw its fencing token if asked: one
+-- round trip whether it succeeds or not. (A lock without a token or
+-- durability is taken with plain commands instead: see set_nx.rs.)
 -- KEYS[1] lock key; KEYS[2] fencing counter (same hash slot).
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counter in ms;
 -- ARGV[4] '1' to bind the lock to this server's replication lineage
@@ -13,7 +14,9 @@
 -- of connections subscribed to the lock's release channel (KEYS[1] ..
 -- ':released'), that is how many waiting processes watch the lock, so
 -- that a crowd of waiters can spread its checks (see retry.rs).
--- Returns {1, fencing token[, seconds, microseconds]} when taken by us,
+-- ARGV[7] '1' to draw a fencing token, '0' to leave the counter alone.
+-- Returns {1, fencing token (0 if none was drawn)[, seconds,
+-- microseconds]} when taken by us,
 -- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
 -- foreign key that never expires). owner is 28 bits of the SHA-1 of the
 -- holder's token (0 for a value that is not a string): waiters compare it
@@ -30,13 +33,16 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   -- clock is cut to 100 ms, so nodes that start a counter together start
   -- it at the same value and need no second round trip to agree.
   -- (INCR of a missing key gives 1, which a live counter never is.)
-  local fence = redis.call('INCR', KEYS[2])
-  if fence == 1 then
-    local now = redis.call('TIME')
-    fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
-    redis.call('SET', KEYS[2], string.format('%.0f', fence))
+  local fence = 0
+  if ARGV[7] == '1' then
+    fence = redis.call('INCR', KEYS[2])
+    if fence == 1 then
+      local now = redis.call('TIME')
+      fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
+      redis.call('SET', KEYS[2], string.format('%.0f', fence))
+    end
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   if ARGV[5] == '1' then
     local now = redis.call('TIME')
     return {1, fence, tonumber(now[1]), tonumber(now[2])}

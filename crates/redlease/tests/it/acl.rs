@@ -11,10 +11,10 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redlease::{Error, KeyState, Locker, NodeErrorKind, Op, RetryPolicy, Verdict};
+use redlease::{Error, KeyState, Locker, LockerBuilder, NodeErrorKind, Op, RetryPolicy, Verdict};
 use redlease_testkit::{RedisNode, RedisNodes};
 
-use crate::support::{handoff, spawn_lock, MS};
+use crate::support::{handoff, spawn_lock, token, MS};
 
 /// The rule of README's "ACL: the least privilege", for the default key
 /// prefix `redlease:` (after `ACL SETUSER <name> on ><password>`).
@@ -105,8 +105,34 @@ fn urls_as(nodes: &RedisNodes, name: &str) -> Vec<String> {
 }
 
 /// A Locker as user `name`, whose waits are woken by releases or else by
-/// its `retry_delay` timer.
+/// its `retry_delay` timer. Fencing off (the default): its locks are the
+/// plain `SET NX` commands.
 fn locker_as(nodes: &RedisNodes, name: &str, ttl: Duration, retry_delay: Duration) -> Locker {
+    builder_as(nodes, name, ttl, retry_delay)
+        .build()
+        .expect("valid settings")
+}
+
+/// Like [`locker_as`], with fencing on: its locks are the acquire script,
+/// which draws a token.
+fn fenced_locker_as(
+    nodes: &RedisNodes,
+    name: &str,
+    ttl: Duration,
+    retry_delay: Duration,
+) -> Locker {
+    builder_as(nodes, name, ttl, retry_delay)
+        .fencing(true)
+        .build()
+        .expect("valid settings")
+}
+
+fn builder_as(
+    nodes: &RedisNodes,
+    name: &str,
+    ttl: Duration,
+    retry_delay: Duration,
+) -> LockerBuilder {
     Locker::builder(urls_as(nodes, name))
         .restart_quarantine(std::time::Duration::ZERO)
         .ttl(ttl)
@@ -117,8 +143,6 @@ fn locker_as(nodes: &RedisNodes, name: &str, ttl: Duration, retry_delay: Duratio
                 .wait(Duration::from_secs(20))
                 .delay(retry_delay, retry_delay),
         )
-        .build()
-        .expect("valid settings")
 }
 
 /// Waits (at most 5 s) until `count` processes wait for `resource`.
@@ -185,12 +209,14 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     // A 5 s retry timer: a waiter that gets the lock sooner was woken by
     // the release notification, which needs SUBSCRIBE and PUBLISH.
     let patient = Duration::from_secs(5);
-    let holder = locker_as(&nodes, "locker", ttl, patient);
-    let other = locker_as(&nodes, "locker", ttl, patient);
+    // Fencing on where tokens are compared (the acquire script); the
+    // renewed lease below is taken with fencing off (plain commands).
+    let holder = fenced_locker_as(&nodes, "locker", ttl, patient);
+    let other = fenced_locker_as(&nodes, "locker", ttl, patient);
 
     // try_lock, extend, and a waiter in another process woken by the release.
     let mut lease = holder.try_lock("job").await.expect("try_lock as locker");
-    let first = lease.fencing_token();
+    let first = token(&lease);
     lease.extend(ttl).await.expect("extend as locker");
     let waiting = tokio::spawn(async move {
         let lease = other.lock("job").await;
@@ -214,15 +240,21 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
         handoff < Duration::from_secs(2),
         "woken by the release notification, not its 5 s timer: {handoff:?}"
     );
-    assert!(second.fencing_token() > first);
-    let second_token = second.fencing_token();
+    let second_token = token(&second);
+    assert!(second_token > first);
     second.release().await.unwrap();
 
-    // keep_alive renews a 1 s lease over more than 3 TTLs.
+    // keep_alive renews a 1 s lease over more than 3 TTLs (fencing off).
     let short = locker_as(&nodes, "locker", Duration::from_secs(1), patient);
     let renewed = short.lock("renewed").keep_alive().await.unwrap();
     tokio::time::sleep(Duration::from_millis(3500)).await;
     assert!(!renewed.is_lost(), "{:?}", renewed.lost_reason());
+    // A plain acquire refused: its follow-up asks for the holder's TTL and
+    // waiters.
+    let refused = locker_as(&nodes, "locker", ttl, patient)
+        .try_lock("renewed")
+        .await;
+    assert!(matches!(refused, Err(Error::Taken { .. })), "{refused:?}");
     let status = short.inspect("renewed").await.unwrap();
     for (node, answer) in &status.nodes {
         match answer.as_ref().map(|s| s.key) {
@@ -236,7 +268,7 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
 
     // force_release deletes a stuck lock and wakes its waiter at once.
     let stuck = holder.try_lock("stuck").await.unwrap();
-    let waiter = locker_as(&nodes, "locker", ttl, patient);
+    let waiter = fenced_locker_as(&nodes, "locker", ttl, patient);
     let waiting = tokio::spawn(async move {
         let lease = waiter.lock("stuck").await;
         (Instant::now(), lease, waiter)
@@ -255,8 +287,8 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
         "{:?}",
         taken - forced
     );
-    assert!(third.fencing_token() > stuck.fencing_token());
-    assert!(stuck.fencing_token() > second_token);
+    assert!(token(&third) > token(&stuck));
+    assert!(token(&stuck) > second_token);
     assert!(matches!(stuck.release().await, Err(Error::NotHeld { .. })));
     third.release().await.unwrap();
     until_waiting(&holder, "job", 0).await;
@@ -354,12 +386,16 @@ async fn a_user_without_rights_to_the_keys_gets_noperm_and_writes_nothing() {
     }
 }
 
-/// Scripts run so far on all nodes (EVALSHA and EVAL).
-async fn script_calls(nodes: &RedisNodes) -> u64 {
+/// Lock requests run so far on all nodes: scripts (EVALSHA and EVAL) and
+/// the plain acquire's SET (a Locker with fencing off tries a lock with it).
+async fn lock_calls(nodes: &RedisNodes) -> u64 {
     let mut sum = 0;
     for node in nodes.iter() {
         let calls = command_calls(node).await;
-        sum += calls.get("evalsha").unwrap_or(&0) + calls.get("eval").unwrap_or(&0);
+        sum += ["evalsha", "eval", "set"]
+            .iter()
+            .map(|command| calls.get(*command).unwrap_or(&0))
+            .sum::<u64>();
     }
     sum
 }
@@ -405,12 +441,12 @@ async fn a_waiter_whose_subscription_broke_polls_until_it_is_back() {
     until_waiting(&watcher, "job", 1).await;
     // Heard on every node: now it sleeps until the holder's key expires.
     tokio::time::sleep(200 * MS).await;
-    let calls_before = script_calls(&nodes).await;
+    let calls_before = lock_calls(&nodes).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let calls_after = script_calls(&nodes).await;
+    let calls_after = lock_calls(&nodes).await;
     assert!(
         calls_after - calls_before <= 3,
-        "a waiter that hears releases does not poll: {} script calls in 1 s",
+        "a waiter that hears releases does not poll: {} lock calls in 1 s",
         calls_after - calls_before
     );
     // Taking the channel rights away closes the user's subscriptions, and

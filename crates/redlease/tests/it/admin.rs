@@ -11,7 +11,8 @@ use crate::support::*;
 #[tokio::test]
 async fn inspect_reports_each_node_and_never_the_token() {
     let mut nodes = RedisNodes::start(3);
-    let locker = locker(&nodes);
+    // Fencing on: inspect shows the fencing counter.
+    let locker = fenced_locker(&nodes);
     let status = locker.inspect("report").await.unwrap();
     assert_eq!(status.verdict(), Verdict::Free { leftover_on: 0 });
     assert_eq!(status.fencing_counter(), None);
@@ -39,7 +40,7 @@ async fn inspect_reports_each_node_and_never_the_token() {
         }
         other => panic!("held on the two live nodes: {other:?}"),
     }
-    crate::support::assert_fence_stored(&status, lease.fencing_token());
+    crate::support::assert_fence_stored(&status, token(&lease));
     assert_eq!(status.waiting(), 1, "one waiting process");
     assert!(
         status.nodes[2].1.is_err(),
@@ -81,14 +82,14 @@ async fn inspect_shows_a_key_without_expiry() {
 #[tokio::test]
 async fn force_release_frees_a_stuck_lock_and_keeps_the_fencing_counter() {
     let mut nodes = RedisNodes::start(3);
-    let holder = locker(&nodes);
-    let admin = locker(&nodes);
+    let holder = fenced_locker(&nodes);
+    let admin = fenced_locker(&nodes);
     let lease = holder.lock("stuck").keep_alive().await.unwrap();
-    let old_token = lease.fencing_token();
+    let old_token = token(&lease);
 
     assert_eq!(admin.force_release("stuck").await.unwrap(), 3);
     let next = admin.try_lock("stuck").await.expect("free at once");
-    assert!(next.fencing_token() > old_token, "tokens keep growing");
+    assert!(token(&next) > old_token, "tokens keep growing");
     // The old holder learns at its next renewal that the lock is gone.
     let why = tokio::time::timeout(Duration::from_secs(5), lease.lost())
         .await

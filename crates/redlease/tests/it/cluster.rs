@@ -41,7 +41,8 @@ async fn shard_numsub(node: &RedisNode, channel: &str) -> i64 {
 async fn the_lock_cycle_runs_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     let url = cluster_url(&cluster);
-    let locker = locker_at(&url, Duration::from_secs(10), 5 * MS);
+    // Fencing on: the counter sits beside the key, and tokens grow.
+    let locker = fenced_locker_at(&url, Duration::from_secs(10), 5 * MS);
     assert_eq!(locker.quorum(), 1, "a cluster is one node");
     assert!(
         locker
@@ -68,7 +69,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
         .unwrap();
     assert_eq!(
         counter.map(|c| c.parse::<u64>().unwrap()),
-        Some(lease.fencing_token()),
+        Some(token(&lease)),
         "the fencing counter sits beside the key"
     );
     match locker.try_lock("orders:42").await {
@@ -77,7 +78,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
     }
 
     // A waiter with a 5 s fallback timer is woken by the sharded release.
-    let waiter_side = locker_at(&url, Duration::from_secs(10), Duration::from_secs(5));
+    let waiter_side = fenced_locker_at(&url, Duration::from_secs(10), Duration::from_secs(5));
     let channel = waiter_side.release_channel("orders:42");
     let waiter = tokio::spawn(async move {
         let lease = waiter_side.lock("orders:42").await;
@@ -91,7 +92,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
     let status = locker.inspect("orders:42").await.unwrap();
     assert_eq!(status.waiting(), 1, "inspect counts the sharded subscriber");
     tokio::time::sleep(100 * MS).await;
-    let first_token = lease.fencing_token();
+    let first_token = token(&lease);
     let released = Instant::now();
     lease.release().await.unwrap();
     let (acquired, second, waiter_side) = waiter.await.unwrap();
@@ -101,7 +102,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
         gap < Duration::from_millis(500),
         "handoff took {gap:?}; the fallback timer is 5 s"
     );
-    assert!(second.fencing_token() > first_token, "tokens grow");
+    assert!(token(&second) > first_token, "tokens grow");
     second.release().await.unwrap();
     assert_eq!(pttl(owner, &key).await, -2, "released");
     waiter_side.close().await;
@@ -322,7 +323,7 @@ async fn leases_stay_renewed_while_their_slot_migrates() {
     // ...and once the key moved (renewals follow ASK to the target, which
     // may not have the script yet)...
     let moved = blocking(|| migration.move_keys());
-    assert_eq!(moved, 2, "the lock key and its fencing counter");
+    assert_eq!(moved, 1, "the lock key (fencing off: no counter beside it)");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!lease.is_lost(), "{:?}", lease.lost_reason());
     let target_node = cluster.node_on(target).unwrap();

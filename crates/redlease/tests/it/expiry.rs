@@ -263,8 +263,13 @@ async fn an_immediate_release_leaves_no_key_behind() {
     for round in 0..20 {
         flush_scripts(&nodes).await;
         // A fresh Locker connects lazily, so every request starts by
-        // connecting and then meets NOSCRIPT.
-        let locker = locker(&nodes);
+        // connecting; with fencing on, its acquire script then meets
+        // NOSCRIPT too (the default acquire is plain commands).
+        let locker = if round % 4 < 2 {
+            fenced_locker(&nodes)
+        } else {
+            locker(&nodes)
+        };
         let key = locker.key("job");
         let lease = locker.try_lock("job").await.unwrap();
         if round % 2 == 0 {

@@ -323,7 +323,9 @@ async fn wrongtype_on_release_is_a_node_error() {
 #[tokio::test]
 async fn noscript_after_script_flush_is_recovered() {
     let nodes = RedisNodes::start(1);
-    let locker = locker(&nodes);
+    // Fencing on: its acquire is a script (the default one is plain
+    // commands; plain_acquire.rs flushes under a default Locker's release).
+    let locker = fenced_locker(&nodes);
     locker
         .try_lock("job")
         .await

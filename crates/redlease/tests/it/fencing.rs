@@ -1,10 +1,11 @@
 //! Fencing tokens only go up across expiry of idle fencing state, and the
 //! example's fenced store turns away a holder that stalled past its lease.
-//! (Tokens under contention and node restarts: the stress tests.)
+//! Fencing is opt-in: without it no counter is kept, and a fence expiry is
+//! refused. (Tokens under contention and node restarts: the stress tests.)
 
 use std::time::Duration;
 
-use redlease::{Locker, RetryPolicy};
+use redlease::{Error, Locker, RetryPolicy};
 use redlease_testkit::{RedisNode, RedisNodes};
 
 use crate::fenced_store::{late_writer, FencedStore};
@@ -15,6 +16,7 @@ fn fencing_locker(nodes: &RedisNodes) -> Locker {
         .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(5))
         .node_timeout(Duration::from_secs(1))
+        .fencing(true)
         .fence_expiry(Duration::from_secs(1))
         .retry(
             RetryPolicy::new()
@@ -32,12 +34,9 @@ async fn tokens_increase_across_idle_expiry(n: usize) {
     let mut last = 0;
     for round in 0..2 {
         let lease = locker.try_lock("job").await.unwrap();
-        assert!(
-            lease.fencing_token() > last,
-            "round {round}: {} after {last}",
-            lease.fencing_token()
-        );
-        last = lease.fencing_token();
+        let drawn = token(&lease);
+        assert!(drawn > last, "round {round}: {drawn} after {last}");
+        last = drawn;
         lease.release().await.unwrap();
         assert!(values(&nodes, &fence).await.iter().all(Option::is_some));
         // Idle for longer than the 1 s fence expiry: the counters vanish.
@@ -49,11 +48,8 @@ async fn tokens_increase_across_idle_expiry(n: usize) {
         );
     }
     let lease = locker.try_lock("job").await.unwrap();
-    assert!(
-        lease.fencing_token() > last,
-        "{} after {last}",
-        lease.fencing_token()
-    );
+    let drawn = token(&lease);
+    assert!(drawn > last, "{drawn} after {last}");
     lease.release().await.unwrap();
 }
 
@@ -74,6 +70,7 @@ async fn the_fenced_store_rejects_a_stalled_holder() {
     let nodes = RedisNodes::start(3);
     let data = RedisNode::start();
     let locker = Locker::builder(nodes.urls())
+        .fencing(true)
         .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_millis(300))
         .node_timeout(30 * MS)
@@ -94,4 +91,66 @@ async fn the_fenced_store_rejects_a_stalled_holder() {
         .unwrap();
     assert!(accepted);
     assert_eq!(value, "A", "without fencing B's update is lost");
+}
+
+/// Fencing off (the default): the plain acquire draws no token and leaves
+/// no counter behind, while the lock itself works as ever.
+#[tokio::test]
+async fn without_fencing_no_counter_is_kept() {
+    let nodes = RedisNodes::start(3);
+    let locker = locker(&nodes);
+    let (key, fence) = (locker.key("job"), locker.fence_key("job"));
+
+    let lease = locker.try_lock("job").await.unwrap();
+    assert_eq!(lease.fencing_token(), None, "no token with fencing off");
+    assert_eq!(lease.handle().fencing_token(), None);
+    // The lease is granted at quorum; the last node's SET may land later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while values(&nodes, &key).await.iter().any(Option::is_none) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock key never reached every node"
+        );
+        tokio::time::sleep(10 * MS).await;
+    }
+    let status = locker.inspect("job").await.unwrap();
+    assert_eq!(status.fencing_counter(), None, "{status:?}");
+    lease.release().await.unwrap();
+    assert_eq!(
+        values_once_gone(&nodes, &key, Duration::from_secs(5)).await,
+        vec![None; 3],
+        "released"
+    );
+
+    for node in nodes.iter() {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(&fence)
+            .query_async(&mut conn(node).await)
+            .await
+            .expect("EXISTS");
+        assert_eq!(exists, 0, "{}: no {fence} with fencing off", node.addr());
+    }
+}
+
+/// A fence expiry with fencing off has no counter to expire: a typed
+/// error naming the setting, before any I/O; with fencing on it builds.
+#[tokio::test]
+async fn fence_expiry_without_fencing_is_refused() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let expiry = Duration::from_secs(60);
+
+    match Locker::builder(urls.clone()).fence_expiry(expiry).build() {
+        Err(Error::InvalidInput { field, reason, .. }) => {
+            assert_eq!(field, "fence_expiry");
+            assert!(reason.contains("fencing"), "{reason}");
+        }
+        other => panic!("expected InvalidInput on fence_expiry, got {other:?}"),
+    }
+    let locker = Locker::builder(urls)
+        .fencing(true)
+        .fence_expiry(expiry)
+        .build();
+    assert!(locker.is_ok(), "{:?}", locker.err());
+    assert_eq!(dbsize(&node).await, 0, "nothing was written");
 }

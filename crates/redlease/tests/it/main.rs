@@ -19,6 +19,7 @@ mod fencing;
 mod lifecycle;
 mod metrics_facade;
 mod ownership;
+mod plain_acquire;
 mod renewal;
 mod restarts;
 mod sentinel;

@@ -5,14 +5,20 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, Locker, NodeErrorKind, Quarantine, RetryPolicy};
+use redlease::{Error, Locker, LockerBuilder, NodeErrorKind, Quarantine, RetryPolicy};
 use redlease_testkit::RedisNodes;
 
-use crate::support::{indices, MS, NODE_TIMEOUT};
+use crate::support::{indices, token, MS, NODE_TIMEOUT};
 
 /// A Locker with `ttl` (its quarantine is the default, `ttl` plus drift,
 /// unless `quarantine` is given) and one attempt per lock.
 fn build_locker(urls: Vec<String>, ttl: Duration, quarantine: Option<Duration>) -> Locker {
+    locker_builder(urls, ttl, quarantine)
+        .build()
+        .expect("valid test settings")
+}
+
+fn locker_builder(urls: Vec<String>, ttl: Duration, quarantine: Option<Duration>) -> LockerBuilder {
     let mut builder = Locker::builder(urls)
         .ttl(ttl)
         .node_timeout(NODE_TIMEOUT)
@@ -21,7 +27,7 @@ fn build_locker(urls: Vec<String>, ttl: Duration, quarantine: Option<Duration>) 
     if let Some(quarantine) = quarantine {
         builder = builder.restart_quarantine(quarantine);
     }
-    builder.build().expect("valid test settings")
+    builder
 }
 
 /// The quarantined nodes of a failed acquire, with what is left of it.
@@ -127,8 +133,15 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
         let started = Instant::now();
         let ttl = Duration::from_secs(2);
         let quarantine = if guarded { None } else { Some(Duration::ZERO) };
-        let holder = build_locker(nodes.urls(), ttl, quarantine);
-        let rival = build_locker(nodes.urls(), ttl, quarantine);
+        // Fencing on in the control, whose overlap the tokens still order;
+        // the guarded round takes its locks the default (unfenced) way.
+        let build = || {
+            locker_builder(nodes.urls(), ttl, quarantine)
+                .fencing(!guarded)
+                .build()
+                .expect("valid test settings")
+        };
+        let (holder, rival) = (build(), build());
         if guarded {
             // Past the brand-new servers' own quarantine.
             until_it_votes(&holder, started, 3 * ttl).await;
@@ -171,7 +184,7 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
             }
             (false, Some(Ok(second))) => {
                 // The overlap the quarantine prevents.
-                assert!(second.fencing_token() > lease.fencing_token());
+                assert!(token(&second) > token(&lease));
             }
             (guarded, other) => panic!("quarantine {guarded}: {other:?}"),
         }
@@ -218,17 +231,17 @@ async fn one_server_given_twice_is_refused() {
         }
     }
     // A Locker whose connections already reached both names (here through
-    // inspect) refuses before sending a script.
+    // inspect) refuses before sending a lock request (SET or script).
     let known = locker_of(urls.clone());
-    let before = crate::support::script_calls(nodes.node(1)).await;
+    let before = crate::support::lock_calls(nodes.node(1)).await;
     known.inspect("job").await.unwrap();
     let refused = known.try_lock("job").await;
     assert!(
         matches!(refused, Err(Error::SameServer { .. })),
         "{refused:?}"
     );
-    let after = crate::support::script_calls(nodes.node(1)).await;
-    assert_eq!(after, before, "no script was sent");
+    let after = crate::support::lock_calls(nodes.node(1)).await;
+    assert_eq!(after, before, "no lock request was sent");
     // Nothing is left behind on the server.
     let mut con = crate::support::conn(nodes.node(0)).await;
     let keys: Vec<String> = redis::cmd("KEYS")
@@ -305,9 +318,12 @@ async fn a_server_whose_clock_jumped_casts_no_vote() {
         ];
         let urls: Vec<String> = nodes.iter().map(|n| n.url()).collect();
         let ttl = Duration::from_secs(2);
-        // The quarantine off, to test the guard alone.
+        // The quarantine off, to test the guard alone. Fencing on in the
+        // control, whose overlap the tokens still order; the guarded round
+        // takes its locks the default (unfenced) way.
         let build = || {
             Locker::builder(urls.clone())
+                .fencing(!guarded)
                 .ttl(ttl)
                 .node_timeout(NODE_TIMEOUT)
                 .restart_quarantine(Duration::ZERO)
@@ -349,7 +365,7 @@ async fn a_server_whose_clock_jumped_casts_no_vote() {
             }
             (false, Ok(second)) => {
                 // The overlap the guard prevents.
-                assert!(second.fencing_token() > lease.fencing_token());
+                assert!(token(&second) > token(&lease));
             }
             (guarded, other) => panic!("guard {guarded}: {other:?}"),
         }
@@ -374,13 +390,13 @@ async fn waiting_for_a_quarantined_server_does_not_poll_it() {
         .await
         .unwrap();
     assert!(took >= Duration::from_secs(1), "{took:?}");
-    // Each refused attempt is an acquire and its undo (the key was
-    // written), the first also a NOSCRIPT retry; at most 3 refused attempts
-    // (the quarantine, and up to a second more as uptime is in whole
-    // seconds) and the granted one with its release. Retrying on the
-    // policy's 10-100 ms timer instead would make some 20 attempts.
-    let calls = crate::support::script_calls(nodes.node(0)).await;
-    assert!(calls <= 9, "{calls} script calls in {took:?}");
+    // Each refused attempt is an acquire (a plain SET: fencing is off) and
+    // its undo (the key was written); at most 3 refused attempts (the
+    // quarantine, and up to a second more as uptime is in whole seconds)
+    // and the granted one with its release. Retrying on the policy's
+    // 10-100 ms timer instead would make some 20 attempts.
+    let calls = crate::support::lock_calls(nodes.node(0)).await;
+    assert!(calls <= 9, "{calls} lock calls in {took:?}");
 }
 
 /// A fresh Locker that skips `check_servers()` and whose second name for

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redlease::{Locker, RetryPolicy};
+use redlease::{Lease, Locker, LockerBuilder, RetryPolicy};
 use redlease_testkit::{RedisNode, RedisNodes};
 
 pub const MS: Duration = Duration::from_millis(1);
@@ -23,6 +23,22 @@ pub const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// starts brand-new servers, which would otherwise cast no vote for the
 /// first TTL (restarts.rs tests the quarantine).
 pub fn locker_with_timeout(nodes: &RedisNodes, node_timeout: Duration) -> Locker {
+    builder_with_timeout(nodes, node_timeout)
+        .build()
+        .expect("valid test settings")
+}
+
+/// Like [`locker`], with fencing on: for the tests that read fencing
+/// tokens or the fencing counter. The others keep the default (fencing
+/// off, the plain-command acquire).
+pub fn fenced_locker(nodes: &RedisNodes) -> Locker {
+    builder_with_timeout(nodes, NODE_TIMEOUT)
+        .fencing(true)
+        .build()
+        .expect("valid test settings")
+}
+
+fn builder_with_timeout(nodes: &RedisNodes, node_timeout: Duration) -> LockerBuilder {
     Locker::builder(nodes.urls())
         .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(5))
@@ -33,8 +49,13 @@ pub fn locker_with_timeout(nodes: &RedisNodes, node_timeout: Duration) -> Locker
                 .wait(Duration::from_secs(20))
                 .delay(MS, 5 * MS),
         )
-        .build()
-        .expect("valid test settings")
+}
+
+/// The fencing token of a lease taken with fencing on.
+pub fn token(lease: &Lease) -> u64 {
+    lease
+        .fencing_token()
+        .expect("a Locker with fencing on draws a token")
 }
 
 pub async fn conn(node: &RedisNode) -> MultiplexedConnection {
@@ -185,13 +206,29 @@ pub async fn wait_numsub(
 
 /// How many times `node` ran EVALSHA and EVAL so far (INFO commandstats).
 pub async fn script_calls(node: &RedisNode) -> u64 {
+    command_calls(node, &["evalsha", "eval"]).await
+}
+
+/// How many lock requests `node` ran so far: the scripts of
+/// [`script_calls`] and `SET`, with which a Locker with fencing off (the
+/// default) takes a lock.
+pub async fn lock_calls(node: &RedisNode) -> u64 {
+    command_calls(node, &["evalsha", "eval", "set"]).await
+}
+
+/// How many times `node` ran `commands` (lowercase) so far, in all.
+async fn command_calls(node: &RedisNode, commands: &[&str]) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut conn(node).await)
         .await
         .expect("INFO");
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            l.strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+                .is_some_and(|(name, _)| commands.contains(&name))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
@@ -225,6 +262,20 @@ pub async fn acl_log_entries(con: &mut MultiplexedConnection) -> Vec<(String, St
 /// A Locker over one node `url` (a cluster or sentinel URL) with `ttl`,
 /// the test node timeouts, and retries every `retry_delay`.
 pub fn locker_at(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
+    builder_at(url, ttl, retry_delay)
+        .build()
+        .expect("valid test settings")
+}
+
+/// Like [`locker_at`], with fencing on (see [`fenced_locker`]).
+pub fn fenced_locker_at(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
+    builder_at(url, ttl, retry_delay)
+        .fencing(true)
+        .build()
+        .expect("valid test settings")
+}
+
+fn builder_at(url: &str, ttl: Duration, retry_delay: Duration) -> LockerBuilder {
     Locker::builder([url])
         .restart_quarantine(std::time::Duration::ZERO)
         .ttl(ttl)
@@ -235,8 +286,6 @@ pub fn locker_at(url: &str, ttl: Duration, retry_delay: Duration) -> Locker {
                 .wait(Duration::from_secs(20))
                 .delay(retry_delay, retry_delay),
         )
-        .build()
-        .expect("valid test settings")
 }
 
 /// Asserts that a quorum of nodes holds `token` as the lock's fencing

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, Locker, NodeErrorKind, RetryPolicy, TlsConfig};
+use redlease::{Error, Locker, LockerBuilder, NodeErrorKind, RetryPolicy, TlsConfig};
 use redlease_testkit::tls::TestPki;
 use redlease_testkit::{ClientAuth, NodeConfig, RedisNodes};
 
@@ -15,6 +15,20 @@ fn tls_nodes(n: usize, pki: &TestPki, auth: ClientAuth) -> RedisNodes {
 }
 
 fn tls_locker(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> Locker {
+    tls_builder(nodes, tls, retry)
+        .build()
+        .expect("valid TLS settings")
+}
+
+/// Like [`tls_locker`], with fencing on.
+fn fenced_tls_locker(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> Locker {
+    tls_builder(nodes, tls, retry)
+        .fencing(true)
+        .build()
+        .expect("valid TLS settings")
+}
+
+fn tls_builder(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> LockerBuilder {
     Locker::builder(nodes.urls())
         .restart_quarantine(std::time::Duration::ZERO)
         // A first request includes the TLS handshake, within the node
@@ -24,8 +38,6 @@ fn tls_locker(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> Locker 
         .connect_timeout(NODE_TIMEOUT)
         .tls(tls)
         .retry(retry)
-        .build()
-        .expect("valid TLS settings")
 }
 
 #[tokio::test]
@@ -35,11 +47,11 @@ async fn the_whole_lock_cycle_works_over_tls() {
     assert!(nodes.urls().iter().all(|u| u.starts_with("rediss://")));
     let trust = || TlsConfig::new().ca_pem(pki.ca_pem());
     let quick = RetryPolicy::new().wait(Duration::from_secs(10));
-    let holder = tls_locker(&nodes, trust(), quick.clone());
+    let holder = fenced_tls_locker(&nodes, trust(), quick.clone());
 
     // Keep-alive over three TTLs, and fencing.
     let lease = holder.lock("tls-job").keep_alive().await.unwrap();
-    let first_token = lease.fencing_token();
+    let first_token = token(&lease);
     tokio::time::sleep(Duration::from_millis(4500)).await;
     assert!(
         !lease.is_lost(),
@@ -58,9 +70,9 @@ async fn the_whole_lock_cycle_works_over_tls() {
         .ttl(Duration::from_secs(10))
         .await
         .unwrap();
-    assert!(lease.fencing_token() > first_token);
-    let first_token = lease.fencing_token();
-    let waiter = tls_locker(
+    assert!(token(&lease) > first_token);
+    let first_token = token(&lease);
+    let waiter = fenced_tls_locker(
         &nodes,
         trust(),
         RetryPolicy::new()
@@ -81,9 +93,9 @@ async fn the_whole_lock_cycle_works_over_tls() {
         "woken by the notification: {:?}",
         released.elapsed()
     );
-    assert!(next.fencing_token() > first_token);
+    assert!(token(&next) > first_token);
     let status = holder.inspect("tls-job").await.unwrap();
-    crate::support::assert_fence_stored(&status, next.fencing_token());
+    crate::support::assert_fence_stored(&status, token(&next));
     next.release().await.unwrap();
     for node in nodes.iter() {
         assert_eq!(get(node, &holder.key("tls-job")).await, None);

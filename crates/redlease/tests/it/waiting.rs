@@ -237,7 +237,7 @@ async fn local_waiters_take_turns() {
     const CYCLES: usize = 50;
     let nodes = RedisNodes::start(1);
     let locker = patient_locker(&nodes);
-    let calls_before = script_calls(nodes.node(0)).await;
+    let calls_before = lock_calls(nodes.node(0)).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for worker in 0..WORKERS {
@@ -265,7 +265,7 @@ async fn local_waiters_take_turns() {
     assert_eq!(order.len(), WORKERS * CYCLES);
     let same = order.windows(2).filter(|w| w[0] == w[1]).count();
     let share = same as f64 / (order.len() - 1) as f64;
-    let calls = script_calls(nodes.node(0)).await - calls_before;
+    let calls = lock_calls(nodes.node(0)).await - calls_before;
     let per_cycle = calls as f64 / order.len() as f64;
     println!("same-task share {share:.2}, script calls per cycle {per_cycle:.2}");
     assert!(
@@ -353,10 +353,10 @@ async fn waiters_do_not_poll_a_held_lock() {
     );
     tokio::time::sleep(300 * MS).await;
 
-    let before = script_calls(node).await;
+    let before = lock_calls(node).await;
     let window = Duration::from_secs(4);
     tokio::time::sleep(window).await;
-    let calls = script_calls(node).await - before;
+    let calls = lock_calls(node).await - before;
     // Six processes looking about once per 1.3-2 s, and the holder's
     // renewals (every 0.67 s): about 20 in all.
     assert!(

@@ -12,6 +12,7 @@ use crate::support::*;
 
 fn fencing_locker(nodes: &RedisNodes) -> Locker {
     Locker::builder(nodes.urls())
+        .fencing(true)
         .restart_quarantine(std::time::Duration::ZERO)
         .ttl(Duration::from_secs(5))
         .node_timeout(Duration::from_secs(1))
@@ -41,7 +42,7 @@ async fn tokens_in_order(
                 let lease = locker.lock("job").await.expect("lock");
                 // Recorded inside the critical section: the order is the
                 // order in which the lock was held.
-                seen.lock().unwrap().push(lease.fencing_token());
+                seen.lock().unwrap().push(token(&lease));
                 // Under node faults a release may miss its quorum; the key
                 // then expires by its TTL. Tokens are what is checked here.
                 if let Err(e) = lease.release().await {

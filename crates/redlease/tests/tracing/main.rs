@@ -69,14 +69,27 @@ async fn operations_are_traced_with_outcome_and_time() {
     ));
     tokio::time::sleep(Duration::from_secs(2)).await; // a renewal batch
     lease.release().await.unwrap();
+    // With fencing on, the acquire span also shows the token drawn.
+    let fenced = fenced_locker(&nodes);
+    let fenced_lease = fenced.try_lock("fenced").await.unwrap();
+    let fencing_token = support::token(&fenced_lease);
+    fenced_lease.release().await.unwrap();
 
     let text = captured.text();
     let acquires = closed(&text, "redlease.acquire");
-    assert_eq!(acquires.len(), 2, "{text}");
+    assert_eq!(acquires.len(), 3, "{text}");
     assert!(acquires[0].contains("outcome=\"ok\""), "{}", acquires[0]);
-    assert!(acquires[0].contains("fencing_token="), "{}", acquires[0]);
+    // Fencing off: no token drawn, none shown.
+    assert!(!acquires[0].contains("fencing_token="), "{}", acquires[0]);
     assert!(acquires[0].contains("resource=traced"), "{}", acquires[0]);
     assert!(acquires[1].contains("outcome=\"taken\""), "{}", acquires[1]);
+    assert!(acquires[2].contains("resource=fenced"), "{}", acquires[2]);
+    assert!(acquires[2].contains("outcome=\"ok\""), "{}", acquires[2]);
+    assert!(
+        acquires[2].contains(&format!("fencing_token={fencing_token}")),
+        "{}",
+        acquires[2]
+    );
     assert!(
         closed(&text, "redlease.extend")[0].contains("outcome=\"ok\""),
         "{text}"

@@ -1,0 +1,272 @@
+//! The acquire without a script, for a lock without a fencing token or
+//! durability: `SET key token NX PX ttl GET`, pipelined with `TIME` when
+//! the clock guard watches the server. A script call costs Redis several
+//! times a plain `SET` (see BENCHMARKS.md, "What a lock costs Redis"), and
+//! this is the command every lock sends.
+//!
+//! `GET` makes a refusal say who holds the lock (the holder's value, of
+//! which only a fingerprint is kept) in the same round trip; only then
+//! does a second one ask for the holder's remaining TTL and the number of
+//! waiting processes, which a refused acquire reports (see retry.rs).
+//! A server older than Redis 7.0 refuses `NX` with `GET` as a syntax error,
+//! before doing anything; the node then falls back to the acquire script.
+//!
+//! Parsing only: no I/O here.
+
+use std::time::Duration;
+
+use redis::{Pipeline, Value};
+
+/// What a node's pipelined `SET NX PX GET` (and `TIME`) answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SetNx {
+    /// Taken by us, with the server's clock (seconds, microseconds) when
+    /// it was asked for.
+    Taken(Option<(u64, u64)>),
+    /// Held by another owner, whose fingerprint is this (see
+    /// [`owner_fingerprint`]; 0 for a key that is not a string).
+    Held { owner: u32 },
+    /// The server does not know `SET ... NX GET` (before Redis 7.0):
+    /// nothing was written.
+    Unsupported,
+}
+
+/// The request: `SET key token NX PX ttl GET`, then `TIME` if `clock`.
+/// Errors come back as values, so a `TIME` reply is never lost to a
+/// `SET` error.
+pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .arg("GET");
+    if clock {
+        pipe.cmd("TIME");
+    }
+    pipe
+}
+
+/// Reads the replies to [`request`]. `Err` carries what was wrong: a
+/// server error (its code and message), or a reply of the wrong shape.
+pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
+    let expected = if clock { 2 } else { 1 };
+    if replies.len() != expected {
+        return Err(Reply::Shape(format!(
+            "{} replies to SET NX GET{}",
+            replies.len(),
+            if clock { " and TIME" } else { "" }
+        )));
+    }
+    match &replies[0] {
+        Value::Nil => {}
+        Value::BulkString(holder) => {
+            return Ok(SetNx::Held {
+                owner: owner_fingerprint(holder),
+            })
+        }
+        Value::SimpleString(s) if s == "OK" => {
+            return Err(Reply::Shape("SET NX GET answered OK".into()))
+        }
+        Value::ServerError(e) => {
+            return match e.code() {
+                // Redis 6.2 (and older) refuse NX with GET this way.
+                "ERR" if e.details().is_some_and(|d| d.contains("syntax")) => {
+                    Ok(SetNx::Unsupported)
+                }
+                // Another type's key under our name: held, but not by a lock.
+                "WRONGTYPE" => Ok(SetNx::Held { owner: 0 }),
+                code => Err(Reply::Server {
+                    code: code.to_string(),
+                    message: e.details().unwrap_or_default().to_string(),
+                }),
+            };
+        }
+        other => return Err(Reply::Shape(format!("SET NX GET answered {other:?}"))),
+    }
+    if !clock {
+        return Ok(SetNx::Taken(None));
+    }
+    match &replies[1] {
+        Value::Array(pair) => match &pair[..] {
+            [secs, micros] => match (integer(secs), integer(micros)) {
+                (Some(s), Some(us)) => Ok(SetNx::Taken(Some((s, us)))),
+                _ => Err(Reply::Shape(format!("TIME answered {pair:?}"))),
+            },
+            _ => Err(Reply::Shape(format!("TIME answered {pair:?}"))),
+        },
+        // The lock is ours all the same; the caller must undo it.
+        Value::ServerError(e) => Err(Reply::Server {
+            code: e.code().to_string(),
+            message: e.details().unwrap_or_default().to_string(),
+        }),
+        other => Err(Reply::Shape(format!("TIME answered {other:?}"))),
+    }
+}
+
+/// What was wrong with a reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The server answered with an error.
+    Server { code: String, message: String },
+    /// Not the reply these commands give.
+    Shape(String),
+}
+
+/// The follow-up to a refusal: the key's remaining TTL, and how many
+/// connections are subscribed to its release channel (`numsub` is
+/// `NUMSUB`, or `SHARDNUMSUB` on a cluster; a user the ACL denies it gets
+/// an error there, read as nobody).
+pub(crate) fn refusal_request(key: &str, channel: &str, numsub: &str) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("PTTL")
+        .arg(key)
+        .cmd("PUBSUB")
+        .arg(numsub)
+        .arg(channel);
+    pipe
+}
+
+/// What a refused node said about its holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// `None`: the key has no expiry. A key gone meanwhile (PTTL -2) is
+    /// reported as expiring now.
+    pub(crate) expires_in: Option<Duration>,
+    pub(crate) waiting: u64,
+}
+
+/// Reads the replies to [`refusal_request`].
+pub(crate) fn parse_refusal(replies: &[Value]) -> Result<Refusal, Reply> {
+    let [pttl, numsub] = replies else {
+        return Err(Reply::Shape(format!(
+            "{} replies to PTTL and PUBSUB NUMSUB",
+            replies.len()
+        )));
+    };
+    let expires_in = match pttl {
+        Value::Int(-1) => None,
+        Value::Int(ms) => Some(Duration::from_millis((*ms).max(0) as u64)),
+        Value::ServerError(e) => {
+            return Err(Reply::Server {
+                code: e.code().to_string(),
+                message: e.details().unwrap_or_default().to_string(),
+            })
+        }
+        other => return Err(Reply::Shape(format!("PTTL answered {other:?}"))),
+    };
+    // [channel, count]; anything else (an ACL refusal) counts nobody.
+    let waiting = match numsub {
+        Value::Array(pair) => pair.get(1).and_then(integer).unwrap_or(0),
+        _ => 0,
+    };
+    Ok(Refusal {
+        expires_in,
+        waiting,
+    })
+}
+
+/// 28 bits of the SHA-1 of the holder's token, the part of the value before
+/// any `|` (a lock bound to a lineage holds `token|replid`): what the
+/// acquire script computes on the server, so refusals from either path
+/// compare. Waiters compare it across nodes to tell one owner on a quorum
+/// from a split vote; it reveals nothing usable of the token.
+pub(crate) fn owner_fingerprint(value: &[u8]) -> u32 {
+    let token = value.split(|&b| b == b'|').next().unwrap_or(value);
+    let digest = sha1_smol::Sha1::from(token).digest().bytes();
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) >> 4
+}
+
+fn integer(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server error value as redis-rs parses one from the wire.
+    fn err(text: &str) -> Value {
+        redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_nil_is_ours_with_the_clock() {
+        let time = Value::Array(vec![
+            Value::BulkString(b"1700000000".to_vec()),
+            Value::BulkString(b"123456".to_vec()),
+        ]);
+        assert_eq!(
+            parse(&[Value::Nil, time], true),
+            Ok(SetNx::Taken(Some((1_700_000_000, 123_456))))
+        );
+        assert_eq!(parse(&[Value::Nil], false), Ok(SetNx::Taken(None)));
+    }
+
+    #[test]
+    fn a_value_is_held_by_its_fingerprint() {
+        let reply = parse(&[Value::BulkString(b"abc".to_vec())], false);
+        // SHA-1("abc") = a9993e36...: the first 7 hex digits.
+        assert_eq!(reply, Ok(SetNx::Held { owner: 0xa9993e3 }));
+        assert_eq!(owner_fingerprint(b"abc|0123"), 0xa9993e3);
+    }
+
+    #[test]
+    fn old_servers_and_foreign_types_are_recognised() {
+        assert_eq!(
+            parse(&[err("ERR syntax error")], false),
+            Ok(SetNx::Unsupported)
+        );
+        assert_eq!(
+            parse(
+                &[err(
+                    "WRONGTYPE Operation against a key holding the wrong kind of value"
+                )],
+                false
+            ),
+            Ok(SetNx::Held { owner: 0 })
+        );
+        assert_eq!(
+            parse(&[err("NOPERM no permissions")], false),
+            Err(Reply::Server {
+                code: "NOPERM".into(),
+                message: "no permissions".into()
+            })
+        );
+        assert!(matches!(parse(&[Value::Nil], true), Err(Reply::Shape(_))));
+    }
+
+    #[test]
+    fn a_refusal_reads_ttl_and_waiters() {
+        let numsub = Value::Array(vec![Value::BulkString(b"ch".to_vec()), Value::Int(3)]);
+        assert_eq!(
+            parse_refusal(&[Value::Int(1500), numsub]),
+            Ok(Refusal {
+                expires_in: Some(Duration::from_millis(1500)),
+                waiting: 3
+            })
+        );
+        assert_eq!(
+            parse_refusal(&[Value::Int(-1), err("NOPERM denied")]),
+            Ok(Refusal {
+                expires_in: None,
+                waiting: 0
+            })
+        );
+        assert_eq!(
+            parse_refusal(&[Value::Int(-2), Value::Array(vec![])]),
+            Ok(Refusal {
+                expires_in: Some(Duration::ZERO),
+                waiting: 0
+            })
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! The acquire without a script (fencing and durability off, the default):
+//! `SET NX PX GET` with `TIME`, a follow-up only on a refusal, and the
+//! release script by `EVALSHA` once the node has run it.
+
+use std::time::Duration;
+
+use redlease::{Error, RetryPolicy};
+use redlease_testkit::RedisNodes;
+
+use crate::support::{command, conn, get, locker, script_calls};
+
+/// Calls of one command so far (INFO commandstats).
+async fn calls(node: &redlease_testkit::RedisNode, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("INFO");
+    let prefix = format!("cmdstat_{name}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_lock_is_taken_without_a_script_and_released_by_its_digest() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let locker = locker(&nodes);
+    for _ in 0..3 {
+        let lease = locker.try_lock("plain").await.unwrap();
+        assert_eq!(lease.fencing_token(), None);
+        lease.release().await.unwrap();
+    }
+    assert_eq!(calls(node, "set").await, 3, "one SET per acquire");
+    assert_eq!(
+        calls(node, "time").await,
+        3 + 1,
+        "one TIME per acquire, one per connection"
+    );
+    // The first release goes whole, the others by digest; no acquire script.
+    assert_eq!(calls(node, "eval").await, 1);
+    assert_eq!(calls(node, "evalsha").await, 2);
+    assert_eq!(calls(node, "pttl").await, 0, "no refusal, no follow-up");
+    assert_eq!(get(node, &locker.key("plain")).await, None);
+}
+
+#[tokio::test]
+async fn a_refusal_is_followed_up_with_the_holders_ttl_and_waiters() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let locker = locker(&nodes);
+    let held = locker
+        .try_lock("busy")
+        .ttl(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let before = script_calls(node).await;
+    match locker.try_lock("busy").await {
+        Err(Error::Taken { held_on, .. }) => {
+            let left = held_on[0].expires_in.expect("the holder's key has a TTL");
+            assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5));
+        }
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    assert_eq!(calls(node, "pttl").await, 1);
+    assert_eq!(calls(node, "pubsub|numsub").await, 1);
+    assert_eq!(script_calls(node).await, before, "a refusal runs no script");
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_holds_the_lock_and_is_left_alone() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let locker = locker(&nodes);
+    let key = locker.key("hashed");
+    command(node, &["HSET", &key, "field", "value"]).await;
+    let once = locker.lock("hashed").retry(RetryPolicy::new().attempts(1));
+    match once.await {
+        // Held, without expiry: not a node error.
+        Err(Error::Taken { held_on, .. }) => assert_eq!(held_on[0].expires_in, None),
+        other => panic!("expected Taken, got {other:?}"),
+    }
+    let kind: String = redis::cmd("TYPE")
+        .arg(&key)
+        .query_async(&mut conn(node).await)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash");
+}
+
+#[tokio::test]
+async fn a_release_after_the_scripts_were_flushed_still_deletes() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let locker = locker(&nodes);
+    locker.try_lock("f").await.unwrap().release().await.unwrap();
+    command(node, &["SCRIPT", "FLUSH"]).await;
+    // Sent by digest, refused with NOSCRIPT, sent again whole.
+    let lease = locker.try_lock("f").await.unwrap();
+    lease.release().await.unwrap();
+    assert_eq!(get(node, &locker.key("f")).await, None);
+    assert_eq!(calls(node, "eval").await, 2);
+}
