@@ -105,7 +105,7 @@ pub(crate) async fn attempt(
                 })
                 .min();
             let settled = match fenced {
-                true => settle_fence(engine, keys, fences, timing, start)
+                true => Box::pin(settle_fence(engine, keys, fences, timing, start))
                     .await
                     .map(Some),
                 false => usable(timing, start).map(|()| None),
@@ -138,15 +138,19 @@ pub(crate) async fn attempt(
             })
         }
     };
-    replies.finish().await;
     // Undo on every node that may hold the token: one that timed out or
-    // failed may still have applied the SET.
-    release_on(
-        engine.nodes(),
-        &ownership,
-        timing.node_timeout,
-        Announce::Nobody,
-    )
+    // failed may still have applied the SET. Boxed: a cold path, whose
+    // state need not weigh on every attempt's future.
+    Box::pin(async {
+        replies.finish().await;
+        release_on(
+            engine.nodes(),
+            &ownership,
+            timing.node_timeout,
+            Announce::Nobody,
+        )
+        .await;
+    })
     .await;
     guard.disarm();
     Err(failure)

@@ -87,10 +87,14 @@ impl Lease {
         ) {
             Ok(id) => guard.registration = Some(id),
             Err(closed) => {
-                guard.settle().await;
-                engine
-                    .release(&guard.ownership, guard.timing.node_timeout)
-                    .await;
+                // Boxed: rare, and its state need not weigh on every lock.
+                Box::pin(async {
+                    guard.settle().await;
+                    engine
+                        .release(&guard.ownership, guard.timing.node_timeout)
+                        .await;
+                })
+                .await;
                 guard.disarm();
                 return Err(closed);
             }

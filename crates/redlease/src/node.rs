@@ -353,8 +353,8 @@ impl Node {
                 None => self.set_nx_get.store(false, Ordering::Relaxed),
             }
         }
-        self.acquire_scripted(keys, token, ttl_ms, timeout, fenced)
-            .await
+        // Boxed, so that the plain path's futures do not carry its state.
+        Box::pin(self.acquire_scripted(keys, token, ttl_ms, timeout, fenced)).await
     }
 
     /// The acquire with plain commands; `None` if the server does not know

@@ -219,6 +219,14 @@ impl ServerConn {
         if let Some(c) = lock(&self.shared.current).clone() {
             return Ok(c);
         }
+        // Boxed: the connect path's state (several kilobytes) would
+        // otherwise sit inside every request's future.
+        Box::pin(self.reconnect()).await
+    }
+
+    /// Makes the connection (one caller at a time), unless another caller
+    /// made it meanwhile.
+    async fn reconnect(&self) -> RedisResult<Current> {
         let _resolving = self.shared.resolving.lock().await;
         if let Some(c) = lock(&self.shared.current).clone() {
             return Ok(c);

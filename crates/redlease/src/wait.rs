@@ -70,10 +70,15 @@ pub(crate) async fn lock(
                 woken_by = tracing::field::Empty,
                 elapsed_ms = tracing::field::Empty,
             );
-            let woken_by = tokio::select! {
-                () = w.woken() => "release",
-                () = tokio::time::sleep(delay) => "timer",
-            };
+            // Boxed, like the subscription below: waiting is the cold
+            // path, and its state need not weigh on every lock's future.
+            let woken_by = Box::pin(async {
+                tokio::select! {
+                    () = w.woken() => "release",
+                    () = tokio::time::sleep(delay) => "timer",
+                }
+            })
+            .await;
             span.record("woken_by", woken_by);
             span.record("elapsed_ms", now.elapsed().as_secs_f64() * 1e3);
             // Behind another waiter of this Locker: it does the trying, and
@@ -115,7 +120,7 @@ pub(crate) async fn lock(
         wait_first = true;
         if waiter.is_none() {
             let mut w = engine.notifier().join(&channel());
-            w.subscribed(timing.node_timeout).await;
+            Box::pin(w.subscribed(timing.node_timeout)).await;
             // A release between the failed attempt and the subscription went
             // unheard: the first in line tries again at once.
             wait_first = !w.is_head();
