@@ -252,7 +252,7 @@ async fn two_holders(fault: NodeFault, seed: u64) -> Result<Run, String> {
     }
     bench.note(format!(
         "A took the lock on nodes 0, 1, 2 (links to 3, 4 reset), token {}",
-        held_a.token()
+        held_a.fenced_token()
     ));
     let seen_a = a
         .read(&held_a)
@@ -294,7 +294,7 @@ async fn two_holders(fault: NodeFault, seed: u64) -> Result<Run, String> {
     bench.note(format!(
         "B took the lock on nodes 2, 3, 4 while A's lease has {} ms left, token {}",
         held_a.lease.remaining().as_millis(),
-        held_b.token()
+        held_b.fenced_token()
     ));
     let seen_b = b
         .read(&held_b)
@@ -307,8 +307,8 @@ async fn two_holders(fault: NodeFault, seed: u64) -> Result<Run, String> {
     bench.note(format!(
         "both wrote counter = {}; after B's fenced write, A's (token {} vs B's {}) {}",
         seen_a + 1,
-        held_a.token(),
-        held_b.token(),
+        held_a.fenced_token(),
+        held_b.fenced_token(),
         match fenced {
             Some(true) => "was accepted",
             Some(false) => "was rejected",

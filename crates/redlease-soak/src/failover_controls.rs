@@ -168,7 +168,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
         .ok_or_else(|| inconclusive(name, "W did not get the lock"))?;
     notes.add(format!(
         "W took and released the lock, token {}",
-        warm.token()
+        warm.fenced_token()
     ));
     let _ = w.release(warm).await;
     // D's connection is made now: later, its refusal is WAIT's alone.
@@ -272,7 +272,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
     notes.add(format!(
         "A took the lock on primary {primary} (token {}, read counter {seen_a}); the primary was \
          SIGKILLed {:.1} ms later{}",
-        held_a.token(),
+        held_a.fenced_token(),
         acquired_a.elapsed().as_secs_f64() * 1e3,
         if lagging {
             format!(
@@ -319,7 +319,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
             let left = held_a.lease.remaining();
             notes.add(format!(
                 "B took the lock (try {tries}, token {}) {}",
-                held.token(),
+                held.fenced_token(),
                 if left.is_zero() {
                     "after A's lease ended".to_string()
                 } else {

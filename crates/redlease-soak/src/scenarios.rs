@@ -224,6 +224,10 @@ pub async fn run(
     verbose: bool,
 ) -> Result<Run, String> {
     let mut settings = Settings::standard(scenario.patient);
+    // Half the workers take locks the default way (no fencing token, plain
+    // commands), half with fencing on (the acquire script): both paths
+    // meet the same faults.
+    settings.unfenced = (0..settings.workers).filter(|w| w % 2 == 1).collect();
     // The servers the run starts (one fewer than the node list's entries
     // when one of them is named twice).
     let mut servers = nodes;

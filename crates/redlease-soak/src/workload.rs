@@ -71,6 +71,11 @@ pub struct Settings {
     pub restart_quarantine: Option<Duration>,
     /// `LockerBuilder::clock_jump_guard` (on by default).
     pub clock_jump_guard: bool,
+    /// Workers whose Lockers draw no fencing tokens (the library's
+    /// default, plain-command acquire); the others have fencing on. Their
+    /// leases make no fenced writes and the checker's token order skips
+    /// them; everything else is checked alike.
+    pub unfenced: Vec<usize>,
 }
 
 impl Settings {
@@ -98,6 +103,7 @@ impl Settings {
             durability: Durability::off(),
             restart_quarantine: None,
             clock_jump_guard: true,
+            unfenced: Vec::new(),
         }
     }
 
@@ -130,19 +136,18 @@ pub struct Held {
 }
 
 impl Held {
-    /// The lease's fencing token (see [`fencing_token`]).
-    pub fn token(&self) -> u64 {
-        fencing_token(&self.lease)
+    /// The lease's fencing token, if its Locker draws them (see
+    /// [`Settings::unfenced`]).
+    pub fn token(&self) -> Option<u64> {
+        self.lease.fencing_token()
     }
-}
 
-/// The lease's fencing token. Every Locker the soak builds has fencing on
-/// ([`Client::connect`]): the fenced writes and the checker's token order
-/// need one on every lease, so a lease without one is a bug, not a case.
-pub fn fencing_token(lease: &Lease) -> u64 {
-    lease
-        .fencing_token()
-        .expect("the soak's Lockers draw fencing tokens")
+    /// The token of a lease whose Locker has fencing on, as every
+    /// control's clients do.
+    pub fn fenced_token(&self) -> u64 {
+        self.token()
+            .expect("the controls' Lockers draw fencing tokens")
+    }
 }
 
 /// One client "process": its own Locker (own connections) and its own
@@ -191,10 +196,11 @@ impl Client {
         if let Some(quarantine) = settings.restart_quarantine {
             builder = builder.restart_quarantine(quarantine);
         }
-        // Fencing on: every lease's token goes into the history (the
-        // checker's token order) and into the fenced writes.
+        // Fencing on, unless this worker runs the default plain acquire:
+        // a lease's token goes into the history (the checker's token
+        // order) and into the fenced writes.
         let locker = builder
-            .fencing(true)
+            .fencing(!settings.unfenced.contains(&worker))
             .clock_jump_guard(settings.clock_jump_guard)
             .ttl(ttl)
             .node_timeout(node_timeout)
@@ -292,7 +298,7 @@ impl Client {
                 let id = self.rec.next_lease();
                 op.lease = Some(id);
                 op.valid_until = Some(self.rec.at(lease.valid_until()));
-                op.token = Some(fencing_token(&lease));
+                op.token = lease.fencing_token();
                 self.rec.push(op);
                 Some(Held { lease, id, lock })
             }
@@ -329,7 +335,7 @@ impl Client {
     fn lease_op(&self, held: &Held, call: Call, invoke: Instant) -> Op {
         let mut op = self.op(held.lock, Some(held.id), call, invoke);
         op.valid_until = Some(self.rec.at(held.lease.valid_until()));
-        op.token = Some(held.token());
+        op.token = held.token();
         op
     }
 
@@ -381,6 +387,8 @@ impl Client {
     /// Writes to the fenced store with the lease's token, under the same
     /// margin rule. `Some(accepted)` when it was sent and answered.
     pub async fn fenced_write(&mut self, held: &Held, unchecked: bool) -> Option<bool> {
+        // A lease without a token has nothing to write with.
+        let token = held.token()?;
         let invoke = Instant::now();
         if !unchecked && !self.may_write(held) {
             let mut op = self.lease_op(held, Call::FencedWrite, invoke);
@@ -389,10 +397,7 @@ impl Client {
             return None;
         }
         let value = format!("worker {} lease {}", self.worker, held.id);
-        let result = self
-            .store
-            .fenced_write(held.lock, held.token(), &value)
-            .await;
+        let result = self.store.fenced_write(held.lock, token, &value).await;
         let mut op = self.lease_op(held, Call::FencedWrite, invoke);
         let accepted = match result {
             Ok(true) => Some(true),
@@ -424,12 +429,12 @@ impl Client {
     /// Releases the lease; the error kind if it failed.
     pub async fn release(&mut self, held: Held) -> Result<(), ErrorKind> {
         let Held { lease, id, lock } = held;
-        let (valid_until, token) = (lease.valid_until(), fencing_token(&lease));
+        let (valid_until, token) = (lease.valid_until(), lease.fencing_token());
         let invoke = Instant::now();
         let ran = guarded(lease.release()).await;
         let mut op = self.op(lock, Some(id), Call::Release, invoke);
         op.valid_until = Some(self.rec.at(valid_until));
-        op.token = Some(token);
+        op.token = token;
         op.outcome = Self::failed(ran);
         let result = match &op.outcome {
             Outcome::Failed(kind, _) => Err(*kind),
