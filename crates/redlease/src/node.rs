@@ -402,11 +402,8 @@ impl Node {
                 let refusal = refusal
                     .expect("a refusal is followed up")
                     .map_err(protocol)?;
-                return Ok(Some(AcquireReply::Held(
-                    refusal.expires_in,
-                    refusal.waiting,
-                    owner,
-                )));
+                let held = AcquireReply::Held(refusal.expires_in, refusal.waiting, owner);
+                return self.judge_refusal(held).map(Some);
             }
             SetNx::Taken(clock) => {
                 clock.map(|(secs, micros)| ClockSample::new(sent, received, secs, micros))
