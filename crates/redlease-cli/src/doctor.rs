@@ -1017,11 +1017,12 @@ fn scripting(facts: &Facts) -> Row {
     match &facts.scripting {
         Ok(()) => ok(
             "lua scripts",
-            "EVAL works (every lock operation is a script)",
+            "EVAL works (release, extend and renewal are scripts, and a fenced acquire)",
         ),
         Err(Failure::Denied(_)) => fail(
             "lua scripts",
-            "this user may not run EVAL (ACL: NOPERM), and every lock operation is a script",
+            "this user may not run EVAL (ACL: NOPERM): no lock could be released, extended or \
+             renewed",
             "grant the rule in README's \"ACL: the least privilege\" (+eval +evalsha \
              and the commands the scripts call)",
         ),
