@@ -79,10 +79,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
                 }
                 // Another type's key under our name: held, but not by a lock.
                 "WRONGTYPE" => Ok(SetNx::Held { owner: 0 }),
-                code => Err(Reply::Server {
-                    code: code.to_string(),
-                    message: e.details().unwrap_or_default().to_string(),
-                }),
+                _ => Err(Reply::server(e)),
             };
         }
         other => return Err(Reply::Shape(format!("SET NX GET answered {other:?}"))),
@@ -99,10 +96,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
             _ => Err(Reply::Shape(format!("TIME answered {pair:?}"))),
         },
         // The lock is ours all the same; the caller must undo it.
-        Value::ServerError(e) => Err(Reply::Server {
-            code: e.code().to_string(),
-            message: e.details().unwrap_or_default().to_string(),
-        }),
+        Value::ServerError(e) => Err(Reply::server(e)),
         other => Err(Reply::Shape(format!("TIME answered {other:?}"))),
     }
 }
@@ -114,6 +108,15 @@ pub(crate) enum Reply {
     Server { code: String, message: String },
     /// Not the reply these commands give.
     Shape(String),
+}
+
+impl Reply {
+    fn server(e: &redis::ServerError) -> Reply {
+        Reply::Server {
+            code: e.code().to_string(),
+            message: e.details().unwrap_or_default().to_string(),
+        }
+    }
 }
 
 /// The follow-up to a refusal: the key's remaining TTL, and how many
@@ -151,12 +154,7 @@ pub(crate) fn parse_refusal(replies: &[Value]) -> Result<Refusal, Reply> {
     let expires_in = match pttl {
         Value::Int(-1) => None,
         Value::Int(ms) => Some(Duration::from_millis((*ms).max(0) as u64)),
-        Value::ServerError(e) => {
-            return Err(Reply::Server {
-                code: e.code().to_string(),
-                message: e.details().unwrap_or_default().to_string(),
-            })
-        }
+        Value::ServerError(e) => return Err(Reply::server(e)),
         other => return Err(Reply::Shape(format!("PTTL answered {other:?}"))),
     };
     // [channel, count]; anything else (an ACL refusal) counts nobody.

@@ -7,20 +7,11 @@ use std::time::Duration;
 use redlease::{Error, RetryPolicy};
 use redlease_testkit::RedisNodes;
 
-use crate::support::{command, conn, get, locker, script_calls};
+use crate::support::{command, command_calls, conn, get, locker, script_calls};
 
 /// Calls of one command so far (INFO commandstats).
 async fn calls(node: &redlease_testkit::RedisNode, name: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn(node).await)
-        .await
-        .expect("INFO");
-    let prefix = format!("cmdstat_{name}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    command_calls(node, &[name]).await
 }
 
 #[tokio::test]

@@ -216,8 +216,9 @@ pub async fn lock_calls(node: &RedisNode) -> u64 {
     command_calls(node, &["evalsha", "eval", "set"]).await
 }
 
-/// How many times `node` ran `commands` (lowercase) so far, in all.
-async fn command_calls(node: &RedisNode, commands: &[&str]) -> u64 {
+/// How many times `node` ran `commands` (lowercase, a subcommand as
+/// `pubsub|numsub`) so far, in all.
+pub async fn command_calls(node: &RedisNode, commands: &[&str]) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut conn(node).await)
