@@ -272,8 +272,14 @@ impl Lua {
     /// An `EVALSHA` of this script; `fill` adds the key count, keys and
     /// arguments.
     pub(crate) fn call(&self, fill: impl FnOnce(&mut Cmd)) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash());
+        self.call_sized(12, 192, fill)
+    }
+
+    /// [`call`](Self::call) with room for `args` arguments in all and
+    /// `bytes` of them, so that the command is built without growing.
+    pub(crate) fn call_sized(&self, args: usize, bytes: usize, fill: impl FnOnce(&mut Cmd)) -> Cmd {
+        let mut cmd = Cmd::with_capacity(args, bytes);
+        cmd.arg("EVALSHA").arg(self.script.get_hash());
         fill(&mut cmd);
         cmd
     }
@@ -328,9 +334,34 @@ impl Conn {
         lua: &Lua,
         cmd: &Cmd,
     ) -> RedisResult<T> {
-        match cmd.query_async(self).await {
+        match self.query(cmd).await {
             Err(e) if is_noscript(&e) => lua.whole(cmd).query_async(self).await,
             other => other,
+        }
+    }
+
+    /// `cmd.query_async(self)`, without the boxed future that going
+    /// through [`ConnectionLike`] adds for a server's connection: this
+    /// carries every lock's requests.
+    pub(crate) async fn query<T: redis::FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
+        let value = match self {
+            Conn::Server(c) => c.send(cmd).await?,
+            other => other.req_packed_command(cmd).await?,
+        };
+        Ok(T::from_redis_value(value.extract_error()?)?)
+    }
+
+    /// The replies to every command of `pipeline`, errors among them as
+    /// values (the pipeline must ignore errors), without the boxed future
+    /// that going through [`ConnectionLike`] adds for a server's
+    /// connection. Not for a transaction, nor with commands marked
+    /// `ignore()`: their replies would be returned too.
+    pub(crate) async fn query_pipeline(&mut self, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
+        debug_assert!(!pipeline.is_transaction());
+        let count = pipeline.len();
+        match self {
+            Conn::Server(c) => c.send_pipeline(pipeline, 0, count).await,
+            other => other.req_packed_commands(pipeline, 0, count).await,
         }
     }
 

@@ -68,7 +68,7 @@ struct HeldLeases {
 /// holder.
 struct Registered {
     ownership: Arc<Ownership>,
-    state: Arc<watch::Sender<LeaseState>>,
+    state: watch::Sender<LeaseState>,
     node_timeout: Duration,
 }
 
@@ -131,7 +131,7 @@ impl Engine {
     pub(crate) async fn release(&self, ownership: &Ownership, timeout: Duration) {
         let announce = Announce::Waiters;
         if let Some(id) = release_on(&self.nodes, ownership, timeout, announce).await {
-            self.announce_release(&ownership.key, &id);
+            self.announce_release(&ownership.key, id.as_str());
         }
     }
 
@@ -194,7 +194,7 @@ impl Engine {
     pub(crate) fn register(
         &self,
         ownership: Arc<Ownership>,
-        state: Arc<watch::Sender<LeaseState>>,
+        state: watch::Sender<LeaseState>,
         node_timeout: Duration,
     ) -> Result<u64, Error> {
         let mut held = self.held();

@@ -3,7 +3,6 @@
 //! they are handed back so the caller can wait for them (to clean up after
 //! a failure) or let them finish in the background (after a success).
 
-use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,47 +17,62 @@ use crate::quorum::{Decision, Tally, Vote};
 
 type Pending<R> = Pin<Box<dyn Future<Output = Result<R, NodeError>> + Send>>;
 
-/// Requests by node index (`None` once answered), and answers that came in
-/// but were not taken yet.
+/// Requests by node index, each pending, answered but not taken yet, or
+/// taken.
 ///
 /// A handful of futures polled together on every wake: cheaper here than
 /// `FuturesUnordered`, whose wake-ups cost a measurable round of thread
 /// hand-offs per request on a small machine. Every pass polls every request
 /// still pending, so each one is on the wire before the caller can act on
 /// a decision: a later request to the same node (a release after an
-/// acquire, say) then queues behind it on the connection.
+/// acquire, say) then queues behind it on the connection. Answers that come
+/// in during a pass wait in their slot (no queue to allocate), and are
+/// taken in node order before the next pass.
 struct InFlight<R> {
-    requests: Vec<Option<Pending<R>>>,
-    ready: VecDeque<(usize, Result<R, NodeError>)>,
+    slots: Vec<Slot<R>>,
+}
+
+enum Slot<R> {
+    Pending(Pending<R>),
+    Answered(Result<R, NodeError>),
+    Taken,
 }
 
 impl<R> InFlight<R> {
-    fn new(requests: Vec<Option<Pending<R>>>) -> Self {
+    fn new(requests: Vec<Pending<R>>) -> Self {
         InFlight {
-            requests,
-            ready: VecDeque::new(),
+            slots: requests.into_iter().map(Slot::Pending).collect(),
+        }
+    }
+
+    /// An answer that came in and was not taken yet, if any.
+    fn take_answered(&mut self) -> Option<(usize, Result<R, NodeError>)> {
+        let i = self
+            .slots
+            .iter()
+            .position(|slot| matches!(slot, Slot::Answered(_)))?;
+        match std::mem::replace(&mut self.slots[i], Slot::Taken) {
+            Slot::Answered(answer) => Some((i, answer)),
+            _ => unreachable!("the slot was just seen answered"),
         }
     }
 
     /// The next answer, or `None` when every request has answered.
     async fn next(&mut self) -> Option<(usize, Result<R, NodeError>)> {
-        if let Some(answer) = self.ready.pop_front() {
+        if let Some(answer) = self.take_answered() {
             return Some(answer);
         }
         poll_fn(|cx| {
             let mut pending = false;
-            for (i, slot) in self.requests.iter_mut().enumerate() {
-                if let Some(request) = slot {
+            for slot in self.slots.iter_mut() {
+                if let Slot::Pending(request) = slot {
                     match request.as_mut().poll(cx) {
-                        Poll::Ready(answer) => {
-                            *slot = None;
-                            self.ready.push_back((i, answer));
-                        }
+                        Poll::Ready(answer) => *slot = Slot::Answered(answer),
                         Poll::Pending => pending = true,
                     }
                 }
             }
-            match self.ready.pop_front() {
+            match self.take_answered() {
                 Some(answer) => Poll::Ready(Some(answer)),
                 None if pending => Poll::Pending,
                 None => Poll::Ready(None),
@@ -68,7 +82,7 @@ impl<R> InFlight<R> {
     }
 
     fn is_empty(&self) -> bool {
-        self.ready.is_empty() && self.requests.iter().all(Option::is_none)
+        self.slots.iter().all(|slot| matches!(slot, Slot::Taken))
     }
 }
 
@@ -136,7 +150,7 @@ where
     let mut in_flight = InFlight::new(
         nodes
             .iter()
-            .map(|node| Some(Box::pin(request(node.clone())) as Pending<R>))
+            .map(|node| Box::pin(request(node.clone())) as Pending<R>)
             .collect(),
     );
     let mut tally = Tally::new(nodes.len());

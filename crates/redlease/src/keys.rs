@@ -87,7 +87,6 @@ fn shorten(text: &str) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct LockKeys {
     pub(crate) lock: Arc<str>,
-    pub(crate) fence: Arc<str>,
     pub(crate) fence_expiry_ms: u64,
 }
 
@@ -95,23 +94,53 @@ impl LockKeys {
     /// The keys of `resource` under `prefix`; the fencing counter is
     /// deleted after `fence_expiry_ms` without an acquisition.
     pub(crate) fn new(prefix: &str, resource: &str, fence_expiry_ms: u64) -> Self {
-        let lock = lock_key(prefix, resource);
         LockKeys {
-            fence: format!("{lock}:fence").into(),
-            lock: lock.into(),
+            lock: lock_key(prefix, resource).into(),
             fence_expiry_ms,
         }
     }
+
+    /// The fencing counter's key. Spelled out only when used: most locks
+    /// draw no fencing token.
+    pub(crate) fn fence(&self) -> String {
+        suffixed(&self.lock, FENCE_SUFFIX)
+    }
 }
+
+const FENCE_SUFFIX: &str = ":fence";
+const RELEASED_SUFFIX: &str = ":released";
 
 /// The lock key of `resource` under `prefix`.
 pub(crate) fn lock_key(prefix: &str, resource: &str) -> String {
-    format!("{prefix}{{{resource}}}")
+    // By hand, in one allocation: this runs for every lock.
+    let mut key = String::with_capacity(prefix.len() + resource.len() + 2);
+    key.push_str(prefix);
+    key.push('{');
+    key.push_str(resource);
+    key.push('}');
+    key
 }
 
 /// The channel a lock's releases are announced on.
 pub(crate) fn release_channel(lock_key: &str) -> String {
-    format!("{lock_key}:released")
+    suffixed(lock_key, RELEASED_SUFFIX)
+}
+
+/// Writes [`release_channel`] straight into a command's next argument,
+/// without a `String` of its own.
+pub(crate) fn write_release_channel(cmd: &mut redis::Cmd, lock_key: &str) {
+    use std::io::Write;
+    let mut arg = redis::RedisWrite::writer_for_next_arg(cmd);
+    // Writing to a command's buffer cannot fail.
+    let _ = arg.write_all(lock_key.as_bytes());
+    let _ = arg.write_all(RELEASED_SUFFIX.as_bytes());
+}
+
+fn suffixed(key: &str, suffix: &str) -> String {
+    let mut text = String::with_capacity(key.len() + suffix.len());
+    text.push_str(key);
+    text.push_str(suffix);
+    text
 }
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag
@@ -149,12 +178,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_release_channel_is_written_into_a_command_as_spelled() {
+        let mut written = redis::Cmd::new();
+        written.arg("PUBLISH");
+        write_release_channel(&mut written, "app:{x}");
+        written.arg("id");
+        let mut spelled = redis::Cmd::new();
+        spelled
+            .arg("PUBLISH")
+            .arg(release_channel("app:{x}"))
+            .arg("id");
+        assert_eq!(written.get_packed_command(), spelled.get_packed_command());
+    }
+
+    #[test]
     fn a_locks_names_share_its_hash_tag() {
         let keys = LockKeys::new("app:", "orders:42", 600_000);
         assert_eq!(&*keys.lock, "app:{orders:42}");
-        assert_eq!(&*keys.fence, "app:{orders:42}:fence");
+        assert_eq!(keys.fence(), "app:{orders:42}:fence");
         assert_eq!(release_channel(&keys.lock), "app:{orders:42}:released");
-        assert_eq!(hash_slot(&keys.lock), hash_slot(&keys.fence));
+        assert_eq!(hash_slot(&keys.lock), hash_slot(&keys.fence()));
         assert_eq!(hash_slot(&keys.lock), hash_slot("orders:42"));
     }
 

@@ -14,7 +14,7 @@ use crate::fanout;
 use crate::guard::ReleaseOnDrop;
 use crate::lease_state::{LeaseState, LostReason};
 use crate::quorum::Decision;
-use crate::release::release_id;
+use crate::release::ReleaseId;
 use crate::renew::ExtendFailure;
 use crate::telemetry;
 use crate::validity::Timing;
@@ -48,7 +48,7 @@ pub struct Lease {
     /// The nodes that granted the acquire, until the lease is kept alive.
     granted: Vec<usize>,
     /// Validity and loss, shared with the renewer when kept alive.
-    state: Arc<watch::Sender<LeaseState>>,
+    state: watch::Sender<LeaseState>,
     /// With durability on: replicas that acknowledged the acquire.
     replicas: Option<u32>,
 }
@@ -75,10 +75,7 @@ impl Lease {
             granted_by,
             replicas,
         } = grant;
-        let state = Arc::new(watch::Sender::new(LeaseState::new(
-            valid_until,
-            guard.timing.drift,
-        )));
+        let state = watch::Sender::new(LeaseState::new(valid_until, guard.timing.drift));
         let engine = guard.engine.clone();
         match engine.register(
             guard.ownership.clone(),
@@ -497,14 +494,18 @@ impl Lease {
             outcome = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
         );
-        async {
+        let release = async {
             let start = Instant::now();
             let result = self.release_once().await;
             telemetry::finished(Op::Release, result.as_ref().copied(), start.elapsed());
             result
+        };
+        // As for the acquire: a span nobody records is not entered.
+        if span.is_disabled() {
+            release.await
+        } else {
+            release.instrument(span).await
         }
-        .instrument(span)
-        .await
     }
 
     async fn release_once(mut self) -> Result<(), Error> {
@@ -516,22 +517,22 @@ impl Lease {
         let engine = self.guard.engine.clone();
         let ownership = self.guard.ownership.clone();
         let timeout = self.guard.timing.node_timeout;
-        let release_id: Arc<str> = release_id().into();
+        let release_id = ReleaseId::new();
         let mut replies = fanout::until_decided(engine.nodes(), |node| {
-            let (ownership, release_id) = (ownership.clone(), release_id.clone());
+            let ownership = ownership.clone();
             async move {
                 if !ownership.written.may_hold(node.id().index()) {
                     return Ok(false);
                 }
                 let (key, token) = (&ownership.key, &ownership.token);
-                node.release(key, token, &release_id, timeout).await
+                node.release(key, token, release_id.as_str(), timeout).await
             }
         })
         .await;
         let result = match replies.tally.decision() {
             Decision::Reached => {
                 replies.detach(engine.background());
-                engine.announce_release(&ownership.key, &release_id);
+                engine.announce_release(&ownership.key, release_id.as_str());
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {

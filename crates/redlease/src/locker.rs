@@ -17,7 +17,7 @@ use crate::lease::LeaseHandle;
 use crate::lock_status::LockStatus;
 use crate::node::{self, ConnectSettings, Node};
 use crate::quorum::quorum;
-use crate::release::release_id;
+use crate::release::ReleaseId;
 use crate::retry::RetryPolicy;
 use crate::telemetry;
 use crate::tls::TlsConfig;
@@ -291,7 +291,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn fence_key(&self, resource: &str) -> String {
-        self.engine.keys(resource).fence.to_string()
+        self.engine.keys(resource).fence()
     }
 
     /// The pub/sub channel a release of `resource` is announced on: the
@@ -509,18 +509,18 @@ impl Locker {
     async fn force_release_everywhere(&self, resource: &str) -> Result<usize, Error> {
         let timeout = self.admin_timeout(resource)?;
         let key = self.engine.key(resource);
-        let release_id = release_id();
+        let release_id = ReleaseId::new();
         let answers = join_all(
             self.engine
                 .nodes()
                 .iter()
-                .map(|node| node.force_release(&key, &release_id, timeout)),
+                .map(|node| node.force_release(&key, release_id.as_str(), timeout)),
         )
         .await;
         let deleted = answers.iter().filter(|a| matches!(a, Ok(true))).count();
         tracing::warn!(resource, key, deleted_on = deleted, "lock force-released");
         if deleted > 0 {
-            self.engine.announce_release(&key, &release_id);
+            self.engine.announce_release(&key, release_id.as_str());
         }
         let failed: Vec<_> = answers.into_iter().filter_map(Result::err).collect();
         if failed.is_empty() {

@@ -9,7 +9,7 @@ use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError};
 
 use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
-use crate::keys::{hash_slot, release_channel, LockKeys};
+use crate::keys::{hash_slot, release_channel, write_release_channel, LockKeys};
 use crate::lock_status::{KeyState, NodeLockState};
 use crate::node_url::{redact_url, NodeUrl};
 use crate::telemetry;
@@ -98,6 +98,9 @@ struct ServerHealth {
     /// After a refused connection, requests fail at once until this
     /// instant, instead of each one trying to connect again.
     down: std::sync::Mutex<Backoff>,
+    /// Whether `down` holds anything but the default: a healthy node's
+    /// requests, every lock's, then skip its lock.
+    troubled: std::sync::atomic::AtomicBool,
     /// Requests the client gave up on that the node has not answered yet.
     owed: Arc<Owed>,
 }
@@ -106,7 +109,39 @@ impl ServerHealth {
     fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
         self.down.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The back-off's end and cause, while it lasts.
+    fn backing_off(&self, now: std::time::Instant) -> Option<BackingOff> {
+        if !self.troubled.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let b = self.backoff();
+        b.until
+            .filter(|&until| now < until)
+            .map(|until| (until, b.cause.clone()))
+    }
+
+    /// A connection failed (with `cause`, if known).
+    fn failed(&self, cause: Option<Arc<RedisError>>) {
+        let mut b = self.backoff();
+        b.failed(std::time::Instant::now(), cause);
+        self.troubled
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The node answered: any back-off is over.
+    fn answered(&self) {
+        if self.troubled.load(std::sync::atomic::Ordering::Acquire) {
+            let mut b = self.backoff();
+            *b = Backoff::default();
+            self.troubled
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
+
+/// When a back-off ends, and why it started.
+type BackingOff = (std::time::Instant, Option<Arc<RedisError>>);
 
 /// Requests whose caller timed out but which are still queued on the
 /// connection. While any is unanswered the node is not sent anything new:
@@ -115,6 +150,8 @@ impl ServerHealth {
 /// request is the probe: once the node answers it, requests flow again.
 #[derive(Default)]
 struct Owed {
+    /// `state.count`, readable without the lock: almost always zero.
+    count: std::sync::atomic::AtomicUsize,
     state: std::sync::Mutex<OwedState>,
 }
 
@@ -127,6 +164,9 @@ struct OwedState {
 impl Owed {
     /// How many are owed and since when, if any.
     fn pending(&self) -> Option<(usize, std::time::Instant)> {
+        if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return None;
+        }
         let s = self.lock();
         s.since.map(|since| (s.count, since))
     }
@@ -135,6 +175,8 @@ impl Owed {
         let mut s = self.lock();
         s.count += 1;
         s.since.get_or_insert_with(std::time::Instant::now);
+        self.count
+            .store(s.count, std::sync::atomic::Ordering::Release);
     }
 
     fn paid(&self) {
@@ -143,6 +185,8 @@ impl Owed {
         if s.count == 0 {
             s.since = None;
         }
+        self.count
+            .store(s.count, std::sync::atomic::Ordering::Release);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, OwedState> {
@@ -374,13 +418,13 @@ impl Node {
         let sent = std::time::Instant::now();
         // Both round trips under one timeout: the second only on a refusal.
         let exchange = Box::pin(async move {
-            let replies: Vec<redis::Value> = request.query_async(&mut conn).await?;
+            let replies = conn.query_pipeline(&request).await?;
             let received = std::time::Instant::now();
             let parsed = set_nx::parse(&replies, clock);
             let refusal = match parsed {
                 Ok(SetNx::Held { .. }) => {
                     let details = set_nx::refusal_request(&key, &release_channel(&key), numsub);
-                    let replies: Vec<redis::Value> = details.query_async(&mut conn).await?;
+                    let replies = conn.query_pipeline(&details).await?;
                     Some(set_nx::parse_refusal(&replies))
                 }
                 _ => None,
@@ -426,7 +470,7 @@ impl Node {
         let call = ACQUIRE.call(|c| {
             c.arg(2)
                 .arg(&*keys.lock)
-                .arg(&*keys.fence)
+                .arg(keys.fence())
                 .arg(token.as_str())
                 .arg(ttl_ms)
                 .arg(keys.fence_expiry_ms)
@@ -503,14 +547,15 @@ impl Node {
         fence: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
+        let fence_key = keys.fence();
         let call = RAISE_FENCE.call(|c| {
             c.arg(1)
-                .arg(&*keys.fence)
+                .arg(&fence_key)
                 .arg(fence)
                 .arg(keys.fence_expiry_ms);
         });
         let (n, _) = self
-            .run(&RAISE_FENCE, call, timeout, Gate::New, &keys.fence)
+            .run(&RAISE_FENCE, call, timeout, Gate::New, &fence_key)
             .await?;
         self.as_flag(n, "raise-fence")
     }
@@ -526,13 +571,13 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         use std::sync::atomic::Ordering;
-        let call = RELEASE.call(|c| {
-            c.arg(1)
-                .arg(key)
-                .arg(token.as_str())
-                .arg(release_channel(key))
-                .arg(release_id)
-                .arg(self.publish_command());
+        // EVALSHA, its hash, 1, the key, the token, the channel (the key
+        // and 9 bytes), the id (16) and the publish command (8).
+        let bytes = 7 + 40 + 1 + 2 * key.len() + token.as_str().len() + 9 + 16 + 8;
+        let call = RELEASE.call_sized(8, bytes, |c| {
+            c.arg(1).arg(key).arg(token.as_str());
+            write_release_channel(c, key);
+            c.arg(release_id).arg(self.publish_command());
         });
         let cached = self.release_cached.load(Ordering::Relaxed);
         let mut conn = self.conn.clone();
@@ -592,7 +637,7 @@ impl Node {
         pipe.cmd("PTTL")
             .arg(&*keys.lock)
             .cmd("GET")
-            .arg(&*keys.fence)
+            .arg(keys.fence())
             .cmd("PUBSUB")
             .arg(self.numsub_command())
             .arg(release_channel(&keys.lock));
@@ -616,7 +661,7 @@ impl Node {
             Some(text) => Some(text.parse().map_err(|_| {
                 self.error(NodeErrorKind::Protocol(format!(
                     "the fencing counter {} is not a number",
-                    keys.fence
+                    keys.fence()
                 )))
             })?),
         };
@@ -769,13 +814,7 @@ impl Node {
     ) -> Result<T, NodeError> {
         let health = self.health(key);
         let now = std::time::Instant::now();
-        let backoff = {
-            let b = health.backoff();
-            b.until
-                .filter(|&until| now < until)
-                .map(|until| (until, b.cause.clone()))
-        };
-        if let Some((until, cause)) = backoff {
+        if let Some((until, cause)) = health.backing_off(now) {
             return Err(self
                 .error(NodeErrorKind::Connection(format!(
                     "refused a connection moments ago; next try in {:?}",
@@ -801,10 +840,9 @@ impl Node {
             // Only a broken connection backs off: a slow or paused node
             // still gets every request (its timeout bounds them).
             Err(NodeErrorKind::Connection(_)) => {
-                let cause = result.as_ref().err().and_then(NodeError::cause);
-                health.backoff().failed(std::time::Instant::now(), cause)
+                health.failed(result.as_ref().err().and_then(NodeError::cause))
             }
-            Ok(_) => *health.backoff() = Backoff::default(),
+            Ok(_) => health.answered(),
             Err(_) => {}
         }
         result

@@ -57,9 +57,19 @@ impl Written {
 }
 
 /// A fresh id for one release, published with it so waiters can tell which
-/// nodes confirmed the same release.
-pub(crate) fn release_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
+/// nodes confirmed the same release: 64 random bits as 16 hex digits, kept
+/// on the stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReleaseId([u8; 16]);
+
+impl ReleaseId {
+    pub(crate) fn new() -> Self {
+        ReleaseId(crate::token::hex(u128::from(rand::random::<u64>())))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
 }
 
 /// Whether a release tells the lock's waiters.
@@ -84,21 +94,23 @@ pub(crate) async fn release_on(
     ownership: &Ownership,
     timeout: Duration,
     announce: Announce,
-) -> Option<String> {
+) -> Option<ReleaseId> {
     let Ownership {
         key,
         token,
         written,
     } = ownership;
     let release_id = match announce {
-        Announce::Waiters => release_id(),
-        Announce::Nobody => String::new(),
+        Announce::Waiters => Some(ReleaseId::new()),
+        Announce::Nobody => None,
     };
+    // An empty id asks the script to announce nothing.
+    let announced = release_id.as_ref().map_or("", ReleaseId::as_str);
     let results = join_all(
         nodes
             .iter()
             .filter(|n| written.may_hold(n.id().index()))
-            .map(|n| n.release(key, token, &release_id, timeout)),
+            .map(|n| n.release(key, token, announced, timeout)),
     )
     .await;
     let mut deleted = false;
@@ -108,5 +120,5 @@ pub(crate) async fn release_on(
             Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
         }
     }
-    (deleted && announce == Announce::Waiters).then_some(release_id)
+    release_id.filter(|_| deleted)
 }

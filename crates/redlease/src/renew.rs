@@ -104,7 +104,7 @@ struct Entry {
     /// writer of a kept-alive lease's state, so this copy is exact, and
     /// reading it costs no lock on a separate allocation per lease.
     view: LeaseState,
-    state: Arc<watch::Sender<LeaseState>>,
+    state: watch::Sender<LeaseState>,
 }
 
 impl Entry {
@@ -388,7 +388,7 @@ impl Renewer {
         token: Token,
         timing: Timing,
         bounds: ExpiryBounds,
-        state: Arc<watch::Sender<LeaseState>>,
+        state: watch::Sender<LeaseState>,
     ) -> u64 {
         self.ensure_running();
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);

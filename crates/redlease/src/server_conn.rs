@@ -299,17 +299,46 @@ impl ServerConn {
         }
     }
 
+    /// Sends `cmd` and reads its reply, dropping the connection if the
+    /// reply shows the server gone or demoted.
+    pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let mut current = self.current().await?;
+        let result = current.conn.req_packed_command(cmd).await;
+        let outcome = match &result {
+            Ok(value) => Outcome::of_value(value),
+            Err(e) => Outcome::of_error(e),
+        };
+        self.check(current.generation, outcome);
+        result
+    }
+
+    /// [`send`](Self::send) for commands `offset..offset + count` of a
+    /// pipeline.
+    pub(crate) async fn send_pipeline(
+        &self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let mut current = self.current().await?;
+        let result = current
+            .conn
+            .req_packed_commands(pipeline, offset, count)
+            .await;
+        let outcome = match &result {
+            Ok(values) => values
+                .iter()
+                .map(Outcome::of_value)
+                .find(|o| *o != Outcome::Fine)
+                .unwrap_or(Outcome::Fine),
+            Err(e) => Outcome::of_error(e),
+        };
+        self.check(current.generation, outcome);
+        result
+    }
+
     pub(crate) fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let mut current = self.current().await?;
-            let result = current.conn.req_packed_command(cmd).await;
-            let outcome = match &result {
-                Ok(value) => Outcome::of_value(value),
-                Err(e) => Outcome::of_error(e),
-            };
-            self.check(current.generation, outcome);
-            result
-        })
+        Box::pin(self.send(cmd))
     }
 
     pub(crate) fn req_packed_commands<'a>(
@@ -318,23 +347,7 @@ impl ServerConn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let mut current = self.current().await?;
-            let result = current
-                .conn
-                .req_packed_commands(pipeline, offset, count)
-                .await;
-            let outcome = match &result {
-                Ok(values) => values
-                    .iter()
-                    .map(Outcome::of_value)
-                    .find(|o| *o != Outcome::Fine)
-                    .unwrap_or(Outcome::Fine),
-                Err(e) => Outcome::of_error(e),
-            };
-            self.check(current.generation, outcome);
-            result
-        })
+        Box::pin(self.send_pipeline(pipeline, offset, count))
     }
 }
 

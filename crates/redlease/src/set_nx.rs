@@ -35,17 +35,21 @@ pub(crate) enum SetNx {
 /// Errors come back as values, so a `TIME` reply is never lost to a
 /// `SET` error.
 pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors()
-        .cmd("SET")
+    // Every buffer sized up front: this is built for every lock.
+    let mut pipe = Pipeline::with_capacity(2);
+    let mut set = redis::Cmd::with_capacity(7, 3 + key.len() + token.len() + 2 + 2 + 20 + 3);
+    set.arg("SET")
         .arg(key)
         .arg(token)
         .arg("NX")
         .arg("PX")
         .arg(ttl_ms)
         .arg("GET");
+    pipe.ignore_errors().add_command(set);
     if clock {
-        pipe.cmd("TIME");
+        let mut time = redis::Cmd::with_capacity(1, 4);
+        time.arg("TIME");
+        pipe.add_command(time);
     }
     pipe
 }
@@ -190,6 +194,30 @@ fn integer(v: &Value) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_request_is_set_nx_px_get_then_time() {
+        for clock in [false, true] {
+            let mut expected = redis::pipe();
+            expected
+                .cmd("SET")
+                .arg("app:{x}")
+                .arg("t0k3n")
+                .arg("NX")
+                .arg("PX")
+                .arg(1500)
+                .arg("GET");
+            if clock {
+                expected.cmd("TIME");
+            }
+            let request = request("app:{x}", "t0k3n", 1500, clock);
+            assert_eq!(
+                request.get_packed_pipeline(),
+                expected.get_packed_pipeline()
+            );
+            assert_eq!(request.len(), 1 + usize::from(clock));
+        }
+    }
 
     /// A server error value as redis-rs parses one from the wire.
     fn err(text: &str) -> Value {

@@ -14,21 +14,29 @@ impl Token {
         // rand's thread-local generator is a CSPRNG (ChaCha12) seeded and
         // periodically reseeded from the operating system: as strong as
         // asking the OS each time, without a system call per lock.
-        // 128 bits as 32 hex digits, leading zeros kept (by hand: the
-        // formatting machinery costs more than the random draw).
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let bits = rand::random::<u128>();
-        let mut text = [0u8; 32];
-        for (i, digit) in text.iter_mut().enumerate() {
-            *digit = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
-        }
-        let text = std::str::from_utf8(&text).expect("hex digits are ASCII");
-        Token(text.into())
+        let text: [u8; 32] = hex(rand::random::<u128>());
+        Token(
+            std::str::from_utf8(&text)
+                .expect("hex digits are ASCII")
+                .into(),
+        )
     }
 
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The low `4 * N` bits of `bits` as `N` lowercase hex digits, leading
+/// zeros kept, as `{:0N$x}` would write them. By hand: on every lock, the
+/// formatting machinery costs more than the random draw.
+pub(crate) fn hex<const N: usize>(bits: u128) -> [u8; N] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; N];
+    for (i, digit) in text.iter_mut().enumerate() {
+        *digit = HEX[((bits >> (4 * (N - 1 - i))) & 0xf) as usize];
+    }
+    text
 }
 
 impl fmt::Debug for Token {
@@ -48,6 +56,15 @@ mod tests {
         assert_eq!(a.as_str().len(), 32);
         assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn hex_writes_what_format_writes() {
+        for bits in [0u128, 1, 0xabc, u64::MAX as u128, u128::MAX, 1 << 127] {
+            assert_eq!(&hex::<32>(bits), format!("{bits:032x}").as_bytes());
+            let low = bits as u64;
+            assert_eq!(&hex::<16>(bits), format!("{low:016x}").as_bytes());
+        }
     }
 
     #[test]
