@@ -66,8 +66,10 @@ impl fmt::Debug for Lease {
 
 impl Lease {
     /// The lease for a granted lock, recorded as held by its Locker. A
-    /// Locker closed meanwhile gets its lock back at once: [`Error::Closed`].
-    pub(crate) async fn new(grant: Grant, resource: String) -> Result<Lease, Error> {
+    /// Locker closed meanwhile refuses it: the lock must then be given back
+    /// ([`Unregistered::give_back`]). No I/O here, so that the common case
+    /// adds nothing to the acquire's future.
+    pub(crate) fn new(grant: Grant, resource: String) -> Result<Lease, Box<Unregistered>> {
         let Grant {
             mut guard,
             valid_until,
@@ -76,25 +78,14 @@ impl Lease {
             replicas,
         } = grant;
         let state = watch::Sender::new(LeaseState::new(valid_until, guard.timing.drift));
-        let engine = guard.engine.clone();
-        match engine.register(
+        let registered = guard.engine.register(
             guard.ownership.clone(),
             state.clone(),
             guard.timing.node_timeout,
-        ) {
+        );
+        match registered {
             Ok(id) => guard.registration = Some(id),
-            Err(closed) => {
-                // Boxed: rare, and its state need not weigh on every lock.
-                Box::pin(async {
-                    guard.settle().await;
-                    engine
-                        .release(&guard.ownership, guard.timing.node_timeout)
-                        .await;
-                })
-                .await;
-                guard.disarm();
-                return Err(closed);
-            }
+            Err(closed) => return Err(Box::new(Unregistered { closed, guard })),
         }
         Ok(Lease {
             guard,
@@ -566,6 +557,25 @@ impl Lease {
             not_held_on,
             failed,
         }
+    }
+}
+
+/// A granted lock that never became a lease: its Locker closed first.
+pub(crate) struct Unregistered {
+    closed: Error,
+    guard: ReleaseOnDrop,
+}
+
+impl Unregistered {
+    /// Gives the lock back on every node; the error for the caller.
+    pub(crate) async fn give_back(mut self: Box<Self>) -> Error {
+        self.guard.settle().await;
+        let engine = self.guard.engine.clone();
+        engine
+            .release(&self.guard.ownership, self.guard.timing.node_timeout)
+            .await;
+        self.guard.disarm();
+        self.closed
     }
 }
 

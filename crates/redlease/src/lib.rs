@@ -84,7 +84,13 @@
 //! once, unannounced, and a waiter that met one retries at the policy's
 //! delay.
 //! Tasks behind the first waiter of their Locker do not look at all: the
-//! first looks for them, and the next one moves up when it is done. 100
+//! first looks for them, and the next one moves up when it is done. When it
+//! is done because it took the lock, the next one does not look either: its
+//! Locker knows the lock is held, and until when (the new holder's
+//! validity), so it waits for the release or that moment. (With a critical
+//! section of zero length, a look would often have found the lock already
+//! free and taken it half a round trip sooner; with any work under the
+//! lock, it found it held and cost every node two round trips.) 100
 //! waiting processes on one held lock cost its node about 2 attempts a
 //! second (they made 1,772 when they polled; see BENCHMARKS.md).
 //!

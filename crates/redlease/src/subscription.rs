@@ -22,7 +22,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch, Notify};
@@ -83,6 +83,10 @@ struct Channel {
     /// The latest release heard of: its id, from how many nodes, and
     /// whether a waiter already took the lock after it.
     release: Option<Release>,
+    /// A waiter of this Locker took the lock after the latest release, and
+    /// its lease is valid until then: the next in line need not look at the
+    /// lock to learn when it is due to expire.
+    taken_until: Option<Instant>,
 }
 
 struct Release {
@@ -187,6 +191,7 @@ impl Notifier {
                 waiters: VecDeque::new(),
                 confirmed: watch::Sender::new(vec![false; self.nodes]),
                 release: None,
+                taken_until: None,
             }
         });
         entry.waiters.push_back((id, notify.clone()));
@@ -196,7 +201,7 @@ impl Notifier {
             id,
             notify,
             confirmed: entry.confirmed.subscribe(),
-            acquired: false,
+            acquired: None,
         }
     }
 
@@ -210,6 +215,7 @@ impl Notifier {
                 heard: usize::MAX,
                 done: false,
             });
+            c.taken_until = None;
             c.wake_head();
         }
     }
@@ -226,11 +232,14 @@ impl Notifier {
         };
         let release = match &mut c.release {
             Some(r) if r.id == release_id => r,
-            slot => slot.insert(Release {
-                id: release_id.to_string(),
-                heard: 0,
-                done: false,
-            }),
+            slot => {
+                c.taken_until = None;
+                slot.insert(Release {
+                    id: release_id.to_string(),
+                    heard: 0,
+                    done: false,
+                })
+            }
         };
         release.heard = release.heard.saturating_add(1);
         if !release.done && (release.heard == 1 || release.heard == quorum) {
@@ -255,26 +264,31 @@ impl Notifier {
         for c in self.channels().values_mut() {
             c.confirmed
                 .send_if_modified(|nodes| std::mem::replace(&mut nodes[node], false));
+            // A forced release may have gone unheard too: look.
+            c.taken_until = None;
             c.wake_head();
         }
     }
 
-    fn leave(&self, channel: &str, id: u64, acquired: bool) {
+    /// Waiter `id` leaves the queue: `acquired` with its lease's validity
+    /// if it took the lock.
+    fn leave(&self, channel: &str, id: u64, acquired: Option<Instant>) {
         let mut channels = self.channels();
         let Some(c) = channels.get_mut(channel) else {
             return;
         };
         let was_head = c.waiters.front().is_some_and(|(w, _)| *w == id);
         c.waiters.retain(|(w, _)| *w != id);
-        if acquired {
+        if let Some(valid_until) = acquired {
             // This release is used up: later echoes of it must not wake the
             // next waiter for a lock that is now ours.
             if let Some(r) = &mut c.release {
                 r.done = true;
             }
-            // The next waiter moves up: it looks once, to learn when the
-            // new holder's key is due to expire (waiters behind the first
-            // do not watch the lock).
+            c.taken_until = Some(valid_until);
+            // The next waiter moves up: it needs a timer for the new
+            // holder's expiry (waiters behind the first keep none), which
+            // `taken_until` gives without a look at the lock.
             c.wake_head();
         } else if was_head {
             // The head gave up (dropped, out of time) and may have swallowed
@@ -307,7 +321,8 @@ pub(crate) struct Waiter {
     id: u64,
     notify: Arc<Notify>,
     confirmed: watch::Receiver<Vec<bool>>,
-    acquired: bool,
+    /// The validity of the lease it took, if it took the lock.
+    acquired: Option<Instant>,
 }
 
 impl Waiter {
@@ -339,9 +354,18 @@ impl Waiter {
         self.notify.notified().await;
     }
 
-    /// Leaves the queue because the lock is ours.
-    pub(crate) fn acquired(mut self) {
-        self.acquired = true;
+    /// Leaves the queue because the lock is ours, with a lease valid until
+    /// `valid_until`.
+    pub(crate) fn acquired(mut self, valid_until: Instant) {
+        self.acquired = Some(valid_until);
+    }
+
+    /// Until when a lease another waiter of this Locker took after the
+    /// latest release is valid, if one did: unless a release is heard
+    /// (which clears this), the lock is held until then.
+    pub(crate) fn taken_until(&self) -> Option<Instant> {
+        let channels = self.notifier.channels();
+        channels.get(&self.channel).and_then(|c| c.taken_until)
     }
 }
 

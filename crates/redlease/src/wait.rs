@@ -5,7 +5,7 @@
 //! jittered delay, the holder's reported expiry, or its deadline.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::attempt::{attempt, Grant};
 use crate::engine::Engine;
@@ -53,11 +53,13 @@ pub(crate) async fn lock(
         // Only a task that already queues ever waits before an attempt.
         if let Some(w) = waiter.as_ref().filter(|_| wait_first) {
             let now = Instant::now();
+            let taken = taken_by_sibling(w, policy, now);
             let waiting = Waiting {
                 behind: !w.is_head(),
                 heard: w.heard(),
-                held_elsewhere: last.as_ref().is_some_and(Error::held_by_one_owner),
-                expires_in: last.as_ref().and_then(Error::expires_in),
+                held_elsewhere: taken.is_some()
+                    || last.as_ref().is_some_and(Error::held_by_one_owner),
+                expires_in: taken.or_else(|| last.as_ref().and_then(Error::expires_in)),
                 crowd: last.as_ref().map_or(0, Error::waiting),
                 quarantine_left: last.as_ref().and_then(Error::quarantine_left),
             };
@@ -82,9 +84,17 @@ pub(crate) async fn lock(
             span.record("woken_by", woken_by);
             span.record("elapsed_ms", now.elapsed().as_secs_f64() * 1e3);
             // Behind another waiter of this Locker: it does the trying, and
-            // this one looks again when it moves up (or at the deadline,
-            // for one last try).
+            // this one looks when it moves up (or at the deadline, for one
+            // last try).
             if !w.is_head() && deadline.is_none_or(|d| Instant::now() < d) {
+                continue;
+            }
+            // First in line behind another task of this Locker that took the
+            // lock since the last release: the lock is held, and its expiry
+            // known, until a release is heard. A look would cost the nodes
+            // two round trips to learn what this process already knows.
+            let now = Instant::now();
+            if taken_by_sibling(w, policy, now).is_some() && deadline.is_none_or(|d| now < d) {
                 continue;
             }
             span.in_scope(|| tracing::debug!(woken_by, "retrying"));
@@ -96,7 +106,7 @@ pub(crate) async fn lock(
         let error = match attempt(engine, resource, keys, timing).await {
             Ok(grant) => {
                 if let Some(w) = waiter.take() {
-                    w.acquired();
+                    w.acquired(grant.valid_until);
                 }
                 return Ok(grant);
             }
@@ -127,4 +137,18 @@ pub(crate) async fn lock(
             waiter = Some(w);
         }
     }
+}
+
+/// How long a lease that another task of this Locker took since the latest
+/// release stays valid, if one did and still is. Only for notified waiting,
+/// with the subscription confirmed on a quorum (so any other release of the
+/// lock, a forced one say, is heard and clears this); a policy that counts
+/// attempts gets the attempts it asked for.
+fn taken_by_sibling(w: &Waiter, policy: &RetryPolicy, now: Instant) -> Option<Duration> {
+    if policy.attempts.is_some() || !w.heard() {
+        return None;
+    }
+    w.taken_until()
+        .and_then(|until| until.checked_duration_since(now))
+        .filter(|left| !left.is_zero())
 }

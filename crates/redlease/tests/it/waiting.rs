@@ -281,6 +281,50 @@ async fn local_waiters_take_turns() {
     );
 }
 
+/// When a task of this Locker takes the lock from the queue, the next in
+/// line knows the lock is held and until when: it does not look at it (a
+/// refused SET and a round trip for the holder's expiry, on every node),
+/// and still takes it the moment the holder releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_in_line_behind_a_task_of_its_locker_does_not_look() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let locker = patient_locker(&nodes);
+    let first = locker.try_lock("job").await.unwrap();
+    let second = spawn_lock(locker.clone(), "job");
+    // Queued behind the second: both share the Locker's subscription.
+    tokio::time::sleep(100 * MS).await;
+    let third = spawn_lock(locker.clone(), "job");
+    let chan = channel(&locker, "job");
+    assert_eq!(
+        wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await,
+        vec![1]
+    );
+    tokio::time::sleep(200 * MS).await;
+
+    let before = lock_calls(node).await;
+    first.release().await.unwrap();
+    let (_, got) = tokio::time::timeout(Duration::from_secs(2), second)
+        .await
+        .expect("the second takes the released lock at once")
+        .unwrap();
+    let second_lease = got.unwrap();
+    tokio::time::sleep(500 * MS).await;
+    let calls = lock_calls(node).await - before;
+    // The first's release and the second's acquire; the third sent nothing.
+    assert_eq!(calls, 2, "the third looked at a lock its Locker holds");
+    assert!(!third.is_finished());
+
+    let released = Instant::now();
+    second_lease.release().await.unwrap();
+    let (acquired, got) = tokio::time::timeout(Duration::from_secs(2), third)
+        .await
+        .expect("the third takes the lock on the release, not its 5 s timer")
+        .unwrap();
+    got.unwrap().release().await.unwrap();
+    assert!(acquired - released < Duration::from_secs(1));
+}
+
 /// A failed attempt cleans up the keys it wrote, but that is not a release
 /// of the lock: it must not wake the waiter that made it (nor any other),
 /// or a lock that stays busy turns waiting into a busy loop of attempts.
