@@ -1,0 +1,148 @@
+//! alloc_count: heap allocations per lock cycle (acquire and release of a
+//! free lock), for the library and for plain redis-rs doing the leanest
+//! lock (`SET NX PX`, compare-and-delete script). Unlike time, the count
+//! does not depend on the machine's load, so it shows what a change to the
+//! hot path saved even when the timings are too noisy to.
+//!
+//! ```text
+//! cargo run --release -p redlease-bench --bin alloc_count -- --cycles 2000
+//! ```
+//!
+//! One redis-server on a free port, a single-threaded runtime, cycles one
+//! after another. Counts every allocation and reallocation the process
+//! makes, redis-rs's included.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use redlease::Locker;
+use redlease_testkit::RedisNodes;
+
+/// The system allocator, counting calls and bytes.
+struct Counting;
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// counters are plain atomics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[derive(Parser, Debug)]
+#[command(about = "Heap allocations per uncontended lock cycle, library against plain redis-rs")]
+struct Args {
+    /// Measured cycles per client (after 200 unmeasured ones).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    cycles: u64,
+}
+
+const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('DEL', KEYS[1]) else return 0 end";
+
+const WARM_UP: u64 = 200;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let nodes = RedisNodes::start(1);
+    let url = nodes.urls()[0].clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let build = |fencing: bool| {
+            Locker::builder([url.as_str()])
+                // A brand-new server: nothing to wait out.
+                .restart_quarantine(Duration::ZERO)
+                .fencing(fencing)
+                .build()
+        };
+        let (plain_locks, fenced) = (build(false)?, build(true)?);
+        for (label, locker) in [("redlease", &plain_locks), ("redlease+fence", &fenced)] {
+            let per = measure(args.cycles, || async {
+                let lease = locker.try_lock("alloc-count").await?;
+                lease.release().await?;
+                Ok(())
+            })
+            .await?;
+            report(label, per);
+        }
+        let conn = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let script = redis::Script::new(COMPARE_AND_DELETE);
+        let per = measure(args.cycles, || {
+            let (mut conn, script) = (conn.clone(), script.clone());
+            async move {
+                let token = format!("{:032x}", rand::random::<u128>());
+                let key = "plain:{alloc-count}";
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut conn)
+                    .await?;
+                let deleted: i64 = script.key(key).arg(&token).invoke_async(&mut conn).await?;
+                if set.is_none() || deleted != 1 {
+                    return Err("plain: the free lock was not taken and given back".into());
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        report("plain", per);
+        plain_locks.close().await;
+        fenced.close().await;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })?;
+    drop(nodes);
+    Ok(())
+}
+
+/// Runs `cycle` `WARM_UP` times, then `cycles` times counting: allocations
+/// and bytes per cycle.
+async fn measure<F, Fut>(cycles: u64, cycle: F) -> Result<(f64, f64), Box<dyn std::error::Error>>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), Box<dyn std::error::Error>>>,
+{
+    for _ in 0..WARM_UP {
+        cycle().await?;
+    }
+    let (calls, bytes) = (CALLS.load(Ordering::Relaxed), BYTES.load(Ordering::Relaxed));
+    for _ in 0..cycles {
+        cycle().await?;
+    }
+    let calls = CALLS.load(Ordering::Relaxed) - calls;
+    let bytes = BYTES.load(Ordering::Relaxed) - bytes;
+    Ok((calls as f64 / cycles as f64, bytes as f64 / cycles as f64))
+}
+
+fn report(label: &str, (calls, bytes): (f64, f64)) {
+    println!("{label:<16} {calls:>6.1} allocations, {bytes:>8.0} bytes per cycle");
+}
