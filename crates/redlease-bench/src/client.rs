@@ -51,10 +51,22 @@ pub trait LockClient: Send + Sync + 'static {
     fn release(&self, guard: Self::Guard) -> impl Future<Output = Result<(), BenchError>> + Send;
 }
 
+/// How the bench configures the library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// The defaults.
+    Default,
+    /// Fencing tokens on (`LockerBuilder::fencing`).
+    Fenced,
+    /// The clock-jump guard off (`LockerBuilder::clock_jump_guard`): no
+    /// `TIME` with each acquire, to show what the guard costs.
+    Unguarded,
+}
+
 /// The library, configured as a user would for this bench.
 pub struct Redlease {
     locker: Locker,
-    fencing: bool,
+    variant: Variant,
 }
 
 impl Redlease {
@@ -64,21 +76,23 @@ impl Redlease {
     }
 
     /// One Locker over `urls`, shared by all workers (one multiplexed
-    /// connection per node), drawing fencing tokens if `fencing`. Must run
-    /// inside the Tokio runtime.
-    pub fn new(urls: &[String], fencing: bool) -> Result<Self, BenchError> {
+    /// connection per node), configured as `variant` says. Must run inside
+    /// the Tokio runtime.
+    pub fn new(urls: &[String], variant: Variant) -> Result<Self, BenchError> {
         let mut builder = Locker::builder(urls)
             // The bench's servers are brand new (none can have lost a
             // lock), and it measures locks, not the quarantine's wait.
             .restart_quarantine(std::time::Duration::ZERO)
             .ttl(TTL)
             .retry(Self::policy());
-        if fencing {
-            builder = builder.fencing(true).fence_expiry(FENCE_EXPIRY);
+        match variant {
+            Variant::Default => {}
+            Variant::Fenced => builder = builder.fencing(true).fence_expiry(FENCE_EXPIRY),
+            Variant::Unguarded => builder = builder.clock_jump_guard(false),
         }
         Ok(Redlease {
             locker: builder.build()?,
-            fencing,
+            variant,
         })
     }
 
@@ -93,10 +107,10 @@ impl LockClient for Redlease {
     type Guard = redlease::Lease;
 
     fn label(&self) -> &'static str {
-        if self.fencing {
-            "redlease+fence"
-        } else {
-            "redlease"
+        match self.variant {
+            Variant::Default => "redlease",
+            Variant::Fenced => "redlease+fence",
+            Variant::Unguarded => "no-clock-guard",
         }
     }
 

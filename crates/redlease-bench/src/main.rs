@@ -110,7 +110,8 @@ struct Args {
     #[arg(long, value_enum, value_name = "PHASE", requires = "stall")]
     stall_phase: Option<StallPhase>,
     /// Also run these on the same workloads: another lock library, or the
-    /// library with fencing on (comma-separated, e.g. rslock,fenced).
+    /// library with fencing on, or with the clock-jump guard off
+    /// (comma-separated, e.g. rslock,fenced,unguarded).
     #[arg(long, value_enum, value_delimiter = ',')]
     compare: Vec<Compare>,
 }
@@ -136,6 +137,10 @@ enum Compare {
     /// redlease with fencing tokens on (`LockerBuilder::fencing`), to show
     /// what drawing a token costs.
     Fenced,
+    /// redlease with the clock-jump guard off
+    /// (`LockerBuilder::clock_jump_guard(false)`), to show what the guard's
+    /// `TIME` with every acquire costs.
+    Unguarded,
 }
 
 /// Everything a run needs, checked.
@@ -231,6 +236,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
             rounds,
             rslock,
             fenced: args.compare.contains(&Compare::Fenced),
+            unguarded: args.compare.contains(&Compare::Unguarded),
         },
         urls: args.urls,
         json: args.json,

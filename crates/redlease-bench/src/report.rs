@@ -167,6 +167,8 @@ pub struct WorkloadReport {
     pub rslock: Option<ClientRun>,
     /// The library with fencing tokens on (`--compare fenced`).
     pub fenced: Option<ClientRun>,
+    /// The library with the clock-jump guard off (`--compare unguarded`).
+    pub unguarded: Option<ClientRun>,
 }
 
 impl WorkloadReport {
@@ -207,6 +209,7 @@ impl WorkloadReport {
             Some(&self.plain),
             self.rslock.as_ref(),
             self.fenced.as_ref(),
+            self.unguarded.as_ref(),
         ]
         .into_iter()
         .flatten()
@@ -268,6 +271,9 @@ impl WorkloadReport {
         }
         if let Some(f) = &self.fenced {
             out.insert("fenced".into(), f.json());
+        }
+        if let Some(u) = &self.unguarded {
+            out.insert("unguarded".into(), u.json());
         }
         Value::Object(out)
     }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{fence_key_for, key_for, BenchError, LockClient, Redlease};
+use crate::client::{fence_key_for, key_for, BenchError, LockClient, Redlease, Variant};
 use crate::conn::NodeConn;
 use crate::cpu;
 use crate::raw::{Flavor, Raw};
@@ -28,6 +28,8 @@ pub struct Settings {
     pub rslock: bool,
     /// Also the library with fencing tokens on.
     pub fenced: bool,
+    /// Also the library with the clock-jump guard off.
+    pub unguarded: bool,
 }
 
 /// A client under test; an enum so the rounds can rotate over clients of
@@ -108,7 +110,7 @@ pub async fn measure(
     let counter = Counter {
         conn: NodeConn::connect(&urls[0]).await?,
     };
-    let lib = Redlease::new(urls, false)?;
+    let lib = Redlease::new(urls, Variant::Default)?;
     // The raw and rslock clients build keys themselves: same scheme or bust.
     let expected = (key_for("x"), fence_key_for("x"));
     if lib.keys("x") != expected {
@@ -128,7 +130,14 @@ pub async fn measure(
         subjects.push(rslock_subject(urls)?);
     }
     if settings.fenced {
-        subjects.push(Subject::Lib(Arc::new(Redlease::new(urls, true)?)));
+        subjects.push(Subject::Lib(Arc::new(Redlease::new(
+            urls,
+            Variant::Fenced,
+        )?)));
+    }
+    if settings.unguarded {
+        let unguarded = Redlease::new(urls, Variant::Unguarded)?;
+        subjects.push(Subject::Lib(Arc::new(unguarded)));
     }
     for s in &subjects {
         if !settings.warmup.is_zero() {
@@ -177,6 +186,7 @@ pub async fn measure(
     };
     let rslock = take("rslock");
     let fenced = take("redlease+fence");
+    let unguarded = take("no-clock-guard");
     Ok(WorkloadReport {
         workload,
         nodes: urls.len(),
@@ -189,6 +199,7 @@ pub async fn measure(
         plain,
         rslock,
         fenced,
+        unguarded,
     })
 }
 
