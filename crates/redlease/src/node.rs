@@ -150,47 +150,43 @@ type BackingOff = (std::time::Instant, Option<Arc<RedisError>>);
 /// request is the probe: once the node answers it, requests flow again.
 #[derive(Default)]
 struct Owed {
-    /// `state.count`, readable without the lock: almost always zero.
+    /// How many are owed, readable without the lock (almost always zero);
+    /// changed only under `since`'s lock, so the two agree.
     count: std::sync::atomic::AtomicUsize,
-    state: std::sync::Mutex<OwedState>,
-}
-
-#[derive(Default)]
-struct OwedState {
-    count: usize,
-    since: Option<std::time::Instant>,
+    /// Since when requests have been owed, while any is.
+    since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Owed {
     /// How many are owed and since when, if any.
     fn pending(&self) -> Option<(usize, std::time::Instant)> {
-        if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        use std::sync::atomic::Ordering;
+        if self.count.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let s = self.lock();
-        s.since.map(|since| (s.count, since))
+        let since = self.lock();
+        since.map(|since| (self.count.load(Ordering::Acquire), since))
     }
 
     fn add(&self) {
-        let mut s = self.lock();
-        s.count += 1;
-        s.since.get_or_insert_with(std::time::Instant::now);
+        let mut since = self.lock();
         self.count
-            .store(s.count, std::sync::atomic::Ordering::Release);
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        since.get_or_insert_with(std::time::Instant::now);
     }
 
     fn paid(&self) {
-        let mut s = self.lock();
-        s.count = s.count.saturating_sub(1);
-        if s.count == 0 {
-            s.since = None;
+        use std::sync::atomic::Ordering;
+        let mut since = self.lock();
+        let left = self.count.load(Ordering::Acquire).saturating_sub(1);
+        self.count.store(left, Ordering::Release);
+        if left == 0 {
+            *since = None;
         }
-        self.count
-            .store(s.count, std::sync::atomic::Ordering::Release);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, OwedState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        self.since.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
