@@ -477,6 +477,7 @@
 mod acquire;
 mod attempt;
 mod background;
+mod deadline;
 mod deployment;
 mod durability;
 mod engine;

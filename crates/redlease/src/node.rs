@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError};
 
+use crate::deadline::Deadlines;
 use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{hash_slot, release_channel, write_release_channel, LockKeys};
@@ -71,6 +72,8 @@ pub(crate) struct Node {
     conn: Conn,
     settings: ConnectSettings,
     health: Health,
+    /// Bounds every request (one timer for the node, not one per request).
+    deadlines: Deadlines,
     /// Whether the server may vote "yes".
     guard: VoteGuard,
     /// Set once the main connection has claimed its server (claims are
@@ -315,6 +318,7 @@ impl Node {
             conn,
             settings,
             health,
+            deadlines: Deadlines::new(),
             guard,
             server_known: std::sync::atomic::AtomicBool::new(false),
             set_nx_get: std::sync::atomic::AtomicBool::new(true),
@@ -824,7 +828,7 @@ impl Node {
                 since: now.saturating_duration_since(since),
             }));
         }
-        let result = match tokio::time::timeout(timeout, &mut request).await {
+        let result = match self.deadlines.within(timeout, &mut request).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.redis_error(e, timeout)),
             Err(_) => {
