@@ -8,8 +8,10 @@
 //! - **raw**: the library's own Redis commands with its default settings
 //!   (fencing off): `SET key token NX PX ttl GET` pipelined with `TIME`
 //!   (the clock guard's reading; not on a cluster), on a refusal `PTTL` and
-//!   `PUBSUB NUMSUB` of the release channel, and its release script with
-//!   the same keys and arguments (32-hex-char token, release channel and
+//!   `PUBSUB NUMSUB` of the release channel (never the waiters mark: every
+//!   worker is of one process, and the library marks a lock only for a
+//!   holder of another Locker), and its release script with the same keys
+//!   and arguments (48-hex-char token, waiters key, release channel and
 //!   id). Its ratio shows what the library's client side costs on top of
 //!   its commands.
 //! - **plain**: the leanest lock there is, as the lightest peers send it:
@@ -95,8 +97,9 @@ impl Raw {
         token: &str,
     ) -> Result<usize, BenchError> {
         let channel = format!("{key}:released");
+        let waiters = format!("{key}:waiters");
         let release_id = format!("{:016x}", rand::rng().random::<u64>());
-        let (channel, release_id) = (&channel, &release_id);
+        let (channel, waiters, release_id) = (&channel, &waiters, &release_id);
         let replies = join_all(nodes.map(|i| {
             let mut conn = self.conns[i].clone();
             async move {
@@ -105,6 +108,7 @@ impl Raw {
                         let publish = conn.publish_command();
                         RELEASE
                             .key(key)
+                            .key(waiters)
                             .arg(token)
                             .arg(channel)
                             .arg(release_id)
@@ -131,9 +135,11 @@ impl Raw {
     }
 }
 
-/// A fresh 128-bit token as 32 lowercase hex chars, like the library's.
+/// A token as long as the library's: 192 random bits as 48 lowercase hex
+/// chars (the library's first 64 are its Locker's tag).
 fn token() -> String {
-    format!("{:032x}", rand::rng().random::<u128>())
+    let mut rng = rand::rng();
+    format!("{:016x}{:032x}", rng.random::<u64>(), rng.random::<u128>())
 }
 
 impl LockClient for Raw {

@@ -44,7 +44,11 @@ pub(crate) async fn attempt(
     if let Some(e) = engine.same_server() {
         return Err(e);
     }
-    let ownership = Arc::new(Ownership::new(keys.lock.clone(), engine.nodes().len()));
+    let ownership = Arc::new(Ownership::new(
+        keys.lock.clone(),
+        engine.nodes().len(),
+        &engine.settings().tag,
+    ));
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
     let fenced = engine.settings().fencing;
     let start = Instant::now();

@@ -24,6 +24,7 @@ use crate::renew::Renewer;
 use crate::retry::RetryPolicy;
 use crate::subscription::Notifier;
 use crate::telemetry;
+use crate::token::LockerTag;
 use crate::validity::{DriftModel, Timing};
 
 /// A Locker's settings, checked by its builder.
@@ -42,6 +43,8 @@ pub(crate) struct Settings {
     pub(crate) durability: crate::Durability,
     /// The restart quarantine (zero: off): no TTL may outlast it.
     pub(crate) quarantine: Duration,
+    /// Begins every token this Locker hands out.
+    pub(crate) tag: LockerTag,
 }
 
 pub(crate) struct Engine {

@@ -28,7 +28,8 @@
 //! With `N` nodes the quorum is `N / 2 + 1` (one node: itself). To acquire:
 //!
 //! 1. Draw a fresh 128-bit token from the OS CSPRNG. It proves ownership;
-//!    it is never logged or shown by `Debug`.
+//!    it is never logged or shown by `Debug`. (On the wire it follows the
+//!    Locker's 64-bit tag; see [Waiting](#waiting-for-a-busy-lock).)
 //! 2. Note `start` on the monotonic clock, then send `SET key token NX PX ttl
 //!    GET` to every node at once, each request bounded by the per-node
 //!    timeout. Plain commands, no script: `GET` makes a refusal name the
@@ -93,6 +94,36 @@
 //! lock, it found it held and cost every node two round trips.) 100
 //! waiting processes on one held lock cost its node about 2 attempts a
 //! second (they made 1,772 when they polled; see BENCHMARKS.md).
+//!
+//! **A release is published only when another Locker waits.** Tasks of one
+//! Locker wake each other in-process when one of them releases, so a lock
+//! handed over inside one process needs no `PUBLISH`, and publishing to
+//! the Locker's own subscription was a large part of what a contended lock
+//! cost Redis and the client. Every token a Locker hands out begins with a
+//! 64-bit tag drawn for that Locker (the 128 random bits follow). An
+//! acquire refused by a holder whose value does not begin with the
+//! refusing Locker's tag sets the lock's *waiters mark* (`<key>:waiters`,
+//! in the lock's hash slot), in the refusal's follow-up round trip (or
+//! inside the acquire script); the release script publishes only while the
+//! mark exists. Why no waiter misses a release, node by node: its acquire
+//! was refused there and set the mark (at the latest in its retry after
+//! subscribing, which every first waiter makes), and the mark lives 60 s,
+//! longer than the waiter sleeps before it looks again (at most 30 s, see
+//! above); each look that is refused sets the mark again, and one that is
+//! not finds the lock free. A crowd looks about 1.5 times a second in
+//! all, so one of its members renews the mark long before it expires. So a
+//! release on that node either finds the mark and is published to the
+//! waiter's subscription, or comes after the waiter's next look, which
+//! sees it. A waiter behind a holder of its own Locker marks nothing:
+//! that holder's release wakes it in-process.
+//!
+//! Limits of the mark: a lock that another Locker waited for is published
+//! on every release until 60 s after the last refused acquire (a cost, not
+//! an error). A waiter running a redlease version without the mark (tokens
+//! of 32 hex digits) sets none, so a holder of this version announces its
+//! releases to it only while some other waiter marked the lock; otherwise
+//! it hears nothing and looks at the holder's expiry, as after an
+//! unannounced release. Holders of an older version always publish.
 //!
 //! The [`RetryPolicy`] delay (10–100 ms) is kept for a waiter that could
 //! miss a release: its subscription is not (or no longer) confirmed on a

@@ -21,6 +21,7 @@ use crate::release::ReleaseId;
 use crate::retry::RetryPolicy;
 use crate::telemetry;
 use crate::tls::TlsConfig;
+use crate::token::LockerTag;
 use crate::validity::{DriftModel, Timing};
 
 /// A set of Redis nodes to take locks on, with the defaults for each lock.
@@ -1000,7 +1001,9 @@ impl LockerBuilder {
                 ),
             ));
         }
+        let tag = LockerTag::generate();
         let connect = ConnectSettings {
+            tag,
             connect_timeout: self.connect_timeout,
             durability: self.durability,
             quarantine,
@@ -1026,6 +1029,7 @@ impl LockerBuilder {
             fencing: self.fencing,
             durability: self.durability,
             quarantine,
+            tag,
         };
         Ok(Locker {
             engine: Arc::new(Engine::new(nodes, settings)),

@@ -10,12 +10,15 @@ use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError};
 use crate::deadline::Deadlines;
 use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
-use crate::keys::{hash_slot, release_channel, write_release_channel, LockKeys};
+use crate::keys::{
+    hash_slot, release_channel, waiters_key, write_release_channel, write_waiters_key, LockKeys,
+    WAITERS_MARK,
+};
 use crate::lock_status::{KeyState, NodeLockState};
 use crate::node_url::{redact_url, NodeUrl};
 use crate::telemetry;
 use crate::tls::TlsConfig;
-use crate::token::Token;
+use crate::token::{LockerTag, Token};
 use crate::validity::DriftModel;
 use crate::vote_guard::{ClockSample, ServerRegistry, VoteGuard};
 use crate::Error;
@@ -53,6 +56,9 @@ pub(crate) enum AcquireReply {
 /// Connection settings shared by all nodes of a Locker.
 #[derive(Clone, Debug)]
 pub(crate) struct ConnectSettings {
+    /// The Locker's tag: a refusal by a lock holding one of its tokens
+    /// marks nothing (see [`Node::acquire`]).
+    pub(crate) tag: LockerTag,
     pub(crate) connect_timeout: Duration,
     /// `WAIT` after every write of a lease.
     pub(crate) durability: crate::Durability,
@@ -414,16 +420,22 @@ impl Node {
         let clock = self.watches_clock();
         let request = set_nx::request(&keys.lock, token.as_str(), ttl_ms, clock);
         let (key, numsub) = (keys.lock.clone(), self.numsub_command());
+        let tag = self.settings.tag;
         let mut conn = self.conn.clone();
         let sent = std::time::Instant::now();
         // Both round trips under one timeout: the second only on a refusal.
         let exchange = Box::pin(async move {
             let replies = conn.query_pipeline(&request).await?;
             let received = std::time::Instant::now();
-            let parsed = set_nx::parse(&replies, clock);
+            let parsed = set_nx::parse(&replies, clock, tag.as_bytes());
             let refusal = match parsed {
-                Ok(SetNx::Held { .. }) => {
-                    let details = set_nx::refusal_request(&key, &release_channel(&key), numsub);
+                Ok(SetNx::Held { ours, .. }) => {
+                    // A holder of this Locker wakes its waiters itself
+                    // (`Notifier::released`); another's must publish.
+                    let waiters = (!ours).then(|| waiters_key(&key));
+                    let mark = waiters.as_deref().map(|w| (w, WAITERS_MARK));
+                    let channel = release_channel(&key);
+                    let details = set_nx::refusal_request(&key, &channel, numsub, mark);
                     let replies = conn.query_pipeline(&details).await?;
                     Some(set_nx::parse_refusal(&replies))
                 }
@@ -442,7 +454,7 @@ impl Node {
         };
         let clock = match parsed.map_err(protocol)? {
             SetNx::Unsupported => return Ok(None),
-            SetNx::Held { owner } => {
+            SetNx::Held { owner, .. } => {
                 let refusal = refusal
                     .expect("a refusal is followed up")
                     .map_err(protocol)?;
@@ -468,16 +480,17 @@ impl Node {
     ) -> Result<AcquireReply, NodeError> {
         let watch_clock = self.watches_clock();
         let call = ACQUIRE.call(|c| {
-            c.arg(2)
-                .arg(&*keys.lock)
-                .arg(keys.fence())
-                .arg(token.as_str())
+            c.arg(3).arg(&*keys.lock).arg(keys.fence());
+            write_waiters_key(c, &keys.lock);
+            c.arg(token.as_str())
                 .arg(ttl_ms)
                 .arg(keys.fence_expiry_ms)
                 .arg(self.lineage_flag())
                 .arg(if watch_clock { "1" } else { "0" })
                 .arg(self.numsub_command())
-                .arg(if fenced { "1" } else { "0" });
+                .arg(if fenced { "1" } else { "0" })
+                .arg(self.settings.tag.as_str())
+                .arg(WAITERS_MARK.as_millis() as u64);
         });
         let sent = std::time::Instant::now();
         let (reply, replicas): (Vec<i64>, _) = self
@@ -571,11 +584,14 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         use std::sync::atomic::Ordering;
-        // EVALSHA, its hash, 1, the key, the token, the channel (the key
-        // and 9 bytes), the id (16) and the publish command (8).
-        let bytes = 7 + 40 + 1 + 2 * key.len() + token.as_str().len() + 9 + 16 + 8;
-        let call = RELEASE.call_sized(8, bytes, |c| {
-            c.arg(1).arg(key).arg(token.as_str());
+        // EVALSHA, its hash, 2, the key, the waiters key (the key and 8
+        // bytes), the token, the channel (the key and 9 bytes), the id (16)
+        // and the publish command (8).
+        let bytes = 7 + 40 + 1 + 3 * key.len() + 8 + token.as_str().len() + 9 + 16 + 8;
+        let call = RELEASE.call_sized(9, bytes, |c| {
+            c.arg(2).arg(key);
+            write_waiters_key(c, key);
+            c.arg(token.as_str());
             write_release_channel(c, key);
             c.arg(release_id).arg(self.publish_command());
         });

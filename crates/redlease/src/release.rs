@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::node::Node;
-use crate::token::Token;
+use crate::token::{LockerTag, Token};
 
 /// One acquisition's claim on a lock: the key, the token, and which nodes
 /// may hold it.
@@ -21,10 +21,10 @@ pub(crate) struct Ownership {
 
 impl Ownership {
     /// A claim with a fresh token, not yet sent to any of `nodes` nodes.
-    pub(crate) fn new(key: Arc<str>, nodes: usize) -> Self {
+    pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag) -> Self {
         Ownership {
             key,
-            token: Token::generate(),
+            token: Token::generate(tag),
             written: Written::new(nodes),
         }
     }

@@ -7,7 +7,9 @@
 //! `GET` makes a refusal say who holds the lock (the holder's value, of
 //! which only a fingerprint is kept) in the same round trip; only then
 //! does a second one ask for the holder's remaining TTL and the number of
-//! waiting processes, which a refused acquire reports (see retry.rs).
+//! waiting processes, which a refused acquire reports (see retry.rs), and,
+//! when the holder is not a task of this Locker, sets the lock's waiters
+//! mark so that its release is published (see keys.rs, `WAITERS_MARK`).
 //! A server older than Redis 7.0 refuses `NX` with `GET` as a syntax error,
 //! before doing anything; the node then falls back to the acquire script.
 //!
@@ -24,8 +26,10 @@ pub(crate) enum SetNx {
     /// it was asked for.
     Taken(Option<(u64, u64)>),
     /// Held by another owner, whose fingerprint is this (see
-    /// [`owner_fingerprint`]; 0 for a key that is not a string).
-    Held { owner: u32 },
+    /// [`owner_fingerprint`]; 0 for a key that is not a string); `ours`
+    /// if the holder's value begins with this Locker's tag (another task of
+    /// the same Locker holds it).
+    Held { owner: u32, ours: bool },
     /// The server does not know `SET ... NX GET` (before Redis 7.0):
     /// nothing was written.
     Unsupported,
@@ -54,9 +58,10 @@ pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipel
     pipe
 }
 
-/// Reads the replies to [`request`]. `Err` carries what was wrong: a
-/// server error (its code and message), or a reply of the wrong shape.
-pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
+/// Reads the replies to [`request`], with `tag` the Locker's tag (see
+/// `token::LockerTag`). `Err` carries what was wrong: a server error (its
+/// code and message), or a reply of the wrong shape.
+pub(crate) fn parse(replies: &[Value], clock: bool, tag: &[u8]) -> Result<SetNx, Reply> {
     let expected = if clock { 2 } else { 1 };
     if replies.len() != expected {
         return Err(Reply::Shape(format!(
@@ -70,6 +75,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
         Value::BulkString(holder) => {
             return Ok(SetNx::Held {
                 owner: owner_fingerprint(holder),
+                ours: holder.starts_with(tag),
             })
         }
         Value::SimpleString(s) if s == "OK" => {
@@ -82,7 +88,10 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
                     Ok(SetNx::Unsupported)
                 }
                 // Another type's key under our name: held, but not by a lock.
-                "WRONGTYPE" => Ok(SetNx::Held { owner: 0 }),
+                "WRONGTYPE" => Ok(SetNx::Held {
+                    owner: 0,
+                    ours: false,
+                }),
                 _ => Err(Reply::server(e)),
             };
         }
@@ -126,8 +135,14 @@ impl Reply {
 /// The follow-up to a refusal: the key's remaining TTL, and how many
 /// connections are subscribed to its release channel (`numsub` is
 /// `NUMSUB`, or `SHARDNUMSUB` on a cluster; a user the ACL denies it gets
-/// an error there, read as nobody).
-pub(crate) fn refusal_request(key: &str, channel: &str, numsub: &str) -> Pipeline {
+/// an error there, read as nobody). With `mark` (the waiters key and how
+/// long it lives), also sets the waiters mark; its reply is not read.
+pub(crate) fn refusal_request(
+    key: &str,
+    channel: &str,
+    numsub: &str,
+    mark: Option<(&str, Duration)>,
+) -> Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors()
         .cmd("PTTL")
@@ -135,6 +150,13 @@ pub(crate) fn refusal_request(key: &str, channel: &str, numsub: &str) -> Pipelin
         .cmd("PUBSUB")
         .arg(numsub)
         .arg(channel);
+    if let Some((waiters, lives)) = mark {
+        pipe.cmd("SET")
+            .arg(waiters)
+            .arg(1)
+            .arg("PX")
+            .arg(lives.as_millis() as u64);
+    }
     pipe
 }
 
@@ -149,7 +171,9 @@ pub(crate) struct Refusal {
 
 /// Reads the replies to [`refusal_request`].
 pub(crate) fn parse_refusal(replies: &[Value]) -> Result<Refusal, Reply> {
-    let [pttl, numsub] = replies else {
+    // A third reply, to the waiters mark, is not read: a mark the ACL
+    // refused only means the holder's release is not announced.
+    let [pttl, numsub, ..] = replies else {
         return Err(Reply::Shape(format!(
             "{} replies to PTTL and PUBSUB NUMSUB",
             replies.len()
@@ -219,6 +243,8 @@ mod tests {
         }
     }
 
+    const TAG: &[u8] = b"0123456789abcdef";
+
     /// A server error value as redis-rs parses one from the wire.
     fn err(text: &str) -> Value {
         redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap()
@@ -231,24 +257,35 @@ mod tests {
             Value::BulkString(b"123456".to_vec()),
         ]);
         assert_eq!(
-            parse(&[Value::Nil, time], true),
+            parse(&[Value::Nil, time], true, TAG),
             Ok(SetNx::Taken(Some((1_700_000_000, 123_456))))
         );
-        assert_eq!(parse(&[Value::Nil], false), Ok(SetNx::Taken(None)));
+        assert_eq!(parse(&[Value::Nil], false, TAG), Ok(SetNx::Taken(None)));
     }
 
     #[test]
     fn a_value_is_held_by_its_fingerprint() {
-        let reply = parse(&[Value::BulkString(b"abc".to_vec())], false);
+        let reply = parse(&[Value::BulkString(b"abc".to_vec())], false, TAG);
         // SHA-1("abc") = a9993e36...: the first 7 hex digits.
-        assert_eq!(reply, Ok(SetNx::Held { owner: 0xa9993e3 }));
+        assert_eq!(
+            reply,
+            Ok(SetNx::Held {
+                owner: 0xa9993e3,
+                ours: false
+            })
+        );
+        let sibling = Value::BulkString(b"0123456789abcdefrandom".to_vec());
+        assert!(matches!(
+            parse(&[sibling], false, TAG),
+            Ok(SetNx::Held { ours: true, .. })
+        ));
         assert_eq!(owner_fingerprint(b"abc|0123"), 0xa9993e3);
     }
 
     #[test]
     fn old_servers_and_foreign_types_are_recognised() {
         assert_eq!(
-            parse(&[err("ERR syntax error")], false),
+            parse(&[err("ERR syntax error")], false, TAG),
             Ok(SetNx::Unsupported)
         );
         assert_eq!(
@@ -256,18 +293,50 @@ mod tests {
                 &[err(
                     "WRONGTYPE Operation against a key holding the wrong kind of value"
                 )],
-                false
+                false,
+                TAG
             ),
-            Ok(SetNx::Held { owner: 0 })
+            Ok(SetNx::Held {
+                owner: 0,
+                ours: false
+            })
         );
         assert_eq!(
-            parse(&[err("NOPERM no permissions")], false),
+            parse(&[err("NOPERM no permissions")], false, TAG),
             Err(Reply::Server {
                 code: "NOPERM".into(),
                 message: "no permissions".into()
             })
         );
-        assert!(matches!(parse(&[Value::Nil], true), Err(Reply::Shape(_))));
+        assert!(matches!(
+            parse(&[Value::Nil], true, TAG),
+            Err(Reply::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn a_refusal_marks_the_waiters_only_when_asked() {
+        let plain = refusal_request("k", "k:released", "NUMSUB", None);
+        assert_eq!(plain.len(), 2);
+        let marked = refusal_request(
+            "k",
+            "k:released",
+            "NUMSUB",
+            Some(("k:waiters", Duration::from_secs(60))),
+        );
+        let mut expected = redis::pipe();
+        expected
+            .cmd("PTTL")
+            .arg("k")
+            .cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("k:released")
+            .cmd("SET")
+            .arg("k:waiters")
+            .arg(1)
+            .arg("PX")
+            .arg(60_000);
+        assert_eq!(marked.get_packed_pipeline(), expected.get_packed_pipeline());
     }
 
     #[test]
@@ -285,6 +354,15 @@ mod tests {
             Ok(Refusal {
                 expires_in: None,
                 waiting: 0
+            })
+        );
+        // The reply to the waiters mark is not read, an error included.
+        let numsub = Value::Array(vec![Value::BulkString(b"ch".to_vec()), Value::Int(2)]);
+        assert_eq!(
+            parse_refusal(&[Value::Int(900), numsub, err("NOPERM denied")]),
+            Ok(Refusal {
+                expires_in: Some(Duration::from_millis(900)),
+                waiting: 2
             })
         );
         assert_eq!(

@@ -2,19 +2,23 @@
 
 use std::fmt;
 
-/// 128 bits from a CSPRNG, hex-encoded for Redis. Fresh for every
-/// acquisition; its `Debug` never shows the value, so it cannot leak into
-/// logs. Shared, because every node's request and every renewal batch
-/// carries it: a clone is a reference count, not a copy.
+/// The Locker's [`LockerTag`], then 128 bits from a CSPRNG, hex-encoded
+/// for Redis (48 digits). The 128 random bits are fresh for every
+/// acquisition and are what makes the token unguessable; the tag only says
+/// which Locker took the lock. Its `Debug` never shows the value, so it
+/// cannot leak into logs. Shared, because every node's request and every
+/// renewal batch carries it: a clone is a reference count, not a copy.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Token(std::sync::Arc<str>);
 
 impl Token {
-    pub(crate) fn generate() -> Self {
+    pub(crate) fn generate(tag: &LockerTag) -> Self {
         // rand's thread-local generator is a CSPRNG (ChaCha12) seeded and
         // periodically reseeded from the operating system: as strong as
         // asking the OS each time, without a system call per lock.
-        let text: [u8; 32] = hex(rand::random::<u128>());
+        let mut text = [0u8; LockerTag::LEN + 32];
+        text[..LockerTag::LEN].copy_from_slice(&tag.0);
+        text[LockerTag::LEN..].copy_from_slice(&hex::<32>(rand::random::<u128>()));
         Token(
             std::str::from_utf8(&text)
                 .expect("hex digits are ASCII")
@@ -24,6 +28,37 @@ impl Token {
 
     pub(crate) fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// 64 random bits as 16 hex digits, drawn once per Locker, that begin
+/// every token it hands out. A refused acquire sees the holder's value, so
+/// it can tell a lock held by another task of its own Locker, whose release
+/// wakes the waiters in-process, from one held elsewhere, whose release
+/// must be published to them (see `keys::waited_key`). Not a secret: it
+/// grants nothing without the token's random part.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockerTag([u8; LockerTag::LEN]);
+
+impl LockerTag {
+    pub(crate) const LEN: usize = 16;
+
+    pub(crate) fn generate() -> Self {
+        LockerTag(hex::<16>(u128::from(rand::random::<u64>())))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for LockerTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockerTag({})", self.as_str())
     }
 }
 
@@ -50,12 +85,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_128_bit_hex_and_distinct() {
-        let a = Token::generate();
-        let b = Token::generate();
-        assert_eq!(a.as_str().len(), 32);
+    fn tokens_are_the_tag_and_128_random_bits_in_hex_and_distinct() {
+        let tag = LockerTag::generate();
+        let a = Token::generate(&tag);
+        let b = Token::generate(&tag);
+        assert_eq!(a.as_str().len(), 48);
         assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(a.as_str().starts_with(tag.as_str()));
+        assert!(a.as_str().as_bytes().starts_with(tag.as_bytes()));
         assert_ne!(a, b);
+        assert_ne!(a.as_str()[16..], b.as_str()[16..]);
+        let other = LockerTag::generate();
+        assert_ne!(tag, other);
+        assert!(!a.as_str().as_bytes().starts_with(other.as_bytes()));
     }
 
     #[test]
@@ -70,16 +112,17 @@ mod tests {
     #[test]
     fn hex_keeps_leading_zeros_and_order() {
         // The same digits as `{:032x}` would give.
+        let tag = LockerTag::generate();
         for _ in 0..100 {
-            let t = Token::generate();
-            let back = u128::from_str_radix(t.as_str(), 16).unwrap();
-            assert_eq!(format!("{back:032x}"), t.as_str());
+            let t = Token::generate(&tag);
+            let back = u128::from_str_radix(&t.as_str()[16..], 16).unwrap();
+            assert_eq!(format!("{back:032x}"), t.as_str()[16..]);
         }
     }
 
     #[test]
     fn debug_never_shows_the_value() {
-        let t = Token::generate();
+        let t = Token::generate(&LockerTag::generate());
         let shown = format!("{t:?}");
         assert!(!shown.contains(t.as_str()), "{shown}");
     }

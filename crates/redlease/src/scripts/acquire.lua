@@ -1,7 +1,8 @@
 -- Take the lock if it is free, and draw its fencing token if asked: one
 -- round trip whether it succeeds or not. (A lock without a token or
 -- durability is taken with plain commands instead: see set_nx.rs.)
--- KEYS[1] lock key; KEYS[2] fencing counter (same hash slot).
+-- KEYS[1] lock key; KEYS[2] fencing counter; KEYS[3] waiters mark (all in
+-- the same hash slot).
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counter in ms;
 -- ARGV[4] '1' to bind the lock to this server's replication lineage
 -- (durability on): the key holds 'token|master_replid', and an extend on a
@@ -15,6 +16,10 @@
 -- ':released'), that is how many waiting processes watch the lock, so
 -- that a crowd of waiters can spread its checks (see retry.rs).
 -- ARGV[7] '1' to draw a fencing token, '0' to leave the counter alone.
+-- ARGV[8] the Locker's tag, which begins its tokens; ARGV[9] how long a
+-- waiters mark lives, in ms. A "no" from a holder whose value does not
+-- begin with the tag sets the waiters mark, so that the holder's release
+-- is published (a holder of the same Locker wakes its waiters itself).
 -- Returns {1, fencing token (0 if none was drawn)[, seconds,
 -- microseconds]} when taken by us,
 -- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
@@ -57,6 +62,9 @@ else
   waiting = 0
 end
 local owner = redis.pcall('GET', KEYS[1])
+if type(owner) ~= 'string' or string.sub(owner, 1, #ARGV[8]) ~= ARGV[8] then
+  redis.pcall('SET', KEYS[3], '1', 'PX', ARGV[9])
+end
 if type(owner) == 'string' then
   owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|]*')), 1, 7), 16)
 else

@@ -14,7 +14,11 @@ async fn debug_output_never_shows_the_token() {
     let locker = locker(&nodes);
     let lease = locker.try_lock("job").await.unwrap();
     let token = get(nodes.node(0), &locker.key("job")).await.unwrap();
-    assert_eq!(token.len(), 32, "128-bit token, hex");
+    assert_eq!(
+        token.len(),
+        48,
+        "the Locker's 64-bit tag and 128 random bits, hex"
+    );
     let shown = format!("{lease:?} {locker:?}");
     assert!(!shown.contains(&token), "{shown}");
     assert!(shown.contains("job"));

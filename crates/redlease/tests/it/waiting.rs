@@ -470,3 +470,92 @@ async fn a_split_vote_does_not_put_the_waiters_to_sleep() {
         "thirty handoffs took {took:?}"
     );
 }
+
+/// A release is published only when a waiter of another Locker marked the
+/// lock: tasks of one Locker wake each other in-process, so their handoffs
+/// cost no `PUBLISH`, while a waiter elsewhere sets the waiters mark with
+/// its refused acquire and hears the release at once. With fencing on the
+/// acquire is the script, which sets the mark itself.
+async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool) {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let build = || {
+        Locker::builder(nodes.urls())
+            .restart_quarantine(Duration::ZERO)
+            .ttl(Duration::from_secs(10))
+            .node_timeout(200 * MS)
+            .fencing(fencing)
+            .retry(
+                RetryPolicy::new()
+                    .wait(Duration::from_secs(30))
+                    .delay(Duration::from_secs(5), Duration::from_secs(5)),
+            )
+            .build()
+            .unwrap()
+    };
+    let mine = build();
+    let waiters_key = format!("{}:waiters", mine.key("job"));
+    let chan = channel(&mine, "job");
+    let published_before = command_calls(node, &["publish"]).await;
+
+    // Tasks of one Locker: the second is refused by its sibling and woken
+    // in-process by its release.
+    for _ in 0..3 {
+        let holder = mine.try_lock("job").await.unwrap();
+        let sibling = spawn_lock(mine.clone(), "job");
+        wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
+        tokio::time::sleep(100 * MS).await;
+        assert_eq!(
+            get(node, &waiters_key).await,
+            None,
+            "a sibling's refusal marked"
+        );
+        let gap = handoff(holder, sibling).await;
+        assert!(gap < Duration::from_secs(1), "handoff took {gap:?}");
+    }
+    let published = command_calls(node, &["publish"]).await - published_before;
+    assert_eq!(published, 0, "handoffs within one Locker were published");
+
+    // A waiter of another Locker (as another process would be).
+    let holder = mine.try_lock("job").await.unwrap();
+    let waiter = spawn_lock(build(), "job");
+    let mut marked = None;
+    for _ in 0..100 {
+        marked = get(node, &waiters_key).await;
+        if marked.is_some() {
+            break;
+        }
+        tokio::time::sleep(20 * MS).await;
+    }
+    assert_eq!(
+        marked.as_deref(),
+        Some("1"),
+        "the refused waiter set no mark"
+    );
+    let left = pttl(node, &waiters_key).await;
+    assert!(
+        (50_000..=60_000).contains(&left),
+        "the mark lives {left} ms"
+    );
+    wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
+    tokio::time::sleep(100 * MS).await;
+    let gap = handoff(holder, waiter).await;
+    assert!(
+        gap < Duration::from_secs(1),
+        "handoff took {gap:?}; the waiter's fallback timer is 5 s"
+    );
+    // The release it waited for, and its own (a mark outlives a handoff:
+    // other waiters may still rely on it).
+    let published = command_calls(node, &["publish"]).await - published_before;
+    assert_eq!(published, 2, "releases published while the lock was marked");
+}
+
+#[tokio::test]
+async fn releases_are_published_only_for_waiters_of_other_lockers_plain() {
+    releases_are_published_only_for_waiters_of_other_lockers(false).await;
+}
+
+#[tokio::test]
+async fn releases_are_published_only_for_waiters_of_other_lockers_fenced() {
+    releases_are_published_only_for_waiters_of_other_lockers(true).await;
+}
