@@ -1,7 +1,9 @@
 //! [`Lease`]: a held lock, and giving it back.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -509,7 +511,7 @@ impl Lease {
         let ownership = self.guard.ownership.clone();
         let timeout = self.guard.timing.node_timeout;
         let release_id = ReleaseId::new();
-        let mut replies = fanout::until_decided(engine.nodes(), |node| {
+        let decided = fanout::until_decided(engine.nodes(), |node| {
             let ownership = ownership.clone();
             async move {
                 if !ownership.written.may_hold(node.id().index()) {
@@ -518,8 +520,19 @@ impl Lease {
                 let (key, token) = (&ownership.key, &ownership.token);
                 node.release(key, token, release_id.as_str(), timeout).await
             }
-        })
-        .await;
+        });
+        let mut decided = std::pin::pin!(decided);
+        // The first poll writes the release to every node's connection: the
+        // next waiter of this Locker may send its acquire now, behind it
+        // (see `Notifier::released`).
+        let first = std::future::poll_fn(|cx| Poll::Ready(decided.as_mut().poll(cx))).await;
+        let mut replies = match first {
+            Poll::Ready(replies) => replies,
+            Poll::Pending => {
+                engine.announce_release(&ownership.key, release_id.as_str());
+                decided.await
+            }
+        };
         let result = match replies.tally.decision() {
             Decision::Reached => {
                 replies.detach(engine.background());

@@ -205,16 +205,29 @@ impl Notifier {
         }
     }
 
-    /// Our own release of `channel` succeeded: wake the head waiter now,
-    /// without waiting for the PUBLISH to come back from Redis.
+    /// Our own release of `channel` is on its way (called as soon as it is
+    /// written to every node's connection) or succeeded (called again when
+    /// answered): wake the head waiter now, without waiting for Redis to
+    /// echo a PUBLISH. Woken early, the head's acquire queues behind the
+    /// release on the same connections, so Redis runs it right after the
+    /// release instead of a round trip later; should it still be refused
+    /// (the release was resent, or failed), the second call wakes the head
+    /// again. Once a waiter took the lock on this release, the second call
+    /// changes nothing: the lock is held again, until `taken_until`.
     pub(crate) fn released(&self, channel: &str, release_id: &str) {
         let mut channels = self.channels();
         if let Some(c) = channels.get_mut(channel) {
-            c.release = Some(Release {
-                id: release_id.to_string(),
-                heard: usize::MAX,
-                done: false,
-            });
+            match &c.release {
+                Some(r) if r.id == release_id && r.done => return,
+                Some(r) if r.id == release_id => {}
+                _ => {
+                    c.release = Some(Release {
+                        id: release_id.to_string(),
+                        heard: usize::MAX,
+                        done: false,
+                    })
+                }
+            }
             c.taken_until = None;
             c.wake_head();
         }

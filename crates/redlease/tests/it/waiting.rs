@@ -559,3 +559,66 @@ async fn releases_are_published_only_for_waiters_of_other_lockers_plain() {
 async fn releases_are_published_only_for_waiters_of_other_lockers_fenced() {
     releases_are_published_only_for_waiters_of_other_lockers(true).await;
 }
+
+/// The next waiter of the releasing Locker is woken as soon as the release
+/// is on the wire, not when it is answered: its acquire queues right
+/// behind the release on the same connection, and Redis runs it next. Seen
+/// here with writes paused on the node (`CLIENT PAUSE WRITE`): while the
+/// release waits there, the waiter's acquire already sits in the
+/// connection's query buffer.
+#[tokio::test]
+async fn the_next_waiter_sends_its_acquire_behind_the_release() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let locker = Locker::builder(nodes.urls())
+        .restart_quarantine(Duration::ZERO)
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_secs(2))
+        .retry(
+            RetryPolicy::new()
+                .wait(Duration::from_secs(30))
+                .delay(Duration::from_secs(5), Duration::from_secs(5)),
+        )
+        .build()
+        .unwrap();
+    let holder = locker.try_lock("job").await.unwrap();
+    let waiter = spawn_lock(locker.clone(), "job");
+    let chan = channel(&locker, "job");
+    wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
+    tokio::time::sleep(100 * MS).await;
+
+    command(node, &["CLIENT", "PAUSE", "600", "WRITE"]).await;
+    let release = tokio::spawn(async move { holder.release().await });
+    tokio::time::sleep(200 * MS).await;
+    assert!(
+        !release.is_finished(),
+        "the release ran while writes were paused"
+    );
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn(node).await)
+        .await
+        .unwrap();
+    // The connection whose release is held up (flags=b) has more input.
+    let field = |line: &str, name: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name))
+            .map(str::to_string)
+    };
+    let held_up: Vec<&str> = clients
+        .lines()
+        .filter(|line| field(line, "flags=").is_some_and(|f| f.contains('b')))
+        .collect();
+    assert_eq!(held_up.len(), 1, "one connection waits:\n{clients}");
+    let queued: usize = field(held_up[0], "qbuf=").unwrap().parse().unwrap();
+    assert!(
+        queued > 0,
+        "the waiter's acquire is not queued behind the paused release:\n{clients}"
+    );
+    release.await.unwrap().unwrap();
+    let (_, got) = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiter takes the lock after the release")
+        .unwrap();
+    got.unwrap().release().await.unwrap();
+}
