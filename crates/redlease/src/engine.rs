@@ -9,6 +9,8 @@
 //! at [`Engine::close`].
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -58,13 +60,39 @@ pub(crate) struct Engine {
     background: Arc<Background>,
     /// The leases held, for [`close`](Self::close) to give back.
     held: Mutex<HeldLeases>,
+    /// Set by `close`, under `held`'s lock (so `register` sees it there);
+    /// read without the lock by the checks on every acquire.
+    closed: AtomicBool,
 }
 
 #[derive(Default)]
 struct HeldLeases {
-    closed: bool,
     next_id: u64,
-    leases: HashMap<u64, Registered>,
+    leases: HashMap<u64, Registered, BuildHasherDefault<IdHasher>>,
+}
+
+/// Hashes a lease id (a counter, never chosen by anyone outside) with one
+/// multiplication: SipHash, the default, guards against chosen keys and
+/// costs more than the rest of the registry's work on every lock.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing: consecutive ids spread over the high bits,
+        // which the table's control bytes use.
+        self.0 = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// What `close` needs of a lease: how to release it and how to tell its
@@ -84,6 +112,7 @@ impl Engine {
             renewer: OnceLock::new(),
             background: Arc::default(),
             held: Mutex::default(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -189,7 +218,7 @@ impl Engine {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.held().closed
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Records a lease as held, so that `close` gives it back; its id, or
@@ -201,7 +230,7 @@ impl Engine {
         node_timeout: Duration,
     ) -> Result<u64, Error> {
         let mut held = self.held();
-        if held.closed {
+        if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         let id = held.next_id;
@@ -234,7 +263,7 @@ impl Engine {
     pub(crate) async fn close(&self) {
         let leases: Vec<Registered> = {
             let mut held = self.held();
-            held.closed = true;
+            self.closed.store(true, Ordering::Release);
             held.leases.drain().map(|(_, r)| r).collect()
         };
         // Renewal stops first: from here on nothing publishes to a lease's

@@ -85,6 +85,10 @@ pub(crate) struct Node {
     /// Set once the main connection has claimed its server (claims are
     /// never withdrawn), so the check on every granted acquire is one load.
     server_known: std::sync::atomic::AtomicBool,
+    /// The server facts whose `run_id` this node last claimed with
+    /// success. A claim that succeeded always does again (claims are never
+    /// withdrawn), so a grant from the same connection skips the registry.
+    claimed: std::sync::Mutex<Option<Arc<crate::vote_guard::ServerFacts>>>,
     /// Whether the server takes `SET ... NX GET` (Redis 7.0 and later):
     /// believed until it refuses it once.
     set_nx_get: std::sync::atomic::AtomicBool,
@@ -327,6 +331,7 @@ impl Node {
             deadlines: Deadlines::new(),
             guard,
             server_known: std::sync::atomic::AtomicBool::new(false),
+            claimed: std::sync::Mutex::new(None),
             set_nx_get: std::sync::atomic::AtomicBool::new(true),
             release_cached: std::sync::atomic::AtomicBool::new(false),
         })
@@ -722,9 +727,14 @@ impl Node {
     /// jumped clock. `clock` is a reading from the reply being judged.
     fn objection(&self, clock: Option<ClockSample>) -> Option<NodeErrorKind> {
         let facts = self.conn.server_facts()?;
-        if let Err(same_as) = self.settings.registry.claim(&facts.run_id, self.id.index()) {
-            return Some(NodeErrorKind::SameServer { same_as });
+        let mut claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        if !claimed.as_ref().is_some_and(|c| Arc::ptr_eq(c, &facts)) {
+            if let Err(same_as) = self.settings.registry.claim(&facts.run_id, self.id.index()) {
+                return Some(NodeErrorKind::SameServer { same_as });
+            }
+            *claimed = Some(facts.clone());
         }
+        drop(claimed);
         self.guard
             .objection(&facts, clock, std::time::Instant::now())
     }
