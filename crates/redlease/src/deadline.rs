@@ -202,9 +202,8 @@ impl<F: Future + Unpin> Future for Within<'_, F> {
                     this.wait = Wait::Own(sleep);
                     return Poll::Pending;
                 }
-                if this.deadline <= Instant::now() {
-                    return Poll::Ready(Err(Elapsed));
-                }
+                // A deadline already past is left to the watcher too: it
+                // sleeps to no later than it (`armed`), so it wakes at once.
                 this.wait = Wait::Watched(slots.insert(this.deadline, cx.waker().clone()));
                 let start = slots.watcher.is_none();
                 let earlier = slots.armed.is_none_or(|armed| this.deadline < armed);

@@ -124,10 +124,13 @@ impl ServerHealth {
     }
 
     /// The back-off's end and cause, while it lasts.
-    fn backing_off(&self, now: std::time::Instant) -> Option<BackingOff> {
+    /// `now` is called only while in trouble: a healthy node's requests
+    /// do not read the clock here.
+    fn backing_off(&self, now: impl FnOnce() -> std::time::Instant) -> Option<BackingOff> {
         if !self.troubled.load(std::sync::atomic::Ordering::Acquire) {
             return None;
         }
+        let now = now();
         let b = self.backoff();
         b.until
             .filter(|&until| now < until)
@@ -839,19 +842,20 @@ impl Node {
         mut request: Request<T>,
     ) -> Result<T, NodeError> {
         let health = self.health(key);
-        let now = std::time::Instant::now();
+        // The clock is read only for a node in trouble (see `backing_off`).
+        let now = std::time::Instant::now;
         if let Some((until, cause)) = health.backing_off(now) {
             return Err(self
                 .error(NodeErrorKind::Connection(format!(
                     "refused a connection moments ago; next try in {:?}",
-                    until - now
+                    until.saturating_duration_since(now())
                 )))
                 .with_cause_of(cause));
         }
         if let Some((count, since)) = health.owed.pending().filter(|_| gate == Gate::New) {
             return Err(self.error(NodeErrorKind::Unresponsive {
                 unanswered: count,
-                since: now.saturating_duration_since(since),
+                since: now().saturating_duration_since(since),
             }));
         }
         let result = match self.deadlines.within(timeout, &mut request).await {
