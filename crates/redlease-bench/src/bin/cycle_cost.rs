@@ -39,6 +39,9 @@ enum Client {
 struct Args {
     #[arg(long, value_enum, default_value_t = Client::Redlease)]
     client: Client,
+    /// Nodes of the library's quorum (plain always locks on the first).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=9))]
+    nodes: u16,
     /// Cycles to run (after 100 unmeasured ones).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     cycles: u64,
@@ -51,13 +54,13 @@ const WARM_UP: u64 = 100;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let nodes = RedisNodes::start(1);
+    let nodes = RedisNodes::start(usize::from(args.nodes));
     let url = nodes.urls()[0].clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let locker = Locker::builder([url.as_str()])
+        let locker = Locker::builder(nodes.urls())
             // A brand-new server: nothing to wait out.
             .restart_quarantine(Duration::ZERO)
             .clock_jump_guard(args.client != Client::Unguarded)
