@@ -125,7 +125,8 @@
 //!
 //! Limits of the mark: a lock that another Locker waited for is published
 //! on every release until 60 s after the last refused acquire (a cost, not
-//! an error). A waiter running a redlease version without the mark (tokens
+//! an error), and the mark, a small key of its own, stays on the node that
+//! long (like the fencing counter, it outlives the lock by design). A waiter running a redlease version without the mark (tokens
 //! of 32 hex digits) sets none, so a holder of this version announces its
 //! releases to it only while some other waiter marked the lock; otherwise
 //! it hears nothing and looks at the holder's expiry, as after an
