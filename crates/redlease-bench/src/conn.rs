@@ -33,16 +33,6 @@ impl NodeConn {
             client.get_multiplexed_async_connection().await?,
         ))
     }
-
-    /// The command the release script announces a release with, as the
-    /// library picks it: sharded pub/sub on a cluster, so the message stays
-    /// in the lock's shard.
-    pub fn publish_command(&self) -> &'static str {
-        match self {
-            NodeConn::Server(_) => "PUBLISH",
-            NodeConn::Cluster(_) => "SPUBLISH",
-        }
-    }
 }
 
 impl NodeConn {

@@ -11,8 +11,7 @@
 //!   `PUBSUB NUMSUB` of the release channel (never the waiters mark: every
 //!   worker is of one process, and the library marks a lock only for a
 //!   holder of another Locker), and its release script with the same keys
-//!   and arguments (48-hex-char token, waiters key, release channel and
-//!   id). Its ratio shows what the library's client side costs on top of
+//!   and arguments (48-hex-char token, waiters key). Its ratio shows what the library's client side costs on top of
 //!   its commands.
 //! - **plain**: the leanest lock there is, as the lightest peers send it:
 //!   `SET key token NX PX ttl` to take, a compare-and-delete script
@@ -36,8 +35,11 @@ use crate::conn::NodeConn;
 
 // Read from the library's sources, so the baseline sends byte-for-byte the
 // script the library sends (and the same EVALSHA digest).
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../redlease/src/scripts/release.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));
+const RELEASE_CODE: &str = include_str!("../../redlease/src/scripts/release.lua");
+/// The cluster's copy, as the library makes it: SPUBLISH for PUBLISH.
+static RELEASE_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&RELEASE_CODE.replace("'PUBLISH'", "'SPUBLISH'")));
 /// The plain baseline's release: delete only our own token.
 static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -96,23 +98,22 @@ impl Raw {
         key: &str,
         token: &str,
     ) -> Result<usize, BenchError> {
-        let channel = format!("{key}:released");
         let waiters = format!("{key}:waiters");
-        let release_id = format!("{:016x}", rand::rng().random::<u64>());
-        let (channel, waiters, release_id) = (&channel, &waiters, &release_id);
+        let waiters = &waiters;
         let replies = join_all(nodes.map(|i| {
             let mut conn = self.conns[i].clone();
             async move {
                 match self.flavor {
                     Flavor::Raw => {
-                        let publish = conn.publish_command();
-                        RELEASE
+                        let script = if conn.is_cluster() {
+                            &RELEASE_SHARDED
+                        } else {
+                            &RELEASE
+                        };
+                        script
                             .key(key)
                             .key(waiters)
                             .arg(token)
-                            .arg(channel)
-                            .arg(release_id)
-                            .arg(publish)
                             .invoke_async::<i64>(&mut conn)
                             .await
                     }

@@ -26,7 +26,7 @@ use crate::renew::Renewer;
 use crate::retry::RetryPolicy;
 use crate::subscription::Notifier;
 use crate::telemetry;
-use crate::token::LockerTag;
+use crate::token::{LockerTag, ReleaseId};
 use crate::validity::{DriftModel, Timing};
 
 /// A Locker's settings, checked by its builder.
@@ -152,7 +152,8 @@ impl Engine {
 
     /// Tells this process's waiters that our release of `key` went through,
     /// without waiting for Redis to echo the PUBLISH.
-    pub(crate) fn announce_release(&self, key: &str, release_id: &str) {
+    /// `release_id` is asked for only if a task of this Locker waits.
+    pub(crate) fn announce_release(&self, key: &str, release_id: impl FnOnce() -> ReleaseId) {
         if let Some(notifier) = self.notifier.get() {
             notifier.released(&release_channel(key), release_id);
         }
@@ -162,8 +163,8 @@ impl Engine {
     /// tells the waiters (see [`release_on`]).
     pub(crate) async fn release(&self, ownership: &Ownership, timeout: Duration) {
         let announce = Announce::Waiters;
-        if let Some(id) = release_on(&self.nodes, ownership, timeout, announce).await {
-            self.announce_release(&ownership.key, id.as_str());
+        if release_on(&self.nodes, ownership, timeout, announce).await {
+            self.announce_release(&ownership.key, || ReleaseId::of(&ownership.token));
         }
     }
 

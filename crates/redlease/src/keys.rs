@@ -153,12 +153,6 @@ pub(crate) fn release_channel(lock_key: &str) -> String {
     suffixed(lock_key, RELEASED_SUFFIX)
 }
 
-/// Writes [`release_channel`] straight into a command's next argument,
-/// without a `String` of its own.
-pub(crate) fn write_release_channel(cmd: &mut redis::Cmd, lock_key: &str) {
-    write_suffixed(cmd, lock_key, RELEASED_SUFFIX);
-}
-
 fn write_suffixed(cmd: &mut redis::Cmd, key: &str, suffix: &str) {
     use std::io::Write;
     let mut arg = redis::RedisWrite::writer_for_next_arg(cmd);
@@ -223,17 +217,11 @@ mod tests {
     }
 
     #[test]
-    fn the_release_channel_is_written_into_a_command_as_spelled() {
-        let mut written = redis::Cmd::new();
-        written.arg("PUBLISH");
-        write_release_channel(&mut written, "app:{x}");
-        written.arg("id");
-        let mut spelled = redis::Cmd::new();
-        spelled
-            .arg("PUBLISH")
-            .arg(release_channel("app:{x}"))
-            .arg("id");
-        assert_eq!(written.get_packed_command(), spelled.get_packed_command());
+    fn the_release_script_announces_on_the_release_channel() {
+        // The script spells the channel itself (see release.lua).
+        let spelled = format!("KEYS[1] .. '{RELEASED_SUFFIX}'");
+        assert!(include_str!("scripts/release.lua").contains(&spelled));
+        assert_eq!(release_channel("app:{x}"), "app:{x}:released");
     }
 
     #[test]

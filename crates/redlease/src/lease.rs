@@ -16,9 +16,9 @@ use crate::fanout;
 use crate::guard::ReleaseOnDrop;
 use crate::lease_state::{LeaseState, LostReason};
 use crate::quorum::Decision;
-use crate::release::ReleaseId;
 use crate::renew::ExtendFailure;
 use crate::telemetry;
+use crate::token::ReleaseId;
 use crate::validity::Timing;
 
 /// A lock we hold, until [`valid_until`](Self::valid_until).
@@ -510,7 +510,9 @@ impl Lease {
         let engine = self.guard.engine.clone();
         let ownership = self.guard.ownership.clone();
         let timeout = self.guard.timing.node_timeout;
-        let release_id = ReleaseId::new();
+        // Worked out only if a task of this Locker waits, and then once.
+        let release_id = std::sync::OnceLock::new();
+        let release_id = || *release_id.get_or_init(|| ReleaseId::of(&ownership.token));
         let decided = fanout::until_decided(engine.nodes(), |node| {
             let ownership = ownership.clone();
             async move {
@@ -518,7 +520,7 @@ impl Lease {
                     return Ok(false);
                 }
                 let (key, token) = (&ownership.key, &ownership.token);
-                node.release(key, token, release_id.as_str(), timeout).await
+                node.release(key, token, true, timeout).await
             }
         });
         let mut decided = std::pin::pin!(decided);
@@ -529,14 +531,14 @@ impl Lease {
         let mut replies = match first {
             Poll::Ready(replies) => replies,
             Poll::Pending => {
-                engine.announce_release(&ownership.key, release_id.as_str());
+                engine.announce_release(&ownership.key, release_id);
                 decided.await
             }
         };
         let result = match replies.tally.decision() {
             Decision::Reached => {
                 replies.detach(engine.background());
-                engine.announce_release(&ownership.key, release_id.as_str());
+                engine.announce_release(&ownership.key, release_id);
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {

@@ -17,11 +17,11 @@ use crate::lease::LeaseHandle;
 use crate::lock_status::LockStatus;
 use crate::node::{self, ConnectSettings, Node};
 use crate::quorum::quorum;
-use crate::release::ReleaseId;
 use crate::retry::RetryPolicy;
 use crate::telemetry;
 use crate::tls::TlsConfig;
 use crate::token::LockerTag;
+use crate::token::ReleaseId;
 use crate::validity::{DriftModel, Timing};
 
 /// A set of Redis nodes to take locks on, with the defaults for each lock.
@@ -521,7 +521,7 @@ impl Locker {
         let deleted = answers.iter().filter(|a| matches!(a, Ok(true))).count();
         tracing::warn!(resource, key, deleted_on = deleted, "lock force-released");
         if deleted > 0 {
-            self.engine.announce_release(&key, release_id.as_str());
+            self.engine.announce_release(&key, || release_id);
         }
         let failed: Vec<_> = answers.into_iter().filter_map(Result::err).collect();
         if failed.is_empty() {

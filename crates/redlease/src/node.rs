@@ -11,8 +11,7 @@ use crate::deadline::Deadlines;
 use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{
-    hash_slot, release_channel, waiters_key, write_release_channel, write_waiters_key, LockKeys,
-    WAITERS_MARK,
+    hash_slot, release_channel, waiters_key, write_waiters_key, LockKeys, WAITERS_MARK,
 };
 use crate::lock_status::{KeyState, NodeLockState};
 use crate::node_url::{redact_url, NodeUrl};
@@ -35,7 +34,15 @@ static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/
 // (about half the release's cost); after a server lost its scripts (a
 // restart, SCRIPT FLUSH) the first one is retried whole, which may then
 // run after that next request: a delay, not an error.
-static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/release.lua")));
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_CODE));
+const RELEASE_CODE: &str = include_str!("scripts/release.lua");
+// On a cluster the release is announced on the lock's shard channel: the
+// same script with SPUBLISH (a separate script, so that no release carries
+// the command's name as an argument). Built once per process.
+static RELEASE_SHARDED: LazyLock<Lua> = LazyLock::new(|| {
+    let code = RELEASE_CODE.replace("'PUBLISH'", "'SPUBLISH'");
+    Lua::new(code.leak())
+});
 const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
 static RAISE_FENCE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
@@ -581,34 +588,40 @@ impl Node {
         self.as_flag(n, "raise-fence")
     }
 
-    /// Deletes the key if it holds `token` and announces it on the lock's
-    /// release channel (unless `release_id` is empty: a failed attempt's
-    /// cleanup); `Ok(false)` if the key does not hold `token`.
+    /// Deletes the key if it holds `token` and, if `announce` and another
+    /// Locker's waiter marked the lock, announces it on the lock's release
+    /// channel with [`ReleaseId::of`] the token; `Ok(false)` if the key
+    /// does not hold `token`.
     pub(crate) async fn release(
         &self,
         key: &str,
         token: &Token,
-        release_id: &str,
+        announce: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         use std::sync::atomic::Ordering;
+        let script: &Lua = if self.deployment.is_cluster() {
+            &RELEASE_SHARDED
+        } else {
+            &RELEASE
+        };
         // EVALSHA, its hash, 2, the key, the waiters key (the key and 8
-        // bytes), the token, the channel (the key and 9 bytes), the id (16)
-        // and the publish command (8).
-        let bytes = 7 + 40 + 1 + 3 * key.len() + 8 + token.as_str().len() + 9 + 16 + 8;
-        let call = RELEASE.call_sized(9, bytes, |c| {
+        // bytes), the token, and a byte that asks for no announcement.
+        let bytes = 7 + 40 + 1 + 2 * key.len() + 8 + token.as_str().len() + 1;
+        let call = script.call_sized(6, bytes, |c| {
             c.arg(2).arg(key);
             write_waiters_key(c, key);
             c.arg(token.as_str());
-            write_release_channel(c, key);
-            c.arg(release_id).arg(self.publish_command());
+            if !announce {
+                c.arg(0);
+            }
         });
         let cached = self.release_cached.load(Ordering::Relaxed);
         let mut conn = self.conn.clone();
         let request: Request<i64> = if cached {
-            Box::pin(async move { conn.eval(&RELEASE, &call).await })
+            Box::pin(async move { conn.eval(script, &call).await })
         } else {
-            let whole = RELEASE.whole(&call);
+            let whole = script.whole(&call);
             Box::pin(async move { whole.query_async(&mut conn).await })
         };
         let n = self.bounded(timeout, Gate::Cleanup, key, request).await?;

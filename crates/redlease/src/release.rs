@@ -56,22 +56,6 @@ impl Written {
     }
 }
 
-/// A fresh id for one release, published with it so waiters can tell which
-/// nodes confirmed the same release: 64 random bits as 16 hex digits, kept
-/// on the stack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ReleaseId([u8; 16]);
-
-impl ReleaseId {
-    pub(crate) fn new() -> Self {
-        ReleaseId(crate::token::hex(u128::from(rand::random::<u64>())))
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
-    }
-}
-
 /// Whether a release tells the lock's waiters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Announce {
@@ -85,8 +69,8 @@ pub(crate) enum Announce {
 
 /// Runs the compare-and-delete on every node that may hold our token,
 /// concurrently, and waits for all of them (each bounded by `timeout`).
-/// Returns the release's id if it was announced and some node deleted the
-/// key, for the caller to tell local waiters. Failures are only logged: the
+/// Returns whether it was announced and some node deleted the key, for the
+/// caller to tell local waiters too (see [`ReleaseId::of`]). Failures are only logged: the
 /// keys carry a TTL, so a node that missed the release frees the lock by
 /// expiry.
 pub(crate) async fn release_on(
@@ -94,23 +78,18 @@ pub(crate) async fn release_on(
     ownership: &Ownership,
     timeout: Duration,
     announce: Announce,
-) -> Option<ReleaseId> {
+) -> bool {
     let Ownership {
         key,
         token,
         written,
     } = ownership;
-    let release_id = match announce {
-        Announce::Waiters => Some(ReleaseId::new()),
-        Announce::Nobody => None,
-    };
-    // An empty id asks the script to announce nothing.
-    let announced = release_id.as_ref().map_or("", ReleaseId::as_str);
+    let announce = announce == Announce::Waiters;
     let results = join_all(
         nodes
             .iter()
             .filter(|n| written.may_hold(n.id().index()))
-            .map(|n| n.release(key, token, announced, timeout)),
+            .map(|n| n.release(key, token, announce, timeout)),
     )
     .await;
     let mut deleted = false;
@@ -120,5 +99,5 @@ pub(crate) async fn release_on(
             Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
         }
     }
-    release_id.filter(|_| deleted)
+    announce && deleted
 }

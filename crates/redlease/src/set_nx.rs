@@ -136,7 +136,15 @@ impl Reply {
 /// connections are subscribed to its release channel (`numsub` is
 /// `NUMSUB`, or `SHARDNUMSUB` on a cluster; a user the ACL denies it gets
 /// an error there, read as nobody). With `mark` (the waiters key and how
-/// long it lives), also sets the waiters mark; its reply is not read.
+/// long it lives), first sets the waiters mark; its reply is not read.
+///
+/// The mark goes first: a release that runs between the mark and `PTTL`
+/// finds the mark and is published, and one that ran before the mark
+/// leaves `PTTL` finding the key gone (or a new holder, whose release will
+/// find the mark). With the mark last, a release in between would be
+/// neither published nor seen, and the waiter would sleep until the
+/// holder's expiry. (Redis usually runs a client's pipeline in one go, but
+/// only the order is promised.)
 pub(crate) fn refusal_request(
     key: &str,
     channel: &str,
@@ -144,12 +152,7 @@ pub(crate) fn refusal_request(
     mark: Option<(&str, Duration)>,
 ) -> Pipeline {
     let mut pipe = redis::pipe();
-    pipe.ignore_errors()
-        .cmd("PTTL")
-        .arg(key)
-        .cmd("PUBSUB")
-        .arg(numsub)
-        .arg(channel);
+    pipe.ignore_errors();
     if let Some((waiters, lives)) = mark {
         pipe.cmd("SET")
             .arg(waiters)
@@ -157,6 +160,11 @@ pub(crate) fn refusal_request(
             .arg("PX")
             .arg(lives.as_millis() as u64);
     }
+    pipe.cmd("PTTL")
+        .arg(key)
+        .cmd("PUBSUB")
+        .arg(numsub)
+        .arg(channel);
     pipe
 }
 
@@ -171,9 +179,9 @@ pub(crate) struct Refusal {
 
 /// Reads the replies to [`refusal_request`].
 pub(crate) fn parse_refusal(replies: &[Value]) -> Result<Refusal, Reply> {
-    // A third reply, to the waiters mark, is not read: a mark the ACL
+    // A reply to the waiters mark, first, is not read: a mark the ACL
     // refused only means the holder's release is not announced.
-    let [pttl, numsub, ..] = replies else {
+    let [.., pttl, numsub] = replies else {
         return Err(Reply::Shape(format!(
             "{} replies to PTTL and PUBSUB NUMSUB",
             replies.len()
@@ -324,18 +332,19 @@ mod tests {
             "NUMSUB",
             Some(("k:waiters", Duration::from_secs(60))),
         );
+        // The mark first (see refusal_request).
         let mut expected = redis::pipe();
         expected
-            .cmd("PTTL")
-            .arg("k")
-            .cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("k:released")
             .cmd("SET")
             .arg("k:waiters")
             .arg(1)
             .arg("PX")
-            .arg(60_000);
+            .arg(60_000)
+            .cmd("PTTL")
+            .arg("k")
+            .cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("k:released");
         assert_eq!(marked.get_packed_pipeline(), expected.get_packed_pipeline());
     }
 
@@ -359,7 +368,7 @@ mod tests {
         // The reply to the waiters mark is not read, an error included.
         let numsub = Value::Array(vec![Value::BulkString(b"ch".to_vec()), Value::Int(2)]);
         assert_eq!(
-            parse_refusal(&[Value::Int(900), numsub, err("NOPERM denied")]),
+            parse_refusal(&[err("NOPERM denied"), Value::Int(900), numsub]),
             Ok(Refusal {
                 expires_in: Some(Duration::from_millis(900)),
                 waiting: 2

@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use crate::background::RuntimeTasks;
 use crate::deployment::{Deployment, Subscriber};
 use crate::node::Node;
+use crate::token::ReleaseId;
 
 /// What a node's subscription task is asked to do, in order.
 enum Command {
@@ -214,9 +215,12 @@ impl Notifier {
     /// (the release was resent, or failed), the second call wakes the head
     /// again. Once a waiter took the lock on this release, the second call
     /// changes nothing: the lock is held again, until `taken_until`.
-    pub(crate) fn released(&self, channel: &str, release_id: &str) {
+    /// `release_id` is asked for only if a task waits for `channel`.
+    pub(crate) fn released(&self, channel: &str, release_id: impl FnOnce() -> ReleaseId) {
         let mut channels = self.channels();
         if let Some(c) = channels.get_mut(channel) {
+            let release_id = release_id();
+            let release_id = release_id.as_str();
             match &c.release {
                 Some(r) if r.id == release_id && r.done => return,
                 Some(r) if r.id == release_id => {}

@@ -62,6 +62,33 @@ impl fmt::Debug for LockerTag {
     }
 }
 
+/// The id a release is announced with, so waiters can tell which nodes
+/// confirmed the same release: 16 hex digits, kept on the stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReleaseId([u8; 16]);
+
+impl ReleaseId {
+    /// A fresh random id (64 bits), for a forced release.
+    pub(crate) fn new() -> Self {
+        ReleaseId(hex(u128::from(rand::random::<u64>())))
+    }
+
+    /// The id the release script announces the release of `token` with:
+    /// the first 64 bits of its SHA-1, which the script computes itself
+    /// (one argument less on every release) and which says nothing usable
+    /// of the token.
+    pub(crate) fn of(token: &Token) -> Self {
+        let digest = sha1_smol::Sha1::from(token.as_str()).digest().bytes();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        ReleaseId(hex(u128::from(u64::from_be_bytes(first))))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
 /// The low `4 * N` bits of `bits` as `N` lowercase hex digits, leading
 /// zeros kept, as `{:0N$x}` would write them. By hand: on every lock, the
 /// formatting machinery costs more than the random draw.
@@ -98,6 +125,18 @@ mod tests {
         let other = LockerTag::generate();
         assert_ne!(tag, other);
         assert!(!a.as_str().as_bytes().starts_with(other.as_bytes()));
+    }
+
+    #[test]
+    fn a_release_id_is_what_the_release_script_computes() {
+        // string.sub(redis.sha1hex('abc'), 1, 16); SHA-1('abc') is
+        // a9993e364706816aba3e25717850c26c9cd0d89d (FIPS 180-1).
+        let token = Token("abc".into());
+        assert_eq!(ReleaseId::of(&token).as_str(), "a9993e364706816a");
+        let tag = LockerTag::generate();
+        let (a, b) = (Token::generate(&tag), Token::generate(&tag));
+        assert_ne!(ReleaseId::of(&a), ReleaseId::of(&b));
+        assert!(!a.as_str().contains(ReleaseId::of(&a).as_str()));
     }
 
     #[test]
