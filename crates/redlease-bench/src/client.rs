@@ -59,7 +59,7 @@ pub enum Variant {
     /// Fencing tokens on (`LockerBuilder::fencing`).
     Fenced,
     /// The clock-jump guard off (`LockerBuilder::clock_jump_guard`): no
-    /// `TIME` with each acquire, to show what the guard costs.
+    /// `PEXPIRETIME` with each acquire, to show what the guard costs.
     Unguarded,
 }
 

@@ -139,7 +139,7 @@ enum Compare {
     Fenced,
     /// redlease with the clock-jump guard off
     /// (`LockerBuilder::clock_jump_guard(false)`), to show what the guard's
-    /// `TIME` with every acquire costs.
+    /// `PEXPIRETIME` with every acquire costs.
     Unguarded,
 }
 

@@ -6,7 +6,7 @@
 //! (a busy lock is polled with the same delays).
 //!
 //! - **raw**: the library's own Redis commands with its default settings
-//!   (fencing off): `SET key token NX PX ttl GET` pipelined with `TIME`
+//!   (fencing off): `SET key token NX PX ttl GET` pipelined with `PEXPIRETIME key`
 //!   (the clock guard's reading; not on a cluster), on a refusal `PTTL` and
 //!   `PUBSUB NUMSUB` of the release channel (never the waiters mark: every
 //!   worker is of one process, and the library marks a lock only for a
@@ -174,7 +174,7 @@ impl LockClient for Raw {
                                 .arg(self.ttl_ms)
                                 .arg("GET");
                             if !conn.is_cluster() {
-                                pipe.cmd("TIME").ignore();
+                                pipe.cmd("PEXPIRETIME").arg(key).ignore();
                             }
                             let (holder,): (Option<String>,) = pipe.query_async(&mut conn).await?;
                             if holder.is_some() {

@@ -255,12 +255,16 @@
 //!   uses; a lock or extend asked for with a longer TTL is refused.
 //! - **A server whose wall clock steps forward** (an NTP step, a VM
 //!   restored from a snapshot) expires its keys that much early. Every
-//!   acquire reply carries the server's `TIME`. Between two replies, the
-//!   server's clock may advance at most as much as our monotonic clock did
-//!   from the first request's sending to the second reply's arrival, plus
-//!   the drift allowance; a server whose clock ran further is quarantined
-//!   as if it had restarted ([`Quarantine::ClockJumped`]). Backward steps
-//!   only make keys live longer, and are let be.
+//!   "yes" carries a reading of the server's clock: the new key's
+//!   absolute expiry (`PEXPIRETIME`, pipelined with the `SET`), which is
+//!   the server's clock when it ran the `SET` plus the TTL, to the
+//!   millisecond, or `TIME` inside the acquire script. Between two
+//!   readings, the server's clock may advance at most as much as our
+//!   monotonic clock did from the first request's sending to the second
+//!   reply's arrival, plus the drift allowance (and the readings'
+//!   resolution); a server whose clock ran further is quarantined as if it
+//!   had restarted ([`Quarantine::ClockJumped`]). Backward steps only make
+//!   keys live longer, and are let be.
 //! - **One server under two names** (`localhost:6379` and
 //!   `127.0.0.1:6379`) would count twice: a lease on a quorum of names
 //!   would stand on fewer servers than it seems, and survive fewer
@@ -281,9 +285,10 @@
 //! quarantined; waiting for a lock waits the quarantine out.
 //!
 //! Cost: one extra round trip (`INFO server` and `TIME`, pipelined) per new
-//! connection, and per lock one `TIME` pipelined with the acquire (about a
-//! tenth of what a lock costs Redis; see BENCHMARKS.md). The ACL user
-//! needs `+info`.
+//! connection, and per lock one `PEXPIRETIME` pipelined with the acquire
+//! (a few percent of what a lock costs Redis, and one integer for the
+//! client to read; see BENCHMARKS.md). The ACL user needs `+info`,
+//! `+time` and `+pexpiretime`.
 //!
 //! Limits, stated plainly:
 //!
@@ -300,6 +305,13 @@
 //!   after it; a Locker that first meets the server after the jump cannot
 //!   tell (a restart in between resets the comparison too, but then the
 //!   restart quarantine applies).
+//! - A reading from `PEXPIRETIME` is of the key just set. Should it be
+//!   deleted and taken again in the microseconds between the `SET` and
+//!   the `PEXPIRETIME` (only a forced release or an operator can), the
+//!   reading is another key's: a key gone or without expiry counts no
+//!   vote; another TTL reads as a clock step, either a needless
+//!   quarantine or one that hides at most a drift allowance's worth of a
+//!   later jump (anything more is seen as a jump itself).
 //! - Cluster nodes are not covered: redis-rs reconnects each shard out of
 //!   our sight, so neither uptime nor clock can be tied to a server. Run
 //!   cluster primaries with replicas and [`Durability`] (below), whose

@@ -893,11 +893,13 @@ impl LockerBuilder {
         self
     }
 
-    /// Whether to watch each server's clock (on by default). Every acquire
-    /// reply carries the server's `TIME`; a server whose clock advanced
-    /// further than our monotonic clock over the same interval, beyond the
-    /// drift allowance (an NTP step, a restored VM), expired its keys that
-    /// much early, so it casts no "yes" vote for the restart quarantine
+    /// Whether to watch each server's clock (on by default). Every "yes"
+    /// to an acquire carries a reading of the server's clock (the new
+    /// key's `PEXPIRETIME`, or `TIME` in the acquire script); a server
+    /// whose clock advanced further than our monotonic clock over the same
+    /// interval, beyond the drift allowance (an NTP step, a restored VM),
+    /// expired its keys that much early, so it casts no "yes" vote for the
+    /// restart quarantine
     /// (at least the TTL plus drift), as if it had restarted. A jump is
     /// seen by a Locker that talked to the server before and after it; a
     /// Locker that first meets the server after the jump cannot tell.

@@ -477,7 +477,7 @@ impl Node {
                 return self.judge_refusal(held).map(Some);
             }
             SetNx::Taken(clock) => {
-                clock.map(|(secs, micros)| ClockSample::new(sent, received, secs, micros))
+                clock.map(|expiry| ClockSample::from_expiry(sent, received, expiry, ttl_ms))
             }
         };
         self.judge_grant(clock, None, None).map(Some)

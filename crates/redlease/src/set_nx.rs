@@ -1,6 +1,10 @@
 //! The acquire without a script, for a lock without a fencing token or
-//! durability: `SET key token NX PX ttl GET`, pipelined with `TIME` when
-//! the clock guard watches the server. A script call costs Redis several
+//! durability: `SET key token NX PX ttl GET`, pipelined with `PEXPIRETIME
+//! key` when the clock guard watches the server: the new key's absolute
+//! expiry, which is the server's clock at the `SET` plus the TTL (see
+//! `vote_guard::ClockSample::from_expiry`). It is read as one integer,
+//! where `TIME`'s pair of strings cost the client more than the `SET`'s
+//! own reply (BENCHMARKS.md, "Third pass"). A script call costs Redis several
 //! times a plain `SET` (see BENCHMARKS.md, "What a lock costs Redis"), and
 //! this is the command every lock sends.
 //!
@@ -22,9 +26,9 @@ use redis::{Pipeline, Value};
 /// What a node's pipelined `SET NX PX GET` (and `TIME`) answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SetNx {
-    /// Taken by us, with the server's clock (seconds, microseconds) when
-    /// it was asked for.
-    Taken(Option<(u64, u64)>),
+    /// Taken by us, with the key's expiry (Unix milliseconds) when it was
+    /// asked for.
+    Taken(Option<u64>),
     /// Held by another owner, whose fingerprint is this (see
     /// [`owner_fingerprint`]; 0 for a key that is not a string); `ours`
     /// if the holder's value begins with this Locker's tag (another task of
@@ -35,9 +39,9 @@ pub(crate) enum SetNx {
     Unsupported,
 }
 
-/// The request: `SET key token NX PX ttl GET`, then `TIME` if `clock`.
-/// Errors come back as values, so a `TIME` reply is never lost to a
-/// `SET` error.
+/// The request: `SET key token NX PX ttl GET`, then `PEXPIRETIME key` if
+/// `clock`. Errors come back as values, so the second reply is never lost
+/// to a `SET` error.
 pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipeline {
     // Every buffer sized up front: this is built for every lock.
     let mut pipe = Pipeline::with_capacity(2);
@@ -51,9 +55,9 @@ pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipel
         .arg("GET");
     pipe.ignore_errors().add_command(set);
     if clock {
-        let mut time = redis::Cmd::with_capacity(1, 4);
-        time.arg("TIME");
-        pipe.add_command(time);
+        let mut expiry = redis::Cmd::with_capacity(2, 11 + key.len());
+        expiry.arg("PEXPIRETIME").arg(key);
+        pipe.add_command(expiry);
     }
     pipe
 }
@@ -67,7 +71,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool, tag: &[u8]) -> Result<SetNx,
         return Err(Reply::Shape(format!(
             "{} replies to SET NX GET{}",
             replies.len(),
-            if clock { " and TIME" } else { "" }
+            if clock { " and PEXPIRETIME" } else { "" }
         )));
     }
     match &replies[0] {
@@ -101,16 +105,16 @@ pub(crate) fn parse(replies: &[Value], clock: bool, tag: &[u8]) -> Result<SetNx,
         return Ok(SetNx::Taken(None));
     }
     match &replies[1] {
-        Value::Array(pair) => match &pair[..] {
-            [secs, micros] => match (integer(secs), integer(micros)) {
-                (Some(s), Some(us)) => Ok(SetNx::Taken(Some((s, us)))),
-                _ => Err(Reply::Shape(format!("TIME answered {pair:?}"))),
-            },
-            _ => Err(Reply::Shape(format!("TIME answered {pair:?}"))),
-        },
+        Value::Int(ms) if *ms >= 0 => Ok(SetNx::Taken(Some(*ms as u64))),
+        // -2: the key is gone, -1: it has no expiry. Either way it is no
+        // longer the key just set (an operator deleted or overwrote it in
+        // between), and the vote must not count; the caller undoes it.
+        Value::Int(n) => Err(Reply::Shape(format!(
+            "PEXPIRETIME answered {n}: the key just set was deleted or overwritten at once"
+        ))),
         // The lock is ours all the same; the caller must undo it.
         Value::ServerError(e) => Err(Reply::server(e)),
-        other => Err(Reply::Shape(format!("TIME answered {other:?}"))),
+        other => Err(Reply::Shape(format!("PEXPIRETIME answered {other:?}"))),
     }
 }
 
@@ -228,7 +232,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_request_is_set_nx_px_get_then_time() {
+    fn the_request_is_set_nx_px_get_then_pexpiretime() {
         for clock in [false, true] {
             let mut expected = redis::pipe();
             expected
@@ -240,7 +244,7 @@ mod tests {
                 .arg(1500)
                 .arg("GET");
             if clock {
-                expected.cmd("TIME");
+                expected.cmd("PEXPIRETIME").arg("app:{x}");
             }
             let request = request("app:{x}", "t0k3n", 1500, clock);
             assert_eq!(
@@ -259,16 +263,27 @@ mod tests {
     }
 
     #[test]
-    fn a_nil_is_ours_with_the_clock() {
-        let time = Value::Array(vec![
-            Value::BulkString(b"1700000000".to_vec()),
-            Value::BulkString(b"123456".to_vec()),
-        ]);
+    fn a_nil_is_ours_with_the_keys_expiry() {
+        let expiry = Value::Int(1_700_000_010_123);
         assert_eq!(
-            parse(&[Value::Nil, time], true, TAG),
-            Ok(SetNx::Taken(Some((1_700_000_000, 123_456))))
+            parse(&[Value::Nil, expiry], true, TAG),
+            Ok(SetNx::Taken(Some(1_700_000_010_123)))
         );
         assert_eq!(parse(&[Value::Nil], false, TAG), Ok(SetNx::Taken(None)));
+        // A key gone or made persistent at once is not a vote.
+        for gone in [-2, -1] {
+            assert!(matches!(
+                parse(&[Value::Nil, Value::Int(gone)], true, TAG),
+                Err(Reply::Shape(_))
+            ));
+        }
+        assert_eq!(
+            parse(&[Value::Nil, err("NOPERM no pexpiretime")], true, TAG),
+            Err(Reply::Server {
+                code: "NOPERM".into(),
+                message: "no pexpiretime".into()
+            })
+        );
     }
 
     #[test]

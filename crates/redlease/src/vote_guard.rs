@@ -2,8 +2,8 @@
 //! restarted, or had its clock jump forward, so recently that a lock it
 //! held for somebody else may have vanished from it, and it must not be a
 //! server another node of the Locker already speaks for. Pure logic: the
-//! transport reports what it read from the server (`INFO server`, `TIME`)
-//! and when; this decides.
+//! transport reports what it read from the server (`INFO server`, `TIME`,
+//! a new key's `PEXPIRETIME`) and when; this decides.
 //!
 //! # Why
 //!
@@ -18,7 +18,7 @@
 //!   extended as usual; they only do not count).
 //! - A server whose wall clock steps forward (an NTP step, a restored VM)
 //!   expires keys early by the size of the step: the same danger. A jump
-//!   is seen as the server's `TIME` advancing faster than our monotonic
+//!   is seen as the server's clock advancing faster than our monotonic
 //!   clock over the same interval, beyond the drift allowance; such a
 //!   server is quarantined as if it had just restarted.
 //! - Two configured nodes that are one server (`localhost:6379` and
@@ -46,14 +46,17 @@ pub(crate) struct ServerFacts {
     pub(crate) clock: Option<ClockSample>,
 }
 
-/// One reading of a server's `TIME`, between our sending the request and
+/// One reading of a server's clock, between our sending the request and
 /// reading its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ClockSample {
     pub(crate) sent: Instant,
     pub(crate) received: Instant,
-    /// Microseconds since the Unix epoch, as the server's `TIME` said.
+    /// Microseconds since the Unix epoch, cut down to the reading's
+    /// resolution: the server's clock read at least this, and less than
+    /// this plus `resolution_us`.
     pub(crate) server_us: u64,
+    pub(crate) resolution_us: u64,
 }
 
 impl ClockSample {
@@ -63,6 +66,26 @@ impl ClockSample {
             sent,
             received,
             server_us: secs.saturating_mul(1_000_000).saturating_add(micros),
+            resolution_us: 1,
+        }
+    }
+
+    /// A sample from the absolute expiry (`PEXPIRETIME`, Unix
+    /// milliseconds) of a key just set with a TTL of `ttl_ms`: the server
+    /// computed it from its clock when it ran the `SET`, so that clock is
+    /// the expiry minus the TTL, to the millisecond. It is the very clock
+    /// that will expire the key.
+    pub(crate) fn from_expiry(
+        sent: Instant,
+        received: Instant,
+        expiry_ms: u64,
+        ttl_ms: u64,
+    ) -> ClockSample {
+        ClockSample {
+            sent,
+            received,
+            server_us: expiry_ms.saturating_sub(ttl_ms).saturating_mul(1000),
+            resolution_us: 1000,
         }
     }
 
@@ -72,9 +95,12 @@ impl ClockSample {
     /// The server read its clock somewhere between our send and our
     /// receive, so at most `self.received - earlier.sent` passed between
     /// the two readings: comparing with that bound never mistakes a slow
-    /// round trip for a jump.
+    /// round trip for a jump. Likewise the server's clock advanced by at
+    /// least `self`'s reading less the end of `earlier`'s resolution: a
+    /// millisecond reading never makes a jump of a fraction of one.
     fn jump_since(&self, earlier: &ClockSample, drift: DriftModel) -> Option<Duration> {
-        let server = Duration::from_micros(self.server_us.checked_sub(earlier.server_us)?);
+        let floor = earlier.server_us.saturating_add(earlier.resolution_us);
+        let server = Duration::from_micros(self.server_us.checked_sub(floor)?);
         let most = self.received.checked_duration_since(earlier.sent)?;
         let allowed = most + drift.drift(most);
         server.checked_sub(allowed).filter(|d| !d.is_zero())
@@ -260,6 +286,7 @@ mod tests {
             sent: t0 + at,
             received: t0 + at + rtt,
             server_us,
+            resolution_us: 1,
         }
     }
 
@@ -349,6 +376,43 @@ mod tests {
         // ...until the suspension is over.
         let much_later = sample(t0, 13 * SEC, MS, base + 42_000_000);
         assert_eq!(g.objection(&f, Some(much_later), t0 + 13 * SEC), None);
+    }
+
+    #[test]
+    fn a_key_expiry_is_a_millisecond_reading_of_the_clock() {
+        let t0 = Instant::now();
+        let ttl_ms = 10_000;
+        let base_ms = 1_700_000_000_000u64;
+        let at = |secs: u32, ms: u64| {
+            let when = t0 + secs * SEC;
+            ClockSample::from_expiry(when, when, base_ms + ms + ttl_ms, ttl_ms)
+        };
+        assert_eq!(at(0, 0).server_us, base_ms * 1000);
+        // One second by our clock allows one second plus drift. A reading
+        // of a millisecond more may still be within it: the first clock
+        // may have read up to 0.999 ms past its millisecond.
+        let allowed = SEC + DriftModel::DEFAULT.drift(SEC);
+        let allowed_ms = allowed.as_millis() as u64;
+        let within = at(1, allowed_ms + 1);
+        assert_eq!(within.jump_since(&at(0, 0), DriftModel::DEFAULT), None);
+        let beyond = at(1, allowed_ms + 2);
+        assert_eq!(
+            beyond.jump_since(&at(0, 0), DriftModel::DEFAULT),
+            Some(MS),
+            "a whole millisecond beyond is a jump"
+        );
+        // Against a TIME reading (microseconds), and through the guard.
+        let g = guard(Duration::ZERO);
+        let f = facts("a", t0);
+        let time = ClockSample::new(t0, t0, base_ms / 1000, (base_ms % 1000) * 1000);
+        assert_eq!(g.objection(&f, Some(time), t0), None);
+        assert!(matches!(
+            g.objection(&f, Some(at(1, 31_000)), t0 + SEC),
+            Some(NodeErrorKind::Quarantined {
+                cause: Quarantine::ClockJumped { .. },
+                ..
+            })
+        ));
     }
 
     #[test]

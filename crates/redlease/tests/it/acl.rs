@@ -19,7 +19,7 @@ use crate::support::{handoff, spawn_lock, token, MS};
 /// The rule of README's "ACL: the least privilege", for the default key
 /// prefix `redlease:` (after `ACL SETUSER <name> on ><password>`).
 const RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
-                    +get +set +incr +pexpire +pttl +del +time +publish +subscribe \
+                    +get +set +incr +pexpire +pexpiretime +pttl +del +time +publish +subscribe \
                     +unsubscribe +pubsub|numsub +info";
 
 const ADMIN_PASSWORD: &str = "admin-pw";

@@ -17,13 +17,13 @@ use crate::support::*;
 /// and `PING` (redis-rs's cluster client checks its connections with it),
 /// and `WAIT` and `INFO` (the scripts read `master_replid`) for durability.
 const CLUSTER_RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
-                            +get +set +incr +pexpire +pttl +del +time +spublish +ssubscribe \
+                            +get +set +incr +pexpire +pexpiretime +pttl +del +time +spublish +ssubscribe \
                             +sunsubscribe +pubsub|shardnumsub +cluster|slots +ping +wait +info";
 
 /// The Sentinel primary's rule: the standalone rule, `ROLE` for the role
 /// check, and `WAIT` and `INFO` for durability.
 const SENTINEL_RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
-                             +get +set +incr +pexpire +pttl +del +time +publish +subscribe \
+                             +get +set +incr +pexpire +pexpiretime +pttl +del +time +publish +subscribe \
                              +unsubscribe +pubsub|numsub +role +wait +info";
 
 const PASSWORD: &str = "locker-pw";

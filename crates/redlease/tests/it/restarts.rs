@@ -305,7 +305,8 @@ async fn ttls_the_quarantine_does_not_cover_are_refused_before_any_io() {
 
 /// A server whose wall clock steps forward expires its keys early, like a
 /// restart that lost them. A Locker that talked to it before the jump sees
-/// its `TIME` run ahead and counts no "yes" from it; with the guard off
+/// its clock run ahead (the new key's expiry, set by that clock) and counts
+/// no "yes" from it; with the guard off
 /// (the control), a second client takes the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_clock_jumped_casts_no_vote() {
