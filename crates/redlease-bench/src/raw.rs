@@ -6,13 +6,14 @@
 //! (a busy lock is polled with the same delays).
 //!
 //! - **raw**: the library's own Redis commands with its default settings
-//!   (fencing off): `SET key token NX PX ttl GET` pipelined with `PEXPIRETIME key`
-//!   (the clock guard's reading; not on a cluster), on a refusal `PTTL` and
-//!   `PUBSUB NUMSUB` of the release channel (never the waiters mark: every
-//!   worker is of one process, and the library marks a lock only for a
-//!   holder of another Locker), and its release script with the same keys
-//!   and arguments (48-hex-char token, waiters key). Its ratio shows what the library's client side costs on top of
-//!   its commands.
+//!   (fencing off): `SET key token NX PX ttl GET` pipelined with
+//!   `PEXPIRETIME key` (the clock guard's reading; not on a cluster), on a
+//!   refusal its follow-up script (`PTTL` and `PUBSUB NUMSUB` of the
+//!   release channel; it marks no holder here, as the library marks only a
+//!   holder of another Locker and the raw workers share one tag), and its
+//!   release script with the same key and arguments (a 48-hex-char token
+//!   that begins with the tag). Its ratio shows what the library's client
+//!   side costs on top of its commands.
 //! - **plain**: the leanest lock there is, as the lightest peers send it:
 //!   `SET key token NX PX ttl` to take, a compare-and-delete script
 //!   (`EVALSHA`) to give back; no fencing token, no notification, no
@@ -36,6 +37,10 @@ use crate::conn::NodeConn;
 // Read from the library's sources, so the baseline sends byte-for-byte the
 // script the library sends (and the same EVALSHA digest).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));
+/// The library's follow-up to a refused acquire (marks a holder of another
+/// Locker; the raw workers share one tag, so none is ever marked here).
+static REFUSED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../redlease/src/scripts/refused.lua")));
 const RELEASE_CODE: &str = include_str!("../../redlease/src/scripts/release.lua");
 /// The cluster's copy, as the library makes it: SPUBLISH for PUBLISH.
 static RELEASE_SHARDED: LazyLock<Script> =
@@ -65,6 +70,8 @@ pub struct Raw {
     quorum: usize,
     ttl_ms: u64,
     flavor: Flavor,
+    /// Begins every token, as a Locker's tag begins its tokens.
+    tag: u64,
 }
 
 /// A lock held through the raw baseline.
@@ -86,6 +93,7 @@ impl Raw {
             conns,
             ttl_ms: u64::try_from(TTL.as_millis())?,
             flavor,
+            tag: rand::rng().random(),
         })
     }
 
@@ -98,8 +106,6 @@ impl Raw {
         key: &str,
         token: &str,
     ) -> Result<usize, BenchError> {
-        let waiters = format!("{key}:waiters");
-        let waiters = &waiters;
         let replies = join_all(nodes.map(|i| {
             let mut conn = self.conns[i].clone();
             async move {
@@ -112,7 +118,6 @@ impl Raw {
                         };
                         script
                             .key(key)
-                            .key(waiters)
                             .arg(token)
                             .invoke_async::<i64>(&mut conn)
                             .await
@@ -136,11 +141,10 @@ impl Raw {
     }
 }
 
-/// A token as long as the library's: 192 random bits as 48 lowercase hex
-/// chars (the library's first 64 are its Locker's tag).
-fn token() -> String {
-    let mut rng = rand::rng();
-    format!("{:016x}{:032x}", rng.random::<u64>(), rng.random::<u128>())
+/// A token as the library makes one: the tag, then 128 random bits, as 48
+/// lowercase hex chars.
+fn token(tag: u64) -> String {
+    format!("{tag:016x}{:032x}", rand::rng().random::<u128>())
 }
 
 impl LockClient for Raw {
@@ -158,7 +162,7 @@ impl LockClient for Raw {
         let deadline = Instant::now() + WAIT;
         // Bounded by the wait deadline, like the library's lock().
         loop {
-            let token = token();
+            let token = token(self.tag);
             let replies = join_all(self.conns.iter().map(|conn| {
                 let mut conn = conn.clone();
                 let (key, token) = (&key, &token);
@@ -179,13 +183,11 @@ impl LockClient for Raw {
                             let (holder,): (Option<String>,) = pipe.query_async(&mut conn).await?;
                             if holder.is_some() {
                                 // What the library asks a refusing node.
-                                let _: (i64, redis::Value) = redis::pipe()
-                                    .cmd("PTTL")
-                                    .arg(key)
-                                    .cmd("PUBSUB")
+                                let _: (i64, i64) = REFUSED
+                                    .key(key)
+                                    .arg(format!("{:016x}", self.tag))
                                     .arg(conn.numsub_command())
-                                    .arg(format!("{key}:released"))
-                                    .query_async(&mut conn)
+                                    .invoke_async(&mut conn)
                                     .await?;
                             }
                             Ok(holder.is_none())

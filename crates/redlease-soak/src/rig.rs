@@ -215,9 +215,7 @@ async fn uptime(addr: &str) -> redis::RedisResult<u64> {
 }
 
 /// Lock keys (`redlease:*` but not the `:fence` counters, which are meant
-/// to outlive locks) still present on any node. A waiters mark (`:waiters`)
-/// is meant to outlive the lock too, for at most a minute (the library's
-/// `WAITERS_MARK`): one with a longer time left, or none, is a leak.
+/// to outlive locks) still present on any node.
 pub async fn leftover_keys(addrs: &[String]) -> Result<Vec<LeftoverKey>, String> {
     let mut out = Vec::new();
     for (node, addr) in addrs.iter().enumerate() {
@@ -231,16 +229,6 @@ pub async fn leftover_keys(addrs: &[String]) -> Result<Vec<LeftoverKey>, String>
         );
     }
     Ok(out)
-}
-
-/// How long a waiters mark lives when set (the library's `WAITERS_MARK`).
-const WAITERS_MARK_MS: i64 = 60_000;
-
-/// Whether a `redlease:*` key with `pttl` (ms; -1 none, -2 gone) left
-/// after a run is a leak.
-fn is_leftover(key: &str, pttl: i64) -> bool {
-    let expiring_mark = key.ends_with(":waiters") && (0..=WAITERS_MARK_MS).contains(&pttl);
-    pttl != -2 && !expiring_mark
 }
 
 async fn scan_node(addr: &str) -> redis::RedisResult<Vec<(String, i64)>> {
@@ -259,7 +247,8 @@ async fn scan_node(addr: &str) -> redis::RedisResult<Vec<(String, i64)>> {
             .await?;
         for key in keys.into_iter().filter(|k| !k.ends_with(":fence")) {
             let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
-            if is_leftover(&key, pttl) {
+            // -2: expired between SCAN and PTTL.
+            if pttl != -2 {
                 found.push((key, pttl));
             }
         }
@@ -269,25 +258,4 @@ async fn scan_node(addr: &str) -> redis::RedisResult<Vec<(String, i64)>> {
         }
     }
     Ok(found)
-}
-
-#[cfg(test)]
-mod leftover_tests {
-    use super::is_leftover;
-
-    #[test]
-    fn only_an_expiring_waiters_mark_is_not_a_leak() {
-        assert!(is_leftover("redlease:{a}", 400));
-        assert!(is_leftover("redlease:{a}", -1));
-        assert!(!is_leftover("redlease:{a}", -2));
-        assert!(!is_leftover("redlease:{a}:waiters", 58_000));
-        assert!(
-            is_leftover("redlease:{a}:waiters", -1),
-            "a mark that never expires"
-        );
-        assert!(
-            is_leftover("redlease:{a}:waiters", 3_600_000),
-            "longer than a mark lives"
-        );
-    }
 }

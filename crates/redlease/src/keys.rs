@@ -1,13 +1,10 @@
-//! The Redis names of a lock: its key, the fencing counter beside it, the
-//! waiters mark, and the channel its releases are announced on. Pure: no
-//! I/O.
+//! The Redis names of a lock: its key, the fencing counter beside it, and
+//! the channel its releases are announced on. Pure: no I/O.
 //!
 //! The resource sits in braces, a Redis Cluster hash tag, so the lock key,
-//! its fencing counter, its waiters mark and its channel all map to the
-//! same slot.
+//! its fencing counter and its channel all map to the same slot.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::Error;
 
@@ -111,19 +108,6 @@ impl LockKeys {
 }
 
 const FENCE_SUFFIX: &str = ":fence";
-const WAITERS_SUFFIX: &str = ":waiters";
-
-/// How long a waiters mark lives after a refused acquire set it.
-///
-/// A release is published only while the mark exists (see the crate docs,
-/// "Waiting"), so the mark must outlive the next look of the waiter that
-/// set it: a lone waiter that will hear the release looks again at the
-/// holder's expiry, at most `retry::SAFETY_NET` (30 s) later, and sets the
-/// mark again if still refused. A crowd of waiters spreads its looks, but
-/// together looks about 1.5 times a second, so one of them sets it again
-/// long before it expires. Twice the safety net leaves room for either; a
-/// mark that outlives every waiter costs only releases published to nobody.
-pub(crate) const WAITERS_MARK: Duration = Duration::from_secs(60);
 const RELEASED_SUFFIX: &str = ":released";
 
 /// The lock key of `resource` under `prefix`.
@@ -137,28 +121,9 @@ pub(crate) fn lock_key(prefix: &str, resource: &str) -> String {
     key
 }
 
-/// The waiters mark of a lock: set by an acquire refused by a holder of
-/// another Locker, read by the release script to decide whether to publish.
-pub(crate) fn waiters_key(lock_key: &str) -> String {
-    suffixed(lock_key, WAITERS_SUFFIX)
-}
-
-/// Writes [`waiters_key`] straight into a command's next argument.
-pub(crate) fn write_waiters_key(cmd: &mut redis::Cmd, lock_key: &str) {
-    write_suffixed(cmd, lock_key, WAITERS_SUFFIX);
-}
-
 /// The channel a lock's releases are announced on.
 pub(crate) fn release_channel(lock_key: &str) -> String {
     suffixed(lock_key, RELEASED_SUFFIX)
-}
-
-fn write_suffixed(cmd: &mut redis::Cmd, key: &str, suffix: &str) {
-    use std::io::Write;
-    let mut arg = redis::RedisWrite::writer_for_next_arg(cmd);
-    // Writing to a command's buffer cannot fail.
-    let _ = arg.write_all(key.as_bytes());
-    let _ = arg.write_all(suffix.as_bytes());
 }
 
 fn suffixed(key: &str, suffix: &str) -> String {
@@ -203,20 +168,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_waiters_mark_outlives_a_lone_waiters_longest_sleep() {
-        assert!(WAITERS_MARK >= 2 * crate::retry::SAFETY_NET);
-    }
-
-    #[test]
-    fn the_waiters_key_is_written_into_a_command_as_spelled() {
-        let mut written = redis::Cmd::new();
-        write_waiters_key(&mut written, "app:{x}");
-        let mut spelled = redis::Cmd::new();
-        spelled.arg(waiters_key("app:{x}"));
-        assert_eq!(written.get_packed_command(), spelled.get_packed_command());
-    }
-
-    #[test]
     fn the_release_script_announces_on_the_release_channel() {
         // The script spells the channel itself (see release.lua).
         let spelled = format!("KEYS[1] .. '{RELEASED_SUFFIX}'");
@@ -230,9 +181,7 @@ mod tests {
         assert_eq!(&*keys.lock, "app:{orders:42}");
         assert_eq!(keys.fence(), "app:{orders:42}:fence");
         assert_eq!(release_channel(&keys.lock), "app:{orders:42}:released");
-        assert_eq!(waiters_key(&keys.lock), "app:{orders:42}:waiters");
         assert_eq!(hash_slot(&keys.lock), hash_slot(&keys.fence()));
-        assert_eq!(hash_slot(&keys.lock), hash_slot(&waiters_key(&keys.lock)));
         assert_eq!(hash_slot(&keys.lock), hash_slot("orders:42"));
     }
 

@@ -108,29 +108,33 @@
 //! cost Redis and the client. Every token a Locker hands out begins with a
 //! 64-bit tag drawn for that Locker (the 128 random bits follow). An
 //! acquire refused by a holder whose value does not begin with the
-//! refusing Locker's tag sets the lock's *waiters mark* (`<key>:waiters`,
-//! in the lock's hash slot), in the refusal's follow-up round trip (or
-//! inside the acquire script); the release script publishes only while the
-//! mark exists. Why no waiter misses a release, node by node: its acquire
-//! was refused there and set the mark (at the latest in its retry after
-//! subscribing, which every first waiter makes), and the mark lives 60 s,
-//! longer than the waiter sleeps before it looks again (at most 30 s, see
-//! above); each look that is refused sets the mark again, and one that is
-//! not finds the lock free. A crowd looks about 1.5 times a second in
-//! all, so one of its members renews the mark long before it expires. So a
-//! release on that node either finds the mark and is published to the
-//! waiter's subscription, or comes after the waiter's next look, which
-//! sees it. A waiter behind a holder of its own Locker marks nothing:
-//! that holder's release wakes it in-process.
+//! refusing Locker's tag *marks* that holder: a `*` appended to the lock
+//! key's value (its TTL kept), in the refusal's follow-up round trip (or
+//! inside the acquire script). A release publishes only when it deletes a
+//! marked value; an unmarked one costs Redis one comparison more than a
+//! bare compare-and-delete. Why no waiter misses a release, node by node:
+//! its acquire was refused there, and the follow-up marks whoever holds
+//! the lock at that moment and reads that holder's TTL in the same step
+//! (a script), at the latest in its retry after subscribing, which every
+//! first waiter makes. So a release on that node either comes before that
+//! step, which then finds the key gone (the waiter retries at once) or a
+//! new holder (which it marks), or it deletes a marked value and is
+//! published to the waiter's subscription. The mark lives exactly as long
+//! as the holding it marks; the next holder starts unmarked, and a waiter
+//! it refuses marks it again. A waiter behind a holder of its own Locker
+//! marks nothing: that holder's release wakes it in-process.
 //!
-//! Limits of the mark: a lock that another Locker waited for is published
-//! on every release until 60 s after the last refused acquire (a cost, not
-//! an error), and the mark, a small key of its own, stays on the node that
-//! long (like the fencing counter, it outlives the lock by design). A waiter running a redlease version without the mark (tokens
-//! of 32 hex digits) sets none, so a holder of this version announces its
-//! releases to it only while some other waiter marked the lock; otherwise
-//! it hears nothing and looks at the holder's expiry, as after an
-//! unannounced release. Holders of an older version always publish.
+//! Limits of the mark: it changes the holder's value, so every script that
+//! compares a value accepts a final `*`; only values in redlease's format
+//! (48 hex digits, then the end or `|lineage`) are marked, never another
+//! program's key. A waiter running a redlease version without marks
+//! (tokens of 32 hex digits) marks nothing, so a holder of this version
+//! announces its releases to it only while some other waiter marked the
+//! lock; otherwise it hears nothing and looks at the holder's expiry, as
+//! after an unannounced release. Holders of such a version always publish,
+//! and are never marked. (Builds of this repository between the tag and
+//! this mark, never released, marked with a separate `<key>:waiters` key
+//! and do not accept a marked value: do not mix them with this one.)
 //!
 //! The [`RetryPolicy`] delay (10–100 ms) is kept for a waiter that could
 //! miss a release: its subscription is not (or no longer) confirmed on a

@@ -5,14 +5,12 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError};
+use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError, Value};
 
 use crate::deadline::Deadlines;
 use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
-use crate::keys::{
-    hash_slot, release_channel, waiters_key, write_waiters_key, LockKeys, WAITERS_MARK,
-};
+use crate::keys::{hash_slot, release_channel, LockKeys};
 use crate::lock_status::{KeyState, NodeLockState};
 use crate::node_url::{redact_url, NodeUrl};
 use crate::telemetry;
@@ -46,6 +44,7 @@ static RELEASE_SHARDED: LazyLock<Lua> = LazyLock::new(|| {
 const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
 static RAISE_FENCE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
+static REFUSED: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/refused.lua")));
 static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/extend.lua")));
 
 /// A node's answer to an acquire.
@@ -444,15 +443,14 @@ impl Node {
             let received = std::time::Instant::now();
             let parsed = set_nx::parse(&replies, clock, tag.as_bytes());
             let refusal = match parsed {
-                Ok(SetNx::Held { ours, .. }) => {
-                    // A holder of this Locker wakes its waiters itself
-                    // (`Notifier::released`); another's must publish.
-                    let waiters = (!ours).then(|| waiters_key(&key));
-                    let mark = waiters.as_deref().map(|w| (w, WAITERS_MARK));
-                    let channel = release_channel(&key);
-                    let details = set_nx::refusal_request(&key, &channel, numsub, mark);
-                    let replies = conn.query_pipeline(&details).await?;
-                    Some(set_nx::parse_refusal(&replies))
+                Ok(SetNx::Held { .. }) => {
+                    // Marks a holder of another Locker for our waiters
+                    // (see refused.lua).
+                    let call = REFUSED.call(|c| {
+                        c.arg(1).arg(&*key).arg(tag.as_str()).arg(numsub);
+                    });
+                    let reply: Value = conn.eval(&REFUSED, &call).await?;
+                    Some(set_nx::parse_refusal(&reply))
                 }
                 _ => None,
             };
@@ -495,8 +493,7 @@ impl Node {
     ) -> Result<AcquireReply, NodeError> {
         let watch_clock = self.watches_clock();
         let call = ACQUIRE.call(|c| {
-            c.arg(3).arg(&*keys.lock).arg(keys.fence());
-            write_waiters_key(c, &keys.lock);
+            c.arg(2).arg(&*keys.lock).arg(keys.fence());
             c.arg(token.as_str())
                 .arg(ttl_ms)
                 .arg(keys.fence_expiry_ms)
@@ -504,8 +501,7 @@ impl Node {
                 .arg(if watch_clock { "1" } else { "0" })
                 .arg(self.numsub_command())
                 .arg(if fenced { "1" } else { "0" })
-                .arg(self.settings.tag.as_str())
-                .arg(WAITERS_MARK.as_millis() as u64);
+                .arg(self.settings.tag.as_str());
         });
         let sent = std::time::Instant::now();
         let (reply, replicas): (Vec<i64>, _) = self
@@ -605,13 +601,11 @@ impl Node {
         } else {
             &RELEASE
         };
-        // EVALSHA, its hash, 2, the key, the waiters key (the key and 8
-        // bytes), the token, and a byte that asks for no announcement.
-        let bytes = 7 + 40 + 1 + 2 * key.len() + 8 + token.as_str().len() + 1;
-        let call = script.call_sized(6, bytes, |c| {
-            c.arg(2).arg(key);
-            write_waiters_key(c, key);
-            c.arg(token.as_str());
+        // EVALSHA, its hash, 1, the key, the token, and a byte that asks
+        // for no announcement.
+        let bytes = 7 + 40 + 1 + key.len() + token.as_str().len() + 1;
+        let call = script.call_sized(5, bytes, |c| {
+            c.arg(1).arg(key).arg(token.as_str());
             if !announce {
                 c.arg(0);
             }

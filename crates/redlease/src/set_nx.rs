@@ -10,10 +10,11 @@
 //!
 //! `GET` makes a refusal say who holds the lock (the holder's value, of
 //! which only a fingerprint is kept) in the same round trip; only then
-//! does a second one ask for the holder's remaining TTL and the number of
-//! waiting processes, which a refused acquire reports (see retry.rs), and,
-//! when the holder is not a task of this Locker, sets the lock's waiters
-//! mark so that its release is published (see keys.rs, `WAITERS_MARK`).
+//! does a second one, a small script (refused.lua), ask for the holder's
+//! remaining TTL and the number of waiting processes, which a refused
+//! acquire reports (see retry.rs), and, when the holder is not a task of
+//! this Locker, mark it for its waiters so that its release is published
+//! (crate docs, "Waiting").
 //! A server older than Redis 7.0 refuses `NX` with `GET` as a syntax error,
 //! before doing anything; the node then falls back to the acquire script.
 //!
@@ -136,42 +137,6 @@ impl Reply {
     }
 }
 
-/// The follow-up to a refusal: the key's remaining TTL, and how many
-/// connections are subscribed to its release channel (`numsub` is
-/// `NUMSUB`, or `SHARDNUMSUB` on a cluster; a user the ACL denies it gets
-/// an error there, read as nobody). With `mark` (the waiters key and how
-/// long it lives), first sets the waiters mark; its reply is not read.
-///
-/// The mark goes first: a release that runs between the mark and `PTTL`
-/// finds the mark and is published, and one that ran before the mark
-/// leaves `PTTL` finding the key gone (or a new holder, whose release will
-/// find the mark). With the mark last, a release in between would be
-/// neither published nor seen, and the waiter would sleep until the
-/// holder's expiry. (Redis usually runs a client's pipeline in one go, but
-/// only the order is promised.)
-pub(crate) fn refusal_request(
-    key: &str,
-    channel: &str,
-    numsub: &str,
-    mark: Option<(&str, Duration)>,
-) -> Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    if let Some((waiters, lives)) = mark {
-        pipe.cmd("SET")
-            .arg(waiters)
-            .arg(1)
-            .arg("PX")
-            .arg(lives.as_millis() as u64);
-    }
-    pipe.cmd("PTTL")
-        .arg(key)
-        .cmd("PUBSUB")
-        .arg(numsub)
-        .arg(channel);
-    pipe
-}
-
 /// What a refused node said about its holder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Refusal {
@@ -181,50 +146,42 @@ pub(crate) struct Refusal {
     pub(crate) waiting: u64,
 }
 
-/// Reads the replies to [`refusal_request`].
-pub(crate) fn parse_refusal(replies: &[Value]) -> Result<Refusal, Reply> {
-    // A reply to the waiters mark, first, is not read: a mark the ACL
-    // refused only means the holder's release is not announced.
-    let [.., pttl, numsub] = replies else {
-        return Err(Reply::Shape(format!(
-            "{} replies to PTTL and PUBSUB NUMSUB",
-            replies.len()
-        )));
+/// Reads the reply of the refusal's follow-up (refused.lua): the key's
+/// `PTTL` and the number of waiting connections.
+pub(crate) fn parse_refusal(reply: &Value) -> Result<Refusal, Reply> {
+    let shape = || Reply::Shape(format!("the refusal script returned {reply:?}"));
+    let (pttl, waiting) = match reply {
+        Value::Array(pair) => match &pair[..] {
+            [Value::Int(pttl), Value::Int(waiting)] => (*pttl, *waiting),
+            _ => return Err(shape()),
+        },
+        Value::ServerError(e) => return Err(Reply::server(e)),
+        _ => return Err(shape()),
     };
     let expires_in = match pttl {
-        Value::Int(-1) => None,
-        Value::Int(ms) => Some(Duration::from_millis((*ms).max(0) as u64)),
-        Value::ServerError(e) => return Err(Reply::server(e)),
-        other => return Err(Reply::Shape(format!("PTTL answered {other:?}"))),
-    };
-    // [channel, count]; anything else (an ACL refusal) counts nobody.
-    let waiting = match numsub {
-        Value::Array(pair) => pair.get(1).and_then(integer).unwrap_or(0),
-        _ => 0,
+        -1 => None,
+        ms => Some(Duration::from_millis(ms.max(0) as u64)),
     };
     Ok(Refusal {
         expires_in,
-        waiting,
+        waiting: waiting.max(0) as u64,
     })
 }
 
 /// 28 bits of the SHA-1 of the holder's token, the part of the value before
-/// any `|` (a lock bound to a lineage holds `token|replid`): what the
+/// any `|` (a lock bound to a lineage holds `token|replid`) or `*` (a mark
+/// for waiters): what the
 /// acquire script computes on the server, so refusals from either path
 /// compare. Waiters compare it across nodes to tell one owner on a quorum
 /// from a split vote; it reveals nothing usable of the token.
 pub(crate) fn owner_fingerprint(value: &[u8]) -> u32 {
-    let token = value.split(|&b| b == b'|').next().unwrap_or(value);
+    // A value marked for waiters ends in '*' (refused.lua).
+    let token = value
+        .split(|&b| b == b'|' || b == b'*')
+        .next()
+        .unwrap_or(value);
     let digest = sha1_smol::Sha1::from(token).digest().bytes();
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) >> 4
-}
-
-fn integer(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -303,6 +260,9 @@ mod tests {
             Ok(SetNx::Held { ours: true, .. })
         ));
         assert_eq!(owner_fingerprint(b"abc|0123"), 0xa9993e3);
+        // Marked for waiters, with or without a lineage.
+        assert_eq!(owner_fingerprint(b"abc*"), 0xa9993e3);
+        assert_eq!(owner_fingerprint(b"abc|0123*"), 0xa9993e3);
     }
 
     #[test]
@@ -338,63 +298,40 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_marks_the_waiters_only_when_asked() {
-        let plain = refusal_request("k", "k:released", "NUMSUB", None);
-        assert_eq!(plain.len(), 2);
-        let marked = refusal_request(
-            "k",
-            "k:released",
-            "NUMSUB",
-            Some(("k:waiters", Duration::from_secs(60))),
-        );
-        // The mark first (see refusal_request).
-        let mut expected = redis::pipe();
-        expected
-            .cmd("SET")
-            .arg("k:waiters")
-            .arg(1)
-            .arg("PX")
-            .arg(60_000)
-            .cmd("PTTL")
-            .arg("k")
-            .cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("k:released");
-        assert_eq!(marked.get_packed_pipeline(), expected.get_packed_pipeline());
-    }
-
-    #[test]
     fn a_refusal_reads_ttl_and_waiters() {
-        let numsub = Value::Array(vec![Value::BulkString(b"ch".to_vec()), Value::Int(3)]);
+        let reply = |pttl, waiting| Value::Array(vec![Value::Int(pttl), Value::Int(waiting)]);
         assert_eq!(
-            parse_refusal(&[Value::Int(1500), numsub]),
+            parse_refusal(&reply(1500, 3)),
             Ok(Refusal {
                 expires_in: Some(Duration::from_millis(1500)),
                 waiting: 3
             })
         );
         assert_eq!(
-            parse_refusal(&[Value::Int(-1), err("NOPERM denied")]),
+            parse_refusal(&reply(-1, 0)),
             Ok(Refusal {
                 expires_in: None,
                 waiting: 0
             })
         );
-        // The reply to the waiters mark is not read, an error included.
-        let numsub = Value::Array(vec![Value::BulkString(b"ch".to_vec()), Value::Int(2)]);
+        // Gone meanwhile: expiring now.
         assert_eq!(
-            parse_refusal(&[err("NOPERM denied"), Value::Int(900), numsub]),
-            Ok(Refusal {
-                expires_in: Some(Duration::from_millis(900)),
-                waiting: 2
-            })
-        );
-        assert_eq!(
-            parse_refusal(&[Value::Int(-2), Value::Array(vec![])]),
+            parse_refusal(&reply(-2, 0)),
             Ok(Refusal {
                 expires_in: Some(Duration::ZERO),
                 waiting: 0
             })
         );
+        assert_eq!(
+            parse_refusal(&err("NOPERM no evalsha")),
+            Err(Reply::Server {
+                code: "NOPERM".into(),
+                message: "no evalsha".into()
+            })
+        );
+        assert!(matches!(
+            parse_refusal(&Value::Array(vec![Value::Int(5)])),
+            Err(Reply::Shape(_))
+        ));
     }
 }

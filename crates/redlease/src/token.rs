@@ -35,7 +35,7 @@ impl Token {
 /// every token it hands out. A refused acquire sees the holder's value, so
 /// it can tell a lock held by another task of its own Locker, whose release
 /// wakes the waiters in-process, from one held elsewhere, whose release
-/// must be published to them (see `keys::waited_key`). Not a secret: it
+/// must be published to them (see refused.lua). Not a secret: it
 /// grants nothing without the token's random part.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LockerTag([u8; LockerTag::LEN]);

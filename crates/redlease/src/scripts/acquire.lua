@@ -1,8 +1,7 @@
 -- Take the lock if it is free, and draw its fencing token if asked: one
 -- round trip whether it succeeds or not. (A lock without a token or
 -- durability is taken with plain commands instead: see set_nx.rs.)
--- KEYS[1] lock key; KEYS[2] fencing counter; KEYS[3] waiters mark (all in
--- the same hash slot).
+-- KEYS[1] lock key; KEYS[2] fencing counter (in the same hash slot).
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counter in ms;
 -- ARGV[4] '1' to bind the lock to this server's replication lineage
 -- (durability on): the key holds 'token|master_replid', and an extend on a
@@ -16,15 +15,16 @@
 -- ':released'), that is how many waiting processes watch the lock, so
 -- that a crowd of waiters can spread its checks (see retry.rs).
 -- ARGV[7] '1' to draw a fencing token, '0' to leave the counter alone.
--- ARGV[8] the Locker's tag, which begins its tokens; ARGV[9] how long a
--- waiters mark lives, in ms. A "no" from a holder whose value does not
--- begin with the tag sets the waiters mark, so that the holder's release
--- is published (a holder of the same Locker wakes its waiters itself).
+-- ARGV[8] the Locker's tag, which begins its tokens. A "no" from a holder
+-- of another Locker marks it for its waiters, as refused.lua does, so
+-- that its release is published (a holder of the same Locker wakes its
+-- waiters itself).
 -- Returns {1, fencing token (0 if none was drawn)[, seconds,
 -- microseconds]} when taken by us,
 -- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
 -- foreign key that never expires). owner is 28 bits of the SHA-1 of the
--- holder's token (0 for a value that is not a string): waiters compare it
+-- holder's token (0 for a value that is not a string; the token is the
+-- value up to any '|lineage' and '*' mark): waiters compare it
 -- across nodes to tell a lock held by one owner on a quorum from a split
 -- vote between contenders, and it reveals nothing usable of the token.
 local value = ARGV[1]
@@ -62,11 +62,15 @@ else
   waiting = 0
 end
 local owner = redis.pcall('GET', KEYS[1])
-if type(owner) ~= 'string' or string.sub(owner, 1, #ARGV[8]) ~= ARGV[8] then
-  redis.pcall('SET', KEYS[3], '1', 'PX', ARGV[9])
+if type(owner) == 'string' and string.sub(owner, 1, #ARGV[8]) ~= ARGV[8]
+    and string.byte(owner, -1) ~= 42 then
+  local hex = string.match(owner, '^%x*')
+  if #hex == 48 and (#owner == 48 or string.byte(owner, 49) == 124) then
+    redis.call('SET', KEYS[1], owner .. '*', 'KEEPTTL')
+  end
 end
 if type(owner) == 'string' then
-  owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|]*')), 1, 7), 16)
+  owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|*]*')), 1, 7), 16)
 else
   owner = 0
 end

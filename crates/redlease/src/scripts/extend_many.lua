@@ -2,7 +2,8 @@
 -- if it still holds our token (never re-creating an expired key).
 -- ARGV[2i-1] token of KEYS[i]; ARGV[2i] its new TTL in milliseconds;
 -- ARGV[2n+1] '1' if the locks are bound to the lineage they were taken in
--- (see acquire.lua).
+-- (see acquire.lua). A value marked for waiters with a final '*'
+-- (refused.lua) is still ours.
 -- Returns one character per key, '1' (extended) or '0' (not ours): one
 -- bulk string is far cheaper for the client to parse than an array of
 -- thousands of integers.
@@ -16,7 +17,8 @@ for i = 1, #KEYS do
   if suffix ~= '' then
     ours = ours .. suffix
   end
-  if redis.call('GET', KEYS[i]) == ours then
+  local value = redis.call('GET', KEYS[i])
+  if value == ours or value == ours .. '*' then
     out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2 * i]) == 1 and '1' or '0'
   else
     out[i] = '0'

@@ -56,9 +56,14 @@ async fn a_refusal_is_followed_up_with_the_holders_ttl_and_waiters() {
         }
         other => panic!("expected Taken, got {other:?}"),
     }
+    // The follow-up is a small script (refused.lua): by digest, refused
+    // with NOSCRIPT the first time, then whole; by digest after that.
     assert_eq!(calls(node, "pttl").await, 1);
     assert_eq!(calls(node, "pubsub|numsub").await, 1);
-    assert_eq!(script_calls(node).await, before, "a refusal runs no script");
+    assert_eq!(script_calls(node).await - before, 2);
+    assert!(locker.try_lock("busy").await.is_err());
+    assert_eq!(calls(node, "pttl").await, 2);
+    assert_eq!(script_calls(node).await - before, 3);
     held.release().await.unwrap();
 }
 
@@ -95,4 +100,41 @@ async fn a_release_after_the_scripts_were_flushed_still_deletes() {
     lease.release().await.unwrap();
     assert_eq!(get(node, &locker.key("f")).await, None);
     assert_eq!(calls(node, "eval").await, 2);
+}
+
+/// A refused acquire marks a holder of another Locker for its waiters by
+/// appending `*` to its value, but only a value in redlease's format: a
+/// key another program wrote under the lock's name, or a token of a
+/// redlease version without marks (32 hex digits), is never changed.
+#[tokio::test]
+async fn only_a_redlease_value_is_marked() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let locker = locker(&nodes);
+    let token48 = "0123456789abcdef".repeat(3);
+    let cases = [
+        ("foreign", "held-by-another-program".to_string(), false),
+        ("old", "0123456789abcdef".repeat(2), false),
+        ("bound", format!("{token48}|{}", "f".repeat(40)), true),
+        ("current", token48.clone(), true),
+    ];
+    for (name, value, marks) in cases {
+        let key = locker.key(name);
+        command(node, &["SET", &key, &value, "PX", "60000"]).await;
+        let once = locker.lock(name).retry(RetryPolicy::new().attempts(1));
+        assert!(matches!(once.await, Err(Error::Taken { .. })), "{name}");
+        let expected = if marks { format!("{value}*") } else { value };
+        assert_eq!(get(node, &key).await, Some(expected), "{name}");
+        // Refused again: marked once only.
+        let once = locker.lock(name).retry(RetryPolicy::new().attempts(1));
+        assert!(matches!(once.await, Err(Error::Taken { .. })), "{name}");
+        let value = get(node, &key).await.unwrap();
+        assert!(!value.ends_with("**"), "{name}: {value}");
+        let left: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn(node).await)
+            .await
+            .unwrap();
+        assert!(left > 50_000, "{name}: the TTL is kept ({left} ms)");
+    }
 }

@@ -473,9 +473,11 @@ async fn a_split_vote_does_not_put_the_waiters_to_sleep() {
 
 /// A release is published only when a waiter of another Locker marked the
 /// lock: tasks of one Locker wake each other in-process, so their handoffs
-/// cost no `PUBLISH`, while a waiter elsewhere sets the waiters mark with
-/// its refused acquire and hears the release at once. With fencing on the
-/// acquire is the script, which sets the mark itself.
+/// cost no `PUBLISH`, while a waiter elsewhere marks the holder (a `*`
+/// after its token, its TTL kept) with its refused acquire and hears the
+/// release at once. With fencing on the acquire is the script, which marks
+/// the holder itself. A marked lease is still its holder's to extend and
+/// release, and the next holder starts unmarked.
 async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool) {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
@@ -494,7 +496,8 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
             .unwrap()
     };
     let mine = build();
-    let waiters_key = format!("{}:waiters", mine.key("job"));
+    let key = mine.key("job");
+    let marked = |value: &Option<String>| value.as_deref().is_some_and(|v| v.ends_with('*'));
     let chan = channel(&mine, "job");
     let published_before = command_calls(node, &["publish"]).await;
 
@@ -505,9 +508,9 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
         let sibling = spawn_lock(mine.clone(), "job");
         wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
         tokio::time::sleep(100 * MS).await;
-        assert_eq!(
-            get(node, &waiters_key).await,
-            None,
+        let value = get(node, &key).await;
+        assert!(
+            value.is_some() && !marked(&value),
             "a sibling's refusal marked"
         );
         let gap = handoff(holder, sibling).await;
@@ -517,26 +520,32 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
     assert_eq!(published, 0, "handoffs within one Locker were published");
 
     // A waiter of another Locker (as another process would be).
-    let holder = mine.try_lock("job").await.unwrap();
+    let mut holder = mine.try_lock("job").await.unwrap();
+    let unmarked = get(node, &key).await.expect("held");
     let waiter = spawn_lock(build(), "job");
-    let mut marked = None;
+    let mut value = None;
     for _ in 0..100 {
-        marked = get(node, &waiters_key).await;
-        if marked.is_some() {
+        value = get(node, &key).await;
+        if marked(&value) {
             break;
         }
         tokio::time::sleep(20 * MS).await;
     }
     assert_eq!(
-        marked.as_deref(),
-        Some("1"),
-        "the refused waiter set no mark"
+        value,
+        Some(format!("{unmarked}*")),
+        "the refused waiter did not mark the holder"
     );
-    let left = pttl(node, &waiters_key).await;
+    let left = pttl(node, &key).await;
     assert!(
-        (50_000..=60_000).contains(&left),
-        "the mark lives {left} ms"
+        (8_000..=10_000).contains(&left),
+        "the mark kept the TTL: {left} ms"
     );
+    holder
+        .extend(Duration::from_secs(20))
+        .await
+        .expect("a marked lease is still ours to extend");
+    assert!(pttl(node, &key).await > 10_000, "extended");
     wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
     tokio::time::sleep(100 * MS).await;
     let gap = handoff(holder, waiter).await;
@@ -544,10 +553,10 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
         gap < Duration::from_secs(1),
         "handoff took {gap:?}; the waiter's fallback timer is 5 s"
     );
-    // The release it waited for, and its own (a mark outlives a handoff:
-    // other waiters may still rely on it).
+    // The marked release only: the waiter's own lease was not marked.
     let published = command_calls(node, &["publish"]).await - published_before;
-    assert_eq!(published, 2, "releases published while the lock was marked");
+    assert_eq!(published, 1, "releases published: only the marked one");
+    assert_eq!(get(node, &key).await, None, "both released");
 }
 
 #[tokio::test]
