@@ -39,9 +39,9 @@ enum Slot<R> {
 }
 
 impl<R> InFlight<R> {
-    fn new(requests: Vec<Pending<R>>) -> Self {
+    fn new(requests: impl Iterator<Item = Pending<R>>) -> Self {
         InFlight {
-            slots: requests.into_iter().map(Slot::Pending).collect(),
+            slots: requests.map(Slot::Pending).collect(),
         }
     }
 
@@ -150,8 +150,7 @@ where
     let mut in_flight = InFlight::new(
         nodes
             .iter()
-            .map(|node| Box::pin(request(node.clone())) as Pending<R>)
-            .collect(),
+            .map(|node| Box::pin(request(node.clone())) as Pending<R>),
     );
     let mut tally = Tally::new(nodes.len());
     let mut answers = Vec::with_capacity(nodes.len());

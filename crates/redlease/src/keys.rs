@@ -95,7 +95,7 @@ impl LockKeys {
     /// deleted after `fence_expiry_ms` without an acquisition.
     pub(crate) fn new(prefix: &str, resource: &str, fence_expiry_ms: u64) -> Self {
         LockKeys {
-            lock: lock_key(prefix, resource).into(),
+            lock: shared_lock_key(prefix, resource),
             fence_expiry_ms,
         }
     }
@@ -109,6 +109,25 @@ impl LockKeys {
 
 const FENCE_SUFFIX: &str = ":fence";
 const RELEASED_SUFFIX: &str = ":released";
+
+/// [`lock_key`] as an `Arc<str>` in one allocation: a short key is spelled
+/// on the stack and copied once into the `Arc` (`String` into `Arc<str>`
+/// would allocate twice). This runs for every lock.
+fn shared_lock_key(prefix: &str, resource: &str) -> Arc<str> {
+    const ON_STACK: usize = 256;
+    let len = prefix.len() + resource.len() + 2;
+    if len > ON_STACK {
+        return lock_key(prefix, resource).into();
+    }
+    let mut text = [0u8; ON_STACK];
+    let parts = [prefix.as_bytes(), b"{", resource.as_bytes(), b"}"];
+    let mut at = 0;
+    for part in parts {
+        text[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    Arc::from(std::str::from_utf8(&text[..len]).expect("spelled from two strs and braces"))
+}
 
 /// The lock key of `resource` under `prefix`.
 pub(crate) fn lock_key(prefix: &str, resource: &str) -> String {
@@ -173,6 +192,17 @@ mod tests {
         let spelled = format!("KEYS[1] .. '{RELEASED_SUFFIX}'");
         assert!(include_str!("scripts/release.lua").contains(&spelled));
         assert_eq!(release_channel("app:{x}"), "app:{x}:released");
+    }
+
+    #[test]
+    fn a_shared_key_is_spelled_as_lock_key_spells_it() {
+        let long = "r".repeat(300);
+        for (prefix, resource) in [("app:", "orders:42"), ("", ""), ("p:", long.as_str())] {
+            assert_eq!(
+                &*shared_lock_key(prefix, resource),
+                lock_key(prefix, resource)
+            );
+        }
     }
 
     #[test]
