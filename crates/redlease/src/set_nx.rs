@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use redis::{Pipeline, Value};
 
-/// What a node's pipelined `SET NX PX GET` (and `TIME`) answered.
+/// What a node's pipelined `SET NX PX GET` (and `PEXPIRETIME`) answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SetNx {
     /// Taken by us, with the key's expiry (Unix milliseconds) when it was
