@@ -224,13 +224,14 @@ impl<'a> IntoFuture for Acquire<'a> {
             elapsed_ms = tracing::field::Empty,
             fencing_token = tracing::field::Empty,
         );
+        let timed = telemetry::is_timed(&span);
         let acquire = async move {
-            let start = Instant::now();
+            let started = timed.then(Instant::now);
             let result = self.run().await;
             if let Some(token) = result.as_ref().ok().and_then(Lease::fencing_token) {
                 tracing::Span::current().record("fencing_token", token);
             }
-            telemetry::finished(Op::Acquire, result.as_ref().map(|_| ()), start.elapsed());
+            telemetry::finished(Op::Acquire, result.as_ref().map(|_| ()), started);
             result
         };
         // A span that no subscriber records is not entered and left.

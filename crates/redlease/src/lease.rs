@@ -320,10 +320,11 @@ impl Lease {
             outcome = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
         );
+        let timed = telemetry::is_timed(&span);
         async {
-            let start = Instant::now();
+            let started = timed.then(Instant::now);
             let result = self.extend_once(ttl).await;
-            telemetry::finished(Op::Extend, result.as_ref().copied(), start.elapsed());
+            telemetry::finished(Op::Extend, result.as_ref().copied(), started);
             result
         }
         .instrument(span)
@@ -487,10 +488,11 @@ impl Lease {
             outcome = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
         );
+        let timed = telemetry::is_timed(&span);
         let release = async {
-            let start = Instant::now();
+            let started = timed.then(Instant::now);
             let result = self.release_once().await;
-            telemetry::finished(Op::Release, result.as_ref().copied(), start.elapsed());
+            telemetry::finished(Op::Release, result.as_ref().copied(), started);
             result
         };
         // As for the acquire: a span nobody records is not entered.

@@ -493,14 +493,11 @@ impl Locker {
             outcome = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
         );
+        let timed = telemetry::is_timed(&span);
         async {
-            let start = Instant::now();
+            let started = timed.then(Instant::now);
             let result = self.force_release_everywhere(resource).await;
-            telemetry::finished(
-                Op::ForceRelease,
-                result.as_ref().map(|_| ()),
-                start.elapsed(),
-            );
+            telemetry::finished(Op::ForceRelease, result.as_ref().map(|_| ()), started);
             result
         }
         .instrument(span)
