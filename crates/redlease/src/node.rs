@@ -47,6 +47,16 @@ static RAISE_FENCE: LazyLock<Lua> =
 static REFUSED: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/refused.lua")));
 static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/extend.lua")));
 
+/// What the plain acquire's round trips (see [`Node::acquire`]) came to.
+enum Plain {
+    /// Taken, with the new key's expiry when the clock guard asked for it.
+    Taken(Option<u64>),
+    /// Refused, with the follow-up's details and the holder's fingerprint.
+    Held(crate::set_nx::Refusal, u32),
+    /// The server does not know `SET ... NX GET`: nothing was written.
+    Unsupported,
+}
+
 /// A node's answer to an acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -441,41 +451,39 @@ impl Node {
         let exchange = Box::pin(async move {
             let replies = conn.query_pipeline(&request).await?;
             let received = std::time::Instant::now();
-            let parsed = set_nx::parse(&replies, clock, tag.as_bytes());
-            let refusal = match parsed {
-                Ok(SetNx::Held { .. }) => {
+            let answer = match set_nx::parse(&replies, clock) {
+                Ok(SetNx::Held { owner }) => {
                     // Marks a holder of another Locker for our waiters
                     // (see refused.lua).
                     let call = REFUSED.call(|c| {
                         c.arg(1).arg(&*key).arg(tag.as_str()).arg(numsub);
                     });
                     let reply: Value = conn.eval(&REFUSED, &call).await?;
-                    Some(set_nx::parse_refusal(&reply))
+                    set_nx::parse_refusal(&reply).map(|refusal| Plain::Held(refusal, owner))
                 }
-                _ => None,
+                Ok(SetNx::Taken(expiry)) => Ok(Plain::Taken(expiry)),
+                Ok(SetNx::Unsupported) => Ok(Plain::Unsupported),
+                Err(reply) => Err(reply),
             };
-            Ok((parsed, refusal, received))
+            Ok((answer, received))
         });
-        let (parsed, refusal, received) = self
+        let (answer, received) = self
             .bounded(timeout, Gate::New, &keys.lock, exchange)
             .await?;
-        let protocol = |reply: set_nx::Reply| match reply {
-            set_nx::Reply::Server { code, message } => {
-                self.error(NodeErrorKind::Redis { code, message })
+        let clock = match answer {
+            Ok(Plain::Taken(expiry)) => {
+                expiry.map(|expiry| ClockSample::from_expiry(sent, received, expiry, ttl_ms))
             }
-            set_nx::Reply::Shape(what) => self.error(NodeErrorKind::Protocol(what)),
-        };
-        let clock = match parsed.map_err(protocol)? {
-            SetNx::Unsupported => return Ok(None),
-            SetNx::Held { owner, .. } => {
-                let refusal = refusal
-                    .expect("a refusal is followed up")
-                    .map_err(protocol)?;
+            Ok(Plain::Held(refusal, owner)) => {
                 let held = AcquireReply::Held(refusal.expires_in, refusal.waiting, owner);
                 return self.judge_refusal(held).map(Some);
             }
-            SetNx::Taken(clock) => {
-                clock.map(|expiry| ClockSample::from_expiry(sent, received, expiry, ttl_ms))
+            Ok(Plain::Unsupported) => return Ok(None),
+            Err(set_nx::Reply::Server { code, message }) => {
+                return Err(self.error(NodeErrorKind::Redis { code, message }))
+            }
+            Err(set_nx::Reply::Shape(what)) => {
+                return Err(self.error(NodeErrorKind::Protocol(what)))
             }
         };
         self.judge_grant(clock, None, None).map(Some)

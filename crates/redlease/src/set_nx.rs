@@ -31,10 +31,8 @@ pub(crate) enum SetNx {
     /// asked for.
     Taken(Option<u64>),
     /// Held by another owner, whose fingerprint is this (see
-    /// [`owner_fingerprint`]; 0 for a key that is not a string); `ours`
-    /// if the holder's value begins with this Locker's tag (another task of
-    /// the same Locker holds it).
-    Held { owner: u32, ours: bool },
+    /// [`owner_fingerprint`]; 0 for a key that is not a string).
+    Held { owner: u32 },
     /// The server does not know `SET ... NX GET` (before Redis 7.0):
     /// nothing was written.
     Unsupported,
@@ -63,10 +61,9 @@ pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipel
     pipe
 }
 
-/// Reads the replies to [`request`], with `tag` the Locker's tag (see
-/// `token::LockerTag`). `Err` carries what was wrong: a server error (its
-/// code and message), or a reply of the wrong shape.
-pub(crate) fn parse(replies: &[Value], clock: bool, tag: &[u8]) -> Result<SetNx, Reply> {
+/// Reads the replies to [`request`]. `Err` carries what was wrong: a
+/// server error (its code and message), or a reply of the wrong shape.
+pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
     let expected = if clock { 2 } else { 1 };
     if replies.len() != expected {
         return Err(Reply::Shape(format!(
@@ -80,7 +77,6 @@ pub(crate) fn parse(replies: &[Value], clock: bool, tag: &[u8]) -> Result<SetNx,
         Value::BulkString(holder) => {
             return Ok(SetNx::Held {
                 owner: owner_fingerprint(holder),
-                ours: holder.starts_with(tag),
             })
         }
         Value::SimpleString(s) if s == "OK" => {
@@ -93,10 +89,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool, tag: &[u8]) -> Result<SetNx,
                     Ok(SetNx::Unsupported)
                 }
                 // Another type's key under our name: held, but not by a lock.
-                "WRONGTYPE" => Ok(SetNx::Held {
-                    owner: 0,
-                    ours: false,
-                }),
+                "WRONGTYPE" => Ok(SetNx::Held { owner: 0 }),
                 _ => Err(Reply::server(e)),
             };
         }
@@ -212,8 +205,6 @@ mod tests {
         }
     }
 
-    const TAG: &[u8] = b"0123456789abcdef";
-
     /// A server error value as redis-rs parses one from the wire.
     fn err(text: &str) -> Value {
         redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap()
@@ -223,19 +214,19 @@ mod tests {
     fn a_nil_is_ours_with_the_keys_expiry() {
         let expiry = Value::Int(1_700_000_010_123);
         assert_eq!(
-            parse(&[Value::Nil, expiry], true, TAG),
+            parse(&[Value::Nil, expiry], true),
             Ok(SetNx::Taken(Some(1_700_000_010_123)))
         );
-        assert_eq!(parse(&[Value::Nil], false, TAG), Ok(SetNx::Taken(None)));
+        assert_eq!(parse(&[Value::Nil], false), Ok(SetNx::Taken(None)));
         // A key gone or made persistent at once is not a vote.
         for gone in [-2, -1] {
             assert!(matches!(
-                parse(&[Value::Nil, Value::Int(gone)], true, TAG),
+                parse(&[Value::Nil, Value::Int(gone)], true),
                 Err(Reply::Shape(_))
             ));
         }
         assert_eq!(
-            parse(&[Value::Nil, err("NOPERM no pexpiretime")], true, TAG),
+            parse(&[Value::Nil, err("NOPERM no pexpiretime")], true),
             Err(Reply::Server {
                 code: "NOPERM".into(),
                 message: "no pexpiretime".into()
@@ -245,20 +236,9 @@ mod tests {
 
     #[test]
     fn a_value_is_held_by_its_fingerprint() {
-        let reply = parse(&[Value::BulkString(b"abc".to_vec())], false, TAG);
+        let reply = parse(&[Value::BulkString(b"abc".to_vec())], false);
         // SHA-1("abc") = a9993e36...: the first 7 hex digits.
-        assert_eq!(
-            reply,
-            Ok(SetNx::Held {
-                owner: 0xa9993e3,
-                ours: false
-            })
-        );
-        let sibling = Value::BulkString(b"0123456789abcdefrandom".to_vec());
-        assert!(matches!(
-            parse(&[sibling], false, TAG),
-            Ok(SetNx::Held { ours: true, .. })
-        ));
+        assert_eq!(reply, Ok(SetNx::Held { owner: 0xa9993e3 }));
         assert_eq!(owner_fingerprint(b"abc|0123"), 0xa9993e3);
         // Marked for waiters, with or without a lineage.
         assert_eq!(owner_fingerprint(b"abc*"), 0xa9993e3);
@@ -268,7 +248,7 @@ mod tests {
     #[test]
     fn old_servers_and_foreign_types_are_recognised() {
         assert_eq!(
-            parse(&[err("ERR syntax error")], false, TAG),
+            parse(&[err("ERR syntax error")], false),
             Ok(SetNx::Unsupported)
         );
         assert_eq!(
@@ -276,25 +256,18 @@ mod tests {
                 &[err(
                     "WRONGTYPE Operation against a key holding the wrong kind of value"
                 )],
-                false,
-                TAG
+                false
             ),
-            Ok(SetNx::Held {
-                owner: 0,
-                ours: false
-            })
+            Ok(SetNx::Held { owner: 0 })
         );
         assert_eq!(
-            parse(&[err("NOPERM no permissions")], false, TAG),
+            parse(&[err("NOPERM no permissions")], false),
             Err(Reply::Server {
                 code: "NOPERM".into(),
                 message: "no permissions".into()
             })
         );
-        assert!(matches!(
-            parse(&[Value::Nil], true, TAG),
-            Err(Reply::Shape(_))
-        ));
+        assert!(matches!(parse(&[Value::Nil], true), Err(Reply::Shape(_))));
     }
 
     #[test]

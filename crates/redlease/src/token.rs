@@ -51,7 +51,8 @@ impl LockerTag {
         std::str::from_utf8(&self.0).expect("hex digits are ASCII")
     }
 
-    pub(crate) fn as_bytes(&self) -> &[u8] {
+    #[cfg(test)]
+    fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 }
