@@ -12,8 +12,10 @@
 //!   release channel; it marks no holder here, as the library marks only a
 //!   holder of another Locker and the raw workers share one tag), and its
 //!   release script with the same key and arguments (a 48-hex-char token
-//!   that begins with the tag). Its ratio shows what the library's client
-//!   side costs on top of its commands.
+//!   that begins with the tag), or, where the server has it (Valkey 9 and
+//!   later, told by `INFO server` as the library tells it), `DELIFEQ` with
+//!   the key and the token. Its ratio shows what the library's client side
+//!   costs on top of its commands.
 //! - **plain**: the leanest lock there is, as the lightest peers send it:
 //!   `SET key token NX PX ttl` to take, a compare-and-delete script
 //!   (`EVALSHA`) to give back; no fencing token, no notification, no
@@ -72,6 +74,8 @@ pub struct Raw {
     flavor: Flavor,
     /// Begins every token, as a Locker's tag begins its tokens.
     tag: u64,
+    /// Per node: whether raw releases with `DELIFEQ`, as the library does.
+    delifeq: Vec<bool>,
 }
 
 /// A lock held through the raw baseline.
@@ -85,8 +89,20 @@ impl Raw {
     /// cluster connection for a `redis+cluster://` node.
     pub async fn connect(urls: &[String], flavor: Flavor) -> Result<Self, BenchError> {
         let mut conns = Vec::with_capacity(urls.len());
+        let mut delifeq = Vec::with_capacity(urls.len());
         for url in urls {
-            conns.push(NodeConn::connect(url).await?);
+            let mut conn = NodeConn::connect(url).await?;
+            let native = if conn.is_cluster() {
+                false
+            } else {
+                let info: String = redis::cmd("INFO")
+                    .arg("server")
+                    .query_async(&mut conn)
+                    .await?;
+                valkey_9_or_later(&info)
+            };
+            conns.push(conn);
+            delifeq.push(native);
         }
         Ok(Raw {
             quorum: conns.len() / 2 + 1,
@@ -94,6 +110,7 @@ impl Raw {
             ttl_ms: u64::try_from(TTL.as_millis())?,
             flavor,
             tag: rand::rng().random(),
+            delifeq,
         })
     }
 
@@ -108,9 +125,20 @@ impl Raw {
     ) -> Result<usize, BenchError> {
         let replies = join_all(nodes.map(|i| {
             let mut conn = self.conns[i].clone();
+            let native = self.delifeq[i];
             async move {
                 match self.flavor {
                     Flavor::Raw => {
+                        if native {
+                            let deleted: i64 = redis::cmd("DELIFEQ")
+                                .arg(key)
+                                .arg(token)
+                                .query_async(&mut conn)
+                                .await?;
+                            if deleted == 1 {
+                                return Ok(1);
+                            }
+                        }
                         let script = if conn.is_cluster() {
                             &RELEASE_SHARDED
                         } else {
@@ -240,4 +268,13 @@ impl LockClient for Raw {
         }
         Ok(())
     }
+}
+
+/// Whether an `INFO server` reply is Valkey 9.0's or later's, which has
+/// `DELIFEQ` (the library's `compare_delete::has_delifeq`, mirrored).
+fn valkey_9_or_later(info: &str) -> bool {
+    info.lines()
+        .find_map(|line| line.strip_prefix("valkey_version:"))
+        .and_then(|v| v.trim().split('.').next()?.parse::<u32>().ok())
+        .is_some_and(|major| major >= 9)
 }

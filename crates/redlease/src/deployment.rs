@@ -320,6 +320,23 @@ impl Conn {
         }
     }
 
+    /// Whether releases may send `DELIFEQ` (see `compare_delete`); never
+    /// on a cluster, whose shards are not asked.
+    pub(crate) fn has_delifeq(&self) -> bool {
+        match self {
+            Conn::Server(c) => c.has_delifeq(),
+            Conn::Plain(_) | Conn::Cluster(_) => false,
+        }
+    }
+
+    /// `DELIFEQ` was refused: releases use the script (see
+    /// `compare_delete`).
+    pub(crate) fn refuse_delifeq(&self) {
+        if let Conn::Server(c) = self {
+            c.refuse_delifeq();
+        }
+    }
+
     /// Runs `cmd` (an `EVALSHA` of `lua`); if the server lost the script (a
     /// restart, `SCRIPT FLUSH`, a new shard), sends it whole as `EVAL`,
     /// which also caches it there.

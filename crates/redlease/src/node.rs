@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError, Value};
 
+use crate::compare_delete;
 use crate::deadline::Deadlines;
 use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
@@ -595,36 +596,46 @@ impl Node {
     /// Deletes the key if it holds `token` and, if `announce` and another
     /// Locker's waiter marked the lock, announces it on the lock's release
     /// channel with [`ReleaseId::of`] the token; `Ok(false)` if the key
-    /// does not hold `token`.
+    /// does not hold `token`. Where the server has `DELIFEQ`, that goes
+    /// first, and the script only if the key did not hold exactly `token`
+    /// (see `compare_delete`).
     pub(crate) async fn release(
         &self,
-        key: &str,
+        key: &Arc<str>,
         token: &Token,
         announce: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         use std::sync::atomic::Ordering;
-        let script: &Lua = if self.deployment.is_cluster() {
+        let script: &'static Lua = if self.deployment.is_cluster() {
             &RELEASE_SHARDED
         } else {
             &RELEASE
         };
-        // EVALSHA, its hash, 1, the key, the token, and a byte that asks
-        // for no announcement.
-        let bytes = 7 + 40 + 1 + key.len() + token.as_str().len() + 1;
-        let call = script.call_sized(5, bytes, |c| {
-            c.arg(1).arg(key).arg(token.as_str());
-            if !announce {
-                c.arg(0);
-            }
-        });
         let cached = self.release_cached.load(Ordering::Relaxed);
         let mut conn = self.conn.clone();
-        let request: Request<i64> = if cached {
-            Box::pin(async move { conn.eval(script, &call).await })
+        // A durable lock's value always has its lineage after the token.
+        let native = self.lineage_flag() == "0" && conn.has_delifeq();
+        let request: Request<i64> = if native {
+            let delifeq = compare_delete::delifeq(key, token.as_str());
+            let (key, token) = (key.clone(), token.clone());
+            Box::pin(async move {
+                match conn.query::<i64>(&delifeq).await {
+                    // Not exactly our token: marked, bound, or not ours.
+                    Ok(0) => {}
+                    Ok(n) => return Ok(n),
+                    Err(e) => match compare_delete::failure(&e) {
+                        compare_delete::Failure::NoAnswer => return Err(e),
+                        compare_delete::Failure::Refused => conn.refuse_delifeq(),
+                        compare_delete::Failure::Other => {}
+                    },
+                }
+                let call = release_call(script, &key, &token, announce);
+                release_by_script(&mut conn, script, &call, cached).await
+            })
         } else {
-            let whole = script.whole(&call);
-            Box::pin(async move { whole.query_async(&mut conn).await })
+            let call = release_call(script, key, token, announce);
+            Box::pin(async move { release_by_script(&mut conn, script, &call, cached).await })
         };
         let n = self.bounded(timeout, Gate::Cleanup, key, request).await?;
         self.release_cached.store(true, Ordering::Relaxed);
@@ -1000,6 +1011,33 @@ pub(crate) fn server_identity(url: &str) -> Option<String> {
         }
         other => other.to_string(),
     })
+}
+
+/// The release script's call: `EVALSHA`, its hash, 1, the key, the token,
+/// and, if `!announce`, a byte that asks for no announcement.
+fn release_call(script: &Lua, key: &str, token: &Token, announce: bool) -> Cmd {
+    let bytes = 7 + 40 + 1 + key.len() + token.as_str().len() + 1;
+    script.call_sized(5, bytes, |c| {
+        c.arg(1).arg(key).arg(token.as_str());
+        if !announce {
+            c.arg(0);
+        }
+    })
+}
+
+/// Runs the release script's `call`: by its hash once it is believed
+/// `cached` on the server, else whole, which caches it there.
+async fn release_by_script(
+    conn: &mut Conn,
+    script: &Lua,
+    call: &Cmd,
+    cached: bool,
+) -> Result<i64, RedisError> {
+    if cached {
+        conn.eval(script, call).await
+    } else {
+        script.whole(call).query_async(conn).await
+    }
 }
 
 #[cfg(test)]

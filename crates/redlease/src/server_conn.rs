@@ -4,14 +4,16 @@
 //! `run_id`, uptime and clock (`INFO server` and `TIME`, one round trip);
 //! a server restart always breaks the connection, so no restart goes
 //! unseen. The lock logic uses these facts to keep restarted, duplicated
-//! and clock-jumped servers from voting (see `vote_guard`).
+//! and clock-jumped servers from voting (see `vote_guard`). The same reply
+//! says whether the server has a native compare-and-delete for releases
+//! (see `compare_delete`).
 //!
 //! The connection is dropped when it breaks, or, behind Sentinel, when the
 //! server answers `READONLY` (a failover demoted it) or the sentinels
 //! announce `+switch-master`; the next request connects (and asks the
 //! sentinels) again.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +24,7 @@ use redis::{
     RedisResult, Value,
 };
 
+use crate::compare_delete;
 use crate::node_url::SentinelUrl;
 use crate::tls::TlsConfig;
 use crate::vote_guard::{parse_info_server, ClockSample, ServerFacts, ServerRegistry};
@@ -158,6 +161,9 @@ struct Shared {
     /// a reply is judged by the newest server seen, which is the one that
     /// sent it or a later one.
     latest: Mutex<Option<Arc<ServerFacts>>>,
+    /// Whether the newest connection's server has `DELIFEQ` and it was not
+    /// refused since (see `compare_delete`).
+    delifeq: AtomicBool,
     /// Where a node's main connection records the server it reached, as
     /// node `index`, so a Locker knows of one server under two names as
     /// soon as both connected.
@@ -193,6 +199,7 @@ impl ServerConn {
                 finder,
                 current: Mutex::new(None),
                 latest: Mutex::new(None),
+                delifeq: AtomicBool::new(false),
                 claim,
                 connect_timeout,
             }),
@@ -208,6 +215,19 @@ impl ServerConn {
 
     pub(crate) fn db(&self) -> i64 {
         self.db
+    }
+
+    /// Whether releases may send `DELIFEQ` (see `compare_delete`).
+    pub(crate) fn has_delifeq(&self) -> bool {
+        self.shared.delifeq.load(Ordering::Relaxed)
+    }
+
+    /// `DELIFEQ` was refused: releases use the script until the next
+    /// connection asks the server again.
+    pub(crate) fn refuse_delifeq(&self) {
+        if self.shared.delifeq.swap(false, Ordering::Relaxed) {
+            tracing::debug!("DELIFEQ refused; releases use the script");
+        }
     }
 
     /// Connects now, unless connected.
@@ -240,7 +260,7 @@ impl ServerConn {
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let facts = match tokio::time::timeout(timeout, handshake(&mut conn)).await {
+        let (facts, delifeq) = match tokio::time::timeout(timeout, handshake(&mut conn)).await {
             Ok(facts) => facts?,
             Err(_) => {
                 return Err(RedisError::from(std::io::Error::new(
@@ -259,6 +279,7 @@ impl ServerConn {
             let _ = registry.claim(&facts.run_id, *index);
         }
         *lock(&self.shared.latest) = Some(Arc::new(facts));
+        self.shared.delifeq.store(delifeq, Ordering::Relaxed);
         let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed);
         let current = Current { conn, generation };
         *lock(&self.shared.current) = Some(current.clone());
@@ -352,21 +373,22 @@ impl ServerConn {
 }
 
 /// Asks the server who it is: `INFO server` (run_id, uptime) and `TIME`,
-/// in one round trip.
-async fn handshake(conn: &mut MultiplexedConnection) -> RedisResult<ServerFacts> {
+/// in one round trip; also whether it has `DELIFEQ`.
+async fn handshake(conn: &mut MultiplexedConnection) -> RedisResult<(ServerFacts, bool)> {
     let mut pipe = redis::pipe();
     pipe.cmd("INFO").arg("server").cmd("TIME");
     let sent = Instant::now();
     let (info, (secs, micros)): (String, (u64, u64)) = pipe.query_async(conn).await?;
     let received = Instant::now();
     let clock = ClockSample::new(sent, received, secs, micros);
-    parse_info_server(&info, received, Some(clock)).map_err(|why| {
+    let facts = parse_info_server(&info, received, Some(clock)).map_err(|why| {
         RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
             "the server did not say who it is",
             why,
         ))
-    })
+    })?;
+    Ok((facts, compare_delete::has_delifeq(&info)))
 }
 
 /// Follows the sentinels' `+switch-master` announcements (from the first

@@ -87,6 +87,24 @@ async fn setuser(con: &mut MultiplexedConnection, name: &str, password: &str, ru
     true
 }
 
+/// Adds `+delifeq` to user `name` where the server has `DELIFEQ`, as
+/// README says to; whether it did.
+async fn grant_delifeq(nodes: &RedisNodes, name: &str) -> bool {
+    let mut native = false;
+    for node in nodes.iter() {
+        let mut con = admin(node).await;
+        if crate::support::has_delifeq(&mut con).await {
+            let _: () = redis::cmd("ACL")
+                .arg(&["SETUSER", name, "+delifeq"])
+                .query_async(&mut con)
+                .await
+                .expect("ACL SETUSER +delifeq");
+            native = true;
+        }
+    }
+    native
+}
+
 /// A connection as the test's admin user.
 async fn admin(node: &RedisNode) -> MultiplexedConnection {
     redis::Client::open(format!("redis://admin:{ADMIN_PASSWORD}@{}", node.addr()))
@@ -205,6 +223,8 @@ fn readme_gives_the_rule_tested_here() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_privilege_user_does_everything_the_library_does() {
     let nodes = nodes_with_users(3, &[("locker", RULE)]).await;
+    // README: on a server with DELIFEQ, the rule also grants it.
+    let native = grant_delifeq(&nodes, "locker").await;
     let ttl = Duration::from_secs(10);
     // A 5 s retry timer: a waiter that gets the lock sooner was woken by
     // the release notification, which needs SUBSCRIBE and PUBLISH.
@@ -301,6 +321,7 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     let granted: Vec<&str> = RULE
         .split_whitespace()
         .filter_map(|w| w.strip_prefix('+'))
+        .chain(native.then_some("delifeq"))
         .collect();
     for node in nodes.iter() {
         let refused: Vec<_> = acl_log(node)
@@ -321,6 +342,46 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
             );
         }
     }
+}
+
+/// A user without `+delifeq` on a server that has it (README's rule as
+/// written before Valkey 9): the first release on a connection is refused
+/// (one ACL LOG entry) and done by the script, and the connection's later
+/// releases go to the script straight away. Skipped where the server has
+/// no `DELIFEQ` (CI runs it on Valkey).
+#[tokio::test]
+async fn without_delifeq_rights_releases_use_the_script_after_one_refusal() {
+    let nodes = nodes_with_users(1, &[("locker", RULE)]).await;
+    let node = nodes.node(0);
+    if !crate::support::has_delifeq(&mut admin(node).await).await {
+        eprintln!(
+            "skipped: {} has no DELIFEQ",
+            redlease_testkit::server_program()
+        );
+        return;
+    }
+    let locker = locker_as(&nodes, "locker", Duration::from_secs(10), 50 * MS);
+    for _ in 0..3 {
+        let lease = locker.try_lock("job").await.expect("try_lock");
+        lease.release().await.expect("released by the script");
+    }
+    let key = locker.key("job");
+    let left: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut admin(node).await)
+        .await
+        .unwrap();
+    assert_eq!(left, None, "released");
+    let refused: Vec<_> = acl_log(node)
+        .await
+        .into_iter()
+        .filter(|(_, _, object)| object == "delifeq")
+        .collect();
+    assert_eq!(refused.len(), 1, "refused once per connection: {refused:?}");
+    let calls = command_calls(node).await;
+    let scripts =
+        calls.get("eval").copied().unwrap_or(0) + calls.get("evalsha").copied().unwrap_or(0);
+    assert_eq!(scripts, 3, "every release by the script: {calls:?}");
 }
 
 #[tokio::test]

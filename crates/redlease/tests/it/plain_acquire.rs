@@ -1,13 +1,17 @@
 //! The acquire without a script (fencing and durability off, the default):
 //! `SET NX PX GET` with `PEXPIRETIME`, a follow-up only on a refusal, and the
-//! release script by `EVALSHA` once the node has run it.
+//! release script by `EVALSHA` once the node has run it, or `DELIFEQ` where
+//! the server has it (Valkey 9 and later; CI runs these tests on both).
 
 use std::time::Duration;
 
 use redlease::{Error, RetryPolicy};
 use redlease_testkit::RedisNodes;
 
-use crate::support::{command, command_calls, conn, get, locker, script_calls};
+use crate::support::{
+    command, command_calls, conn, get, has_delifeq, locker, script_calls, spawn_lock, wait_numsub,
+    MS,
+};
 
 /// Calls of one command so far (INFO commandstats).
 async fn calls(node: &redlease_testkit::RedisNode, name: &str) -> u64 {
@@ -31,11 +35,82 @@ async fn a_lock_is_taken_without_a_script_and_released_by_its_digest() {
         "the clock guard reads each new key's expiry"
     );
     assert_eq!(calls(node, "time").await, 1, "TIME once per connection");
-    // The first release goes whole, the others by digest; no acquire script.
-    assert_eq!(calls(node, "eval").await, 1);
-    assert_eq!(calls(node, "evalsha").await, 2);
+    if has_delifeq(&mut conn(node).await).await {
+        // Every release is one DELIFEQ: no script at all.
+        assert_eq!(calls(node, "delifeq").await, 3);
+        assert_eq!(script_calls(node).await, 0);
+    } else {
+        // The first release goes whole, the others by digest; no acquire
+        // script.
+        assert_eq!(calls(node, "eval").await, 1);
+        assert_eq!(calls(node, "evalsha").await, 2);
+    }
     assert_eq!(calls(node, "pttl").await, 0, "no refusal, no follow-up");
     assert_eq!(get(node, &locker.key("plain")).await, None);
+}
+
+/// A lock another Locker's waiter marked holds more than the token: the
+/// release's `DELIFEQ` (where the server has it) leaves it alone, and the
+/// script deletes it and announces the release to the waiter.
+#[tokio::test]
+async fn a_marked_release_goes_to_the_script_which_announces_it() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let native = has_delifeq(&mut conn(node).await).await;
+    let patient = RetryPolicy::new()
+        .wait(Duration::from_secs(30))
+        .delay(Duration::from_secs(5), Duration::from_secs(5));
+    let build = || {
+        redlease::Locker::builder(nodes.urls())
+            .restart_quarantine(Duration::ZERO)
+            .ttl(Duration::from_secs(10))
+            .retry(patient.clone())
+            .build()
+            .unwrap()
+    };
+    let (mine, theirs) = (build(), build());
+    let key = mine.key("marked");
+    let holder = mine.try_lock("marked").await.unwrap();
+    let waiter = spawn_lock(theirs, "marked");
+    let channel = format!("{key}:released");
+    wait_numsub(&nodes, &channel, 1, Duration::from_secs(3)).await;
+    let mut value = None;
+    for _ in 0..100 {
+        value = get(node, &key).await;
+        if value.as_deref().is_some_and(|v| v.ends_with('*')) {
+            break;
+        }
+        tokio::time::sleep(20 * MS).await;
+    }
+    assert!(
+        value.as_deref().is_some_and(|v| v.ends_with('*')),
+        "marked: {value:?}"
+    );
+    // The waiter's retry after subscribing is refused too (and runs the
+    // follow-up script); then it waits on its 5 s timer.
+    tokio::time::sleep(200 * MS).await;
+    let (scripts, published) = (script_calls(node).await, calls(node, "publish").await);
+    let released = std::time::Instant::now();
+    holder.release().await.unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiter is woken by the announcement, not its 5 s timer")
+        .unwrap()
+        .1
+        .expect("the waiter gets the lock");
+    assert!(released.elapsed() < Duration::from_secs(3));
+    assert_eq!(
+        calls(node, "publish").await - published,
+        1,
+        "announced once"
+    );
+    // The release script ran once (the waiter's acquire is a plain SET).
+    assert_eq!(script_calls(node).await - scripts, 1);
+    if native {
+        assert_eq!(calls(node, "delifeq").await, 1, "DELIFEQ was tried first");
+    }
+    taken.release().await.unwrap();
+    assert_eq!(get(node, &key).await, None);
 }
 
 #[tokio::test]
@@ -99,7 +174,13 @@ async fn a_release_after_the_scripts_were_flushed_still_deletes() {
     let lease = locker.try_lock("f").await.unwrap();
     lease.release().await.unwrap();
     assert_eq!(get(node, &locker.key("f")).await, None);
-    assert_eq!(calls(node, "eval").await, 2);
+    if has_delifeq(&mut conn(node).await).await {
+        // No script to lose: both releases were DELIFEQ.
+        assert_eq!(calls(node, "delifeq").await, 2);
+        assert_eq!(script_calls(node).await, 0);
+    } else {
+        assert_eq!(calls(node, "eval").await, 2);
+    }
 }
 
 /// A refused acquire marks a holder of another Locker for its waiters by

@@ -204,16 +204,30 @@ pub async fn wait_numsub(
     }
 }
 
+/// Whether `node`'s server has `DELIFEQ` (Valkey 9 and later), which the
+/// library then releases with instead of the release script. Asked with
+/// `COMMAND INFO`, not the way the library tells (`INFO server`'s version).
+pub async fn has_delifeq(con: &mut MultiplexedConnection) -> bool {
+    let info: Vec<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("DELIFEQ")
+        .query_async(con)
+        .await
+        .expect("COMMAND INFO");
+    !matches!(info.as_slice(), [] | [redis::Value::Nil])
+}
+
 /// How many times `node` ran EVALSHA and EVAL so far (INFO commandstats).
 pub async fn script_calls(node: &RedisNode) -> u64 {
     command_calls(node, &["evalsha", "eval"]).await
 }
 
 /// How many lock requests `node` ran so far: the scripts of
-/// [`script_calls`] and `SET`, with which a Locker with fencing off (the
-/// default) takes a lock.
+/// [`script_calls`], `SET`, with which a Locker with fencing off (the
+/// default) takes a lock, and `DELIFEQ`, with which it releases one where
+/// the server has it (Valkey 9 and later).
 pub async fn lock_calls(node: &RedisNode) -> u64 {
-    command_calls(node, &["evalsha", "eval", "set"]).await
+    command_calls(node, &["evalsha", "eval", "set", "delifeq"]).await
 }
 
 /// How many times `node` ran `commands` (lowercase, a subcommand as

@@ -1,0 +1,143 @@
+//! The release as one native command where the server has one. Valkey 9.0
+//! and later have `DELIFEQ key value`: delete the key if it holds exactly
+//! `value`, atomically, and answer 1, or answer 0 and leave it alone. That
+//! is the release of a lock holding just our token, which is nearly every
+//! release, and it costs the server about half of what a script call costs
+//! (BENCHMARKS.md, "Native compare-and-delete"), so a lock cycle costs
+//! Valkey less than the leanest client's `SET NX` + script release does.
+//!
+//! A 0 is not the end of it: the key may hold our token with something
+//! after it, a waiters mark (`*`, crate docs, "Waiting") or a lineage
+//! (`|replid`, durability.rs), and then the release script decides, and
+//! announces the release if it was marked. That costs a second round trip,
+//! only when another Locker's task waits for the lock (a durable lock,
+//! always bound to a lineage, goes to the script at once). Whatever is
+//! decided, it is decided by one atomic command or script on the server:
+//! between the two, only we can delete our token, so nothing is lost by
+//! asking twice.
+//!
+//! Whether a server has `DELIFEQ` is read from the `INFO server` reply that
+//! every connection reads before its first request (server_conn.rs), at no
+//! extra cost, and believed until the command is refused: a renamed or
+//! disabled command, or an ACL user without `+delifeq`, gets an error that
+//! sends this release and every later one on that connection to the script.
+//!
+//! Redis 8.4's `DELEX key IFEQ value` is the same thing under another name;
+//! it is not used yet, for want of a Redis 8.4 to test it against here.
+//!
+//! Parsing and building only: no I/O here.
+
+use redis::{Cmd, RedisError};
+
+/// Whether the server that wrote this `INFO server` reply has `DELIFEQ`:
+/// Valkey 9.0 or later (which says `valkey_version`; its `redis_version`
+/// stays 7.2.4 for old clients).
+pub(crate) fn has_delifeq(info: &str) -> bool {
+    let version = info.lines().find_map(|line| {
+        line.strip_prefix("valkey_version:")
+            .map(str::trim)
+            .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+    });
+    version.is_some_and(|major| major >= 9)
+}
+
+/// `DELIFEQ key token`, with its buffers sized up front: one per release.
+pub(crate) fn delifeq(key: &str, token: &str) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3, 7 + key.len() + token.len());
+    cmd.arg("DELIFEQ").arg(key).arg(token);
+    cmd
+}
+
+/// What a `DELIFEQ` that failed says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The command is not there for us (unknown, renamed away, or not
+    /// allowed to this user): the script, now and from now on.
+    Refused,
+    /// Another error reply (`WRONGTYPE`: the key is not a lock's value;
+    /// `READONLY`: a demoted primary; ...): the script, which answers as it
+    /// always did.
+    Other,
+    /// No answer (a broken connection): the release failed.
+    NoAnswer,
+}
+
+/// Sorts a `DELIFEQ`'s error.
+pub(crate) fn failure(e: &RedisError) -> Failure {
+    match e.code() {
+        Some("NOPERM") => Failure::Refused,
+        Some("ERR") if e.detail().is_some_and(|d| d.contains("unknown command")) => {
+            Failure::Refused
+        }
+        Some(_) => Failure::Other,
+        None => Failure::NoAnswer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_valkey_9_and_later_has_delifeq() {
+        let valkey = |v: &str| {
+            format!(
+                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:{v}\r\n"
+            )
+        };
+        assert!(has_delifeq(&valkey("9.1.2")));
+        assert!(has_delifeq(&valkey("9.0.0")));
+        assert!(has_delifeq(&valkey("10.0.0")));
+        assert!(!has_delifeq(&valkey("8.1.4")));
+        assert!(!has_delifeq(&valkey("")));
+        // Redis says only redis_version, whatever it is.
+        assert!(!has_delifeq("# Server\r\nredis_version:8.4.0\r\n"));
+        assert!(!has_delifeq("# Server\r\nredis_version:7.0.15\r\n"));
+        assert!(!has_delifeq(""));
+    }
+
+    #[test]
+    fn the_command_is_the_key_and_the_token() {
+        let cmd = delifeq("lock:{a}", "0123");
+        let args: Vec<_> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => b"?".to_vec(),
+            })
+            .collect();
+        assert_eq!(args, [&b"DELIFEQ"[..], b"lock:{a}", b"0123"]);
+    }
+
+    #[test]
+    fn errors_about_the_command_turn_it_off_and_others_do_not() {
+        let reply = |text: &str| {
+            let value = redis::parse_redis_value(format!("-{text}\r\n").as_bytes()).unwrap();
+            value.extract_error().unwrap_err()
+        };
+        assert_eq!(
+            failure(&reply("ERR unknown command 'DELIFEQ'")),
+            Failure::Refused
+        );
+        assert_eq!(
+            failure(&reply(
+                "NOPERM User u has no permissions to run the 'delifeq' command"
+            )),
+            Failure::Refused
+        );
+        assert_eq!(
+            failure(&reply(
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            )),
+            Failure::Other
+        );
+        assert_eq!(
+            failure(&reply(
+                "READONLY You can't write against a read only replica."
+            )),
+            Failure::Other
+        );
+        let broken = RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert_eq!(failure(&broken), Failure::NoAnswer);
+    }
+}
