@@ -45,6 +45,12 @@ struct Args {
     /// Cycles to run (after 100 unmeasured ones).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     cycles: u64,
+    /// Worker threads of the runtime; 0 (the default) runs it on the main
+    /// thread alone, with no hand-offs between threads (what callgrind
+    /// counts). With 2, `perf stat` shows the hand-offs' cost: CPU time and
+    /// context switches per cycle on a runtime like a service's.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=64))]
+    threads: u16,
 }
 
 const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
@@ -52,13 +58,33 @@ const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then 
 
 const WARM_UP: u64 = 100;
 
+/// CPU time used so far by this process's threads, from each one's
+/// /proc schedstat (nanoseconds on the CPU). Not `clock_gettime`: rustix's
+/// vDSO lookup crashes under valgrind.
+fn process_cpu() -> Duration {
+    let threads = std::fs::read_dir("/proc/self/task").into_iter().flatten();
+    let nanos = threads
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let nodes = RedisNodes::start(usize::from(args.nodes));
     let url = nodes.urls()[0].clone();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = match args.threads {
+        0 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(usize::from(n));
+            builder
+        }
+    }
+    .enable_all()
+    .build()?;
     runtime.block_on(async {
         let locker = Locker::builder(nodes.urls())
             // A brand-new server: nothing to wait out.
@@ -72,7 +98,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .get_multiplexed_async_connection()
             .await?;
         let script = redis::Script::new(COMPARE_AND_DELETE);
-        for _ in 0..WARM_UP + args.cycles {
+        let mut measured_from = None;
+        for cycle in 0..WARM_UP + args.cycles {
+            if cycle == WARM_UP {
+                measured_from = Some((process_cpu(), std::time::Instant::now()));
+            }
             if args.client == Client::Plain {
                 let token = format!("{:032x}", rand::random::<u128>());
                 let key = "plain:{cycle-cost}";
@@ -92,6 +122,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let lease = locker.try_lock("cycle-cost").await?;
                 lease.release().await?;
             }
+        }
+        if let Some((cpu, wall)) = measured_from {
+            let per_cycle = |d: Duration| d.as_secs_f64() * 1e6 / args.cycles as f64;
+            eprintln!(
+                "{:?}: {:.1} us of this process's CPU and {:.1} us of wall time per cycle",
+                args.client,
+                per_cycle(process_cpu() - cpu),
+                per_cycle(wall.elapsed()),
+            );
         }
         locker.close().await;
         Ok::<(), Box<dyn std::error::Error>>(())
