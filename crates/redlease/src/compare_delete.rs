@@ -51,8 +51,9 @@ pub(crate) fn delifeq(key: &str, token: &str) -> Cmd {
 /// What a `DELIFEQ` that failed says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Failure {
-    /// The command is not there for us (unknown, renamed away, or not
-    /// allowed to this user): the script, now and from now on.
+    /// The command is not there for us (unknown, renamed away, not
+    /// allowed to this user, or not passed on by a proxy): the script, now
+    /// and from now on.
     Refused,
     /// Another error reply (`WRONGTYPE`: the key is not a lock's value;
     /// `READONLY`: a demoted primary; ...): the script, which answers as it
@@ -62,13 +63,14 @@ pub(crate) enum Failure {
     NoAnswer,
 }
 
-/// Sorts a `DELIFEQ`'s error.
+/// Sorts a `DELIFEQ`'s error. A plain `ERR` is taken as a refusal of the
+/// command whatever its text (`unknown command` from a server or a proxy
+/// without it, a proxy's own wording, wrong arguments): a well-formed
+/// `DELIFEQ` has no other `ERR` to give, and believing in the command
+/// after one would cost every later release a round trip.
 pub(crate) fn failure(e: &RedisError) -> Failure {
     match e.code() {
-        Some("NOPERM") => Failure::Refused,
-        Some("ERR") if e.detail().is_some_and(|d| d.contains("unknown command")) => {
-            Failure::Refused
-        }
+        Some("NOPERM" | "ERR") => Failure::Refused,
         Some(_) => Failure::Other,
         None => Failure::NoAnswer,
     }
@@ -123,6 +125,10 @@ mod tests {
             failure(&reply(
                 "NOPERM User u has no permissions to run the 'delifeq' command"
             )),
+            Failure::Refused
+        );
+        assert_eq!(
+            failure(&reply("ERR command not supported by this proxy")),
             Failure::Refused
         );
         assert_eq!(
