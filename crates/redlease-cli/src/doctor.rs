@@ -35,6 +35,7 @@ const SKEW_FAIL: Duration = Duration::from_secs(60);
 Checks, per node: reachable and latency; the server's kind (redis, valkey) \
 and version, and its mode (Redis 6.0 or later is supported: older ones \
 WARN, as waiters are not woken by releases without RESP3); Lua scripting; \
+on Valkey 9 and later, DELIFEQ (releases are one command with it); \
 maxmemory-policy (only noeviction is safe); persistence (AOF with \
 appendfsync always, or delayed restarts); replication (a replica, or a \
 primary with replicas that could fail over). Across nodes: the same server \
@@ -495,15 +496,23 @@ fn node_checks(
             )]
         }
     };
-    vec![
+    let mut rows = vec![
         latency(facts.latency, facts.ping_denied, ttl),
         server(facts, deploy),
         scripting(facts),
+    ];
+    // A cluster's releases always use the script (the library does not
+    // ask its shards which commands they have).
+    if deploy != Deploy::Cluster {
+        rows.extend(native_release(facts));
+    }
+    rows.extend([
         eviction(facts),
         persistence(facts, quarantine),
         restart_quarantine(facts, quarantine, deploy),
         replication(facts, deploy, replicas),
-    ]
+    ]);
+    rows
 }
 
 /// The checks of a cluster as a whole: it answers, its state and slot
@@ -1034,6 +1043,41 @@ fn scripting(facts: &Facts) -> Row {
     }
 }
 
+/// On a server with `DELIFEQ` (Valkey 9.0 and later), whether this user
+/// may run it: the library releases with it, and without the right each
+/// connection's first release is refused and the rest use the script.
+/// `None` on a server without it.
+fn native_release(facts: &Facts) -> Option<Row> {
+    const CHECK: &str = "native release";
+    Some(match facts.delifeq.as_ref()? {
+        Ok(()) => ok(
+            CHECK,
+            "DELIFEQ works: a release is one command, not a script",
+        ),
+        // NOPERM about the command names it; about the key, it does not.
+        Err(Failure::Denied(why)) if why.to_ascii_lowercase().contains("delifeq") => warn(
+            CHECK,
+            "this user may not run DELIFEQ (ACL: NOPERM): each connection's first release is \
+             refused, then releases use the script, which costs the server about twice as much",
+            "add +delifeq to the user (README: \"ACL: the least privilege\")",
+        ),
+        Err(Failure::Denied(_)) => warn(
+            CHECK,
+            format!(
+                "not checked: this user may not use the key {} (ACL: NOPERM; another key \
+                 prefix?)",
+                crate::facts::DELIFEQ_PROBE_KEY
+            ),
+            "make sure the user has +delifeq (README: \"ACL: the least privilege\")",
+        ),
+        Err(e) => warn(
+            CHECK,
+            format!("DELIFEQ failed: {e}; releases use the script"),
+            "check that DELIFEQ is not renamed or disabled on this server",
+        ),
+    })
+}
+
 fn eviction(facts: &Facts) -> Row {
     const CHECK: &str = "maxmemory-policy";
     if let Err(Failure::Denied(_)) = &facts.config {
@@ -1464,6 +1508,40 @@ mod tests {
             latency(us(20), false, Duration::from_secs(10)).level,
             Level::Ok
         );
+    }
+
+    fn with_delifeq(delifeq: Option<Result<(), Failure>>) -> Facts {
+        let not_asked = || Failure::Failed("not asked".into());
+        Facts {
+            latency: Duration::ZERO,
+            ping_denied: false,
+            hello: Err(not_asked()),
+            info: Err(not_asked()),
+            config: Err(not_asked()),
+            clock: Err(not_asked()),
+            scripting: Ok(()),
+            delifeq,
+        }
+    }
+
+    #[test]
+    fn the_native_release_row_says_what_the_user_may_do() {
+        assert!(native_release(&with_delifeq(None)).is_none());
+        let works = native_release(&with_delifeq(Some(Ok(())))).unwrap();
+        assert_eq!(works.level, Level::Ok);
+        let denied = Failure::Denied(
+            "NOPERM: User redlease has no permissions to run the 'delifeq' command".into(),
+        );
+        let row = native_release(&with_delifeq(Some(Err(denied)))).unwrap();
+        assert_eq!(row.level, Level::Warn);
+        assert!(row.fix.unwrap().contains("+delifeq"));
+        let key = Failure::Denied("NOPERM: No permissions to access a key".into());
+        let row = native_release(&with_delifeq(Some(Err(key)))).unwrap();
+        assert_eq!(row.level, Level::Warn);
+        assert!(row.detail.starts_with("not checked"), "{}", row.detail);
+        let renamed = Failure::Unknown("unknown command 'DELIFEQ'".into());
+        let row = native_release(&with_delifeq(Some(Err(renamed)))).unwrap();
+        assert_eq!(row.level, Level::Warn);
     }
 
     #[test]

@@ -34,7 +34,16 @@ pub struct Facts {
     pub clock: Result<Clock, Failure>,
     /// Whether `EVAL` works: every lock operation is a Lua script.
     pub scripting: Result<(), Failure>,
+    /// Whether `DELIFEQ` works, on a server that has it (Valkey 9.0 and
+    /// later), with which the library releases a lock in one command;
+    /// `None` on a server without it.
+    pub delifeq: Option<Result<(), Failure>>,
 }
+
+/// The key `doctor` tries `DELIFEQ` on: under the default prefix, never a
+/// lock's (no braces), and compared with a value no token has, so nothing
+/// is ever deleted.
+pub const DELIFEQ_PROBE_KEY: &str = "redlease:doctor-probe";
 
 /// What HELLO tells of the server.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,6 +68,20 @@ pub struct Server {
     /// `version` for Redis; INFO's `redis_version` for others (Valkey says
     /// 7.2.4).
     pub redis_compatible: Option<String>,
+}
+
+impl Server {
+    /// Whether it has `DELIFEQ`: Valkey 9.0 and later (the library tells
+    /// the same way, from `valkey_version`).
+    pub fn has_delifeq(&self) -> bool {
+        self.kind == "valkey"
+            && self
+                .version
+                .split('.')
+                .next()
+                .and_then(|major| major.parse::<u32>().ok())
+                .is_some_and(|major| major >= 9)
+    }
 }
 
 /// The node's clock against ours.
@@ -156,7 +179,7 @@ pub async fn gather(
         .query::<i64>(redis::cmd("EVAL").arg("return 1").arg(0))
         .await
         .map(drop);
-    Ok(Facts {
+    let mut facts = Facts {
         latency,
         ping_denied,
         hello,
@@ -164,7 +187,14 @@ pub async fn gather(
         config,
         clock,
         scripting,
-    })
+        delifeq: None,
+    };
+    if facts.server().is_some_and(|s| s.has_delifeq()) {
+        let mut cmd = redis::cmd("DELIFEQ");
+        cmd.arg(DELIFEQ_PROBE_KEY).arg("not-a-token");
+        facts.delifeq = Some(probe.query::<i64>(&cmd).await.map(drop));
+    }
+    Ok(facts)
 }
 
 /// `HELLO` with the connection's own protocol version, which changes
@@ -302,7 +332,22 @@ mod tests {
             config: Err(Failure::Failed("not asked".into())),
             clock: Err(Failure::Failed("not asked".into())),
             scripting: Ok(()),
+            delifeq: None,
         }
+    }
+
+    #[test]
+    fn only_valkey_9_and_later_has_delifeq() {
+        let server = |kind: &str, version: &str| Server {
+            kind: kind.into(),
+            version: version.into(),
+            redis_compatible: None,
+        };
+        assert!(server("valkey", "9.1.2").has_delifeq());
+        assert!(server("valkey", "10.0.0").has_delifeq());
+        assert!(!server("valkey", "8.1.4").has_delifeq());
+        assert!(!server("redis", "9.0.0").has_delifeq());
+        assert!(!server("redis", "7.0.15").has_delifeq());
     }
 
     #[test]

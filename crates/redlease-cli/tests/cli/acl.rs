@@ -133,6 +133,46 @@ fn doctor_as_the_least_privilege_user_says_which_checks_it_cannot_do() {
     assert!(row(&out, "all", "clock skew").starts_with("OK"));
 }
 
+/// On a server with `DELIFEQ` (Valkey 9 and later), doctor says whether
+/// README's user may run it (without it, releases fall back to the
+/// script), and after `+delifeq` that it works; on other servers it shows
+/// no such row. CI runs the CLI tests on Redis: the Valkey half by hand
+/// (`REDLEASE_SERVER=$(.ci/valkey-server)`).
+#[test]
+fn doctor_says_whether_the_user_may_release_with_delifeq() {
+    let (nodes, urls) = nodes_with_user(1);
+    let node = nodes.node(0);
+    let mut con = node.client().get_connection().expect("admin connection");
+    let info: Vec<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("DELIFEQ")
+        .query(&mut con)
+        .expect("COMMAND INFO");
+    let has_delifeq = !matches!(info.as_slice(), [] | [redis::Value::Nil]);
+    let out = doctor(&urls);
+    out.expect(0);
+    if !has_delifeq {
+        assert!(!out.stdout.contains("native release"), "{out:#?}");
+        return;
+    }
+    let line = row(&out, "0", "native release");
+    assert!(
+        line.starts_with("WARN") && line.contains("may not run DELIFEQ"),
+        "{line}"
+    );
+    assert!(out.stdout.contains("add +delifeq"), "{out:#?}");
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", USER, "+delifeq"])
+        .query(&mut con)
+        .expect("ACL SETUSER +delifeq");
+    let out = doctor(&urls);
+    let line = row(&out, "0", "native release");
+    assert!(
+        line.starts_with("OK") && line.contains("DELIFEQ works"),
+        "{line}"
+    );
+}
+
 #[test]
 fn status_and_doctor_name_a_missing_or_wrong_password() {
     let node = RedisNode::start_with(NodeConfig::new().arg("requirepass", PASSWORD));
