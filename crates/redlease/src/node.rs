@@ -615,15 +615,16 @@ impl Node {
         let cached = self.release_cached.load(Ordering::Relaxed);
         let mut conn = self.conn.clone();
         // A durable lock's value always has its lineage after the token.
-        let native = self.lineage_flag() == "0" && conn.has_delifeq();
-        let request: Request<i64> = if native {
+        let native = !self.binds_lineage() && conn.has_delifeq();
+        // The reply, and whether the script ran (so is cached there now).
+        let request: Request<(i64, bool)> = if native {
             let delifeq = compare_delete::delifeq(key, token.as_str());
             let (key, token) = (key.clone(), token.clone());
             Box::pin(async move {
                 match conn.query::<i64>(&delifeq).await {
                     // Not exactly our token: marked, bound, or not ours.
                     Ok(0) => {}
-                    Ok(n) => return Ok(n),
+                    Ok(n) => return Ok((n, false)),
                     Err(e) => match compare_delete::failure(&e) {
                         compare_delete::Failure::NoAnswer => return Err(e),
                         compare_delete::Failure::Refused => conn.refuse_delifeq(),
@@ -631,14 +632,20 @@ impl Node {
                     },
                 }
                 let call = release_call(script, &key, &token, announce);
-                release_by_script(&mut conn, script, &call, cached).await
+                let n = release_by_script(&mut conn, script, &call, cached).await?;
+                Ok((n, true))
             })
         } else {
             let call = release_call(script, key, token, announce);
-            Box::pin(async move { release_by_script(&mut conn, script, &call, cached).await })
+            Box::pin(async move {
+                let n = release_by_script(&mut conn, script, &call, cached).await?;
+                Ok((n, true))
+            })
         };
-        let n = self.bounded(timeout, Gate::Cleanup, key, request).await?;
-        self.release_cached.store(true, Ordering::Relaxed);
+        let (n, scripted) = self.bounded(timeout, Gate::Cleanup, key, request).await?;
+        if scripted {
+            self.release_cached.store(true, Ordering::Relaxed);
+        }
         self.as_flag(n, "release")
     }
 
@@ -850,11 +857,17 @@ impl Node {
     /// so a lease whose primary changed (a promoted replica, a restart that
     /// lost the data) is not ours there and is reported lost.
     pub(crate) fn lineage_flag(&self) -> &'static str {
-        if self.settings.durability.wait().is_some() {
+        if self.binds_lineage() {
             "1"
         } else {
             "0"
         }
+    }
+
+    /// Whether this node's locks hold `token|lineage` (see
+    /// [`lineage_flag`](Self::lineage_flag)) rather than the bare token.
+    fn binds_lineage(&self) -> bool {
+        self.settings.durability.wait().is_some()
     }
 
     /// The durability setting, for the renewal lanes.
