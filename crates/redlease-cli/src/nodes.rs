@@ -162,47 +162,14 @@ impl NodesArg {
     }
 }
 
-/// Splits and checks a comma-separated URL list: a comma followed by a
-/// scheme (`xxx://`, spaces allowed before it) starts a new URL; any other
-/// comma belongs to the URL (a cluster's or the sentinels' hosts, a
-/// password). Spaces around the parts and empty parts are dropped.
+/// Splits and checks a comma-separated URL list, by the library's rule
+/// ([`redlease::NodeUrl::split_list`]): a comma followed by a scheme starts
+/// a new URL; any other comma belongs to the URL.
 pub fn parse(list: &str) -> Result<Vec<String>, String> {
-    let mut urls: Vec<String> = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match urls.last_mut() {
-            Some(url) if !has_scheme(part) => {
-                url.push(',');
-                url.push_str(part);
-            }
-            _ => urls.push(part.to_string()),
-        }
-    }
-    if urls.is_empty() {
+    if list.split(',').all(|p| p.trim().is_empty()) {
         return Err("no Redis node given: pass --nodes URL,... or set REDLEASE_NODES".into());
     }
-    for (i, url) in urls.iter().enumerate() {
-        if let Err(e) = redlease::NodeId::from_url(i, url) {
-            let mut why = chain(&e);
-            if url.contains(',') && !url.contains("+cluster://") && !url.contains("+sentinel://") {
-                why.push_str(
-                    " (a comma starts a new node only before a scheme: write \
-                     redis://a:6379,redis://b:6379; a cluster is redis+cluster://a:6379,b:6379)",
-                );
-            }
-            return Err(why);
-        }
-    }
-    Ok(urls)
-}
-
-/// Whether `text` starts with a URL scheme and `://`.
-fn has_scheme(text: &str) -> bool {
-    text.split_once("://").is_some_and(|(scheme, _)| {
-        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-    })
+    redlease::NodeUrl::split_list(list).map_err(|e| chain(&e))
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! A first look at redlease: take a lock, watch a second taker be refused,
 //! extend, release, then let a few workers share one lock.
 //!
-//! Nodes come from REDLEASE_NODES (comma-separated URLs), by default
+//! Nodes come from REDLEASE_NODES (comma-separated URLs, split as the
+//! `redlease` command splits `--nodes`: a comma starts a new node only
+//! before a scheme, so a cluster's hosts stay together), by default
 //! redis://127.0.0.1:6379. It writes only keys that expire on their own
 //! (`redlease-quickstart:*`, the locks, by their TTL: fencing is off, so
 //! no fencing counters are kept). Run it with:
@@ -9,6 +11,8 @@
 //! ```text
 //! cargo run --example quickstart
 //! REDLEASE_NODES=redis://127.0.0.1:7000,redis://127.0.0.1:7001,redis://127.0.0.1:7002 \
+//!     cargo run --example quickstart
+//! REDLEASE_NODES=redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002 \
 //!     cargo run --example quickstart
 //! ```
 
@@ -21,12 +25,14 @@ use redlease::{Error, Locker};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let urls: Vec<String> = std::env::var("REDLEASE_NODES")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
-        .split(',')
-        .map(|u| u.trim().to_string())
-        .filter(|u| !u.is_empty())
-        .collect();
+    let list = std::env::var("REDLEASE_NODES").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let urls = match redlease::NodeUrl::split_list(&list) {
+        Ok(urls) => urls,
+        Err(e) => {
+            eprintln!("error: REDLEASE_NODES: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match run(&urls).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ Error::NoQuorum { .. }) if e.node_errors().len() == urls.len() => {

@@ -227,6 +227,70 @@ impl NodeUrl {
     }
 }
 
+impl NodeUrl {
+    /// Splits a comma-separated list of node URLs, as `REDLEASE_NODES` and
+    /// the `redlease` command's `--nodes` take it, and checks each URL
+    /// (no I/O). A comma followed by a scheme (`xxx://`, spaces allowed
+    /// before it) starts a new URL; any other comma belongs to the URL
+    /// before it: a cluster's or the sentinels' hosts, or a password.
+    /// Spaces around the parts and empty parts are dropped. The error names
+    /// the node without its password, and says the rule when a host list
+    /// was given without a cluster or sentinel scheme.
+    ///
+    /// ```
+    /// let urls = redlease::NodeUrl::split_list(
+    ///     "redis+cluster://a:7000,b:7001, c:7002,redis://d:6379",
+    /// )?;
+    /// assert_eq!(urls, ["redis+cluster://a:7000,b:7001,c:7002", "redis://d:6379"]);
+    /// assert!(redlease::NodeUrl::split_list("redis://a:1,b:2").is_err());
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
+    pub fn split_list(list: &str) -> Result<Vec<String>, crate::Error> {
+        let mut urls: Vec<String> = Vec::new();
+        for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match urls.last_mut() {
+                Some(url) if !has_scheme(part) => {
+                    url.push(',');
+                    url.push_str(part);
+                }
+                _ => urls.push(part.to_string()),
+            }
+        }
+        if urls.is_empty() {
+            return Err(crate::Error::invalid("urls", "no node URL given"));
+        }
+        for (i, url) in urls.iter().enumerate() {
+            let host_list =
+                url.contains(',') && !url.contains("+cluster://") && !url.contains("+sentinel://");
+            match crate::NodeId::from_url(i, url) {
+                Ok(_) => {}
+                Err(crate::Error::InvalidInput { field, reason }) if host_list => {
+                    return Err(crate::Error::InvalidInput {
+                        field,
+                        reason: format!(
+                            "{reason} (a comma starts a new node only before a scheme: write \
+                             redis://a:6379,redis://b:6379; a cluster is \
+                             redis+cluster://a:6379,b:6379)"
+                        ),
+                    })
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(urls)
+    }
+}
+
+/// Whether `text` starts with a URL scheme and `://`.
+fn has_scheme(text: &str) -> bool {
+    text.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
+}
+
 enum Kind {
     Cluster,
     Sentinel,
