@@ -48,8 +48,9 @@ pub struct NodesArg {
     /// How long a server that (re)started casts no vote for a lock: a
     /// server without fsync'd persistence comes back empty and could grant
     /// a lock still held. Must cover the longest TTL any client of these
-    /// servers uses; 0s turns it off (only for `appendfsync always`
-    /// servers). Default: the TTL plus its drift allowance.
+    /// servers uses; 0s turns it off (only for servers that keep their
+    /// data across restarts: `appendonly yes` and `appendfsync always`, on
+    /// a disk they restart from). Default: the TTL plus its drift allowance.
     #[arg(
         long,
         env = "REDLEASE_RESTART_QUARANTINE",

@@ -330,7 +330,13 @@ async fn acquire(
     match first {
         Ok(lease) => return Ok(lease),
         Err(e) if no_wait(args) || !worth_waiting(&e) => return Err(e),
-        Err(_) => {}
+        Err(e) => {
+            // Said once, before the wait: it can be as long as the TTL.
+            let quarantine = args.nodes.restart_quarantine(args.ttl);
+            if let Some(note) = quarantine_note(&e, quarantine).filter(|_| !args.quiet) {
+                eprintln!("redlease: {note}");
+            }
+        }
     }
     let request = locker.lock(args.key.as_str()).keep_alive();
     match deadline {
@@ -342,6 +348,75 @@ async fn acquire(
         // Like flock: without --wait, as long as it takes.
         None => request.retry(RetryPolicy::new().wait_forever()).await,
     }
+}
+
+/// What a wait for quarantined nodes (`e` is the first attempt's error)
+/// is about to cost, and why, if the quarantine is what keeps the lock:
+/// which servers (re)started or had their clock jump, and how to turn the
+/// restart quarantine off where it is not needed.
+fn quarantine_note(e: &Error, quarantine: Duration) -> Option<String> {
+    use redlease::{NodeErrorKind, Quarantine};
+    let wait = e.quarantine_wait()?;
+    let mut restarted = Vec::new();
+    let mut jumped = Vec::new();
+    for failure in e.node_errors() {
+        match failure.kind() {
+            NodeErrorKind::Quarantined {
+                cause: Quarantine::Restarted { up },
+                ..
+            } if *up < Duration::from_secs(1) => {
+                restarted.push(format!("{} just started", failure.node()))
+            }
+            NodeErrorKind::Quarantined {
+                cause: Quarantine::Restarted { up },
+                ..
+            } => restarted.push(format!(
+                "{} started {} ago",
+                failure.node(),
+                duration::show(*up)
+            )),
+            NodeErrorKind::Quarantined {
+                cause: Quarantine::ClockJumped { ahead },
+                ..
+            } => jumped.push(format!(
+                "{}'s clock jumped {} ahead",
+                failure.node(),
+                duration::show(*ahead)
+            )),
+            _ => {}
+        }
+    }
+    let mut why = Vec::new();
+    if !restarted.is_empty() {
+        why.push(format!(
+            "{}, and a server casts no vote for a lock until it has been up for {} (after \
+             a restart it may have lost locks it granted; a new one cannot show it granted \
+             none)",
+            restarted.join(", "),
+            duration::show(quarantine)
+        ));
+    }
+    if !jumped.is_empty() {
+        why.push(format!(
+            "{} (expiring its keys early), and casts no vote for a lock for a while",
+            jumped.join(", ")
+        ));
+    }
+    let mut note = format!(
+        "waiting {} for {}: {}",
+        duration::show(wait),
+        match restarted.is_empty() {
+            false => "the restart quarantine",
+            true => "a server whose clock jumped",
+        },
+        why.join("; ")
+    );
+    if !restarted.is_empty() {
+        note += ". If every server keeps its data across restarts (appendonly yes and \
+                 appendfsync always, on a disk it restarts from), --restart-quarantine 0s \
+                 turns the quarantine off";
+    }
+    Some(note)
 }
 
 /// `--wait 0` is `--no-wait`, as with flock.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use redlease::{Error, KeyState, Locker, Verdict};
+use redlease::{Error, KeyState, Locker, NodeQuarantine, Quarantine, Verdict};
 
 use crate::duration;
 use crate::errors::{self, chain};
@@ -17,7 +17,10 @@ use crate::table::Table;
 #[command(after_help = "\
 A lock is held when a quorum of nodes has its key. A key on fewer nodes is \
 the trace of an attempt that failed, or of a lease ending; it expires by \
-its TTL.
+its TTL. A node whose server (re)started less than the restart quarantine \
+ago (--restart-quarantine; default: that of run's default --ttl 10s) casts \
+no vote for a lock yet and shows as quarantined; while too few nodes may \
+vote, the lock is free but cannot be taken.
 
 Example:
   redlease status --nodes redis://a:6379,redis://b:6379,redis://c:6379 --key nightly-report
@@ -100,12 +103,15 @@ pub async fn status(args: StatusArgs) -> Exit {
             Ok(s) => table.row(
                 vec![
                     name,
-                    show_key(s.key),
+                    match s.quarantine {
+                        Some(_) => format!("{}, quarantined", show_key(s.key)),
+                        None => show_key(s.key),
+                    },
                     s.fencing_counter
                         .map_or_else(|| "-".to_string(), |n| n.to_string()),
                     s.waiting.to_string(),
                 ],
-                None,
+                s.quarantine.map(show_quarantine),
             ),
             Err(e) => table.row(
                 vec![name, "unreachable".into(), String::new(), String::new()],
@@ -157,6 +163,22 @@ fn show_key(key: KeyState) -> String {
     }
 }
 
+/// Why a node casts no vote for a lock yet, and for how long.
+fn show_quarantine(q: NodeQuarantine) -> String {
+    let why = match q.cause {
+        Quarantine::Restarted { up } if up < Duration::from_secs(1) => "just started".to_string(),
+        Quarantine::Restarted { up } => format!("started {} ago", duration::show(up)),
+        Quarantine::ClockJumped { ahead } => {
+            format!("its clock jumped {} ahead", duration::show(ahead))
+        }
+        _ => "quarantined".to_string(),
+    };
+    format!(
+        "quarantined: {why}, votes for a lock again in {}",
+        duration::show(q.left)
+    )
+}
+
 fn show_verdict(verdict: Verdict, nodes: usize) -> String {
     match verdict {
         Verdict::Held { on, for_at_most } => {
@@ -170,6 +192,21 @@ fn show_verdict(verdict: Verdict, nodes: usize) -> String {
         Verdict::Free { leftover_on } => format!(
             "FREE (a leftover key on {leftover_on} node{} expires by itself)",
             if leftover_on == 1 { "" } else { "s" }
+        ),
+        Verdict::Quarantined {
+            takeable_in,
+            quarantined,
+            leftover_on,
+        } => format!(
+            "FREE, but not takeable for {}: {quarantined} of {nodes} nodes quarantined{}",
+            duration::show(takeable_in),
+            match leftover_on {
+                0 => String::new(),
+                n => format!(
+                    " (a leftover key on {n} node{} expires by itself)",
+                    if n == 1 { "" } else { "s" }
+                ),
+            }
         ),
         Verdict::Unknown { answered, held_on } => format!(
             "UNKNOWN: {answered} of {nodes} nodes answered (held on {held_on}, free on {})",
@@ -204,6 +241,16 @@ mod tests {
         assert_eq!(
             show_verdict(unknown, 3),
             "UNKNOWN: 1 of 3 nodes answered (held on 1, free on 0)"
+        );
+        let quarantined = Verdict::Quarantined {
+            takeable_in: Duration::from_secs(28),
+            quarantined: 2,
+            leftover_on: 1,
+        };
+        assert_eq!(
+            show_verdict(quarantined, 3),
+            "FREE, but not takeable for 28.0s: 2 of 3 nodes quarantined (a leftover key on 1 \
+             node expires by itself)"
         );
         assert_eq!(
             show_key(KeyState::Held { expires_in: None }),

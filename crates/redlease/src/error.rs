@@ -658,6 +658,51 @@ impl Error {
         }
     }
 
+    /// For an acquire that failed because quarantined nodes' "yes" did not
+    /// count ([`NodeErrorKind::Quarantined`], see
+    /// [`LockerBuilder::restart_quarantine`](crate::LockerBuilder::restart_quarantine)):
+    /// how long until enough of them vote again to make a quorum with the
+    /// nodes that said yes, if the nodes answer as they did. `None` when no
+    /// node was quarantined, or when their votes would not make a quorum
+    /// even then (the lock is held elsewhere, or other nodes failed). For
+    /// [`Error::WaitTimeout`], that of the last attempt.
+    ///
+    /// ```
+    /// # async fn demo(locker: &redlease::Locker) -> Result<(), redlease::Error> {
+    /// match locker.try_lock("nightly-report").await {
+    ///     Ok(lease) => lease.release().await?,
+    ///     Err(e) => match e.quarantine_wait() {
+    ///         Some(wait) => eprintln!("the servers just restarted: takeable in {wait:?}"),
+    ///         None => return Err(e),
+    ///     },
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn quarantine_wait(&self) -> Option<Duration> {
+        let (succeeded, quorum, failed) = match self {
+            Error::NoQuorum {
+                op: Op::Acquire,
+                succeeded,
+                quorum,
+                failed,
+                ..
+            } => (*succeeded, *quorum, failed),
+            Error::WaitTimeout { last, .. } => return last.quarantine_wait(),
+            _ => return None,
+        };
+        let mut left: Vec<Duration> = failed
+            .iter()
+            .filter_map(|f| match f.kind() {
+                NodeErrorKind::Quarantined { left, .. } => Some(*left),
+                _ => None,
+            })
+            .collect();
+        left.sort();
+        // The shortest quarantines that make up the missing votes.
+        let missing = quorum.checked_sub(succeeded).filter(|&n| n > 0)?;
+        left.get(missing - 1).copied()
+    }
+
     /// For a failed acquire: the nodes where another owner held the lock,
     /// and the quorum. What a waiter reads of a busy lock comes from here.
     fn refusals(&self) -> Option<(&[Held], usize)> {
@@ -932,6 +977,65 @@ mod tests {
         assert!(!taken(&[0, 0, 0], 5).held_by_one_owner(), "unknown owners");
         let held = format!("{:?}", taken(&[7], 1));
         assert!(!held.contains("owner"), "{held}");
+    }
+
+    /// A failed acquire on 5 nodes: `yes` votes, and the node errors.
+    fn no_quorum(yes: usize, failed: &[NodeErrorKind]) -> Error {
+        Error::NoQuorum {
+            op: Op::Acquire,
+            resource: "job".into(),
+            succeeded: yes,
+            quorum: 3,
+            nodes: 5,
+            failed: failed
+                .iter()
+                .enumerate()
+                .map(|(i, kind)| NodeError::new(NodeId::new(i, "n"), kind.clone()))
+                .collect(),
+            refused_by: Vec::new(),
+        }
+    }
+
+    fn quarantined(secs: u64) -> NodeErrorKind {
+        NodeErrorKind::Quarantined {
+            cause: Quarantine::Restarted {
+                up: Duration::from_secs(1),
+            },
+            left: Duration::from_secs(secs),
+        }
+    }
+
+    #[test]
+    fn a_quarantine_wait_lasts_until_enough_quarantined_nodes_vote() {
+        let sec = Duration::from_secs;
+        let down = NodeErrorKind::Connection("refused".into());
+        let q = [quarantined(30), quarantined(10), quarantined(20)];
+        // Five quarantined: the third shortest quarantine.
+        let all = [
+            q[0].clone(),
+            q[1].clone(),
+            q[2].clone(),
+            quarantined(40),
+            quarantined(50),
+        ];
+        assert_eq!(no_quorum(0, &all).quarantine_wait(), Some(sec(30)));
+        // Two said yes: the first quarantined node to vote again suffices.
+        assert_eq!(no_quorum(2, &q).quarantine_wait(), Some(sec(10)));
+        // One said yes, one is down: two of the three quarantined.
+        let mixed = [down.clone(), q[0].clone(), q[1].clone(), q[2].clone()];
+        assert_eq!(no_quorum(1, &mixed).quarantine_wait(), Some(sec(20)));
+        // Too few quarantined to make the quorum, or none at all.
+        let short = [down.clone(), down.clone(), down.clone(), q[0].clone()];
+        assert_eq!(no_quorum(1, &short).quarantine_wait(), None);
+        assert_eq!(no_quorum(2, &[down]).quarantine_wait(), None);
+        let waited = Error::WaitTimeout {
+            resource: "job".into(),
+            waited: sec(1),
+            attempts: 2,
+            last: Box::new(no_quorum(2, &q)),
+        };
+        assert_eq!(waited.quarantine_wait(), Some(sec(10)));
+        assert_eq!(taken(&[7, 7, 7], 5).quarantine_wait(), None);
     }
 
     fn redis(code: &str, message: &str) -> NodeErrorKind {

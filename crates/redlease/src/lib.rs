@@ -305,7 +305,10 @@
 //!
 //! A refused vote is a [`NodeErrorKind::Quarantined`] node error that says
 //! why and for how long yet, so `Error::NoQuorum` tells which nodes are
-//! quarantined; waiting for a lock waits the quarantine out.
+//! quarantined; waiting for a lock waits the quarantine out
+//! ([`Error::quarantine_wait`] says for how long), and
+//! [`Locker::inspect`] shows each node's quarantine
+//! ([`NodeLockState::quarantine`], [`Verdict::Quarantined`]).
 //!
 //! Cost: one extra round trip (`INFO server` and `TIME`, pipelined) per new
 //! connection, and per lock one `PEXPIRETIME` pipelined with the acquire
@@ -324,6 +327,21 @@
 //!   ([`Duration::ZERO`](std::time::Duration::ZERO)) only for servers that
 //!   cannot lose an acknowledged write (`appendfsync always`) or that are
 //!   kept down for longer than the largest TTL after a crash.
+//! - The quarantine is **not skipped for servers that say they fsync every
+//!   write**. A server's settings (`appendonly yes` and `appendfsync
+//!   always` from `CONFIG GET`, or `aof_enabled:1` in `INFO persistence`)
+//!   tell how the running process writes, not whether it started from its
+//!   predecessor's data: an append-only file deleted or kept in a
+//!   container's discarded filesystem, another machine or a fresh replica
+//!   at the same address, `appendfsync` raised to `always` only now, all
+//!   come back empty with those very settings. Nothing else the server
+//!   reports tells them from a restart that reloaded every lock: a new
+//!   `run_id` and a short uptime in both cases, and the keys it loaded say
+//!   nothing either (a server that restarted empty, and one whose
+//!   predecessor held no lock, load none). So every restart seen is
+//!   quarantined, and turning that off is left to the operator, who knows
+//!   the storage outlives the process. (Reading the settings would also
+//!   need `+config`, which a least-privilege user lacks.)
 //! - A clock jump is seen by a Locker that talked to the server before and
 //!   after it; a Locker that first meets the server after the jump cannot
 //!   tell (a restart in between resets the comparison too, but then the
@@ -588,7 +606,7 @@ pub use durability::Durability;
 pub use error::{Error, Held, NodeError, NodeErrorKind, NodeId, Op, Quarantine};
 pub use lease::{Lease, LeaseHandle};
 pub use lease_state::LostReason;
-pub use lock_status::{KeyState, LockStatus, NodeLockState, Verdict};
+pub use lock_status::{KeyState, LockStatus, NodeLockState, NodeQuarantine, Verdict};
 pub use locker::{Locker, LockerBuilder};
 pub use node_url::{redact_url, NodeUrl, SentinelUrl};
 pub use renew::RenewalStats;

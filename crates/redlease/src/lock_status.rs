@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::error::{NodeError, NodeId};
+use crate::error::{NodeError, NodeId, Quarantine};
 use crate::quorum::quorum;
 
 /// A lock key's state on one node. Never the key's value: that is the
@@ -46,6 +46,52 @@ pub struct NodeLockState {
     /// Clients subscribed to the lock's release channel: one per process
     /// (Locker) waiting for it, however many of its tasks wait.
     pub waiting: u64,
+    /// Whether the node's server casts no "yes" on an acquire now, and for
+    /// how long yet: it (re)started less than the
+    /// [restart quarantine](crate::LockerBuilder::restart_quarantine) ago,
+    /// or its clock jumped. Judged by the inspecting Locker's settings
+    /// from what its connection learned when it reached the server (no
+    /// extra request); `None` on a cluster, whose shards are not judged.
+    ///
+    /// ```
+    /// # fn f(state: &redlease::NodeLockState) {
+    /// use redlease::Quarantine;
+    /// match state.quarantine {
+    ///     Some(q) => match q.cause {
+    ///         Quarantine::Restarted { up } => {
+    ///             println!("restarted {up:?} ago, votes again in {:?}", q.left)
+    ///         }
+    ///         _ => println!("quarantined for {:?} more", q.left),
+    ///     },
+    ///     None => println!("votes"),
+    /// }
+    /// # }
+    /// ```
+    pub quarantine: Option<NodeQuarantine>,
+}
+
+/// A node whose "yes" to an acquire does not count yet
+/// ([`NodeLockState::quarantine`]); an acquire meets it as
+/// [`NodeErrorKind::Quarantined`](crate::NodeErrorKind::Quarantined).
+///
+/// ```
+/// fn votes_again_in(q: &redlease::NodeQuarantine) -> std::time::Duration {
+///     q.left
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeQuarantine {
+    /// Why.
+    pub cause: Quarantine,
+    /// How long it is quarantined for yet.
+    pub left: Duration,
+}
+
+impl NodeQuarantine {
+    pub(crate) fn new(cause: Quarantine, left: Duration) -> Self {
+        NodeQuarantine { cause, left }
+    }
 }
 
 /// What the nodes say about one lock, from [`Locker::inspect`].
@@ -81,6 +127,19 @@ pub enum Verdict {
         /// Nodes with a leftover key.
         leftover_on: usize,
     },
+    /// A quorum of nodes has no key, but too few of them may vote "yes"
+    /// yet: the others are quarantined (see
+    /// [`NodeLockState::quarantine`]). An acquire fails until enough of
+    /// them vote again.
+    Quarantined {
+        /// How long until enough free nodes vote for a quorum, if the
+        /// nodes stay as they are.
+        takeable_in: Duration,
+        /// How many free nodes are quarantined.
+        quarantined: usize,
+        /// Nodes with a leftover key.
+        leftover_on: usize,
+    },
     /// Too few nodes answered to tell.
     Unknown {
         /// How many answered.
@@ -91,8 +150,10 @@ pub enum Verdict {
 }
 
 impl LockStatus {
-    /// Held when a quorum has the key, free when a quorum has not: exactly
-    /// the test an acquire would meet.
+    /// Held when a quorum has the key, free when a quorum has not and may
+    /// vote for a new holder: exactly the test an acquire would meet.
+    /// Free but with too few nodes out of their restart quarantine is
+    /// [`Verdict::Quarantined`].
     ///
     /// ```
     /// # fn f(status: &redlease::LockStatus) {
@@ -100,6 +161,9 @@ impl LockStatus {
     /// match status.verdict() {
     ///     Verdict::Held { on, .. } => println!("held on {on} nodes"),
     ///     Verdict::Free { .. } => println!("free"),
+    ///     Verdict::Quarantined { takeable_in, .. } => {
+    ///         println!("free, but not takeable for {takeable_in:?}")
+    ///     }
     ///     _ => println!("cannot tell: too few nodes answered"),
     /// }
     /// # }
@@ -123,13 +187,27 @@ impl LockStatus {
         left.sort_by_key(|d| std::cmp::Reverse(d.unwrap_or(Duration::MAX)));
         let held = left.len();
         let free = answered.len() - held;
+        // What is left of the quarantines of the free nodes, shortest first.
+        let mut quarantined: Vec<Duration> = answered
+            .iter()
+            .filter(|s| s.key == KeyState::Free)
+            .filter_map(|s| s.quarantine.map(|q| q.left))
+            .collect();
+        quarantined.sort();
+        let voting = free - quarantined.len();
         if held >= quorum {
             Verdict::Held {
                 on: held,
                 for_at_most: left[quorum - 1],
             }
-        } else if free >= quorum {
+        } else if voting >= quorum {
             Verdict::Free { leftover_on: held }
+        } else if free >= quorum {
+            Verdict::Quarantined {
+                takeable_in: quarantined[quorum - voting - 1],
+                quarantined: quarantined.len(),
+                leftover_on: held,
+            }
         } else {
             Verdict::Unknown {
                 answered: answered.len(),
@@ -190,6 +268,7 @@ mod tests {
                             key: *key,
                             fencing_counter: Some(i as u64),
                             waiting: i as u64,
+                            quarantine: None,
                         }),
                         None => Err(NodeError::new(
                             id.clone(),
@@ -248,6 +327,73 @@ mod tests {
             Verdict::Unknown {
                 answered: 1,
                 held_on: 1
+            }
+        );
+    }
+
+    /// Node `i` quarantined for `secs` more.
+    fn quarantine(mut s: LockStatus, i: usize, secs: u64) -> LockStatus {
+        if let Ok(state) = &mut s.nodes[i].1 {
+            state.quarantine = Some(NodeQuarantine::new(
+                Quarantine::Restarted {
+                    up: Duration::from_secs(1),
+                },
+                Duration::from_secs(secs),
+            ));
+        }
+        s
+    }
+
+    #[test]
+    fn free_but_too_few_voters_is_quarantined_until_enough_vote() {
+        let free = Some(KeyState::Free);
+        // One quarantined node of three leaves a quorum of voters.
+        let s = quarantine(status(&[free, free, free]), 0, 20);
+        assert_eq!(s.verdict(), Verdict::Free { leftover_on: 0 });
+        // Two of three: takeable when the first of them votes again...
+        let s = quarantine(quarantine(status(&[free, free, free]), 0, 20), 1, 8);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(8),
+                quarantined: 2,
+                leftover_on: 0
+            }
+        );
+        // ...or both, when the third has a leftover key.
+        let s = quarantine(quarantine(status(&[free, free, held(5)]), 0, 20), 1, 8);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(20),
+                quarantined: 2,
+                leftover_on: 1
+            }
+        );
+        // All three: a quorum needs the two shortest quarantines over.
+        let mut s = status(&[free, free, free]);
+        for (i, secs) in [(0, 30), (1, 10), (2, 20)] {
+            s = quarantine(s, i, secs);
+        }
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(20),
+                quarantined: 3,
+                leftover_on: 0
+            }
+        );
+        // A quarantined node's key still holds the lock there.
+        let s = quarantine(quarantine(status(&[held(9), held(9), free]), 0, 5), 1, 5);
+        assert!(matches!(s.verdict(), Verdict::Held { on: 2, .. }));
+        // One node: its own quarantine.
+        let s = quarantine(status(&[free]), 0, 3);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(3),
+                quarantined: 1,
+                leftover_on: 0
             }
         );
     }

@@ -870,8 +870,14 @@ impl LockerBuilder {
     /// longer TTL is refused. When every server restarted at once (nothing
     /// can be held then), no lock can be taken until the quarantine is
     /// over. Turn it off only for servers that cannot lose a write they
-    /// acknowledged (`appendfsync always`), or that stay down for longer
-    /// than the largest TTL after a crash. Cluster nodes are not covered:
+    /// acknowledged (`appendonly yes` with `appendfsync always`, on storage
+    /// every restart reloads), or that stay down for longer than the
+    /// largest TTL after a crash. redlease does not skip it for a server
+    /// whose settings say `appendfsync always`: they do not show that the
+    /// process started from its predecessor's data (its append-only file
+    /// may have been lost with a container or a disk), so only the
+    /// operator can tell (see the crate docs, "Restarts, duplicated servers
+    /// and clock jumps"). Cluster nodes are not covered:
     /// redis-rs reconnects each shard out of our sight (use durability and
     /// replicas there).
     ///

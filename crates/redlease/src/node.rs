@@ -12,7 +12,7 @@ use crate::deadline::Deadlines;
 use crate::deployment::{Conn, Deployment, Lua};
 use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{hash_slot, release_channel, LockKeys};
-use crate::lock_status::{KeyState, NodeLockState};
+use crate::lock_status::{KeyState, NodeLockState, NodeQuarantine};
 use crate::node_url::{redact_url, NodeUrl};
 use crate::telemetry;
 use crate::tls::TlsConfig;
@@ -726,7 +726,16 @@ impl Node {
             key,
             fencing_counter,
             waiting: subscribers.iter().map(|(_, n)| n).sum(),
+            quarantine: self.quarantine(),
         })
+    }
+
+    /// Whether the server behind the main connection is quarantined now,
+    /// as its latest connection's facts and the guard tell (no I/O).
+    fn quarantine(&self) -> Option<NodeQuarantine> {
+        let facts = self.conn.server_facts()?;
+        let (cause, left) = self.guard.quarantine(&facts, std::time::Instant::now())?;
+        Some(NodeQuarantine::new(cause, left))
     }
 
     /// Sets a new TTL if the key holds `token`; `Ok(false)` if it does not.

@@ -249,18 +249,41 @@ impl VoteGuard {
                 state.last = Some(sample);
             }
         }
+        self.judge(&state, facts, now)
+            .map(|(cause, left)| NodeErrorKind::Quarantined { cause, left })
+    }
+
+    /// Why, and for how long yet, the server `facts` describes casts no
+    /// "yes" at `now`, as far as this guard knows: its restart quarantine,
+    /// or a clock jump an earlier [`objection`](Self::objection) saw.
+    /// Read-only: takes in no clock reading (see `Node::inspect`).
+    pub(crate) fn quarantine(
+        &self,
+        facts: &ServerFacts,
+        now: Instant,
+    ) -> Option<(Quarantine, Duration)> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.judge(&state, facts, now)
+    }
+
+    fn judge(
+        &self,
+        state: &GuardState,
+        facts: &ServerFacts,
+        now: Instant,
+    ) -> Option<(Quarantine, Duration)> {
         let up = now.saturating_duration_since(facts.started);
         if let Some(left) = self.quarantine.checked_sub(up).filter(|d| !d.is_zero()) {
-            return Some(NodeErrorKind::Quarantined {
-                cause: Quarantine::Restarted { up },
-                left,
-            });
+            return Some((Quarantine::Restarted { up }, left));
+        }
+        // A jump is of the server the samples came from.
+        if state.run_id.as_deref() != Some(facts.run_id.as_str()) {
+            return None;
         }
         match state.jumped {
-            Some((until, ahead)) if until > now => Some(NodeErrorKind::Quarantined {
-                cause: Quarantine::ClockJumped { ahead },
-                left: until - now,
-            }),
+            Some((until, ahead)) if until > now => {
+                Some((Quarantine::ClockJumped { ahead }, until - now))
+            }
             _ => None,
         }
     }
@@ -376,6 +399,35 @@ mod tests {
         // ...until the suspension is over.
         let much_later = sample(t0, 13 * SEC, MS, base + 42_000_000);
         assert_eq!(g.objection(&f, Some(much_later), t0 + 13 * SEC), None);
+    }
+
+    #[test]
+    fn the_quarantine_is_read_without_changing_anything() {
+        let t0 = Instant::now();
+        let g = guard(10 * SEC);
+        let a = facts("a", t0);
+        assert_eq!(
+            g.quarantine(&a, t0 + 4 * SEC),
+            Some((Quarantine::Restarted { up: 4 * SEC }, 6 * SEC))
+        );
+        assert_eq!(g.quarantine(&a, t0 + 10 * SEC), None);
+        // A jump an objection saw is read back, for that server only.
+        let base = 1_000_000_000_000u64;
+        let later = t0 + 20 * SEC;
+        g.objection(&a, Some(sample(later, SEC, MS, base)), later + SEC);
+        let jumped = sample(later, 2 * SEC, MS, base + 31_000_000);
+        assert!(g.objection(&a, Some(jumped), later + 2 * SEC).is_some());
+        match g.quarantine(&a, later + 3 * SEC) {
+            Some((Quarantine::ClockJumped { ahead }, left)) => {
+                assert!(ahead > 29 * SEC, "{ahead:?}");
+                assert!(left > 8 * SEC && left <= 9 * SEC + MS, "{left:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let b = facts("b", t0);
+        assert_eq!(g.quarantine(&b, later + 3 * SEC), None);
+        // Reading it did not reset the guard's record of server "a".
+        assert!(g.quarantine(&a, later + 3 * SEC).is_some());
     }
 
     #[test]

@@ -427,3 +427,86 @@ async fn a_slow_second_name_of_one_server_is_heard_before_a_grant() {
         }
     }
 }
+
+/// What `inspect` says of quarantined nodes: each node's quarantine, as
+/// an acquire would meet it, and no "free" verdict while the quarantined
+/// nodes leave no quorum of voters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_quarantined_nodes_and_no_takeable_lock() {
+    use redlease::{NodeQuarantine, Verdict};
+    let mut nodes = RedisNodes::start(3);
+    let started = Instant::now();
+    let ttl = Duration::from_secs(4);
+    let quarantine = ttl + ttl / 100 + 2 * MS; // the default: TTL plus drift
+    let locker = build_locker(nodes.urls(), ttl, None);
+
+    // Brand-new servers: every node quarantined, so no lock can be taken.
+    let status = locker.inspect("job").await.unwrap();
+    let mut lefts = Vec::new();
+    for (node, answer) in &status.nodes {
+        let state = answer.as_ref().unwrap();
+        match state.quarantine {
+            Some(NodeQuarantine {
+                cause: Quarantine::Restarted { up },
+                left,
+                ..
+            }) => {
+                assert_eq!(up + left, quarantine, "{node}");
+                lefts.push(left);
+            }
+            other => panic!("{node}: expected its restart quarantine, got {other:?}"),
+        }
+    }
+    lefts.sort();
+    match status.verdict() {
+        Verdict::Quarantined {
+            takeable_in,
+            quarantined: 3,
+            leftover_on: 0,
+        } => assert_eq!(takeable_in, lefts[1], "two of three must vote"),
+        other => panic!("expected a quarantined verdict, got {other:?}"),
+    }
+    // An acquire meets the same: the wait it is told of is the inspected
+    // one, less the time since.
+    let e = locker.try_lock("job").await.unwrap_err();
+    let wait = e.quarantine_wait().expect("refused for the quarantine");
+    assert!(
+        wait <= lefts[1] && wait + Duration::from_secs(1) > lefts[1],
+        "{wait:?} {e}"
+    );
+
+    until_it_votes(&locker, started, 3 * quarantine).await;
+    let status = locker.inspect("job").await.unwrap();
+    for (node, answer) in &status.nodes {
+        assert_eq!(answer.as_ref().unwrap().quarantine, None, "{node}");
+    }
+    assert_eq!(status.verdict(), Verdict::Free { leftover_on: 0 });
+
+    // One node restarted: shown quarantined, but two voters are a quorum.
+    let restarted = Instant::now();
+    restart_empty(&mut nodes, 1);
+    let status = loop {
+        let status = locker.inspect("job").await.unwrap();
+        // The first request may meet the old, broken connection.
+        if status.nodes[1].1.is_ok() || restarted.elapsed() > 2 * ttl {
+            break status;
+        }
+        tokio::time::sleep(20 * MS).await;
+    };
+    let one = status.nodes[1].1.as_ref().expect("node 1 answers again");
+    match one.quarantine {
+        Some(NodeQuarantine {
+            cause: Quarantine::Restarted { up },
+            left,
+            ..
+        }) => {
+            assert!(up <= restarted.elapsed(), "up {up:?}");
+            assert_eq!(up + left, quarantine);
+        }
+        other => panic!("expected node 1 in its restart quarantine, got {other:?}"),
+    }
+    for i in [0, 2] {
+        assert_eq!(status.nodes[i].1.as_ref().unwrap().quarantine, None);
+    }
+    assert_eq!(status.verdict(), Verdict::Free { leftover_on: 0 });
+}
