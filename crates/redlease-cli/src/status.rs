@@ -198,8 +198,13 @@ fn show_verdict(verdict: Verdict, nodes: usize) -> String {
             quarantined,
             leftover_on,
         } => format!(
-            "FREE, but not takeable for {}: {quarantined} of {nodes} nodes quarantined{}",
+            "FREE, but not takeable for {}: {}{}",
             duration::show(takeable_in),
+            match (quarantined, nodes) {
+                (1, 1) => "the node is quarantined".to_string(),
+                (q, n) if q == n => format!("all {n} nodes are quarantined"),
+                (q, n) => format!("{q} of {n} nodes are quarantined"),
+            },
             match leftover_on {
                 0 => String::new(),
                 n => format!(
@@ -249,8 +254,17 @@ mod tests {
         };
         assert_eq!(
             show_verdict(quarantined, 3),
-            "FREE, but not takeable for 28.0s: 2 of 3 nodes quarantined (a leftover key on 1 \
-             node expires by itself)"
+            "FREE, but not takeable for 28.0s: 2 of 3 nodes are quarantined (a leftover key \
+             on 1 node expires by itself)"
+        );
+        let alone = Verdict::Quarantined {
+            takeable_in: Duration::from_secs(9),
+            quarantined: 1,
+            leftover_on: 0,
+        };
+        assert_eq!(
+            show_verdict(alone, 1),
+            "FREE, but not takeable for 9.0s: the node is quarantined"
         );
         assert_eq!(
             show_key(KeyState::Held { expires_in: None }),

@@ -150,7 +150,7 @@ fn status_shows_a_quarantined_node_and_a_lock_not_yet_takeable() {
     }
     assert!(
         out.stdout.contains("FREE, but not takeable for ")
-            && out.stdout.contains(": 3 of 3 nodes quarantined"),
+            && out.stdout.contains(": all 3 nodes are quarantined"),
         "{out:#?}"
     );
     // Without the quarantine they vote: free, and nothing quarantined.
