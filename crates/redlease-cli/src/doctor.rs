@@ -467,6 +467,13 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
         Failure::Diagnosed(Diagnosis::NotRedis) => "check the port in the URL: another \
              program listens there (for a TLS port, the URL starts with rediss://)"
             .to_string(),
+        // The same advice as `run` and `status` give (the library's
+        // NodeErrorKind::Tls).
+        Failure::Failed(why) if is_tls_failure(why) => "check the CA the client trusts \
+             (--tls-ca, else the system's trust store), the name in the server's certificate \
+             (it must name the host in the URL), and the client certificate (--tls-cert, \
+             --tls-key)"
+            .to_string(),
         _ => format!(
             "start {what}, or check the URL, port, firewall and password ({password}); \
              doctor waits {} per request (--timeout)",
@@ -474,6 +481,13 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
         ),
     };
     fail("reachable", format!("no: {why}"), fix)
+}
+
+/// Whether a connection failed in its TLS handshake, by the words of the
+/// TLS library's error (as the library tells `NodeErrorKind::Tls`).
+fn is_tls_failure(why: &str) -> bool {
+    let lower = why.to_lowercase();
+    lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls")
 }
 
 /// The checks of one server. `replicas`: how many replicas it has as the
