@@ -197,11 +197,11 @@ impl NodeErrorKind {
     }
 
     /// For a permission refusal ([`is_permission_refused`](Self::is_permission_refused)),
-    /// the right the ACL rule needs, as `ACL SETUSER` spells it: `+pttl`,
-    /// `+pubsub|numsub` for a command, `~<pattern>` (the lock's keys) or
-    /// `&<pattern>` (its channels) in the words of the rule when the
-    /// reply is about a key or a channel. `None` otherwise, or when the
-    /// reply does not say.
+    /// the right the ACL rule needs: for a command as `ACL SETUSER` spells
+    /// it (`+pttl`, `+pubsub|numsub`); for a key or a channel, whose name
+    /// the reply does not give, `~<prefix>* (...)` or `&<prefix>* (...)`
+    /// with a word on what the pattern must cover. `None` otherwise, or
+    /// when the reply does not say.
     ///
     /// ```
     /// use redlease::NodeErrorKind;
