@@ -19,6 +19,7 @@ use crate::exit::{self, Exit};
 use crate::facts::{self, Facts};
 use crate::nodes::NodesArg;
 use crate::probe::Failure;
+use crate::rights;
 use crate::sentinel;
 use crate::table::Table;
 use redlease::NodeUrl;
@@ -51,9 +52,18 @@ Redis 7), then every primary as a server above. A Sentinel-managed primary \
 ROLE (FAIL unless master) and its replicas, then the primary as a server \
 above. Any primary with replicas WARNs: a failover can lose a held lock.
 
-A least-privilege user (README: ACL) may not run PING, INFO, CONFIG GET, \
-CLUSTER INFO or ROLE: the checks that need them WARN (not checked) and name \
-the command; the others run. For every check, run doctor as an admin user.
+Permissions: as the user of the URL, doctor tries each command redlease \
+will send to that server (on a cluster's primaries and the sentinels' primary \
+too; WAIT with --durable), on a key and a channel under --key-prefix that no \
+lock uses (nothing is left behind), and FAILs naming each +command the user \
+lacks and what breaks without it (WARN for PUBLISH and SUBSCRIBE, without \
+which waiters poll), or the key pattern (~PREFIX*).
+
+README's least-privilege user (README: ACL) may run INFO and TIME, but not \
+CONFIG GET (nor PING outside a cluster, nor CLUSTER INFO): maxmemory-policy \
+WARNs (not checked) and names the command, persistence is read from INFO \
+(without appendfsync), and the other checks run. For maxmemory-policy, run \
+doctor as an admin user.
 
 Examples:
   redlease doctor --nodes redis://a:6379,redis://b:6379,redis://c:6379 --ttl 30s
@@ -72,6 +82,15 @@ pub struct DoctorArgs {
     /// How long each node may take to connect and answer one request.
     #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse_positive)]
     timeout: Duration,
+
+    /// Check the rights `run --durable N` needs too (WAIT).
+    #[arg(long)]
+    durable: bool,
+
+    /// The key prefix the locks use (`run --key-prefix`): the user's rights
+    /// are tried on a key and a channel under it that no lock uses.
+    #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
+    key_prefix: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -140,7 +159,11 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         .iter()
         .map(|url| {
             let (url, tls) = (url.clone(), tls.clone());
-            tokio::spawn(async move { probe_node(&url, args.timeout, tls.as_ref()).await })
+            let plans = Plans {
+                prefix: args.key_prefix.clone(),
+                durable: args.durable,
+            };
+            tokio::spawn(async move { probe_node(&url, args.timeout, tls.as_ref(), &plans).await })
         })
         .collect();
     let mut found = Vec::new();
@@ -257,13 +280,38 @@ impl Probed {
     }
 }
 
+/// What doctor tries a user's rights with, whatever the node's form.
+struct Plans {
+    prefix: String,
+    durable: bool,
+}
+
+impl Plans {
+    fn server(&self) -> rights::Plan {
+        rights::Plan::new(&self.prefix, false, false, self.durable)
+    }
+
+    fn cluster(&self) -> rights::Plan {
+        rights::Plan::new(&self.prefix, true, false, self.durable)
+    }
+
+    fn sentinel(&self) -> rights::Plan {
+        rights::Plan::new(&self.prefix, false, true, self.durable)
+    }
+}
+
 /// Reads everything about the node at `url`, every step bounded by
 /// `timeout`.
-async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertificates>) -> Probed {
+async fn probe_node(
+    url: &str,
+    timeout: Duration,
+    tls: Option<&redis::TlsCertificates>,
+    plans: &Plans,
+) -> Probed {
     match NodeUrl::parse(url) {
         Err(why) => Probed::Server(Err(Failure::Failed(why.to_string()))),
         Ok(NodeUrl::Server(url)) => Probed::Server(match url.as_str().into_connection_info() {
-            Ok(info) => facts::gather(info, timeout, tls).await,
+            Ok(info) => facts::gather(info, timeout, tls, &plans.server()).await,
             Err(e) => Err(Failure::Failed(chain(&e))),
         }),
         Ok(NodeUrl::Cluster { seeds }) => {
@@ -288,6 +336,7 @@ async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertifi
                 .map(|(host, port)| {
                     let info = cluster::member_info(&seeds[0], &host, port);
                     let tls = tls.cloned();
+                    let plan = plans.cluster();
                     let addr = cluster::Member {
                         host,
                         port,
@@ -296,7 +345,7 @@ async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertifi
                     .addr();
                     let gather = tokio::spawn(async move {
                         match info {
-                            Some(info) => facts::gather(info, timeout, tls.as_ref()).await,
+                            Some(info) => facts::gather(info, timeout, tls.as_ref(), &plan).await,
                             None => Err(Failure::Failed("not an address".to_string())),
                         }
                     });
@@ -321,9 +370,10 @@ async fn probe_node(url: &str, timeout: Duration, tls: Option<&redis::TlsCertifi
                         facts: Err(e),
                     },
                     Ok(info) => {
+                        let plan = plans.sentinel();
                         let (role, facts) = tokio::join!(
                             sentinel::role(info.clone(), timeout, tls),
-                            facts::gather(info, timeout, tls)
+                            facts::gather(info, timeout, tls, &plan)
                         );
                         SentinelPrimary {
                             addr: addr.clone(),
@@ -467,6 +517,13 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
         Failure::Diagnosed(Diagnosis::NotRedis) => "check the port in the URL: another \
              program listens there (for a TLS port, the URL starts with rediss://)"
             .to_string(),
+        // The same advice as `run` and `status` give (the library's
+        // NodeErrorKind::Tls).
+        Failure::Failed(why) if is_tls_failure(why) => "check the CA the client trusts \
+             (--tls-ca, else the system's trust store), the name in the server's certificate \
+             (it must name the host in the URL), and the client certificate (--tls-cert, \
+             --tls-key)"
+            .to_string(),
         _ => format!(
             "start {what}, or check the URL, port, firewall and password ({password}); \
              doctor waits {} per request (--timeout)",
@@ -474,6 +531,13 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
         ),
     };
     fail("reachable", format!("no: {why}"), fix)
+}
+
+/// Whether a connection failed in its TLS handshake, by the words of the
+/// TLS library's error (as the library tells `NodeErrorKind::Tls`).
+fn is_tls_failure(why: &str) -> bool {
+    let lower = why.to_lowercase();
+    lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls")
 }
 
 /// The checks of one server. `replicas`: how many replicas it has as the
@@ -500,6 +564,7 @@ fn node_checks(
         latency(facts.latency, facts.ping_denied, ttl),
         server(facts, deploy),
         scripting(facts),
+        permissions(facts),
     ];
     // A cluster's releases always use the script (the library does not
     // ask its shards which commands they have).
@@ -943,12 +1008,18 @@ fn version_triple(version: &str) -> Option<(u32, u32, u32)> {
 }
 
 /// A check that needs a command this user may not run: doctor says so and
-/// goes on with the others.
+/// goes on with the others. INFO is one redlease needs as well (the
+/// permissions row FAILs for it): the fix says to grant it.
 fn not_checked(check: &'static str, command: &str, what: &str) -> Row {
+    let fix = if command == "INFO" {
+        "add +info to the user: redlease needs it too (see the permissions row)".to_string()
+    } else {
+        format!("run doctor as a user allowed {command} (an admin user), or check {what} yourself")
+    };
     warn(
         check,
         format!("not checked: this user may not run {command} (ACL: NOPERM)"),
-        format!("run doctor as a user allowed {command} (an admin user), or check {what} yourself"),
+        fix,
     )
 }
 
@@ -1043,6 +1114,96 @@ fn scripting(facts: &Facts) -> Row {
     }
 }
 
+/// Whether this user may run every command redlease sends to this server
+/// (the list is [`rights::NEEDS`]), tried one by one as the user: FAIL
+/// naming each `+command` without which locks fail, WARN for those
+/// without which waiters only poll.
+fn permissions(facts: &Facts) -> Row {
+    const CHECK: &str = "permissions";
+    const RULE: &str = "README: \"ACL: the least privilege\"";
+    let tried = &facts.rights;
+    let refused: Vec<&rights::Need> = tried.refused().collect();
+    let (needed, optional): (Vec<&rights::Need>, Vec<&rights::Need>) =
+        refused.iter().partition(|n| !n.optional);
+    let grants = |needs: &[&rights::Need]| -> String {
+        needs
+            .iter()
+            .map(|n| format!("+{}", n.command))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let reasons = |needs: &[&rights::Need]| -> String {
+        needs
+            .iter()
+            .map(|n| format!("+{} ({})", n.command, n.without))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let prefix = facts
+        .probe_key
+        .strip_suffix("doctor-probe")
+        .unwrap_or(&facts.probe_key);
+    let mut fails = Vec::new();
+    let mut fixes = Vec::new();
+    if !needed.is_empty() {
+        fails.push(format!(
+            "this user may not run commands redlease sends here (ACL: NOPERM): {}",
+            reasons(&needed)
+        ));
+        fixes.push(format!("add {} to the user", grants(&needed)));
+    }
+    if let Some(why) = &tried.key {
+        fails.push(format!(
+            "this user may not use the key {} ({why}): its key pattern does not \
+             cover the lock keys, so no lock can be taken",
+            facts.probe_key
+        ));
+        fixes.push(format!("add ~{prefix}* to the user"));
+    }
+    let mut warns = Vec::new();
+    if !optional.is_empty() {
+        warns.push(format!(
+            "this user may not run (ACL: NOPERM): {}",
+            reasons(&optional)
+        ));
+        fixes.push(format!("add {} to the user", grants(&optional)));
+    }
+    if let Some(why) = &tried.channel {
+        warns.push(format!(
+            "this user may not use the channel {prefix}doctor-probe:released ({why}): \
+             waiters cannot hear releases, they poll"
+        ));
+        fixes.push(format!("add &{prefix}* to the user"));
+    }
+    if !tried.unknown.is_empty() {
+        let unknown: Vec<String> = tried
+            .unknown
+            .iter()
+            .map(|(command, why)| format!("{command}: {why}"))
+            .collect();
+        warns.push(format!("not checked: {}", unknown.join("; ")));
+        if fixes.is_empty() {
+            fixes.push("run doctor again".to_string());
+        }
+    }
+    let fix = format!("{} ({RULE})", fixes.join("; "));
+    if !fails.is_empty() {
+        fails.extend(warns);
+        fail(CHECK, fails.join("; "), fix)
+    } else if !warns.is_empty() {
+        warn(CHECK, warns.join("; "), fix)
+    } else {
+        ok(
+            CHECK,
+            format!(
+                "this user may run all {} commands redlease sends here (tried on the key {})",
+                tried.commands.len(),
+                facts.probe_key
+            ),
+        )
+    }
+}
+
 /// On a server with `DELIFEQ` (Valkey 9.0 and later), whether this user
 /// may run it: the library releases with it, and without the right each
 /// connection's first release is refused and the rest use the script.
@@ -1066,7 +1227,7 @@ fn native_release(facts: &Facts) -> Option<Row> {
             format!(
                 "not checked: this user may not use the key {} (ACL: NOPERM; another key \
                  prefix?)",
-                crate::facts::DELIFEQ_PROBE_KEY
+                facts.probe_key
             ),
             "make sure the user has +delifeq (README: \"ACL: the least privilege\")",
         ),
@@ -1371,22 +1532,26 @@ fn same_server(servers: &[(usize, &Facts)]) -> Row {
         .collect();
     if twice.is_empty() && !unknown.is_empty() {
         let names: Vec<String> = unknown.iter().map(|i| format!("node {i}")).collect();
+        let refused = servers
+            .iter()
+            .any(|(_, f)| matches!(f.info, Err(Failure::Denied(_))));
         warn(
             CHECK,
             format!(
                 "not checked for {}: INFO (run_id) {}",
                 names.join(", "),
-                if servers
-                    .iter()
-                    .any(|(_, f)| matches!(f.info, Err(Failure::Denied(_))))
-                {
+                if refused {
                     "refused for this user (ACL: NOPERM)"
                 } else {
                     "not answered"
                 }
             ),
-            "run doctor as a user allowed INFO (an admin user), or make sure no server is \
-             listed twice under two names",
+            if refused {
+                "add +info to the user (redlease needs it too, and refuses a server listed \
+                 twice once it can read run_id)"
+            } else {
+                "run doctor again, and make sure no server is listed twice under two names"
+            },
         )
     } else if twice.is_empty() {
         ok(
@@ -1521,6 +1686,8 @@ mod tests {
             clock: Err(not_asked()),
             scripting: Ok(()),
             delifeq,
+            rights: rights::Tried::default(),
+            probe_key: "redlease:doctor-probe".into(),
         }
     }
 

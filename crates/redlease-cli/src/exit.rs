@@ -23,6 +23,10 @@ pub const INTERNAL: u8 = 70;
 /// `run`: the lease was lost while the command ran; the command was
 /// stopped (EX_TEMPFAIL: trying again later may well work).
 pub const LOST: u8 = 75;
+/// `run`: the command exited 0, but the lock's release was refused for a
+/// missing ACL permission (EX_NOPERM): the lock stays until its TTL runs
+/// out, and every later release would be refused the same way.
+pub const NO_PERMISSION: u8 = 77;
 /// `run`: the command was found but could not be executed.
 pub const CANNOT_EXECUTE: u8 = 126;
 /// `run`: the command was not found.
@@ -42,6 +46,8 @@ Exit codes:
          redis-server not installed (demo)
   70     internal error in redlease
   75     run: the lease was lost while the command ran; the command was stopped
+  77     run: the command exited 0, but the user may not release the lock
+         (ACL: NOPERM); it stays held until its TTL runs out
   126    run: the command could not be executed
   127    run: the command was not found
   128+N  run: the command died of signal N, or redlease got signal N before
@@ -128,6 +134,7 @@ mod tests {
             UNAVAILABLE,
             INTERNAL,
             LOST,
+            NO_PERMISSION,
             CANNOT_EXECUTE,
             NOT_FOUND,
         ];

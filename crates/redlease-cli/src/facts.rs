@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::{ConnectionInfo, InfoDict, Value};
 
 use crate::probe::{Failure, Probe};
+use crate::rights;
 
 /// PINGs per node; the median is reported, so one hiccup does not count.
 const PINGS: usize = 5;
@@ -38,12 +39,14 @@ pub struct Facts {
     /// later), with which the library releases a lock in one command;
     /// `None` on a server without it.
     pub delifeq: Option<Result<(), Failure>>,
+    /// Which of the commands redlease sends this user may run, tried on
+    /// `key` (see [`rights::try_all`]).
+    pub rights: rights::Tried,
+    /// The key the commands (and `DELIFEQ`) were tried on: never a lock's
+    /// (no braces); `DELIFEQ` compares it with a value no token has, so
+    /// nothing is deleted.
+    pub probe_key: String,
 }
-
-/// The key `doctor` tries `DELIFEQ` on: under the default prefix, never a
-/// lock's (no braces), and compared with a value no token has, so nothing
-/// is ever deleted.
-pub const DELIFEQ_PROBE_KEY: &str = "redlease:doctor-probe";
 
 /// What HELLO tells of the server.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -155,6 +158,7 @@ pub async fn gather(
     server: ConnectionInfo,
     timeout: Duration,
     tls: Option<&redis::TlsCertificates>,
+    plan: &rights::Plan,
 ) -> Result<Facts, Failure> {
     let mut probe = Probe::connect_to(server, timeout, tls).await?;
     let mut rtts = Vec::with_capacity(PINGS);
@@ -179,6 +183,7 @@ pub async fn gather(
         .query::<i64>(redis::cmd("EVAL").arg("return 1").arg(0))
         .await
         .map(drop);
+    let rights = rights::try_all(&mut probe, &plan.needs, &plan.key, &plan.channel).await;
     let mut facts = Facts {
         latency,
         ping_denied,
@@ -188,10 +193,12 @@ pub async fn gather(
         clock,
         scripting,
         delifeq: None,
+        rights,
+        probe_key: plan.key.clone(),
     };
     if facts.server().is_some_and(|s| s.has_delifeq()) {
         let mut cmd = redis::cmd("DELIFEQ");
-        cmd.arg(DELIFEQ_PROBE_KEY).arg("not-a-token");
+        cmd.arg(&plan.key).arg("not-a-token");
         facts.delifeq = Some(probe.query::<i64>(&cmd).await.map(drop));
     }
     Ok(facts)
@@ -333,6 +340,8 @@ mod tests {
             clock: Err(Failure::Failed("not asked".into())),
             scripting: Ok(()),
             delifeq: None,
+            rights: rights::Tried::default(),
+            probe_key: String::new(),
         }
     }
 

@@ -15,6 +15,7 @@ mod metrics_http;
 mod nodes;
 mod probe;
 mod release;
+mod rights;
 mod run;
 mod sentinel;
 mod signals;

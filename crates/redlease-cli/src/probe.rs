@@ -15,6 +15,7 @@ use crate::errors::{chain, diagnose_redis, Diagnosis};
 
 /// One connection, with the timeout every request gets.
 pub struct Probe {
+    client: Client,
     con: MultiplexedConnection,
     timeout: Duration,
     resp3: bool,
@@ -86,6 +87,7 @@ impl Probe {
             client.get_connection_info().redis_settings().protocol() != ProtocolVersion::RESP2;
         let con = bounded(timeout, client.get_multiplexed_async_connection()).await?;
         Ok(Probe {
+            client,
             con,
             timeout,
             resp3,
@@ -95,6 +97,17 @@ impl Probe {
     /// Whether this connection speaks RESP3 (the URL asked for it).
     pub fn resp3(&self) -> bool {
         self.resp3
+    }
+
+    /// Subscribes to `channel` and unsubscribes again, on a connection of
+    /// its own (as waiters do), within the timeout.
+    pub async fn try_subscribe(&self, channel: &str) -> Result<(), Failure> {
+        bounded(self.timeout, async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            pubsub.unsubscribe(channel).await
+        })
+        .await
     }
 
     /// Sends one command and waits at most the timeout for its reply.

@@ -51,6 +51,14 @@ pub async fn release(args: ReleaseArgs) -> Exit {
     let name = args.lock.name();
     let key = locker.key(name);
     match locker.force_release(name).await {
+        Ok(0) => {
+            let nodes = match urls.len() {
+                1 => "its node".to_string(),
+                n => format!("any of the {n} nodes"),
+            };
+            println!("lock {name:?} (key {key}) was not held on {nodes}: nothing was deleted");
+            Exit::code(exit::OK)
+        }
         Ok(deleted) => {
             println!(
                 "force-released lock {:?} (key {key}): a key was deleted on {deleted} of {} \

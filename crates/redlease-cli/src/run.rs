@@ -57,8 +57,8 @@ Examples:
       --key backup --no-wait --conflict-exit-code 0 -- pg_dump -f db.sql mydb
 
 Exit codes: the command's status; 1 (or --conflict-exit-code) if the lock is \
-held elsewhere; 2 usage; 69 no quorum of nodes answered; 75 lease lost; \
-126/127 command not executable / not found. See `redlease --help`.")]
+held elsewhere; 2 usage; 69 no quorum of nodes answered; 75 lease lost; 77 \
+the command exited 0 but the release was refused (ACL: NOPERM); 126/127 command not executable / not found. See `redlease --help`.")]
 pub struct RunArgs {
     #[command(flatten)]
     nodes: NodesArg,
@@ -674,6 +674,24 @@ fn finish(ended: Ended, released: Result<(), Error>, key: &str) -> Exit {
                 chain(&e)
             ),
         ),
+        // A release the ACL refuses fails every time: a success would hide
+        // that each run leaves its lock held for a whole TTL.
+        Err(e)
+            if code == exit::OK
+                && e.node_errors()
+                    .iter()
+                    .any(|n| n.kind().is_permission_refused()) =>
+        {
+            Exit::with(
+                exit::NO_PERMISSION,
+                format!(
+                    "the command finished, but the release was refused for a missing permission \
+                     (the lock stays held until its TTL runs out; `redlease doctor` lists what \
+                     the user lacks): {}",
+                    chain(&e)
+                ),
+            )
+        }
         // The work was protected throughout; only the release failed, and
         // the keys expire by their TTL.
         Err(e) => Exit::with(

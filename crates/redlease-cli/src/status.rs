@@ -113,6 +113,12 @@ pub async fn status(args: StatusArgs) -> Exit {
                 ],
                 s.quarantine.map(show_quarantine),
             ),
+            // A refused permission is an answer: the node is up, the
+            // user's ACL rule lacks a right.
+            Err(e) if e.kind().is_permission_refused() => table.row(
+                vec![name, "no permission".into(), String::new(), String::new()],
+                Some(why(e)),
+            ),
             Err(e) => table.row(
                 vec![name, "unreachable".into(), String::new(), String::new()],
                 Some(why(e)),
@@ -133,10 +139,24 @@ pub async fn status(args: StatusArgs) -> Exit {
         if waiting == 1 { "" } else { "es" }
     );
     match verdict {
-        Verdict::Unknown { answered, .. } => Exit::with(
-            exit::UNAVAILABLE,
-            format!("only {answered} of {nodes} nodes answered; a quorum is {quorum}"),
-        ),
+        Verdict::Unknown { answered, .. } => {
+            let refused = status
+                .nodes
+                .iter()
+                .filter(|(_, a)| a.as_ref().is_err_and(|e| e.kind().is_permission_refused()))
+                .count();
+            let why = match refused {
+                0 => String::new(),
+                n => format!(
+                    " ({n} refused this user a permission; its ACL rule lacks the right named \
+                     above)"
+                ),
+            };
+            Exit::with(
+                exit::UNAVAILABLE,
+                format!("only {answered} of {nodes} nodes answered; a quorum is {quorum}{why}"),
+            )
+        }
         _ => Exit::code(exit::OK),
     }
 }
@@ -147,9 +167,12 @@ fn why(e: &redlease::NodeError) -> String {
     if let Some(diagnosis) = errors::diagnose(e) {
         return diagnosis.to_string();
     }
-    match std::error::Error::source(e) {
-        Some(cause) => format!("{}: {}", e.kind(), chain(cause)),
-        None => e.kind().to_string(),
+    let kind = e.kind().to_string();
+    match std::error::Error::source(e).map(chain) {
+        // A kind that tells its cause already (a TLS failure names the
+        // TLS library's reason) is not followed by it again.
+        Some(cause) if !kind.contains(&cause) => format!("{kind}: {cause}"),
+        _ => kind,
     }
 }
 

@@ -269,6 +269,16 @@ impl Lua {
         }
     }
 
+    /// The script's SHA1, as `EVALSHA` names it.
+    pub(crate) fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+
+    /// The script's text.
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
+
     /// An `EVALSHA` of this script; `fill` adds the key count, keys and
     /// arguments.
     pub(crate) fn call(&self, fill: impl FnOnce(&mut Cmd)) -> Cmd {

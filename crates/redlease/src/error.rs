@@ -178,6 +178,59 @@ pub enum Quarantine {
 }
 
 impl NodeErrorKind {
+    /// Whether the server refused the request for lack of an ACL permission
+    /// (`NOPERM`, also for a command inside a lock script): the user's
+    /// rule is missing a right. Nothing about the node being down.
+    ///
+    /// ```
+    /// use redlease::NodeErrorKind;
+    /// fn says(kind: &NodeErrorKind) -> String {
+    ///     if kind.is_permission_refused() {
+    ///         format!("not allowed: {}", kind.missing_permission().unwrap_or_default())
+    ///     } else {
+    ///         kind.to_string()
+    ///     }
+    /// }
+    /// ```
+    pub fn is_permission_refused(&self) -> bool {
+        matches!(self, Self::Redis { code, .. } if code == "NOPERM")
+    }
+
+    /// For a permission refusal ([`is_permission_refused`](Self::is_permission_refused)),
+    /// the right the ACL rule needs: for a command as `ACL SETUSER` spells
+    /// it (`+pttl`, `+pubsub|numsub`); for a key or a channel, whose name
+    /// the reply does not give, `~<prefix>* (...)` or `&<prefix>* (...)`
+    /// with a word on what the pattern must cover. `None` otherwise, or
+    /// when the reply does not say.
+    ///
+    /// ```
+    /// use redlease::NodeErrorKind;
+    /// let refused = NodeErrorKind::Redis {
+    ///     code: "NOPERM".into(),
+    ///     message: "User app has no permissions to run the 'pttl' command".into(),
+    /// };
+    /// assert_eq!(refused.missing_permission().as_deref(), Some("+pttl"));
+    /// ```
+    pub fn missing_permission(&self) -> Option<String> {
+        let Self::Redis { code, message } = self else {
+            return None;
+        };
+        if code != "NOPERM" {
+            return None;
+        }
+        if let Some(command) = denied_command(message) {
+            return Some(format!("+{command}"));
+        }
+        let lower = message.to_ascii_lowercase();
+        if lower.contains("access a key") || lower.contains("one of the keys") {
+            Some("~<prefix>* (the lock keys' pattern)".to_string())
+        } else if lower.contains("access a channel") || lower.contains("one of the channels") {
+            Some("&<prefix>* (the release channels' pattern)".to_string())
+        } else {
+            None
+        }
+    }
+
     /// Whether the request was never sent, so it cannot have changed
     /// anything on the node.
     pub(crate) fn never_sent(&self) -> bool {
@@ -192,10 +245,26 @@ impl NodeErrorKind {
     /// WRONGTYPE Operation against a key holding the wrong kind of value`;
     /// callers that match on `READONLY` or `OOM` must see the same code on
     /// every server. Anything else is left as it is.
+    ///
+    /// A command inside a lock script that the ACL refused comes as `ERR`
+    /// on every version, with words that differ between them and without
+    /// the command's name before Redis 7.2 (`The user executing the script
+    /// can't run this command or subcommand script: <sha>, on
+    /// @user_script:43.`): it becomes `NOPERM`, and its message names the
+    /// command (read from the script's line when the reply does not) and
+    /// the script.
     fn unwrap_script_error(self) -> Self {
         let Self::Redis { code, message } = &self else {
             return self;
         };
+        if code == "ERR" {
+            if let Some(message) = script_acl_refusal(message) {
+                return Self::Redis {
+                    code: "NOPERM".into(),
+                    message,
+                };
+            }
+        }
         match (code.as_str(), inner_script_error(message)) {
             ("ERR", Some((code, message))) => Self::Redis {
                 code: code.to_string(),
@@ -204,6 +273,75 @@ impl NodeErrorKind {
             _ => self,
         }
     }
+}
+
+/// A refusal by the ACL of a command inside a script (`ERR` on every
+/// version), as a `NOPERM` message that names the command and the script:
+/// `this user has no permissions to run the 'incr' command (in redlease's
+/// acquire script, line 43)`. `None` for any other error.
+fn script_acl_refusal(message: &str) -> Option<String> {
+    const REDIS_7_0: &str = "can't run this command or subcommand";
+    const REDIS_7_2: &str = "ACL failure in script";
+    if !message.contains(REDIS_7_0) && !message.contains(REDIS_7_2) {
+        return None;
+    }
+    // `script: <sha>, on @user_script:N.` (7.0 and later), or `(call to
+    // f_<sha>): @user_script:N: ...` (before 7).
+    let sha = message
+        .split_once("(call to f_")
+        .or_else(|| message.split_once(" script: "))
+        .map(|(_, rest)| rest)
+        .map(|rest| {
+            rest.split(|c: char| !c.is_ascii_hexdigit())
+                .next()
+                .unwrap_or_default()
+        });
+    let line = message.split("@user_script:").nth(1).and_then(|rest| {
+        let digits: String = rest
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse::<usize>().ok()
+    });
+    let script = sha.and_then(crate::node::script_by_hash);
+    let named = denied_command(message);
+    let from_line = || {
+        let (_, code) = script?;
+        called_command(code.lines().nth(line?.checked_sub(1)?)?)
+    };
+    let place = match (script, line) {
+        (Some((name, _)), Some(line)) => format!("in redlease's {name} script, line {line}"),
+        (Some((name, _)), None) => format!("in redlease's {name} script"),
+        (None, _) => "in a script".to_string(),
+    };
+    Some(match named.or_else(from_line) {
+        Some(command) => {
+            format!("this user has no permissions to run the '{command}' command ({place})")
+        }
+        None => format!(
+            "this user may not run a command {place}: it needs every command README's ACL \
+             rule grants ({})",
+            message.trim_end()
+        ),
+    })
+}
+
+/// The command a `NOPERM` reply names, as the ACL does (`pttl`,
+/// `pubsub|numsub`): Redis 6 and later say `... no permissions to run the
+/// 'pttl' command`.
+fn denied_command(message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("permissions to run the '")?;
+    let (command, _) = rest.split_once('\'')?;
+    (!command.is_empty() && !command.contains(' ')).then(|| command.to_ascii_lowercase())
+}
+
+/// The command a line of Lua calls by name (`redis.call('INCR', ...)`),
+/// lower-cased as the ACL names it.
+fn called_command(line: &str) -> Option<String> {
+    let (_, rest) = line.split_once("call('")?;
+    let (command, _) = rest.split_once('\'')?;
+    (!command.is_empty()).then(|| command.to_ascii_lowercase())
 }
 
 /// The code and message of the error inside a pre-7 Redis "Error running
@@ -231,6 +369,19 @@ impl fmt::Display for NodeErrorKind {
         match self {
             Self::Timeout(after) => write!(f, "no reply within {after:?}"),
             Self::Connection(why) => write!(f, "connection failed: {why}"),
+            Self::Redis { code, message } if code == "NOPERM" => {
+                write!(f, "Redis replied NOPERM {message}: ")?;
+                match self.missing_permission() {
+                    Some(right) => write!(
+                        f,
+                        "add {right} to the user's ACL rule (README: \"ACL: the least privilege\")"
+                    ),
+                    None => f.write_str(
+                        "the user's ACL rule lacks a right (README: \"ACL: the least privilege\"; \
+                         `redlease doctor` names it)",
+                    ),
+                }
+            }
             Self::Redis { code, message } => write!(f, "Redis replied {code} {message}"),
             Self::Protocol(what) => write!(f, "unexpected reply: {what}"),
             Self::Tls(why) => write!(
@@ -1093,5 +1244,81 @@ mod tests {
         ] {
             assert_eq!(kind.clone().unwrap_script_error(), kind);
         }
+    }
+
+    #[test]
+    fn a_refused_permission_names_the_right_to_add() {
+        // Redis 7.0 and 6.x, outside a script.
+        for message in [
+            "User app has no permissions to run the 'pttl' command",
+            "this user has no permissions to run the 'pttl' command or its subcommand",
+        ] {
+            let kind = redis("NOPERM", message);
+            assert!(kind.is_permission_refused());
+            assert_eq!(kind.missing_permission().as_deref(), Some("+pttl"));
+            let shown = kind.to_string();
+            assert!(
+                shown.contains("'pttl'") && shown.contains("add +pttl"),
+                "{shown}"
+            );
+        }
+        let sub = redis(
+            "NOPERM",
+            "User app has no permissions to run the 'pubsub|numsub' command",
+        );
+        assert_eq!(sub.missing_permission().as_deref(), Some("+pubsub|numsub"));
+        let key = redis("NOPERM", "No permissions to access a key");
+        assert!(key.missing_permission().unwrap().starts_with('~'));
+        assert!(!redis("ERR", "no permissions to run the 'x' command").is_permission_refused());
+    }
+
+    #[test]
+    fn a_command_refused_inside_a_lock_script_is_named_from_its_line() {
+        let acquire = crate::node::script_by_hash_for_tests("acquire");
+        let line = acquire
+            .lines()
+            .position(|l| l.contains("redis.call('INCR'"))
+            .expect("the acquire script counts with INCR")
+            + 1;
+        let sha = redis::Script::new(acquire).get_hash().to_string();
+        // Redis 7.0, and Redis 6.x's wrapped form.
+        for message in [
+            format!(
+                "The user executing the script can't run this command or subcommand script: \
+                 {sha}, on @user_script:{line}."
+            ),
+            format!(
+                "Error running script (call to f_{sha}): @user_script:{line}: @user_script: \
+                 {line}: The user executing the script can't run this command or subcommand "
+            ),
+        ] {
+            let kind = redis("ERR", &message).unwrap_script_error();
+            assert!(kind.is_permission_refused(), "{kind:?}");
+            assert_eq!(kind.missing_permission().as_deref(), Some("+incr"));
+            assert!(
+                kind.to_string()
+                    .contains(&format!("acquire script, line {line}")),
+                "{kind}"
+            );
+        }
+        // A script not of the library: still a permission refusal, named
+        // as the server said.
+        let kind = redis(
+            "ERR",
+            "The user executing the script can't run this command or subcommand script: \
+             0123abcd, on @user_script:1.",
+        )
+        .unwrap_script_error();
+        assert!(kind.is_permission_refused());
+        assert_eq!(kind.missing_permission(), None);
+        assert!(kind.to_string().contains("doctor"), "{kind}");
+        // Later versions name the command themselves.
+        let kind = redis(
+            "ERR",
+            "ACL failure in script: User app has no permissions to run the 'time' command \
+             script: 0123abcd, on @user_script:45.",
+        )
+        .unwrap_script_error();
+        assert_eq!(kind.missing_permission().as_deref(), Some("+time"));
     }
 }

@@ -24,7 +24,7 @@ use crate::node::{write_off_after, Node};
 use crate::token::Token;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-static EXTEND_MANY: LazyLock<Lua> =
+pub(crate) static EXTEND_MANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/extend_many.lua")));
 
 /// Most leases one script call renews, so no single call keeps a node busy

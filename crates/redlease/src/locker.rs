@@ -516,9 +516,16 @@ impl Locker {
         )
         .await;
         let deleted = answers.iter().filter(|a| matches!(a, Ok(true))).count();
-        tracing::warn!(resource, key, deleted_on = deleted, "lock force-released");
         if deleted > 0 {
+            // A lock broken by hand: worth a warning wherever logs go.
+            tracing::warn!(resource, key, deleted_on = deleted, "lock force-released");
             self.engine.announce_release(&key, || release_id);
+        } else {
+            tracing::info!(
+                resource,
+                key,
+                "force-release: no node that answered held the lock; nothing was deleted"
+            );
         }
         let failed: Vec<_> = answers.into_iter().filter_map(Result::err).collect();
         if failed.is_empty() {

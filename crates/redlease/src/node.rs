@@ -48,6 +48,37 @@ static RAISE_FENCE: LazyLock<Lua> =
 static REFUSED: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/refused.lua")));
 static EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/extend.lua")));
 
+/// The library's script with this SHA1, by its name in messages, and its
+/// text: an ACL refusal inside a script names only the script's SHA1 and
+/// line (see `error.rs`).
+pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
+    static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
+    let scripts: [(&str, &Lua); 8] = [
+        ("acquire", &ACQUIRE),
+        ("release", &RELEASE),
+        ("release", &RELEASE_SHARDED),
+        ("force-release", &FORCE),
+        ("fencing write-back", &RAISE_FENCE),
+        ("refused-acquire follow-up", &REFUSED),
+        ("extend", &EXTEND),
+        ("renewal", &crate::lane::EXTEND_MANY),
+    ];
+    scripts
+        .into_iter()
+        .find(|(_, lua)| lua.hash().eq_ignore_ascii_case(sha))
+        .map(|(name, lua)| (name, lua.code()))
+}
+
+/// The text of the library's script named `name` (tests of the messages
+/// that name a script's commands).
+#[cfg(test)]
+pub(crate) fn script_by_hash_for_tests(name: &str) -> &'static str {
+    match name {
+        "acquire" => ACQUIRE.code(),
+        other => panic!("no script {other}"),
+    }
+}
+
 /// What the plain acquire's round trips (see [`Node::acquire`]) came to.
 enum Plain {
     /// Taken, with the new key's expiry when the clock guard asked for it.
@@ -251,6 +282,12 @@ enum Gate {
     /// node wakes, so a failed acquire leaves nothing behind; there is at
     /// most one per lease or failed attempt, so it cannot pile up.
     Cleanup,
+    /// A look at the server before any lock (`Locker::check_servers`):
+    /// gated as new work, but a connection it cannot open starts no
+    /// back-off, so the first lock request after it connects itself and
+    /// says why it failed, rather than that a connection failed moments
+    /// ago.
+    Check,
 }
 
 type Request<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, RedisError>> + Send>>;
@@ -814,7 +851,7 @@ impl Node {
         let mut conn = self.conn.clone();
         // TIME, which the ACL rule allows: any request connects first.
         let request = Box::pin(async move { redis::cmd("TIME").query_async(&mut conn).await });
-        let () = self.bounded(timeout, Gate::New, "", request).await?;
+        let () = self.bounded(timeout, Gate::Check, "", request).await?;
         Ok(())
     }
 
@@ -902,7 +939,7 @@ impl Node {
                 )))
                 .with_cause_of(cause));
         }
-        if let Some((count, since)) = health.owed.pending().filter(|_| gate == Gate::New) {
+        if let Some((count, since)) = health.owed.pending().filter(|_| gate != Gate::Cleanup) {
             return Err(self.error(NodeErrorKind::Unresponsive {
                 unanswered: count,
                 since: now().saturating_duration_since(since),
@@ -919,7 +956,7 @@ impl Node {
         match result.as_ref().map_err(NodeError::kind) {
             // Only a broken connection backs off: a slow or paused node
             // still gets every request (its timeout bounds them).
-            Err(NodeErrorKind::Connection(_)) => {
+            Err(NodeErrorKind::Connection(_)) if gate != Gate::Check => {
                 health.failed(result.as_ref().err().and_then(NodeError::cause))
             }
             Ok(_) => health.answered(),
@@ -954,9 +991,22 @@ impl Node {
     /// its code and message, and a timeout by its duration.
     pub(crate) fn redis_error(&self, e: RedisError, timeout: Duration) -> NodeError {
         if let Some(code) = e.code() {
+            // A pipeline's error (a connection's INFO and TIME, inspect's
+            // reads) has no detail of its own: its first failed command's.
+            let message = match e.detail() {
+                Some(detail) => detail.to_string(),
+                None => e
+                    .clone()
+                    .into_server_errors()
+                    .and_then(|errors| {
+                        let (_, first) = errors.first()?;
+                        Some(first.details().unwrap_or_default().to_string())
+                    })
+                    .unwrap_or_default(),
+            };
             return self.error(NodeErrorKind::Redis {
                 code: code.to_string(),
-                message: e.detail().unwrap_or_default().to_string(),
+                message,
             });
         }
         if e.is_timeout() {

@@ -35,15 +35,21 @@ fn add_user(node: &RedisNode) {
 
 /// [`add_user`], with `extra` rules after README's.
 pub fn add_user_with(node: &RedisNode, extra: &[&'static str]) {
+    let mut rule = readme_rule();
+    rule.extend_from_slice(extra);
+    set_user(node, USER, rule);
+}
+
+/// Adds user `name` with [`PASSWORD`] and `rule`, in Redis 6.0's form
+/// there (no channel rules; `+hello`).
+fn set_user(node: &RedisNode, name: &str, rule: Vec<&str>) {
     let mut con = node.client().get_connection().expect("admin connection");
     let set = |words: Vec<&str>| {
         let mut cmd = redis::cmd("ACL");
-        cmd.arg(&["SETUSER", USER, "on", &format!(">{PASSWORD}")])
+        cmd.arg(&["SETUSER", name, "reset", "on", &format!(">{PASSWORD}")])
             .arg(words);
         cmd
     };
-    let mut rule = readme_rule();
-    rule.extend_from_slice(extra);
     if let Err(e) = set(rule.clone()).query::<()>(&mut con) {
         let redis_6_0 = rule
             .into_iter()
@@ -245,4 +251,158 @@ fn status_and_doctor_name_a_missing_or_wrong_password() {
             assert!(!printed.contains(wrong) && !printed.contains(PASSWORD));
         }
     }
+}
+
+/// README's rule less `item`, as user `name` on `node`; its URL.
+fn user_without(node: &RedisNode, name: &str, item: &str) -> String {
+    let rule = readme_rule().into_iter().filter(|w| *w != item).collect();
+    set_user(node, name, rule);
+    format!("redis://{name}:{PASSWORD}@{}", node.addr())
+}
+
+/// README's rule with each item removed in turn: doctor FAILs naming the
+/// `+command` (or the key pattern) without which locks fail, WARNs naming
+/// the ones without which waiters poll (PUBLISH, SUBSCRIBE, UNSUBSCRIBE,
+/// the channel pattern), and passes the user when the item only narrowed
+/// it (`resetkeys`, `-@all`, ...). With `--durable` it needs `+wait` too.
+#[test]
+fn doctor_names_each_permission_the_rule_lacks() {
+    let node = RedisNode::start();
+    let optional = ["+publish", "+subscribe", "+unsubscribe"];
+    let rule = readme_rule();
+    assert!(rule.len() < 30, "a bounded loop: {rule:?}");
+    // Redis 6.0 has no channel rules (README's form for it has none).
+    let channels = rule.iter().any(|w| w.starts_with('&'));
+    for (i, item) in rule.iter().enumerate() {
+        let url = user_without(&node, &format!("less{i}"), item);
+        let out = doctor(std::slice::from_ref(&url));
+        let line = row(&out, "0", "permissions");
+        let fix = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.contains("  permissions  "))
+            .nth(1)
+            .unwrap_or_default();
+        let prefix_rule = item.starts_with('~') || item.starts_with('&');
+        if item.starts_with('+') && !optional.contains(item) {
+            assert!(
+                line.starts_with("FAIL") && line.contains(item),
+                "{item}: {line}"
+            );
+            assert!(fix.contains(&format!("add {item} ")), "{item}: {out:#?}");
+            out.expect(1);
+        } else if item.starts_with('+') {
+            assert!(
+                line.starts_with("WARN") && line.contains(item),
+                "{item}: {line}"
+            );
+            assert!(fix.contains(&format!("add {item} ")), "{item}: {out:#?}");
+            out.expect(0);
+        } else if item.starts_with('~') {
+            assert!(
+                line.starts_with("FAIL") && line.contains("key"),
+                "{item}: {line}"
+            );
+            assert!(fix.contains(&format!("add {item} ")), "{item}: {out:#?}");
+            out.expect(1);
+        } else if prefix_rule && channels {
+            assert!(
+                line.starts_with("WARN") && line.contains("channel"),
+                "{item}: {line}"
+            );
+            assert!(fix.contains(&format!("add {item} ")), "{item}: {out:#?}");
+            out.expect(0);
+        } else {
+            // resetkeys, resetchannels, -@all: a new user has none of the
+            // rights they take away.
+            assert!(line.starts_with("OK"), "{item}: {line}");
+        }
+        assert!(!line.contains("unreachable"), "{item}: {line}");
+    }
+    // The whole rule passes; with --durable, WAIT is missing from it.
+    let url = user_without(&node, "whole", "");
+    let out = doctor(std::slice::from_ref(&url));
+    assert!(row(&out, "0", "permissions").starts_with("OK"), "{out:#?}");
+    let durable = run(
+        redlease().args(["doctor", "--nodes", &url, "--timeout", "500ms", "--durable"]),
+        LIMIT,
+    );
+    durable.expect(1);
+    let line = row(&durable, "0", "permissions");
+    assert!(line.starts_with("FAIL") && line.contains("+wait"), "{line}");
+    // Nothing was left behind on the probe key.
+    eventually(Duration::from_secs(15), "the probe key gone", || {
+        !has_key(&node, "redlease:doctor-probe")
+    });
+}
+
+/// A refused command is named wherever it shows: `run` (a command inside
+/// the acquire script), `status` (which calls the node's answer a missing
+/// permission, not "unreachable"), and a release refused after the
+/// command ran: exit 77, not the command's 0.
+#[test]
+fn run_and_status_name_the_refused_command() {
+    let node = RedisNode::start();
+    let quick = ["--restart-quarantine", "0s"];
+
+    let url = user_without(&node, "noincr", "+incr");
+    let ran = run(
+        redlease()
+            .args(["run", "--nodes", &url, "--key", "job", "--no-wait"])
+            .args(quick)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    ran.expect(69);
+    let error = ran.one_line_error();
+    assert!(
+        error.contains("'incr'") && error.contains("add +incr"),
+        "{ran:#?}"
+    );
+    assert!(error.contains("acquire script"), "{ran:#?}");
+
+    let url = user_without(&node, "nopttl", "+pttl");
+    let status = run(
+        redlease().args(["status", "--nodes", &url, "--key", "job"]),
+        LIMIT,
+    );
+    status.expect(69);
+    assert!(status.stdout.contains("no permission"), "{status:#?}");
+    assert!(!status.stdout.contains("unreachable"), "{status:#?}");
+    assert!(status.stdout.contains("add +pttl"), "{status:#?}");
+    assert!(
+        status.stderr.contains("refused this user a permission"),
+        "{status:#?}"
+    );
+
+    // Without +eval: an admin's run leaves the acquire script cached, so
+    // the lock is taken (EVALSHA) and the command runs; its release goes
+    // as a whole script first (EVAL) and is refused.
+    let admin = node.url();
+    run(
+        redlease()
+            .args(["run", "--nodes", &admin, "--key", "warm"])
+            .args(quick)
+            .args(["--", "true"]),
+        LIMIT,
+    )
+    .expect(0);
+    let url = user_without(&node, "noeval", "+eval");
+    let ran = run(
+        redlease()
+            .args(["run", "--nodes", &url, "--key", "job", "--ttl", "30s"])
+            .args(quick)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    ran.expect(77);
+    let error = ran.one_line_error();
+    assert!(
+        error.contains("release was refused") && error.contains("+eval"),
+        "{ran:#?}"
+    );
+    assert!(
+        has_key(&node, &lock_key("job")),
+        "held until its TTL runs out"
+    );
 }

@@ -43,8 +43,18 @@ fn force_release_deletes_a_held_lock_on_every_node() {
     let fence_key = format!("{key}:fence");
     assert!(nodes.iter().all(|node| has_key(node, &fence_key)));
 
-    // Nothing left: still fine. A node down: named, exit 69.
-    release(&urls, "stuck", true).expect(0);
+    // Nothing left: still fine, and said so; no warning that a lock was
+    // force-released.
+    let nothing = release(&urls, "stuck", true);
+    nothing.expect(0);
+    assert!(
+        nothing
+            .stdout
+            .contains("was not held on any of the 3 nodes: nothing was deleted"),
+        "{nothing:#?}"
+    );
+    assert!(!nothing.stderr.contains("force-released"), "{nothing:#?}");
+    // A node down: named, exit 69.
     nodes.node_mut(2).kill();
     let partial = release(&urls, "stuck", true);
     partial.expect(69);

@@ -415,6 +415,25 @@ fn unreachable_nodes_exit_69_without_running_the_command() {
     assert!(!marker.exists());
 }
 
+/// The first attempt says why the connection failed, not that one failed
+/// "moments ago" (run's look at the servers before locking starts no
+/// back-off).
+#[test]
+fn the_first_connection_failure_gives_its_real_cause() {
+    let mut node = RedisNode::start();
+    let urls = [node.url()];
+    node.kill();
+    let ended = run(
+        run_cmd(&urls, "nowhere").args(["--no-wait", "--", "true"]),
+        LIMIT,
+    );
+    ended.expect(69);
+    let error = ended.one_line_error();
+    assert!(error.contains("Connection refused"), "{ended:#?}");
+    assert!(!error.contains("moments ago"), "{ended:#?}");
+    assert!(!error.contains("next try in"), "{ended:#?}");
+}
+
 #[test]
 fn a_wait_that_times_out_says_why_the_last_attempt_failed() {
     let mut nodes = RedisNodes::start(3);

@@ -112,3 +112,43 @@ fn doctor_checks_tls_nodes_with_the_same_flags() {
         .unwrap_or_else(|| panic!("a reachability row: {out:#?}"));
     assert!(reachable.starts_with("OK"), "{reachable}");
 }
+
+/// A server certificate the client does not trust: `status` gives the
+/// TLS library's reason once, and doctor the same certificate advice as
+/// `run` and `status` (not "start the server").
+#[test]
+fn an_untrusted_certificate_is_told_once_with_the_certificate_advice() {
+    let pki = TestPki::generate();
+    let nodes = RedisNodes::start_with(1, NodeConfig::new().tls(&pki, ClientAuth::None));
+    let urls = nodes.urls().join(",");
+    let status = run(
+        redlease().args([
+            "status",
+            "--nodes",
+            &urls,
+            "--key",
+            "job",
+            "--timeout",
+            "2s",
+        ]),
+        LIMIT,
+    );
+    status.expect(69);
+    assert_eq!(
+        status.stdout.matches("UnknownIssuer").count(),
+        1,
+        "{status:#?}"
+    );
+    assert!(status.stdout.contains("check the CA"), "{status:#?}");
+
+    let out = run(
+        redlease().args(["doctor", "--nodes", &urls, "--timeout", "2s"]),
+        LIMIT,
+    );
+    out.expect(1);
+    assert!(
+        out.stdout.contains("fix: check the CA the client trusts"),
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("start the server"), "{out:#?}");
+}

@@ -528,3 +528,36 @@ async fn a_waiter_whose_subscription_broke_polls_until_it_is_back() {
         "took {gap:?}: a waiter that can no longer hear releases must poll"
     );
 }
+
+/// A user whose rule lacks a command gets a `NOPERM` node error that names
+/// it: INFO on connecting (a pipeline with TIME, whose error has no detail
+/// of its own), INCR inside the fenced acquire script (refused there with
+/// `ERR` and, before Redis 7.2, without the command's name).
+#[tokio::test]
+async fn a_refused_command_is_named_in_the_node_error() {
+    let without = |item: &str| RULE.replace(&format!(" {item}"), "");
+    let (no_info, no_incr) = (without("+info"), without("+incr"));
+    let nodes = nodes_with_users(1, &[("noinfo", &no_info), ("noincr", &no_incr)]).await;
+    let ttl = Duration::from_secs(10);
+    for (user, command, fenced) in [("noinfo", "info", false), ("noincr", "incr", true)] {
+        let locker = builder_as(&nodes, user, ttl, 50 * MS)
+            .fencing(fenced)
+            .build()
+            .unwrap();
+        let err = locker.try_lock("job").await.expect_err("refused");
+        let failed = err.node_errors();
+        assert_eq!(failed.len(), 1, "{err:?}");
+        let kind = failed[0].kind();
+        assert!(kind.is_permission_refused(), "{user}: {kind:?}");
+        assert_eq!(
+            kind.missing_permission(),
+            Some(format!("+{command}")),
+            "{user}: {kind:?}"
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("'{command}'")) && shown.contains(&format!("add +{command}")),
+            "{user}: {shown}"
+        );
+    }
+}
