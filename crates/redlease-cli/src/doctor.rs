@@ -1339,7 +1339,9 @@ fn restart_quarantine(facts: &Facts, quarantine: Duration, deploy: Deploy) -> Ro
         ),
         (_, _) if quarantine.is_zero() && fsyncs_every_write(facts) => ok(
             CHECK,
-            "off, and this node fsyncs every write (appendfsync always): a restart loses no lock",
+            "off; this node fsyncs every write (appendfsync always), so a restart from its own \
+             AOF loses no lock (one that comes back without it, on a new volume or with the \
+             file deleted, can grant a held lock again: redlease cannot tell)",
         ),
         (_, _) if quarantine.is_zero() => warn(
             CHECK,
