@@ -213,12 +213,15 @@
 //! starve the next. Renewals never share a connection with acquire and
 //! release.
 //!
-//! **Lost means lost.** A lease is reported lost when nodes answered that
-//! our token is gone so that no quorum holds it ([`LostReason::Refused`]),
-//! or when its validity runs out (one drift allowance early, so that a
-//! late timer still fires in time) before a quorum confirmed a renewal:
-//! [`LostReason::NodeErrors`] if errors kept the quorum from confirming,
-//! [`LostReason::Expired`] if nodes were silent or slow. A lost lease never
+//! **Lost means lost.** A lease is reported lost when so many nodes
+//! answered that our token is gone that no quorum can hold it
+//! ([`LostReason::Refused`]), or when its validity runs out (one drift
+//! allowance early, so that a late timer still fires in time) before a
+//! quorum confirmed a renewal: [`LostReason::NodeErrors`] if errors kept
+//! the quorum from confirming, [`LostReason::Expired`] if nodes were silent
+//! or slow. Fewer refusals take nothing back: the other nodes of a quorum
+//! may just not have answered yet (a node whose yes to the acquire came
+//! after the quorum's counts from the acquire's start). A lost lease never
 //! comes back, even if a late answer arrives.
 //!
 //! **Manual extend.** [`Lease::extend`] on a kept-alive lease goes through
