@@ -12,7 +12,7 @@ use crate::fencing;
 use crate::guard::ReleaseOnDrop;
 use crate::keys::LockKeys;
 use crate::lease_state::LateGrants;
-use crate::node::AcquireReply;
+use crate::node::{AcquireReply, OnRefusal};
 use crate::quorum::{quorum, Decision};
 use crate::release::{release_on, Announce, Ownership};
 use crate::validity::Timing;
@@ -33,7 +33,9 @@ pub(crate) struct Grant {
     pub(crate) replicas: Option<u32>,
 }
 
-/// One attempt on `keys` with `timing`.
+/// One attempt on `keys` with `timing`. `on_refusal`: whether the caller
+/// waits for the lock if this attempt is refused, and so marks the holder
+/// for waiters (see [`OnRefusal`]).
 ///
 /// Cancel safe: if the future is dropped mid-flight, the nodes that may
 /// hold the new token are released in the background.
@@ -42,6 +44,7 @@ pub(crate) async fn attempt(
     resource: &str,
     keys: &LockKeys,
     timing: Timing,
+    on_refusal: OnRefusal,
 ) -> Result<Grant, Error> {
     // One server under two names: refused before anything is written.
     if let Some(e) = engine.same_server() {
@@ -65,6 +68,7 @@ pub(crate) async fn attempt(
                     timing.ttl_ms(),
                     timing.node_timeout,
                     fenced,
+                    on_refusal,
                 )
                 .await;
             let unwritten = match &reply {

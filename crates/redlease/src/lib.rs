@@ -107,12 +107,15 @@
 //! the Locker's own subscription was a large part of what a contended lock
 //! cost Redis and the client. Every token a Locker hands out begins with a
 //! 64-bit tag drawn for that Locker (the 128 random bits follow). An
-//! acquire refused by a holder whose value does not begin with the
-//! refusing Locker's tag *marks* that holder: a `*` appended to the lock
-//! key's value (its TTL kept), in the refusal's follow-up round trip (or
-//! inside the acquire script). A release publishes only when it deletes a
-//! marked value; an unmarked one costs Redis one comparison more than a
-//! bare compare-and-delete. Why no waiter misses a release, node by node:
+//! acquire that will wait if refused, refused by a holder whose value does
+//! not begin with the refusing Locker's tag, *marks* that holder: a `*`
+//! appended to the lock key's value (its TTL kept), in the refusal's
+//! follow-up round trip (or inside the acquire script). One that gives
+//! up when refused ([`Locker::try_lock`], the last attempt of a bounded
+//! wait) marks nothing: nobody listens for that release. A release
+//! publishes only when it deletes a marked value; an unmarked one costs
+//! Redis one comparison more than a bare compare-and-delete. Why no
+//! waiter misses a release, node by node:
 //! its acquire was refused there, and the follow-up marks whoever holds
 //! the lock at that moment and reads that holder's TTL in the same step
 //! (a script), at the latest in its retry after subscribing, which every
