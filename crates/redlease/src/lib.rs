@@ -471,8 +471,9 @@
 //! is told to follow the new one. [`LockerBuilder::durability`] with
 //! [`Durability::required`] sends `WAIT` after every write of a lease in the
 //! same round trip, and a write too few replicas acknowledged does not
-//! count: an acquire fails ([`NodeErrorKind::NotReplicated`]) and is undone,
-//! a renewal stays unconfirmed, so the lease runs out instead of outliving
+//! count: an acquire fails ([`NodeErrorKind::NotReplicated`]) and is undone
+//! (a waiting [`Locker::lock`] tries again, as for a busy lock), a renewal
+//! stays unconfirmed, so the lease runs out instead of outliving
 //! its key. A durable lock is also bound to the replication lineage
 //! (`master_replid`) of the server that took it: after a failover or a
 //! restart that lost the data, its next renewal finds it not ours and the
