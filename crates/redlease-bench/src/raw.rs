@@ -215,6 +215,7 @@ impl LockClient for Raw {
                                     .key(key)
                                     .arg(format!("{:016x}", self.tag))
                                     .arg(conn.numsub_command())
+                                    .arg("1") // raw waits after a refusal
                                     .invoke_async(&mut conn)
                                     .await?;
                             }

@@ -96,7 +96,8 @@ pub struct RunArgs {
     /// Require N replicas to acknowledge every write of the lease (WAIT), for
     /// locks on replicated primaries (Sentinel, a cluster with replicas)
     /// that must survive a failover: a lock not acknowledged in time is not
-    /// taken, and a failover ends the lease (see README, Deployments).
+    /// taken (tried again within the wait, as a busy lock is), and a
+    /// failover ends the lease (see README, Deployments).
     #[arg(long, value_name = "N")]
     durable: Option<u32>,
 
@@ -430,15 +431,21 @@ fn no_wait(args: &RunArgs) -> bool {
 fn worth_waiting(e: &Error) -> bool {
     match e {
         Error::Taken { .. } | Error::ValidityExhausted { .. } => true,
-        // Held somewhere, or nodes that vote again once their restart
-        // quarantine is over.
+        // Held somewhere, nodes that vote again once their restart
+        // quarantine is over, or a write too few replicas acknowledged
+        // (a primary whose replicas are still syncing, as right after a
+        // failover): new locks wait for the replicas.
         Error::NoQuorum {
             refused_by, failed, ..
         } => {
             !refused_by.is_empty()
-                || failed
-                    .iter()
-                    .any(|f| matches!(f.kind(), redlease::NodeErrorKind::Quarantined { .. }))
+                || failed.iter().any(|f| {
+                    matches!(
+                        f.kind(),
+                        redlease::NodeErrorKind::Quarantined { .. }
+                            | redlease::NodeErrorKind::NotReplicated { .. }
+                    )
+                })
         }
         _ => false,
     }

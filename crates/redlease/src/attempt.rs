@@ -11,7 +11,8 @@ use crate::fanout;
 use crate::fencing;
 use crate::guard::ReleaseOnDrop;
 use crate::keys::LockKeys;
-use crate::node::AcquireReply;
+use crate::lease_state::LateGrants;
+use crate::node::{AcquireReply, OnRefusal};
 use crate::quorum::{quorum, Decision};
 use crate::release::{release_on, Announce, Ownership};
 use crate::validity::Timing;
@@ -23,14 +24,18 @@ pub(crate) struct Grant {
     pub(crate) valid_until: Instant,
     /// The fencing token, if the Locker draws them.
     pub(crate) fence: Option<u64>,
-    /// The nodes that granted it.
+    /// The nodes that granted it before the quorum was reached.
     pub(crate) granted_by: Vec<usize>,
+    /// The nodes that grant it later, if requests were still in flight.
+    pub(crate) late: Option<Arc<LateGrants>>,
     /// With durability on: the fewest replicas that acknowledged it on a
     /// granting node.
     pub(crate) replicas: Option<u32>,
 }
 
-/// One attempt on `keys` with `timing`.
+/// One attempt on `keys` with `timing`. `on_refusal`: whether the caller
+/// waits for the lock if this attempt is refused, and so marks the holder
+/// for waiters (see [`OnRefusal`]).
 ///
 /// Cancel safe: if the future is dropped mid-flight, the nodes that may
 /// hold the new token are released in the background.
@@ -39,6 +44,7 @@ pub(crate) async fn attempt(
     resource: &str,
     keys: &LockKeys,
     timing: Timing,
+    on_refusal: OnRefusal,
 ) -> Result<Grant, Error> {
     // One server under two names: refused before anything is written.
     if let Some(e) = engine.same_server() {
@@ -62,6 +68,7 @@ pub(crate) async fn attempt(
                     timing.ttl_ms(),
                     timing.node_timeout,
                     fenced,
+                    on_refusal,
                 )
                 .await;
             let unwritten = match &reply {
@@ -119,12 +126,28 @@ pub(crate) async fn attempt(
                     // The slower nodes' answers cannot change the outcome: let
                     // them finish on their own. The lease waits for them before
                     // its next request, so a release cannot overtake a late SET.
-                    guard.set_in_flight(replies.detach(engine.background()));
+                    // A late yes still counts for a kept-alive lease: that
+                    // node holds the key from this acquire's start.
+                    let valid_until = timing.valid_until(start);
+                    let late = replies.pending().then(|| LateGrants::new(valid_until));
+                    let in_flight = match &late {
+                        Some(late) => {
+                            let recorder = late.recorder();
+                            replies.detach_observed(engine.background(), move |i, answer| {
+                                if let Ok(AcquireReply::Acquired(..)) = answer {
+                                    recorder.granted(i);
+                                }
+                            })
+                        }
+                        None => None,
+                    };
+                    guard.set_in_flight(in_flight);
                     return Ok(Grant {
                         guard,
-                        valid_until: timing.valid_until(start),
+                        valid_until,
                         fence,
                         granted_by,
+                        late,
                         replicas,
                     });
                 }

@@ -10,6 +10,13 @@
 //! own answers only, so leases are decided at quorum: a slow minority never
 //! holds a lease back.
 //!
+//! A node that says our token is gone drops out, but the lock is lost to
+//! refusals only when so many nodes refused that no quorum can hold it any
+//! more. Short of that, the lease runs until the end it had (unless a
+//! quorum confirms it meanwhile): the nodes that would make up a quorum
+//! may just not have answered yet, such as one whose yes to the acquire
+//! came after the quorum decided it (it counts from the acquire's start).
+//!
 //! Requests to one node travel in order on one connection, so the latest
 //! confirmation is the latest TTL applied. The exception is a request whose
 //! fate is unknown (its connection was abandoned): it may still be applied
@@ -51,6 +58,10 @@ struct NodeBound {
 pub(crate) struct ExpiryBounds {
     quorum: usize,
     nodes: Vec<NodeBound>,
+    /// The earliest end a request sent to every node may have set (see
+    /// [`sending_to_all`](Self::sending_to_all)): a late answer to the
+    /// acquire promises no more than this.
+    cap: Option<Instant>,
 }
 
 impl ExpiryBounds {
@@ -73,6 +84,7 @@ impl ExpiryBounds {
                 };
                 nodes
             ],
+            cap: None,
         };
         for i in granted {
             if let Some(node) = bounds.nodes.get_mut(i) {
@@ -103,6 +115,20 @@ impl ExpiryBounds {
         let ttl = node.doubt.map_or(ttl, |d| d.min(ttl));
         node.until = Some(sent + ttl.saturating_sub(drift));
         node.last = Some(Answer::Confirmed);
+    }
+
+    /// Node `i` said yes to the acquire after the quorum had decided it:
+    /// it holds the key until `until`, the acquire's bound (capped by what
+    /// any shorter TTL sent since may have set). An answer it gave since
+    /// is newer: a confirmation already moved its bound, and after a
+    /// refusal the key may have gone again, so either way this is ignored.
+    pub(crate) fn granted_late(&mut self, i: usize, until: Instant) {
+        let cap = self.cap;
+        if let Some(node) = self.nodes.get_mut(i) {
+            if node.until.is_none() && node.last != Some(Answer::Refused) {
+                node.until = Some(cap.map_or(until, |c| c.min(until)));
+            }
+        }
     }
 
     /// Node `i` answered that our token is gone.
@@ -158,6 +184,7 @@ impl ExpiryBounds {
         for node in &mut self.nodes {
             node.until = node.until.map(|u| u.min(cap));
         }
+        self.cap = Some(self.cap.map_or(cap, |c| c.min(cap)));
     }
 
     /// Until when a quorum holds the key: the quorum-th latest node bound.
@@ -170,6 +197,27 @@ impl ExpiryBounds {
         untils()
             .filter(|&u| untils().filter(|&v| v >= u).count() >= self.quorum)
             .max()
+    }
+
+    /// Until when the lease may still be trusted, given the end published
+    /// so far (`current`); `None` once refusals alone rule out a quorum
+    /// ([`refused_by_quorum`](Self::refused_by_quorum)): the lock is not
+    /// ours. While a quorum is known to hold the key, the quorum-th latest
+    /// bound ([`valid_until`](Self::valid_until)). A node that refused
+    /// while the nodes that would make up a quorum with the others have not
+    /// confirmed yet (one whose yes to the acquire never came, or whose
+    /// renewals are slower) takes nothing back: the lease runs no later
+    /// than `current`, nor than the latest bound of a node known to hold
+    /// it, and ends there unless a quorum confirms meanwhile.
+    pub(crate) fn trusted_until(&self, current: Instant) -> Option<Instant> {
+        if self.refused_by_quorum() {
+            return None;
+        }
+        if let Some(until) = self.valid_until() {
+            return Some(until);
+        }
+        let latest = self.nodes.iter().filter_map(|n| n.until).max();
+        Some(latest.map_or(current, |l| l.min(current)))
     }
 
     /// Whether a quorum of nodes that still hold the key confirmed renewal
@@ -261,6 +309,67 @@ mod tests {
         b.refused(1);
         assert!(b.refused_by_quorum());
         assert_eq!(b.valid_until(), None);
+    }
+
+    #[test]
+    fn one_refusal_before_the_others_confirm_takes_nothing_back() {
+        let t0 = Instant::now();
+        // Nodes 0 and 1 granted; node 2's yes to the acquire never came.
+        let mut b = granted(3, &[0, 1], t0);
+        let current = t0 + 988 * MS;
+        b.refused(0);
+        assert_eq!(b.valid_until(), None, "one node known to hold it");
+        assert!(!b.refused_by_quorum());
+        assert_eq!(b.trusted_until(current), Some(current));
+        // Nodes 1 and 2 confirm the renewal: a quorum again, later.
+        b.confirmed(1, t0 + 300 * MS, TTL, DRIFT, 1);
+        assert_eq!(b.trusted_until(current), Some(current), "one of three");
+        b.confirmed(2, t0 + 310 * MS, TTL, DRIFT, 1);
+        assert!(b.confirmed_by_quorum(1));
+        assert_eq!(b.trusted_until(current), Some(t0 + 1_288 * MS));
+        // A second refusal leaves no quorum that could hold it.
+        b.refused(1);
+        assert_eq!(b.trusted_until(current), None);
+    }
+
+    #[test]
+    fn without_a_quorum_the_lease_runs_no_later_than_its_known_holders() {
+        let t0 = Instant::now();
+        let mut b = granted(3, &[0, 1], t0);
+        b.refused(0);
+        // Node 1's bound shrank (a shorter TTL sent to all): the end too.
+        b.sending_to_all(t0 + 100 * MS, 300 * MS, 5 * MS);
+        assert_eq!(b.trusted_until(t0 + 988 * MS), Some(t0 + 395 * MS));
+        // Never later than the end published so far.
+        assert_eq!(b.trusted_until(t0 + 200 * MS), Some(t0 + 200 * MS));
+    }
+
+    #[test]
+    fn a_late_yes_to_the_acquire_counts_from_the_acquires_start() {
+        let t0 = Instant::now();
+        let mut b = granted(3, &[0, 1], t0);
+        b.granted_late(2, t0 + 988 * MS);
+        b.refused(0);
+        assert_eq!(b.valid_until(), Some(t0 + 988 * MS), "nodes 1 and 2");
+        // A late yes never overrides a newer answer of its node.
+        let mut b = granted(3, &[0, 1], t0);
+        b.refused(2);
+        b.granted_late(2, t0 + 988 * MS);
+        b.refused(0);
+        assert_eq!(b.valid_until(), None);
+        let mut b = granted(3, &[0, 1], t0);
+        b.confirmed(2, t0 + 300 * MS, TTL, DRIFT, 1);
+        b.granted_late(2, t0 + 988 * MS);
+        b.refused(0);
+        assert_eq!(b.valid_until(), Some(t0 + 988 * MS), "node 1's bound");
+        b.confirmed(1, t0 + 310 * MS, TTL, DRIFT, 1);
+        assert_eq!(b.valid_until(), Some(t0 + 1_288 * MS), "node 2 kept 1288");
+        // A shorter TTL sent since caps what the late yes promises.
+        let mut b = granted(3, &[0, 1], t0);
+        b.sending_to_all(t0 + 100 * MS, 300 * MS, 5 * MS);
+        b.granted_late(2, t0 + 988 * MS);
+        b.refused(0);
+        assert_eq!(b.valid_until(), Some(t0 + 395 * MS));
     }
 
     #[test]

@@ -182,11 +182,30 @@ impl<R: Answer> Replies<R> {
     /// they are done (each is bounded by its node timeout), for a caller
     /// whose next request to the same key must not overtake them.
     pub(crate) fn detach(self, background: &Arc<Background>) -> Option<JoinHandle<()>> {
+        self.detach_observed(background, |_, _| {})
+    }
+
+    /// Like [`detach`](Self::detach), handing each late answer to `observe`
+    /// (by node index); `observe` is dropped once they are all in.
+    pub(crate) fn detach_observed(
+        self,
+        background: &Arc<Background>,
+        mut observe: impl FnMut(usize, &Result<R, NodeError>) + Send + 'static,
+    ) -> Option<JoinHandle<()>> {
         if self.in_flight.is_empty() {
             return None;
         }
         let mut rest = self.in_flight;
-        Some(background.spawn(async move { while rest.next().await.is_some() {} }))
+        Some(background.spawn(async move {
+            while let Some((i, answer)) = rest.next().await {
+                observe(i, &answer);
+            }
+        }))
+    }
+
+    /// Whether requests are still in flight.
+    pub(crate) fn pending(&self) -> bool {
+        !self.in_flight.is_empty()
     }
 
     /// The node errors among the answers.

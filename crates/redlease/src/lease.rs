@@ -14,7 +14,7 @@ use crate::error::{Error, Held, NodeError, NodeId, Op, Shortfall};
 use crate::expiry::ExpiryBounds;
 use crate::fanout;
 use crate::guard::ReleaseOnDrop;
-use crate::lease_state::{LeaseState, LostReason};
+use crate::lease_state::{LateGrants, LeaseState, LostReason};
 use crate::quorum::Decision;
 use crate::renew::ExtendFailure;
 use crate::telemetry;
@@ -49,6 +49,8 @@ pub struct Lease {
     view: LeaseHandle,
     /// The nodes that granted the acquire, until the lease is kept alive.
     granted: Vec<usize>,
+    /// The nodes that granted it after the quorum, until kept alive.
+    late: Option<Arc<LateGrants>>,
     /// Validity and loss, shared with the renewer when kept alive.
     state: watch::Sender<LeaseState>,
     /// With durability on: replicas that acknowledged the acquire.
@@ -77,6 +79,7 @@ impl Lease {
             valid_until,
             fence,
             granted_by,
+            late,
             replicas,
         } = grant;
         let state = watch::Sender::new(LeaseState::new(valid_until, guard.timing.drift));
@@ -97,6 +100,7 @@ impl Lease {
                 state: state.subscribe(),
             },
             granted: granted_by,
+            late,
             state,
             replicas,
         })
@@ -115,6 +119,7 @@ impl Lease {
             self.guard.ownership.token.clone(),
             self.guard.timing,
             bounds,
+            self.late.take(),
             self.state.clone(),
         );
         self.guard.renewal = Some(id);

@@ -1,6 +1,8 @@
 //! What a lease's holder can see of it (its validity, and whether and why
 //! it was lost), shared between the lease and whoever renews it. No I/O.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -95,6 +97,69 @@ impl LeaseState {
     }
 }
 
+/// Nodes whose yes to an acquire came after the quorum had decided it,
+/// while the acquire's last requests finish in the background: each holds
+/// the key until the acquire's bound, and counts for the lease once it is
+/// kept alive (see [`ExpiryBounds::granted_late`](crate::expiry::ExpiryBounds::granted_late)).
+#[derive(Debug)]
+pub(crate) struct LateGrants {
+    /// The acquire's bound: `start + ttl - drift`.
+    until: Instant,
+    nodes: Mutex<Vec<usize>>,
+    /// Every request of the acquire has answered (or was given up).
+    done: AtomicBool,
+}
+
+impl LateGrants {
+    /// For an acquire whose granting nodes hold the key until `until`.
+    pub(crate) fn new(until: Instant) -> Arc<LateGrants> {
+        Arc::new(LateGrants {
+            until,
+            nodes: Mutex::new(Vec::new()),
+            done: AtomicBool::new(false),
+        })
+    }
+
+    /// What the acquire's remaining requests report to: dropping it (when
+    /// they are all done) says no more will come.
+    pub(crate) fn recorder(self: &Arc<Self>) -> LateRecorder {
+        LateRecorder(self.clone())
+    }
+
+    pub(crate) fn until(&self) -> Instant {
+        self.until
+    }
+
+    /// The late grants not taken yet, and whether they were the last.
+    pub(crate) fn take(&self) -> (Vec<usize>, bool) {
+        // Read before taking: every grant recorded before `done` was set
+        // is then in what is taken.
+        let done = self.done.load(Ordering::Acquire);
+        let nodes = std::mem::take(&mut *self.nodes.lock().unwrap_or_else(|p| p.into_inner()));
+        (nodes, done)
+    }
+}
+
+/// Records the late grants of one acquire; see [`LateGrants::recorder`].
+pub(crate) struct LateRecorder(Arc<LateGrants>);
+
+impl LateRecorder {
+    /// Node `i` said yes.
+    pub(crate) fn granted(&self, i: usize) {
+        self.0
+            .nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(i);
+    }
+}
+
+impl Drop for LateRecorder {
+    fn drop(&mut self) {
+        self.0.done.store(true, Ordering::Release);
+    }
+}
+
 /// Waits until `state` reports the lease lost, or its validity passes.
 /// Never later than the current `valid_until`, whatever the renewer does.
 pub(crate) async fn lost(mut state: watch::Receiver<LeaseState>) -> LostReason {
@@ -138,6 +203,20 @@ mod tests {
             Some(LostReason::Refused),
             "explicit loss is final"
         );
+    }
+
+    #[test]
+    fn late_grants_are_taken_once_and_end_with_their_recorder() {
+        let t0 = Instant::now();
+        let late = LateGrants::new(t0);
+        let recorder = late.recorder();
+        recorder.granted(2);
+        assert_eq!(late.take(), (vec![2], false));
+        assert_eq!(late.take(), (vec![], false));
+        recorder.granted(1);
+        drop(recorder);
+        assert_eq!(late.take(), (vec![1], true));
+        assert_eq!(late.until(), t0);
     }
 
     #[tokio::test]

@@ -107,12 +107,15 @@
 //! the Locker's own subscription was a large part of what a contended lock
 //! cost Redis and the client. Every token a Locker hands out begins with a
 //! 64-bit tag drawn for that Locker (the 128 random bits follow). An
-//! acquire refused by a holder whose value does not begin with the
-//! refusing Locker's tag *marks* that holder: a `*` appended to the lock
-//! key's value (its TTL kept), in the refusal's follow-up round trip (or
-//! inside the acquire script). A release publishes only when it deletes a
-//! marked value; an unmarked one costs Redis one comparison more than a
-//! bare compare-and-delete. Why no waiter misses a release, node by node:
+//! acquire that will wait if refused, refused by a holder whose value does
+//! not begin with the refusing Locker's tag, *marks* that holder: a `*`
+//! appended to the lock key's value (its TTL kept), in the refusal's
+//! follow-up round trip (or inside the acquire script). One that gives
+//! up when refused ([`Locker::try_lock`], the last attempt of a bounded
+//! wait) marks nothing: nobody listens for that release. A release
+//! publishes only when it deletes a marked value; an unmarked one costs
+//! Redis one comparison more than a bare compare-and-delete. Why no
+//! waiter misses a release, node by node:
 //! its acquire was refused there, and the follow-up marks whoever holds
 //! the lock at that moment and reads that holder's TTL in the same step
 //! (a script), at the latest in its retry after subscribing, which every
@@ -213,12 +216,15 @@
 //! starve the next. Renewals never share a connection with acquire and
 //! release.
 //!
-//! **Lost means lost.** A lease is reported lost when nodes answered that
-//! our token is gone so that no quorum holds it ([`LostReason::Refused`]),
-//! or when its validity runs out (one drift allowance early, so that a
-//! late timer still fires in time) before a quorum confirmed a renewal:
-//! [`LostReason::NodeErrors`] if errors kept the quorum from confirming,
-//! [`LostReason::Expired`] if nodes were silent or slow. A lost lease never
+//! **Lost means lost.** A lease is reported lost when so many nodes
+//! answered that our token is gone that no quorum can hold it
+//! ([`LostReason::Refused`]), or when its validity runs out (one drift
+//! allowance early, so that a late timer still fires in time) before a
+//! quorum confirmed a renewal: [`LostReason::NodeErrors`] if errors kept
+//! the quorum from confirming, [`LostReason::Expired`] if nodes were silent
+//! or slow. Fewer refusals take nothing back: the other nodes of a quorum
+//! may just not have answered yet (a node whose yes to the acquire came
+//! after the quorum's counts from the acquire's start). A lost lease never
 //! comes back, even if a late answer arrives.
 //!
 //! **Manual extend.** [`Lease::extend`] on a kept-alive lease goes through
@@ -483,8 +489,9 @@
 //! is told to follow the new one. [`LockerBuilder::durability`] with
 //! [`Durability::required`] sends `WAIT` after every write of a lease in the
 //! same round trip, and a write too few replicas acknowledged does not
-//! count: an acquire fails ([`NodeErrorKind::NotReplicated`]) and is undone,
-//! a renewal stays unconfirmed, so the lease runs out instead of outliving
+//! count: an acquire fails ([`NodeErrorKind::NotReplicated`]) and is undone
+//! (a waiting [`Locker::lock`] tries again, as for a busy lock), a renewal
+//! stays unconfirmed, so the lease runs out instead of outliving
 //! its key. A durable lock is also bound to the replication lineage
 //! (`master_replid`) of the server that took it: after a failover or a
 //! restart that lost the data, its next renewal finds it not ours and the

@@ -101,6 +101,30 @@ pub(crate) enum AcquireReply {
     Held(Option<Duration>, u64, u32),
 }
 
+/// What a refused acquire does to the holder's value: mark it for waiters
+/// (crate docs, "A release is published only when another Locker waits")
+/// or leave it alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnRefusal {
+    /// The acquire waits for the lock after a refusal: a holder of another
+    /// Locker is marked, so that its release is published to the waiter.
+    Mark,
+    /// The acquire gives up after a refusal (`try_lock`, the last attempt
+    /// of a bounded wait): nobody will listen for the release, so the
+    /// holder is left as it is and its release publishes nothing.
+    LeaveAlone,
+}
+
+impl OnRefusal {
+    /// The scripts' argument: `"1"` to mark.
+    fn flag(self) -> &'static str {
+        match self {
+            OnRefusal::Mark => "1",
+            OnRefusal::LeaveAlone => "0",
+        }
+    }
+}
+
 /// Connection settings shared by all nodes of a Locker.
 #[derive(Clone, Debug)]
 pub(crate) struct ConnectSettings {
@@ -446,6 +470,7 @@ impl Node {
     /// `fenced`: also draw a fencing token. With it, or with durability on,
     /// or on a server older than Redis 7.0, this is the acquire script;
     /// otherwise plain commands (see [`set_nx`](crate::set_nx)).
+    /// `on_refusal`: whether a refusal marks the holder for waiters.
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -453,20 +478,24 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
         fenced: bool,
+        on_refusal: OnRefusal,
     ) -> Result<AcquireReply, NodeError> {
         use std::sync::atomic::Ordering;
         let plain = !fenced
             && self.settings.durability.wait().is_none()
             && self.set_nx_get.load(Ordering::Relaxed);
         if plain {
-            match self.acquire_plain(keys, token, ttl_ms, timeout).await? {
+            match self
+                .acquire_plain(keys, token, ttl_ms, timeout, on_refusal)
+                .await?
+            {
                 Some(reply) => return Ok(reply),
                 // Nothing was written: the script does it the old way.
                 None => self.set_nx_get.store(false, Ordering::Relaxed),
             }
         }
         // Boxed, so that the plain path's futures do not carry its state.
-        Box::pin(self.acquire_scripted(keys, token, ttl_ms, timeout, fenced)).await
+        Box::pin(self.acquire_scripted(keys, token, ttl_ms, timeout, fenced, on_refusal)).await
     }
 
     /// The acquire with plain commands; `None` if the server does not know
@@ -477,6 +506,7 @@ impl Node {
         token: &Token,
         ttl_ms: u64,
         timeout: Duration,
+        on_refusal: OnRefusal,
     ) -> Result<Option<AcquireReply>, NodeError> {
         use crate::set_nx::{self, SetNx};
         let clock = self.watches_clock();
@@ -492,9 +522,13 @@ impl Node {
             let answer = match set_nx::parse(&replies, clock) {
                 Ok(SetNx::Held { owner }) => {
                     // Marks a holder of another Locker for our waiters
-                    // (see refused.lua).
+                    // if we wait (see refused.lua).
                     let call = REFUSED.call(|c| {
-                        c.arg(1).arg(&*key).arg(tag.as_str()).arg(numsub);
+                        c.arg(1)
+                            .arg(&*key)
+                            .arg(tag.as_str())
+                            .arg(numsub)
+                            .arg(on_refusal.flag());
                     });
                     let reply: Value = conn.eval(&REFUSED, &call).await?;
                     set_nx::parse_refusal(&reply).map(|refusal| Plain::Held(refusal, owner))
@@ -536,6 +570,7 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
         fenced: bool,
+        on_refusal: OnRefusal,
     ) -> Result<AcquireReply, NodeError> {
         let watch_clock = self.watches_clock();
         let call = ACQUIRE.call(|c| {
@@ -547,7 +582,8 @@ impl Node {
                 .arg(if watch_clock { "1" } else { "0" })
                 .arg(self.numsub_command())
                 .arg(if fenced { "1" } else { "0" })
-                .arg(self.settings.tag.as_str());
+                .arg(self.settings.tag.as_str())
+                .arg(on_refusal.flag());
         });
         let sent = std::time::Instant::now();
         let (reply, replicas): (Vec<i64>, _) = self

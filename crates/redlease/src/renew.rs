@@ -12,8 +12,9 @@
 //! ([`ExpiryBounds`]): a lease is renewed as soon as a quorum of nodes
 //! confirmed it, whatever the other nodes are doing and whatever other
 //! leases share the batch. A lease is lost only when it can no longer be
-//! trusted: a quorum refused it, or its validity ran out first (reported
-//! one drift allowance early). It never comes back.
+//! trusted: so many nodes refused it that no quorum can hold it, or its
+//! validity ran out first (reported one drift allowance early). It never
+//! comes back.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -29,7 +30,7 @@ use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::expiry::ExpiryBounds;
 use crate::keys::hash_slot;
 use crate::lane::{Delivery, ExtendMany, Lane, CHUNK};
-use crate::lease_state::{LeaseState, LostReason};
+use crate::lease_state::{LateGrants, LeaseState, LostReason};
 use crate::node::Node;
 use crate::renew_schedule::{coalesce, next_due, patience, retry_at};
 use crate::telemetry;
@@ -83,6 +84,9 @@ struct Entry {
     timing: Timing,
     interval: Duration,
     bounds: ExpiryBounds,
+    /// Nodes whose yes to the acquire may still come (after the quorum's);
+    /// `None` once they all answered.
+    late: Option<Arc<LateGrants>>,
     /// The renewal round being sent: bumped each time the lease is queued
     /// afresh and by each manual extend. Only a quorum confirming this
     /// round renews the lease; a late answer for an older round moves
@@ -113,6 +117,19 @@ impl Entry {
             self.errors = vec![None; self.bounds.nodes()];
         }
         self.errors[i] = Some(error);
+    }
+
+    /// Counts the acquire's late yeses that came since the last look.
+    fn fold_late(&mut self) {
+        if let Some(late) = &self.late {
+            let (nodes, done) = late.take();
+            for i in nodes {
+                self.bounds.granted_late(i, late.until());
+            }
+            if done {
+                self.late = None;
+            }
+        }
     }
 
     /// Node `i` answered without an error.
@@ -162,11 +179,10 @@ impl Entry {
             self.lose(why);
             return false;
         }
-        let Some(valid_until) = self
-            .bounds
-            .valid_until()
-            .filter(|_| !self.bounds.refused_by_quorum())
-        else {
+        self.fold_late();
+        // Refused only once no quorum can hold it; a node that refused
+        // before the others confirmed takes nothing back.
+        let Some(valid_until) = self.bounds.trusted_until(state.valid_until) else {
             self.lose(LostReason::Refused);
             return false;
         };
@@ -388,6 +404,7 @@ impl Renewer {
         token: Token,
         timing: Timing,
         bounds: ExpiryBounds,
+        late: Option<Arc<LateGrants>>,
         state: watch::Sender<LeaseState>,
     ) -> u64 {
         self.ensure_running();
@@ -395,12 +412,13 @@ impl Renewer {
         let interval = timing.renew_interval(self.inner.fraction);
         let view = *state.borrow();
         let valid_until = view.valid_until;
-        let entry = Entry {
+        let mut entry = Entry {
             key,
             token,
             timing,
             interval,
             bounds,
+            late,
             round: 0,
             extend_waiting: false,
             errors: Vec::new(),
@@ -409,6 +427,7 @@ impl Renewer {
             view,
             state,
         };
+        entry.fold_late();
         self.inner.table().leases.insert(id, entry);
         self.inner.rescheduled.notify_one();
         id
@@ -448,13 +467,14 @@ impl Renewer {
             }
             // A node that applies the new TTL keeps the key only that long
             // from now: trust no more than that until a quorum confirms.
+            entry.fold_late();
             entry.bounds.sending_to_all(now, timing.ttl, timing.drift);
             entry.timing = timing;
             entry.interval = timing.renew_interval(self.inner.fraction);
             entry.round += 1;
             entry.extend_waiting = true;
             entry.queued = true;
-            if let Some(valid_until) = entry.bounds.valid_until() {
+            if let Some(valid_until) = entry.bounds.trusted_until(entry.view.valid_until) {
                 entry.publish(|s| {
                     s.valid_until = valid_until;
                     s.early = timing.drift;
@@ -806,5 +826,110 @@ fn apply(inner: &Inner, i: usize, batch: &Batch, sent: Instant, delivery: Delive
     }
     for id in lost {
         table.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease_state::LateGrants;
+    use crate::token::LockerTag;
+    use crate::validity::DriftModel;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A kept-alive lease on `nodes` that `granted` gave at `t0`, with its
+    /// first renewal round queued.
+    fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
+        let timing = Timing::new("ttl", 1_500 * MS, DriftModel::DEFAULT, Some(400 * MS)).unwrap();
+        let until = timing.valid_until(t0);
+        let view = LeaseState::new(until, timing.drift);
+        Entry {
+            key: "k".into(),
+            token: Token::generate(&LockerTag::generate()),
+            timing,
+            interval: timing.renew_interval(1.0 / 3.0),
+            bounds: ExpiryBounds::new(nodes, granted.iter().copied(), until),
+            late: None,
+            round: 1,
+            extend_waiting: false,
+            errors: Vec::new(),
+            queued: true,
+            due: t0 + 500 * MS,
+            view,
+            state: watch::Sender::new(view),
+        }
+    }
+
+    fn confirm(e: &mut Entry, i: usize, sent: Instant) {
+        let (ttl, drift) = (e.timing.ttl, e.timing.drift);
+        e.bounds.confirmed(i, sent, ttl, drift, e.round);
+    }
+
+    /// Issue 30: one node's refusal came before the renewal of the node
+    /// whose yes to the acquire came late, and the lease was reported
+    /// lost as `Refused` while two of three nodes held it.
+    #[test]
+    fn one_refusal_before_the_quorum_confirms_does_not_lose_the_lease() {
+        let t0 = Instant::now();
+        let mut e = entry(3, &[0, 1], t0);
+        let acquired = e.view.valid_until;
+        let sent = t0 + 500 * MS;
+        e.bounds.refused(0);
+        assert!(e.evaluate(sent + MS), "lost: {:?}", e.view.lost);
+        assert_eq!(e.view.valid_until, acquired, "nothing taken back");
+        confirm(&mut e, 1, sent);
+        assert!(e.evaluate(sent + 2 * MS));
+        assert_eq!(e.view.confirmed_round, 0, "one of three");
+        confirm(&mut e, 2, sent);
+        assert!(e.evaluate(sent + 200 * MS));
+        assert_eq!(e.view.confirmed_round, 1, "renewed by nodes 1 and 2");
+        assert_eq!(e.view.valid_until, sent + e.timing.ttl - e.timing.drift);
+        assert_eq!(e.view.lost, None);
+    }
+
+    #[test]
+    fn refusals_that_leave_no_quorum_lose_it_at_once() {
+        let t0 = Instant::now();
+        let mut e = entry(3, &[0, 1, 2], t0);
+        e.bounds.refused(0);
+        assert!(e.evaluate(t0 + 500 * MS));
+        e.bounds.refused(2);
+        assert!(!e.evaluate(t0 + 501 * MS));
+        assert_eq!(e.view.lost, Some(LostReason::Refused));
+    }
+
+    #[test]
+    fn one_refusal_and_silence_run_the_lease_out() {
+        let t0 = Instant::now();
+        let mut e = entry(3, &[0, 1], t0);
+        e.bounds.refused(0);
+        assert!(e.evaluate(t0 + 500 * MS));
+        let end = e.view.lost_from();
+        assert!(e.evaluate(end - MS));
+        assert!(!e.evaluate(end));
+        assert_eq!(e.view.lost, Some(LostReason::Expired));
+    }
+
+    #[test]
+    fn a_late_yes_to_the_acquire_counts_for_the_quorum() {
+        let t0 = Instant::now();
+        let mut e = entry(3, &[0, 1], t0);
+        let acquired = e.view.valid_until;
+        let late = LateGrants::new(acquired);
+        let recorder = late.recorder();
+        e.late = Some(late);
+        recorder.granted(2);
+        drop(recorder);
+        e.bounds.refused(0);
+        assert!(e.evaluate(t0 + 500 * MS));
+        assert!(e.late.is_none(), "every request answered");
+        // Nodes 1 and 2 are known to hold it: one confirmation more renews.
+        assert_eq!(e.bounds.valid_until(), Some(acquired));
+        confirm(&mut e, 1, t0 + 500 * MS);
+        assert!(!e.bounds.confirmed_by_quorum(1));
+        confirm(&mut e, 2, t0 + 500 * MS);
+        assert!(e.evaluate(t0 + 700 * MS));
+        assert_eq!(e.view.confirmed_round, 1);
     }
 }

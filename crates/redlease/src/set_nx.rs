@@ -13,8 +13,8 @@
 //! does a second one, a small script (refused.lua), ask for the holder's
 //! remaining TTL and the number of waiting processes, which a refused
 //! acquire reports (see retry.rs), and, when the holder is not a task of
-//! this Locker, mark it for its waiters so that its release is published
-//! (crate docs, "Waiting").
+//! this Locker and the acquire waits after a refusal, mark it for its
+//! waiters so that its release is published (crate docs, "Waiting").
 //! A server older than Redis 7.0 refuses `NX` with `GET` as a syntax error,
 //! before doing anything; the node then falls back to the acquire script.
 //!

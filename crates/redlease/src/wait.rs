@@ -11,6 +11,7 @@ use crate::attempt::{attempt, Grant};
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::keys::{release_channel, LockKeys};
+use crate::node::OnRefusal;
 use crate::retry::{RetryPolicy, Waiting};
 use crate::subscription::Waiter;
 use crate::validity::Timing;
@@ -103,7 +104,18 @@ pub(crate) async fn lock(
             return Err(Error::Closed);
         }
         attempts = attempts.saturating_add(1);
-        let error = match attempt(engine, resource, keys, timing).await {
+        // Only an attempt that may be followed by waiting marks the holder
+        // for waiters: after the last one (out of attempts, or past the
+        // deadline already) nobody listens for the release, and a marked
+        // holder would publish it to nobody.
+        let final_try = policy.attempts.is_some_and(|max| attempts >= max)
+            || deadline.is_some_and(|d| Instant::now() >= d);
+        let on_refusal = if final_try {
+            OnRefusal::LeaveAlone
+        } else {
+            OnRefusal::Mark
+        };
+        let error = match attempt(engine, resource, keys, timing, on_refusal).await {
             Ok(grant) => {
                 if let Some(w) = waiter.take() {
                     w.acquired(grant.valid_until);

@@ -517,3 +517,38 @@ fn metrics_addr_serves_the_locks_metrics_while_the_command_runs() {
     );
     assert!(!nodes.iter().any(|node| has_key(node, &lock_key("metered"))));
 }
+
+/// `run --durable N` without `--wait` waits for the replicas as for a busy
+/// lock: while the primary's replica does not acknowledge (stopped here;
+/// after a failover, not synced yet), each write falls short and is
+/// undone, and the command runs once the replica acknowledges again.
+/// (Before, `run` exited 69 at the first write.)
+#[test]
+fn a_durable_run_waits_for_a_replica_to_acknowledge() {
+    let primary = RedisNode::start();
+    let mut replica = RedisNode::start_with(
+        redlease_testkit::NodeConfig::new()
+            .arg("replicaof", &format!("127.0.0.1 {}", primary.port())),
+    );
+    eventually(Duration::from_secs(10), "the replica to sync", || {
+        let mut con = replica.client().get_connection().expect("connect");
+        redis::cmd("INFO")
+            .arg("replication")
+            .query::<String>(&mut con)
+            .expect("INFO")
+            .contains("master_link_status:up")
+    });
+    replica.pause();
+    let mut child =
+        start(run_cmd(&[primary.url()], "durable").args(["--durable", "1", "--", "true"]));
+    std::thread::sleep(Duration::from_millis(1500));
+    let early = child.try_wait().expect("look at redlease");
+    replica.resume();
+    let ran = finish(child, LIMIT);
+    assert!(
+        early.is_none(),
+        "gave up while the replica was away: {ran:#?}"
+    );
+    ran.expect(0);
+    assert!(!has_key(&primary, &lock_key("durable")), "released");
+}

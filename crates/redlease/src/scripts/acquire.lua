@@ -18,7 +18,8 @@
 -- ARGV[8] the Locker's tag, which begins its tokens. A "no" from a holder
 -- of another Locker marks it for its waiters, as refused.lua does, so
 -- that its release is published (a holder of the same Locker wakes its
--- waiters itself).
+-- waiters itself); only with ARGV[9] '1', when the acquire waits for the
+-- lock after a "no" ('0': it gives up, and no release need be heard).
 -- Returns {1, fencing token (0 if none was drawn)[, seconds,
 -- microseconds]} when taken by us,
 -- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
@@ -62,7 +63,8 @@ else
   waiting = 0
 end
 local owner = redis.pcall('GET', KEYS[1])
-if type(owner) == 'string' and string.sub(owner, 1, #ARGV[8]) ~= ARGV[8]
+if ARGV[9] == '1' and type(owner) == 'string'
+    and string.sub(owner, 1, #ARGV[8]) ~= ARGV[8]
     and string.byte(owner, -1) ~= 42 then
   local hex = string.match(owner, '^%x*')
   if #hex == 48 and (#owner == 48 or string.byte(owner, 49) == 124) then

@@ -1,7 +1,9 @@
 -- The follow-up to a refused plain acquire (set_nx.rs): mark the holder
 -- for its waiters, and say how long it holds and how many wait.
 -- KEYS[1] lock key; ARGV[1] the Locker's tag, which begins its tokens;
--- ARGV[2] NUMSUB, or SHARDNUMSUB on a cluster.
+-- ARGV[2] NUMSUB, or SHARDNUMSUB on a cluster; ARGV[3] '1' when the
+-- refused acquire waits for the lock afterwards (only then is the holder
+-- marked: a try that gives up has no release to hear), '0' otherwise.
 -- The mark: a holder that is not of this Locker gets '*' appended to its
 -- value (its TTL kept), so that its release is published (release.lua); a
 -- holder of this Locker wakes its waiters in-process and is left alone.
@@ -15,7 +17,8 @@
 -- number of connections subscribed to KEYS[1] .. ':released' (0 if the
 -- ACL denies PUBSUB).
 local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'string' and string.sub(value, 1, #ARGV[1]) ~= ARGV[1]
+if ARGV[3] == '1' and type(value) == 'string'
+    and string.sub(value, 1, #ARGV[1]) ~= ARGV[1]
     and string.byte(value, -1) ~= 42 then
   local hex = string.match(value, '^%x*')
   if #hex == 48 and (#value == 48 or string.byte(value, 49) == 124) then

@@ -81,6 +81,39 @@ async fn required_durability_undoes_an_acquire_no_replica_acknowledged() {
     locker.close().await;
 }
 
+/// A write too few replicas acknowledged is a reason to wait, like a busy
+/// lock: a waiting lock keeps trying while the replica is away (right
+/// after a failover, say) and takes the lock once it acknowledges again,
+/// within its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_lock_waits_for_a_replica_to_acknowledge() {
+    let (primary, mut replica) = primary_and_replica().await;
+    let locker = durable_locker(&primary, Durability::required(1, WAIT));
+    warm_up(&locker).await;
+    replica.pause();
+    let waiting = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.lock("job").wait(Duration::from_secs(20)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let early = waiting.is_finished();
+    replica.resume();
+    assert!(
+        !early,
+        "gave up while the replica was away: {:?}",
+        waiting.await
+    );
+    let lease = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("locked within the wait once the replica is back")
+        .unwrap()
+        .expect("locked");
+    assert_eq!(lease.replicas_acknowledged(), Some(1));
+    assert!(pttl(&replica, &locker.key("job")).await > 0, "replicated");
+    lease.release().await.unwrap();
+    locker.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn best_effort_durability_reports_what_was_acknowledged() {
     let (primary, mut replica) = primary_and_replica().await;

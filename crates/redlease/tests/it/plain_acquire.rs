@@ -202,13 +202,14 @@ async fn only_a_redlease_value_is_marked() {
     for (name, value, marks) in cases {
         let key = locker.key(name);
         command(node, &["SET", &key, &value, "PX", "60000"]).await;
-        let once = locker.lock(name).retry(RetryPolicy::new().attempts(1));
-        assert!(matches!(once.await, Err(Error::Taken { .. })), "{name}");
+        // Two attempts: the first waits afterwards, so it marks.
+        let twice = locker.lock(name).retry(waiting_twice());
+        assert!(matches!(twice.await, Err(Error::Taken { .. })), "{name}");
         let expected = if marks { format!("{value}*") } else { value };
         assert_eq!(get(node, &key).await, Some(expected), "{name}");
         // Refused again: marked once only.
-        let once = locker.lock(name).retry(RetryPolicy::new().attempts(1));
-        assert!(matches!(once.await, Err(Error::Taken { .. })), "{name}");
+        let twice = locker.lock(name).retry(waiting_twice());
+        assert!(matches!(twice.await, Err(Error::Taken { .. })), "{name}");
         let value = get(node, &key).await.unwrap();
         assert!(!value.ends_with("**"), "{name}: {value}");
         let left: i64 = redis::cmd("PTTL")
@@ -217,5 +218,61 @@ async fn only_a_redlease_value_is_marked() {
             .await
             .unwrap();
         assert!(left > 50_000, "{name}: the TTL is kept ({left} ms)");
+    }
+}
+
+/// Two attempts a few milliseconds apart: the first one waits afterwards.
+fn waiting_twice() -> RetryPolicy {
+    RetryPolicy::new().attempts(2).delay(MS, 5 * MS)
+}
+
+/// Only an acquire that waits after a refusal marks the holder: a refused
+/// `try_lock`, or the last attempt of a bounded wait, gives up, nobody
+/// listens for that release, and a marked holder would publish it to
+/// nobody. On the plain path (SET NX and refused.lua) and the script path
+/// (fencing, acquire.lua).
+#[tokio::test]
+async fn a_refused_try_lock_leaves_the_holder_unmarked() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    for fencing in [false, true] {
+        let build = || {
+            redlease::Locker::builder(nodes.urls())
+                .restart_quarantine(Duration::ZERO)
+                .ttl(Duration::from_secs(10))
+                .fencing(fencing)
+                .build()
+                .unwrap()
+        };
+        let (holder_side, other) = (build(), build());
+        let name = if fencing { "fenced" } else { "plain" };
+        let key = holder_side.key(name);
+        let held = holder_side.try_lock(name).await.unwrap();
+        let value = get(node, &key).await.expect("held");
+        let token_like = |v: &str| v.len() == 48 && v.bytes().all(|b| b.is_ascii_hexdigit());
+        assert!(token_like(&value), "{name}: {value}");
+
+        let refused = other.try_lock(name).await;
+        assert!(matches!(refused, Err(Error::Taken { .. })), "{name}");
+        let last = other.lock(name).retry(RetryPolicy::new().attempts(1));
+        assert!(matches!(last.await, Err(Error::Taken { .. })), "{name}");
+        let now = get(node, &key).await.expect("still held");
+        assert!(token_like(&now), "{name}: marked by a try: {now}");
+        let published = calls(node, "publish").await;
+        held.release().await.unwrap();
+        assert_eq!(
+            calls(node, "publish").await,
+            published,
+            "{name}: a release published to nobody"
+        );
+
+        // A waiting acquire still marks, and the release is published.
+        let held = holder_side.try_lock(name).await.unwrap();
+        let value = get(node, &key).await.expect("held");
+        let twice = other.lock(name).retry(waiting_twice());
+        assert!(matches!(twice.await, Err(Error::Taken { .. })), "{name}");
+        assert_eq!(get(node, &key).await, Some(format!("{value}*")), "{name}");
+        held.release().await.unwrap();
+        assert_eq!(calls(node, "publish").await, published + 1, "{name}");
     }
 }

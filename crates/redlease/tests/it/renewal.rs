@@ -232,3 +232,58 @@ async fn with_lock_drops_the_work_when_the_lease_is_lost() {
         started.elapsed()
     );
 }
+
+/// A lease that a quorum holds is not lost because one node no longer
+/// does. Node 2 answers through a 100 ms delay each way, so its "yes" to
+/// the acquire comes after the quorum of nodes 0 and 1 decided it, and its
+/// renewals are confirmed well after the others'. Another client
+/// overwrites the key on node 0 only: node 0's refusal of each renewal
+/// comes first, while nodes 1 and 2 still hold our token. (Before, that
+/// refusal alone ended the lease as `Refused`: node 2's late yes was not
+/// counted, and one node known to hold it was taken for no quorum.)
+#[tokio::test]
+async fn one_overwritten_node_and_a_late_yes_do_not_lose_a_quorums_lease() {
+    use redlease_testkit::proxy::{Mode, Proxy};
+    let nodes = RedisNodes::start(3);
+    let slow = Proxy::start(&nodes.node(2).addr());
+    slow.set(Mode::Delay {
+        fixed: 100 * MS,
+        jitter: Duration::ZERO,
+    });
+    let urls = vec![nodes.node(0).url(), nodes.node(1).url(), slow.url()];
+    let locker = Locker::builder(urls)
+        .restart_quarantine(Duration::ZERO)
+        .node_timeout(400 * MS)
+        .connect_timeout(2 * NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    // Every connection up first: a node never reached yet is heard out
+    // before a grant, and its yes would not come late.
+    locker.check_servers().await.unwrap();
+    warm_up(&locker).await;
+    let key = locker.key("job");
+    let ttl = 1_500 * MS;
+    let lease = locker.lock("job").ttl(ttl).keep_alive().await.unwrap();
+    set_px(nodes.node(0), &key, "someone-else", 60_000).await;
+    // Four TTLs: a dozen renewals, each refused first by node 0.
+    for round in 0..12 {
+        tokio::time::sleep(500 * MS).await;
+        assert!(
+            !lease.is_lost(),
+            "round {round}: lost ({:?}) while Redis holds {:?}",
+            lease.lost_reason(),
+            values(&nodes, &key).await
+        );
+    }
+    let held = values(&nodes, &key).await;
+    assert_eq!(held[0].as_deref(), Some("someone-else"));
+    let ours = held[1].clone().expect("node 1 holds the key");
+    assert_eq!(held[2].as_ref(), Some(&ours), "a quorum holds one token");
+    assert_eq!(ours.len(), 48, "our token: {ours:?}");
+    for i in [1, 2] {
+        let left = pttl(nodes.node(i), &key).await;
+        assert!(left > 500, "node {i} renewed lately: PTTL {left}");
+    }
+    assert!(lease.remaining() > 500 * MS, "{:?}", lease.remaining());
+    lease.release().await.expect("a quorum holds it");
+}
