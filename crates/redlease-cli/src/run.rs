@@ -334,7 +334,8 @@ async fn acquire(
         Err(e) => {
             // Said once, before the wait: it can be as long as the TTL.
             let quarantine = args.nodes.restart_quarantine(args.ttl);
-            if let Some(note) = quarantine_note(&e, quarantine).filter(|_| !args.quiet) {
+            let note = quarantine_note(&e, quarantine).or_else(|| replicas_note(&e));
+            if let Some(note) = note.filter(|_| !args.quiet) {
                 eprintln!("redlease: {note}");
             }
         }
@@ -418,6 +419,32 @@ fn quarantine_note(e: &Error, quarantine: Duration) -> Option<String> {
                  turns the quarantine off";
     }
     Some(note)
+}
+
+/// Why the wait may be long when too few replicas acknowledged the first
+/// attempt's write (as right after a failover, while the replicas sync).
+fn replicas_note(e: &Error) -> Option<String> {
+    let short: Vec<String> = e
+        .node_errors()
+        .iter()
+        .filter_map(|f| match f.kind() {
+            redlease::NodeErrorKind::NotReplicated {
+                acknowledged,
+                wanted,
+            } => Some(format!(
+                "{}: {acknowledged} of {wanted} replica(s) acknowledged",
+                f.node()
+            )),
+            _ => None,
+        })
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "waiting for replicas to acknowledge the lock ({}): a lock too few replicas \
+             hold does not count (--durable); --wait bounds the wait",
+            short.join("; ")
+        )
+    })
 }
 
 /// `--wait 0` is `--no-wait`, as with flock.

@@ -551,4 +551,11 @@ fn a_durable_run_waits_for_a_replica_to_acknowledge() {
     );
     ran.expect(0);
     assert!(!has_key(&primary, &lock_key("durable")), "released");
+    // Said once, at the default verbosity: the wait is not silent.
+    let said = ran
+        .stderr
+        .lines()
+        .filter(|l| l.contains("waiting for replicas to acknowledge"))
+        .count();
+    assert_eq!(said, 1, "{ran:#?}");
 }
