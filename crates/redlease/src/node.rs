@@ -985,7 +985,7 @@ impl Node {
     }
 
     pub(crate) fn error(&self, kind: NodeErrorKind) -> NodeError {
-        let error = NodeError::new(self.id.clone(), kind);
+        let error = NodeError::new(self.id.clone(), redirect_in_words(kind));
         telemetry::node_error(&error);
         error
     }
@@ -1016,6 +1016,34 @@ impl Node {
             _ => NodeErrorKind::Connection(category),
         };
         self.error(kind).caused_by(e)
+    }
+}
+
+/// A cluster redirection that redis-rs gave up following, said in words.
+/// It follows `MOVED` and `ASK` a few times within a request; one that
+/// still comes back means the address it names did not answer when it
+/// went there (a killed primary, which the shard's other nodes name until
+/// a replica takes over), so it is a connection failure of that slot, not
+/// a reply.
+fn redirect_in_words(kind: NodeErrorKind) -> NodeErrorKind {
+    let NodeErrorKind::Redis { code, message } = &kind else {
+        return kind;
+    };
+    let Some((slot, addr)) = message.trim().split_once(' ') else {
+        return kind;
+    };
+    if slot.parse::<u16>().is_err() || addr.is_empty() || addr.contains(' ') {
+        return kind;
+    }
+    match code.as_str() {
+        "MOVED" => NodeErrorKind::Connection(format!(
+            "the primary {addr} of slot {slot} does not answer (the cluster still names it: \
+             MOVED; a failover may be under way)"
+        )),
+        "ASK" => NodeErrorKind::Connection(format!(
+            "slot {slot} is moving to {addr}, which does not answer (ASK)"
+        )),
+        _ => kind,
     }
 }
 
@@ -1108,6 +1136,41 @@ async fn release_by_script(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redirection_given_up_on_says_which_primary_does_not_answer() {
+        let moved = NodeErrorKind::Redis {
+            code: "MOVED".into(),
+            message: "5598 127.0.0.1:8101".into(),
+        };
+        match redirect_in_words(moved) {
+            NodeErrorKind::Connection(why) => assert!(
+                why.starts_with("the primary 127.0.0.1:8101 of slot 5598 does not answer"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let ask = NodeErrorKind::Redis {
+            code: "ASK".into(),
+            message: "12182 10.0.0.7:7001".into(),
+        };
+        assert_eq!(
+            redirect_in_words(ask).to_string(),
+            "connection failed: slot 12182 is moving to 10.0.0.7:7001, which does not answer (ASK)"
+        );
+        // Anything else stays what the server said.
+        for (code, message) in [
+            ("MOVED", "soon"),
+            ("OOM", "command not allowed when used memory > 'maxmemory'"),
+            ("ERR", "5598 127.0.0.1:8101"),
+        ] {
+            let kind = NodeErrorKind::Redis {
+                code: code.into(),
+                message: message.into(),
+            };
+            assert_eq!(redirect_in_words(kind.clone()), kind);
+        }
+    }
 
     #[test]
     fn server_identity_ignores_db_and_case() {
