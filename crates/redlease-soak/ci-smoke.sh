@@ -5,8 +5,8 @@
 # two-minute runs of GUARANTEES.md are for on demand), then
 # each negative control, which the checker must flag.
 # Then the deployment scenarios, 10 s each (a cluster and a Sentinel
-# primary as the one node, failed over under the clients), and their
-# negative controls.
+# primary as the one node, failed over under the clients; and 15 s of
+# cluster primaries restarted empty), and their negative controls.
 # Last, the library's guards against servers that lost locks or would
 # count twice (issue 15): nodes restarted empty at once (restart
 # quarantine), a node whose wall clock jumps (clock-jump guard; its
@@ -35,6 +35,9 @@ soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario control-sleepy-holder --expect-violation
 "$soak" --scenario control-broken-release --expect-violation
 "$soak" --scenario cluster-failover --seconds 10 --min-acquired 100 --min-faults 1
+# Cluster primaries without replicas restarted empty at once: the restart
+# quarantine keeps each restarted shard from voting (about 20 s).
+"$soak" --scenario cluster-empty-restart --seconds 15 --min-acquired 15 --min-faults 2
 # Every replica must acknowledge (the default): with required(1), the
 # replica not promoted acknowledges writes on the old primary until the
 # sentinels move it, and those writes are lost (GUARANTEES.md, "sentinel

@@ -1332,11 +1332,13 @@ fn restart_quarantine(facts: &Facts, quarantine: Duration, deploy: Deploy) -> Ro
         .info("uptime_in_seconds")
         .and_then(|s| s.parse::<u64>().ok())
         .map(Duration::from_secs);
+    // A cluster's primaries are judged one by one: a restarted shard
+    // loses its own slots' votes.
+    let votes = match deploy {
+        Deploy::Cluster => "its slots cast no vote",
+        _ => "casts no vote",
+    };
     match (up, deploy) {
-        (_, Deploy::Cluster) => ok(
-            CHECK,
-            "not applied to cluster shards (their reconnections are out of redlease's sight)",
-        ),
         (_, _) if quarantine.is_zero() && fsyncs_every_write(facts) => ok(
             CHECK,
             "off; this node fsyncs every write (appendfsync always), so a restart from its own \
@@ -1351,7 +1353,7 @@ fn restart_quarantine(facts: &Facts, quarantine: Duration, deploy: Deploy) -> Ro
         (Some(up), _) if up < quarantine => warn(
             CHECK,
             format!(
-                "up {}: casts no vote for a lock for {} more (it may have lost locks it granted)",
+                "up {}: {votes} for a lock for {} more (it may have lost locks it granted)",
                 duration::show(up),
                 duration::show(quarantine - up)
             ),

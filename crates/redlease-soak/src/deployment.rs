@@ -9,6 +9,13 @@
 //!   replica takes over on its own (cluster-node-timeout 2 s), then the
 //!   killed process is restarted with its directory, so with its
 //!   nodes.conf, and rejoins, empty, as a replica of the new owner.
+//! - `cluster-empty-restart`: a Redis Cluster of 3 primaries without
+//!   replicas, durability off, the restart quarantine on (its default).
+//!   Faults: a SIGKILL of the primary that owns one of the soak's locks,
+//!   restarted at once with its nodes.conf but no data: it serves its
+//!   slots again, empty. The library quarantines that shard (its slots'
+//!   votes) for the TTL plus drift; `--no-quarantine` turns that off and
+//!   shows what it buys.
 //! - `sentinel-failover`: a primary with 2 replicas and 3 sentinels
 //!   (`redis+sentinel://`). Faults: `SENTINEL FAILOVER`, sent to a
 //!   sentinel drawn from the seed.
@@ -51,6 +58,8 @@ pub enum Fault {
     ClusterFailover,
     /// SIGKILL of a lock's primary; automatic failover; restart as replica.
     ClusterKillRestart,
+    /// SIGKILL of a lock's primary (no replica) and restart at once, empty.
+    ClusterEmptyRestart,
     /// `SENTINEL FAILOVER`.
     SentinelFailover,
 }
@@ -60,6 +69,7 @@ impl Fault {
         match self {
             Fault::ClusterFailover => "cluster_failover",
             Fault::ClusterKillRestart => "cluster_kill_restart",
+            Fault::ClusterEmptyRestart => "cluster_empty_restart",
             Fault::SentinelFailover => "sentinel_failover",
         }
     }
@@ -71,7 +81,8 @@ pub struct Scenario {
     pub kind: Kind,
     pub mix: &'static [(Fault, u32)],
     /// Replicas per primary: the default `--durable-replicas`, since only
-    /// every replica acknowledging keeps a failover from losing a write.
+    /// every replica acknowledging keeps a failover from losing a write
+    /// (0: none, and durability off).
     pub replicas: u32,
 }
 
@@ -83,6 +94,14 @@ pub const SCENARIOS: &[Scenario] = &[
         kind: Kind::Cluster,
         mix: &[(Fault::ClusterFailover, 1), (Fault::ClusterKillRestart, 1)],
         replicas: 1,
+    },
+    Scenario {
+        name: "cluster-empty-restart",
+        about: "one node = a cluster (3 primaries, no replica), durability off, restart \
+                quarantine on: primaries killed and restarted at once without their data",
+        kind: Kind::BareCluster,
+        mix: &[(Fault::ClusterEmptyRestart, 1)],
+        replicas: 0,
     },
     Scenario {
         name: "sentinel-failover",
@@ -146,9 +165,21 @@ pub async fn run(
     seconds: u64,
     seed: u64,
     replicas: Option<u32>,
+    quarantine: Option<Duration>,
     verbose: bool,
 ) -> Result<Run, String> {
-    let settings = Arc::new(settings(replicas));
+    let mut settings = settings(replicas);
+    settings.restart_quarantine = quarantine;
+    if scenario.kind == Kind::BareCluster {
+        // A restarted primary serves its slots again only after
+        // cluster-node-timeout (2 s): a lease must outlive that for the
+        // restart to matter, and sleeps past a tenth of it to be caught.
+        settings.ttl = Duration::from_secs(3);
+        settings.wait = settings.ttl;
+        settings.write_margin = settings.ttl / 10;
+        settings.max_sleep = settings.ttl / 2;
+    }
+    let settings = Arc::new(settings);
     let kind = scenario.kind;
     let deployment = blocking(move || Deployment::start(kind)).await?;
     let url = deployment.url();
@@ -196,7 +227,7 @@ pub async fn run(
             };
             replicated::watch_sentinels(urls, epoch, verbose, events.clone()).await?
         }
-        Kind::Cluster => Vec::new(),
+        Kind::Cluster | Kind::BareCluster => Vec::new(),
     };
     let length = Duration::from_secs(seconds);
     let deadline = epoch + length;
@@ -243,10 +274,15 @@ pub async fn run(
         .await?;
 
     let mut notes = vec![format!(
-        "{describe}: {url}; durability {}; node timeout {NODE_TIMEOUT:?}",
+        "{describe}: {url}; durability {}; node timeout {NODE_TIMEOUT:?}; restart quarantine {}",
         match replicas {
             Some(n) => format!("required({n}, {WAIT_TIMEOUT:?})"),
             None => "off".to_string(),
+        },
+        match quarantine {
+            Some(q) if q.is_zero() => "off".to_string(),
+            Some(q) => format!("{q:?}"),
+            None => "the default (TTL plus drift)".to_string(),
         }
     )];
     notes.extend(fault_notes(&applied));
@@ -348,6 +384,10 @@ async fn inject(
                 Fault::ClusterKillRestart => {
                     let slot = d.slot_of(&key)?;
                     d.cluster_kill_restart(slot, stop)
+                }
+                Fault::ClusterEmptyRestart => {
+                    let slot = d.slot_of(&key)?;
+                    d.cluster_empty_restart(slot, stop)
                 }
                 Fault::SentinelFailover => d.sentinel_failover(via, stop),
             }

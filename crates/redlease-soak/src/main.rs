@@ -89,11 +89,13 @@ struct Args {
     /// replica of a primary).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=8))]
     durable_replicas: Option<u32>,
-    /// Scenarios only: clients with `restart_quarantine(Duration::ZERO)`
-    /// (the quarantine off), to see what it buys.
+    /// Scenarios and deployment scenarios only: clients with
+    /// `restart_quarantine(Duration::ZERO)` (the quarantine off), to see
+    /// what it buys.
     #[arg(long, conflicts_with = "restart_quarantine_ms")]
     no_quarantine: bool,
-    /// Scenarios only: clients with `restart_quarantine(N ms)` instead of
+    /// Scenarios and deployment scenarios only: clients with
+    /// `restart_quarantine(N ms)` instead of
     /// the default (the TTL plus drift; N must not be below that).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     restart_quarantine_ms: Option<u64>,
@@ -187,12 +189,17 @@ async fn main() -> ExitCode {
         eprintln!("--no-durability and --durable-replicas apply to the deployment scenarios only");
         return ExitCode::from(2);
     }
-    if (args.no_quarantine || args.restart_quarantine_ms.is_some() || args.no_clock_guard)
+    if args.no_clock_guard && scenarios::find(&args.scenario).is_none() {
+        eprintln!("--no-clock-guard applies to the scenarios only (the controls set their own)");
+        return ExitCode::from(2);
+    }
+    if (args.no_quarantine || args.restart_quarantine_ms.is_some())
         && scenarios::find(&args.scenario).is_none()
+        && deployment::find(&args.scenario).is_none()
     {
         eprintln!(
-            "--no-quarantine, --restart-quarantine-ms and --no-clock-guard apply to the \
-             scenarios only (the controls set their own)"
+            "--no-quarantine and --restart-quarantine-ms apply to the scenarios and the \
+             deployment scenarios only (the controls set their own)"
         );
         return ExitCode::from(2);
     }
@@ -214,11 +221,20 @@ async fn main() -> ExitCode {
         };
         scenarios::run(scenario, nodes, args.seconds, seed, guards, args.verbose).await
     } else if let Some(scenario) = deployment::find(&args.scenario) {
+        let quarantine = if args.no_quarantine {
+            Some(std::time::Duration::ZERO)
+        } else {
+            args.restart_quarantine_ms
+                .map(std::time::Duration::from_millis)
+        };
         deployment::run(
             scenario,
             args.seconds,
             seed,
-            (!args.no_durability).then(|| args.durable_replicas.unwrap_or(scenario.replicas)),
+            (!args.no_durability)
+                .then(|| args.durable_replicas.unwrap_or(scenario.replicas))
+                .filter(|&n| n > 0),
+            quarantine,
             args.verbose,
         )
         .await

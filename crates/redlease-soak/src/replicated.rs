@@ -44,6 +44,8 @@ pub const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Cluster,
+    /// A cluster of primaries without replicas.
+    BareCluster,
     Sentinel,
 }
 
@@ -98,6 +100,7 @@ impl Deployment {
                     CLUSTER_REPLICAS,
                 )))
             }
+            Kind::BareCluster => Ok(Deployment::Cluster(RedisCluster::start(CLUSTER_PRIMARIES))),
             Kind::Sentinel => {
                 let set = SentinelSet::start(SENTINEL_REPLICAS, SENTINELS);
                 // Redis 7.0 waits 5 s before a full sync in case more
@@ -139,9 +142,10 @@ impl Deployment {
     /// What it is, in words.
     pub fn describe(&self) -> String {
         match self {
-            Deployment::Cluster(_) => format!(
-                "a Redis Cluster of {CLUSTER_PRIMARIES} primaries x {CLUSTER_REPLICAS} replica \
-                 (cluster-node-timeout 2 s) as the one node"
+            Deployment::Cluster(cluster) => format!(
+                "a Redis Cluster of {CLUSTER_PRIMARIES} primaries x {} replica(s) \
+                 (cluster-node-timeout 2 s) as the one node",
+                cluster_replicas(cluster)
             ),
             Deployment::Sentinel(_) => format!(
                 "a primary with {SENTINEL_REPLICAS} replicas and {SENTINELS} sentinels \
@@ -245,7 +249,7 @@ impl Deployment {
     /// passed first (the run is over: nobody needs the deployment settled).
     pub fn await_settled(&self, primary: u16, stop: Option<Instant>) -> Result<bool, String> {
         let (expected, what) = match self {
-            Deployment::Cluster(_) => (CLUSTER_REPLICAS, "the shard's replica"),
+            Deployment::Cluster(cluster) => (cluster_replicas(cluster), "the shard's replica"),
             Deployment::Sentinel(_) => (SENTINEL_REPLICAS, "every other data node"),
         };
         poll(
@@ -334,6 +338,52 @@ impl Deployment {
         Ok(Switch {
             old,
             new,
+            switched,
+            settled: settled.then(|| started.elapsed()),
+        })
+    }
+
+    /// SIGKILLs the primary that owns `slot` and restarts it at once, with
+    /// its directory (so its nodes.conf: it keeps its slots) but no data:
+    /// on a cluster without replicas, the restart the restart quarantine
+    /// is for. Waits until it serves its slots again (`cluster_state:ok`).
+    pub fn cluster_empty_restart(
+        &mut self,
+        slot: u16,
+        stop: Option<Instant>,
+    ) -> Result<Switch, String> {
+        let Deployment::Cluster(cluster) = self else {
+            return Err("not a cluster".into());
+        };
+        let old = cluster.owner_of(slot).port();
+        let started = Instant::now();
+        let node = cluster
+            .node_on_mut(old)
+            .ok_or_else(|| format!("no node on port {old}"))?;
+        node.kill();
+        node.restart();
+        let switched = started.elapsed();
+        let node = cluster
+            .node_on(old)
+            .ok_or_else(|| format!("no node on port {old}"))?;
+        let settled = poll(
+            SETTLE_LIMIT,
+            &format!("the restarted primary {old} did not serve its slots again"),
+            || {
+                if stop.is_some_and(|stop| Instant::now() >= stop) {
+                    return Ok(false);
+                }
+                let info: String =
+                    query(node, redis::cmd("CLUSTER").arg("INFO")).map_err(|e| e.to_string())?;
+                match info.contains("cluster_state:ok") {
+                    true => Ok(true),
+                    false => Err("cluster_state not ok".to_string()),
+                }
+            },
+        )?;
+        Ok(Switch {
+            old,
+            new: old,
             switched,
             settled: settled.then(|| started.elapsed()),
         })
@@ -591,6 +641,11 @@ pub fn key_events(log: &[SentinelEvent]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Replicas per primary of `cluster`, as started.
+fn cluster_replicas(cluster: &RedisCluster) -> usize {
+    (cluster.len() / CLUSTER_PRIMARIES).saturating_sub(1)
 }
 
 #[cfg(test)]

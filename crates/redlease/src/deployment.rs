@@ -6,7 +6,9 @@
 //!
 //! A cluster counts as one node of the quorum. redis-rs's cluster client
 //! routes each script by its first key (every key of a lock shares the
-//! lock's hash slot), follows MOVED and ASK, and refreshes its slot map.
+//! lock's hash slot), follows MOVED and ASK, and refreshes its slot map;
+//! each of its shard connections knows the server it reached (see
+//! `shard_conn`).
 //! Notifications use sharded pub/sub there (SSUBSCRIBE, and the scripts'
 //! SPUBLISH), which stays inside the lock's shard; a server without it
 //! (before Redis 7) leaves waiters on their timers.
@@ -32,6 +34,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::node_url::NodeUrl;
 use crate::server_conn::{Finder, SentinelTarget, ServerConn};
+use crate::shard_conn::{self, ShardedCluster};
 use crate::tls::TlsConfig;
 use crate::vote_guard::{ServerFacts, ServerRegistry};
 
@@ -50,14 +53,20 @@ pub(crate) struct ClusterTarget {
 }
 
 impl Deployment {
-    /// The deployment `url` names. The error is the reason alone, without
+    /// The deployment `url` names; a cluster's client connects each shard
+    /// within `connect_timeout`. The error is the reason alone, without
     /// the node or its credentials.
-    pub(crate) fn open(url: &NodeUrl, tls: Option<&TlsConfig>) -> Result<Deployment, String> {
+    pub(crate) fn open(
+        url: &NodeUrl,
+        tls: Option<&TlsConfig>,
+        connect_timeout: Duration,
+    ) -> Result<Deployment, String> {
         match url {
             NodeUrl::Server(url) => open_server(url, tls).map(Deployment::Server),
             NodeUrl::Cluster { seeds } => {
-                let client = cluster_client(seeds, tls, ProtocolVersion::RESP2)?;
-                let subscriber = cluster_client(seeds, tls, ProtocolVersion::RESP3)?;
+                let client = cluster_client(seeds, tls, ProtocolVersion::RESP2, connect_timeout)?;
+                let subscriber =
+                    cluster_client(seeds, tls, ProtocolVersion::RESP3, connect_timeout)?;
                 Ok(Deployment::Cluster(Box::new(ClusterTarget {
                     client,
                     subscriber,
@@ -92,7 +101,8 @@ impl Deployment {
     /// inside its timeout), and the next one tries again. Our per-node
     /// timeout bounds every request; a second, fixed one inside redis-rs
     /// would cut long TTLs' short. Each server it reaches is claimed for
-    /// `claim`'s node index (not on a cluster, whose shards are not seen).
+    /// `claim`'s node index (on a cluster, by the node, as each shard's
+    /// votes arrive: see `shard_conn`).
     pub(crate) fn main_connection(
         &self,
         connect_timeout: Duration,
@@ -105,11 +115,9 @@ impl Deployment {
                 connect_timeout,
                 Some(claim),
             ))),
-            Deployment::Cluster(cluster) => Ok(Conn::Cluster(
-                cluster
-                    .client
-                    .get_pending_async_connection_with_config(cluster_config(connect_timeout)),
-            )),
+            Deployment::Cluster(cluster) => {
+                Ok(Conn::Cluster(ShardedCluster::new(cluster.client.clone())))
+            }
             Deployment::Sentinel(target) => Ok(Conn::Server(ServerConn::new(
                 Finder::Sentinel(target.clone()),
                 target.db(),
@@ -132,11 +140,11 @@ impl Deployment {
                     .await
                     .map(Conn::Plain)
             }
-            Deployment::Cluster(cluster) => cluster
-                .client
-                .get_async_connection_with_config(cluster_config(connect_timeout))
-                .await
-                .map(Conn::Cluster),
+            Deployment::Cluster(cluster) => {
+                let conn = ShardedCluster::new(cluster.client.clone());
+                conn.get().await?;
+                Ok(Conn::Cluster(conn))
+            }
             Deployment::Sentinel(target) => {
                 let conn = ServerConn::new(
                     Finder::Sentinel(target.clone()),
@@ -229,11 +237,13 @@ fn cluster_client(
     seeds: &[String],
     tls: Option<&TlsConfig>,
     protocol: ProtocolVersion,
+    connect_timeout: Duration,
 ) -> Result<ClusterClient, String> {
     let secure = seeds.iter().any(|s| s.starts_with("rediss://"));
     require_tls_support(secure)?;
     let builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .use_protocol(protocol)
+        .connection_timeout(connect_timeout)
         // A request is retried (after MOVED, ASK, a broken connection) a
         // few times within its timeout, briefly: our timeout bounds it, and
         // a long retry loop would keep working for a caller that gave up.
@@ -316,13 +326,15 @@ pub(crate) enum Conn {
     /// known by its `run_id`.
     Server(ServerConn),
     Plain(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    /// A cluster, whose shard connections know their servers.
+    Cluster(ShardedCluster),
 }
 
 impl Conn {
     /// What the newest connection learned about its server; `None` for a
-    /// cluster (whose client reconnects each shard out of our sight) and a
-    /// renewal lane's plain connection.
+    /// cluster (each reply says which shard's server sent it: see
+    /// [`eval_voted`](Self::eval_voted)) and a renewal lane's plain
+    /// connection.
     pub(crate) fn server_facts(&self) -> Option<Arc<ServerFacts>> {
         match self {
             Conn::Server(c) => c.facts(),
@@ -402,36 +414,79 @@ impl Conn {
         cmd: &Cmd,
         durability: crate::Durability,
     ) -> RedisResult<(T, Option<u32>)> {
-        let Some((replicas, timeout)) = durability.wait() else {
-            return self.eval(lua, cmd).await.map(|v| (v, None));
-        };
+        let (value, acked, _) = self.eval_asked(lua, cmd, durability, false).await?;
+        Ok((value, acked))
+    }
+
+    /// [`eval_waited`](Self::eval_waited) for a vote: on a cluster, also
+    /// what the connection that carried it learned about its shard's
+    /// server (asked in the same pipeline, of the connection itself: see
+    /// `shard_conn`), which is `None` only if that connection is gone.
+    /// Elsewhere `None`: the server is [`server_facts`](Self::server_facts)'.
+    pub(crate) async fn eval_voted<T: redis::FromRedisValue>(
+        &mut self,
+        lua: &Lua,
+        cmd: &Cmd,
+        durability: crate::Durability,
+    ) -> RedisResult<(T, Option<u32>, Option<Arc<ServerFacts>>)> {
+        let ask = matches!(self, Conn::Cluster(_));
+        self.eval_asked(lua, cmd, durability, ask).await
+    }
+
+    async fn eval_asked<T: redis::FromRedisValue>(
+        &mut self,
+        lua: &Lua,
+        cmd: &Cmd,
+        durability: crate::Durability,
+        ask_shard: bool,
+    ) -> RedisResult<(T, Option<u32>, Option<Arc<ServerFacts>>)> {
+        let wait = durability.wait();
+        if wait.is_none() && !ask_shard {
+            return self.eval(lua, cmd).await.map(|v| (v, None, None));
+        }
         let fsync = durability.fsynced();
-        let waited = |cmd: Cmd| {
+        let pipeline = |cmd: Cmd| {
             let mut pipe = redis::pipe();
             // Each reply on its own: a pipeline's error otherwise comes as
             // one aggregate without the server's message.
             pipe.ignore_errors().add_command(cmd);
-            if fsync {
-                pipe.cmd("WAITAOF").arg(1).arg(replicas);
-            } else {
-                pipe.cmd("WAIT").arg(replicas);
+            if let Some((replicas, timeout)) = wait {
+                if fsync {
+                    pipe.cmd("WAITAOF").arg(1).arg(replicas);
+                } else {
+                    pipe.cmd("WAIT").arg(replicas);
+                }
+                pipe.arg(timeout.as_millis() as u64);
             }
-            pipe.arg(timeout.as_millis() as u64);
+            if ask_shard {
+                pipe.add_command(shard_conn::which_shard());
+            }
             pipe
         };
-        let mut replies: Vec<Value> = waited(cmd.clone()).query_async(self).await?;
+        let mut replies: Vec<Value> = pipeline(cmd.clone()).query_async(self).await?;
         if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
-            replies = waited(lua.whole(cmd)).query_async(self).await?;
+            replies = pipeline(lua.whole(cmd)).query_async(self).await?;
         }
-        let [value, answer]: [Value; 2] = replies.try_into().map_err(|_| {
-            RedisError::from((
+        let expected = 1 + usize::from(wait.is_some()) + usize::from(ask_shard);
+        if replies.len() != expected {
+            return Err(RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
-                "a script and its WAIT did not answer twice",
-            ))
-        })?;
+                "a script and its WAIT did not answer once each",
+            )));
+        }
+        let shard = match ask_shard {
+            true => replies.pop().as_ref().and_then(shard_conn::facts_of),
+            false => None,
+        };
+        let answer = wait.and_then(|_| replies.pop());
+        let value = replies.pop().expect("counted above");
+        // The script's error first: the WAIT's means less.
         let value = T::from_redis_value(value.extract_error()?)?;
-        let acked = acknowledged(&answer.extract_error()?)?;
-        Ok((value, Some(acked)))
+        let acked = match answer {
+            Some(answer) => Some(acknowledged(&answer.extract_error()?)?),
+            None => None,
+        };
+        Ok((value, acked, shard))
     }
 }
 

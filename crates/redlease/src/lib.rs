@@ -359,10 +359,19 @@
 //!   vote; another TTL reads as a clock step, either a needless
 //!   quarantine or one that hides at most a drift allowance's worth of a
 //!   later jump (anything more is seen as a jump itself).
-//! - Cluster nodes are not covered: redis-rs reconnects each shard out of
-//!   our sight, so neither uptime nor clock can be tied to a server. Run
-//!   cluster primaries with replicas and [`Durability`] (below), whose
-//!   lineage binding reports a lease lost after a data-losing restart.
+//! - On a Redis Cluster each shard is judged as a server of its own: every
+//!   connection redis-rs makes to a shard (after a break, a MOVED or ASK to
+//!   a new address, or a slot-map refresh) reads that server's `run_id`,
+//!   uptime and clock before it carries anything, and every vote says
+//!   which connection carried it, at no extra round trip. A restarted
+//!   primary is quarantined with its slots only, a shard's clock jump
+//!   quarantines that shard, and a cluster named twice (under other host
+//!   names) is refused like one server named twice, as soon as both names
+//!   reached a shard. Not covered there: a vote whose connection was
+//!   replaced before its reply was judged counts as no vote, and
+//!   [`Locker::check_servers`] compares only the primaries the cluster
+//!   client is connected to. A failover to a replica is no restart; for
+//!   what it can lose, see [`Durability`] (below).
 //! - The uptime a server reports comes from its wall clock on some
 //!   versions; a server restarted with a clock far ahead could look older
 //!   than it is. The clock guard does not see that case (a restart resets
@@ -600,6 +609,7 @@ mod renew_schedule;
 mod retry;
 mod server_conn;
 mod set_nx;
+mod shard_conn;
 mod subscription;
 mod telemetry;
 mod tls;

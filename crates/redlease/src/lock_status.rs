@@ -51,7 +51,7 @@ pub struct NodeLockState {
     /// [restart quarantine](crate::LockerBuilder::restart_quarantine) ago,
     /// or its clock jumped. Judged by the inspecting Locker's settings
     /// from what its connection learned when it reached the server (no
-    /// extra request); `None` on a cluster, whose shards are not judged.
+    /// extra request); on a cluster, the server of the lock's shard.
     ///
     /// ```
     /// # fn f(state: &redlease::NodeLockState) {

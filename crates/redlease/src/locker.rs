@@ -425,7 +425,8 @@ impl Locker {
     /// `127.0.0.1:6379` look different but are not). Returns the nodes that
     /// could not be reached (and so not checked); they are checked once
     /// their connection reaches a server, and locks fail with the same
-    /// error from then on. Cluster nodes are not checked beyond their URLs.
+    /// error from then on. A cluster node is checked by the servers of the
+    /// primaries its client connected to.
     ///
     /// Call it at start-up to fail fast on a configuration that would
     /// count one server's vote twice: a Locker that finds such a pair

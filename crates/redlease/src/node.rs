@@ -14,11 +14,12 @@ use crate::error::{NodeError, NodeErrorKind, NodeId};
 use crate::keys::{hash_slot, release_channel, LockKeys};
 use crate::lock_status::{KeyState, NodeLockState, NodeQuarantine};
 use crate::node_url::{redact_url, NodeUrl};
+use crate::shard_conn;
 use crate::telemetry;
 use crate::tls::TlsConfig;
 use crate::token::{LockerTag, Token};
 use crate::validity::DriftModel;
-use crate::vote_guard::{ClockSample, ServerRegistry, VoteGuard};
+use crate::vote_guard::{ClockSample, ServerFacts, ServerRegistry, VoteGuard};
 use crate::Error;
 
 // EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
@@ -348,13 +349,18 @@ impl NodeId {
     /// # Ok::<(), redlease::Error>(())
     /// ```
     pub fn from_url(index: usize, url: &str) -> Result<NodeId, Error> {
-        open(index, url, None).map(|(id, _)| id)
+        open(index, url, None, Duration::from_secs(1)).map(|(id, _)| id)
     }
 }
 
 /// The deployment of node `index` at `url`, and its name; a bad URL is an
 /// input error that names the node without its password.
-fn open(index: usize, url: &str, tls: Option<&TlsConfig>) -> Result<(NodeId, Deployment), Error> {
+fn open(
+    index: usize,
+    url: &str,
+    tls: Option<&TlsConfig>,
+    connect_timeout: Duration,
+) -> Result<(NodeId, Deployment), Error> {
     let bad = |reason: String| {
         Error::invalid(
             "urls",
@@ -362,7 +368,7 @@ fn open(index: usize, url: &str, tls: Option<&TlsConfig>) -> Result<(NodeId, Dep
         )
     };
     let parsed = NodeUrl::parse_reason(url).map_err(bad)?;
-    let deployment = Deployment::open(&parsed, tls).map_err(bad)?;
+    let deployment = Deployment::open(&parsed, tls, connect_timeout).map_err(bad)?;
     let addr = match (&deployment, parsed.describe()) {
         (_, Some(name)) => name,
         (Deployment::Server(client), None) => describe(client),
@@ -387,7 +393,7 @@ impl Node {
         settings: ConnectSettings,
         tls: Option<&TlsConfig>,
     ) -> Result<Node, Error> {
-        let (id, deployment) = open(index, url, tls)?;
+        let (id, deployment) = open(index, url, tls, settings.connect_timeout)?;
         let conn = deployment
             .main_connection(settings.connect_timeout, (settings.registry.clone(), index))
             .map_err(|e| {
@@ -510,15 +516,24 @@ impl Node {
     ) -> Result<Option<AcquireReply>, NodeError> {
         use crate::set_nx::{self, SetNx};
         let clock = self.watches_clock();
-        let request = set_nx::request(&keys.lock, token.as_str(), ttl_ms, clock);
+        let mut request = set_nx::request(&keys.lock, token.as_str(), ttl_ms, clock);
+        // On a cluster: which shard's server voted (see `shard_conn`).
+        let ask_shard = self.deployment.is_cluster();
+        if ask_shard {
+            request.add_command(shard_conn::which_shard());
+        }
         let (key, numsub) = (keys.lock.clone(), self.numsub_command());
         let tag = self.settings.tag;
         let mut conn = self.conn.clone();
         let sent = std::time::Instant::now();
         // Both round trips under one timeout: the second only on a refusal.
         let exchange = Box::pin(async move {
-            let replies = conn.query_pipeline(&request).await?;
+            let mut replies = conn.query_pipeline(&request).await?;
             let received = std::time::Instant::now();
+            let shard = match ask_shard {
+                true => replies.pop().as_ref().and_then(shard_conn::facts_of),
+                false => None,
+            };
             let answer = match set_nx::parse(&replies, clock) {
                 Ok(SetNx::Held { owner }) => {
                     // Marks a holder of another Locker for our waiters
@@ -537,9 +552,9 @@ impl Node {
                 Ok(SetNx::Unsupported) => Ok(Plain::Unsupported),
                 Err(reply) => Err(reply),
             };
-            Ok((answer, received))
+            Ok((answer, received, shard))
         });
-        let (answer, received) = self
+        let (answer, received, shard) = self
             .bounded(timeout, Gate::New, &keys.lock, exchange)
             .await?;
         let clock = match answer {
@@ -548,7 +563,7 @@ impl Node {
             }
             Ok(Plain::Held(refusal, owner)) => {
                 let held = AcquireReply::Held(refusal.expires_in, refusal.waiting, owner);
-                return self.judge_refusal(held).map(Some);
+                return self.judge_refusal(shard, held).map(Some);
             }
             Ok(Plain::Unsupported) => return Ok(None),
             Err(set_nx::Reply::Server { code, message }) => {
@@ -558,7 +573,7 @@ impl Node {
                 return Err(self.error(NodeErrorKind::Protocol(what)))
             }
         };
-        self.judge_grant(clock, None, None).map(Some)
+        self.judge_grant(shard, clock, None, None).map(Some)
     }
 
     /// The acquire script: with a fencing token, durability, or on a
@@ -586,8 +601,11 @@ impl Node {
                 .arg(on_refusal.flag());
         });
         let sent = std::time::Instant::now();
-        let (reply, replicas): (Vec<i64>, _) = self
-            .run(&ACQUIRE, call, timeout, Gate::New, &keys.lock)
+        let mut conn = self.conn.clone();
+        let durability = self.settings.durability;
+        let request = Box::pin(async move { conn.eval_voted(&ACQUIRE, &call, durability).await });
+        let (reply, replicas, shard): (Vec<i64>, _, _) = self
+            .bounded(timeout, Gate::New, &keys.lock, request)
             .await?;
         // A "yes" carries the server's clock when asked for.
         let (acquired, value, clock, waiting, owner) = match reply[..] {
@@ -606,15 +624,14 @@ impl Node {
         };
         match (acquired, value) {
             (1, fence) if fence > 0 && fenced => {
-                self.judge_grant(clock, Some(fence as u64), replicas)
+                self.judge_grant(shard, clock, Some(fence as u64), replicas)
             }
-            (1, 0) if !fenced => self.judge_grant(clock, None, replicas),
-            (0, pttl) if pttl >= 0 => self.judge_refusal(AcquireReply::Held(
-                Some(Duration::from_millis(pttl as u64)),
-                waiting,
-                owner,
-            )),
-            (0, -1) => self.judge_refusal(AcquireReply::Held(None, waiting, owner)),
+            (1, 0) if !fenced => self.judge_grant(shard, clock, None, replicas),
+            (0, pttl) if pttl >= 0 => self.judge_refusal(
+                shard,
+                AcquireReply::Held(Some(Duration::from_millis(pttl as u64)), waiting, owner),
+            ),
+            (0, -1) => self.judge_refusal(shard, AcquireReply::Held(None, waiting, owner)),
             other => Err(self.error(NodeErrorKind::Protocol(format!(
                 "acquire script returned {other:?}"
             )))),
@@ -626,11 +643,12 @@ impl Node {
     /// written, so a failed attempt still undoes it).
     fn judge_grant(
         &self,
+        shard: Option<Arc<ServerFacts>>,
         clock: Option<ClockSample>,
         fence: Option<u64>,
         replicas: Option<u32>,
     ) -> Result<AcquireReply, NodeError> {
-        if let Some(kind) = self.objection(clock) {
+        if let Some(kind) = self.objection(shard, clock) {
             return Err(self.error(kind));
         }
         self.replicated(replicas)?;
@@ -639,8 +657,12 @@ impl Node {
 
     /// A "no" counts, except from a node that is another node's server:
     /// its answer is that node's.
-    fn judge_refusal(&self, held: AcquireReply) -> Result<AcquireReply, NodeError> {
-        match self.objection(None) {
+    fn judge_refusal(
+        &self,
+        shard: Option<Arc<ServerFacts>>,
+        held: AcquireReply,
+    ) -> Result<AcquireReply, NodeError> {
+        match self.objection(shard, None) {
             Some(kind @ NodeErrorKind::SameServer { .. }) => Err(self.error(kind)),
             _ => Ok(held),
         }
@@ -771,11 +793,23 @@ impl Node {
             .cmd("PUBSUB")
             .arg(self.numsub_command())
             .arg(release_channel(&keys.lock));
+        let cluster = self.deployment.is_cluster();
+        if cluster {
+            // Which shard answered, for its quarantine (see `shard_conn`).
+            pipe.add_command(shard_conn::which_shard());
+        }
         let mut conn = self.conn.clone();
         let request = Box::pin(async move { pipe.query_async(&mut conn).await });
-        let (pttl, fence, subscribers): (i64, Option<String>, Vec<(String, u64)>) = self
+        let mut replies: Vec<Value> = self
             .bounded(timeout, Gate::New, &keys.lock, request)
             .await?;
+        let shard = match cluster {
+            true => replies.pop().as_ref().and_then(shard_conn::facts_of),
+            false => self.conn.server_facts(),
+        };
+        let (pttl, fence, subscribers): (i64, Option<String>, Vec<(String, u64)>) =
+            redis::from_redis_value(Value::Array(replies))
+                .map_err(|e| self.error(NodeErrorKind::Protocol(format!("inspect replied {e}"))))?;
         let key = match pttl {
             -2 => KeyState::Free,
             -1 => KeyState::Held { expires_in: None },
@@ -799,15 +833,15 @@ impl Node {
             key,
             fencing_counter,
             waiting: subscribers.iter().map(|(_, n)| n).sum(),
-            quarantine: self.quarantine(),
+            quarantine: shard.and_then(|facts| self.quarantine(&facts)),
         })
     }
 
-    /// Whether the server behind the main connection is quarantined now,
-    /// as its latest connection's facts and the guard tell (no I/O).
-    fn quarantine(&self) -> Option<NodeQuarantine> {
-        let facts = self.conn.server_facts()?;
-        let (cause, left) = self.guard.quarantine(&facts, std::time::Instant::now())?;
+    /// Whether the server `facts` describes (the main connection's, or on
+    /// a cluster the lock's shard's) is quarantined now, as the guard
+    /// tells (no I/O).
+    fn quarantine(&self, facts: &ServerFacts) -> Option<NodeQuarantine> {
+        let (cause, left) = self.guard.quarantine(facts, std::time::Instant::now())?;
         Some(NodeQuarantine::new(cause, left))
     }
 
@@ -834,17 +868,36 @@ impl Node {
         Ok(extended)
     }
 
-    /// Whether acquire replies carry the server's clock: on a connection
-    /// that knows its server (not a cluster's), with the guard on.
+    /// Whether acquire replies carry the server's clock: with the guard
+    /// on (a cluster's replies say which shard's server sent them).
     fn watches_clock(&self) -> bool {
-        self.settings.clock_suspension.is_some() && !self.deployment.is_cluster()
+        self.settings.clock_suspension.is_some()
     }
 
-    /// Why the server behind the main connection may not vote "yes" now,
-    /// if it may not: the same server as another node, restarted or with a
-    /// jumped clock. `clock` is a reading from the reply being judged.
-    fn objection(&self, clock: Option<ClockSample>) -> Option<NodeErrorKind> {
-        let facts = self.conn.server_facts()?;
+    /// Why the server that sent the reply being judged may not vote "yes"
+    /// now, if it may not: the same server as another node, restarted or
+    /// with a jumped clock. That server is the main connection's, or on a
+    /// cluster `shard`, the one the reply's shard connection reached
+    /// (`None` there: that connection is gone, and the vote cannot be
+    /// judged). `clock` is a reading from the reply.
+    fn objection(
+        &self,
+        shard: Option<Arc<ServerFacts>>,
+        clock: Option<ClockSample>,
+    ) -> Option<NodeErrorKind> {
+        let facts = match self.deployment.is_cluster() {
+            true => match shard {
+                Some(facts) => facts,
+                None => {
+                    return Some(NodeErrorKind::Connection(
+                        "the shard connection that carried the vote closed before it was \
+                         judged; it is not counted"
+                            .to_string(),
+                    ))
+                }
+            },
+            false => self.conn.server_facts()?,
+        };
         let mut claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
         if !claimed.as_ref().is_some_and(|c| Arc::ptr_eq(c, &facts)) {
             if let Err(same_as) = self.settings.registry.claim(&facts.run_id, self.id.index()) {
@@ -868,10 +921,10 @@ impl Node {
 
     /// Whether this node has never reached its server, so it is not known
     /// which server it is (it may be another node's under another name).
-    /// Never on a cluster, whose shards claim nothing.
+    /// A cluster is known once any shard's server was claimed.
     pub(crate) fn server_unknown(&self) -> bool {
         use std::sync::atomic::Ordering;
-        if self.deployment.is_cluster() || self.server_known.load(Ordering::Relaxed) {
+        if self.server_known.load(Ordering::Relaxed) {
             return false;
         }
         let known = self.settings.registry.has_claimed(self.id.index());
@@ -882,12 +935,23 @@ impl Node {
     }
 
     /// Connects, if not connected, so the connection claims its server
-    /// (see [`known_pair`](Self::known_pair)).
+    /// (see [`known_pair`](Self::known_pair)); on a cluster, claims the
+    /// server of every primary it is connected to.
     pub(crate) async fn connect(&self, timeout: Duration) -> Result<(), NodeError> {
         let mut conn = self.conn.clone();
         // TIME, which the ACL rule allows: any request connects first.
-        let request = Box::pin(async move { redis::cmd("TIME").query_async(&mut conn).await });
-        let () = self.bounded(timeout, Gate::Check, "", request).await?;
+        let request = Box::pin(async move {
+            let () = redis::cmd("TIME").query_async(&mut conn).await?;
+            match &conn {
+                Conn::Cluster(cluster) => cluster.primaries().await,
+                _ => Ok(Vec::new()),
+            }
+        });
+        let primaries = self.bounded(timeout, Gate::Check, "", request).await?;
+        for facts in primaries {
+            // A refused claim is recorded as the Locker's pair.
+            let _ = self.settings.registry.claim(&facts.run_id, self.id.index());
+        }
         Ok(())
     }
 
@@ -1015,7 +1079,7 @@ impl Node {
     }
 
     pub(crate) fn error(&self, kind: NodeErrorKind) -> NodeError {
-        let error = NodeError::new(self.id.clone(), kind);
+        let error = NodeError::new(self.id.clone(), redirect_in_words(kind));
         telemetry::node_error(&error);
         error
     }
@@ -1059,6 +1123,34 @@ impl Node {
             _ => NodeErrorKind::Connection(category),
         };
         self.error(kind).caused_by(e)
+    }
+}
+
+/// A cluster redirection that redis-rs gave up following, said in words.
+/// It follows `MOVED` and `ASK` a few times within a request; one that
+/// still comes back means the address it names did not answer when it
+/// went there (a killed primary, which the shard's other nodes name until
+/// a replica takes over), so it is a connection failure of that slot, not
+/// a reply.
+fn redirect_in_words(kind: NodeErrorKind) -> NodeErrorKind {
+    let NodeErrorKind::Redis { code, message } = &kind else {
+        return kind;
+    };
+    let Some((slot, addr)) = message.trim().split_once(' ') else {
+        return kind;
+    };
+    if slot.parse::<u16>().is_err() || addr.is_empty() || addr.contains(' ') {
+        return kind;
+    }
+    match code.as_str() {
+        "MOVED" => NodeErrorKind::Connection(format!(
+            "the primary {addr} of slot {slot} does not answer (the cluster still names it: \
+             MOVED; a failover may be under way)"
+        )),
+        "ASK" => NodeErrorKind::Connection(format!(
+            "slot {slot} is moving to {addr}, which does not answer (ASK)"
+        )),
+        _ => kind,
     }
 }
 
@@ -1151,6 +1243,41 @@ async fn release_by_script(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redirection_given_up_on_says_which_primary_does_not_answer() {
+        let moved = NodeErrorKind::Redis {
+            code: "MOVED".into(),
+            message: "5598 127.0.0.1:8101".into(),
+        };
+        match redirect_in_words(moved) {
+            NodeErrorKind::Connection(why) => assert!(
+                why.starts_with("the primary 127.0.0.1:8101 of slot 5598 does not answer"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let ask = NodeErrorKind::Redis {
+            code: "ASK".into(),
+            message: "12182 10.0.0.7:7001".into(),
+        };
+        assert_eq!(
+            redirect_in_words(ask).to_string(),
+            "connection failed: slot 12182 is moving to 10.0.0.7:7001, which does not answer (ASK)"
+        );
+        // Anything else stays what the server said.
+        for (code, message) in [
+            ("MOVED", "soon"),
+            ("OOM", "command not allowed when used memory > 'maxmemory'"),
+            ("ERR", "5598 127.0.0.1:8101"),
+        ] {
+            let kind = NodeErrorKind::Redis {
+                code: code.into(),
+                message: message.into(),
+            };
+            assert_eq!(redirect_in_words(kind.clone()), kind);
+        }
+    }
 
     #[test]
     fn server_identity_ignores_db_and_case() {

@@ -374,7 +374,9 @@ impl ServerConn {
 
 /// Asks the server who it is: `INFO server` (run_id, uptime) and `TIME`,
 /// in one round trip; also whether it has `DELIFEQ`.
-async fn handshake(conn: &mut MultiplexedConnection) -> RedisResult<(ServerFacts, bool)> {
+pub(crate) async fn handshake(
+    conn: &mut MultiplexedConnection,
+) -> RedisResult<(ServerFacts, bool)> {
     let mut pipe = redis::pipe();
     pipe.cmd("INFO").arg("server").cmd("TIME");
     let sent = Instant::now();

@@ -183,7 +183,9 @@ impl ServerRegistry {
     }
 }
 
-/// The vote rules for one node; see the module docs.
+/// The vote rules for one node; see the module docs. A node that is a
+/// cluster has a server per shard: each is judged on its own, its clock
+/// compared with its own earlier readings only.
 #[derive(Debug)]
 pub(crate) struct VoteGuard {
     /// How long a server casts no "yes" after it started; zero: off.
@@ -191,7 +193,44 @@ pub(crate) struct VoteGuard {
     /// How long after a clock jump; `None`: the clock is not watched.
     clock_suspension: Option<Duration>,
     drift: DriftModel,
-    state: Mutex<GuardState>,
+    state: Mutex<Servers>,
+}
+
+/// The state of the server judged last, and of the others met (a
+/// cluster's other shards, or the server before a failover).
+#[derive(Debug, Default)]
+struct Servers {
+    current: GuardState,
+    others: HashMap<String, GuardState>,
+}
+
+/// How many servers besides the current one a guard remembers: more than
+/// a cluster's primaries. Beyond it, the one whose clock was read longest
+/// ago is forgotten (its next reading starts a new comparison).
+const REMEMBERED: usize = 256;
+
+impl Servers {
+    /// The state of the server `run_id`, made the current one.
+    fn of(&mut self, run_id: &str) -> &mut GuardState {
+        if self.current.run_id.as_deref() != Some(run_id) {
+            let state = self.others.remove(run_id).unwrap_or_default();
+            let before = std::mem::replace(&mut self.current, state);
+            if let Some(id) = before.run_id.clone() {
+                if self.others.len() >= REMEMBERED {
+                    let oldest = self
+                        .others
+                        .iter()
+                        .min_by_key(|(_, s)| s.last.map(|l| l.received))
+                        .map(|(id, _)| id.clone());
+                    if let Some(oldest) = oldest {
+                        self.others.remove(&oldest);
+                    }
+                }
+                self.others.insert(id, before);
+            }
+        }
+        &mut self.current
+    }
 }
 
 #[derive(Debug, Default)]
@@ -226,9 +265,11 @@ impl VoteGuard {
         sample: Option<ClockSample>,
         now: Instant,
     ) -> Option<NodeErrorKind> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.run_id.as_deref() != Some(facts.run_id.as_str()) {
-            // Another server process: its clock is compared with itself only.
+        let mut servers = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = servers.of(&facts.run_id);
+        if state.run_id.is_none() {
+            // A server process not met before: its clock is compared with
+            // itself only.
             *state = GuardState {
                 run_id: Some(facts.run_id.clone()),
                 last: facts.clock,
@@ -249,7 +290,7 @@ impl VoteGuard {
                 state.last = Some(sample);
             }
         }
-        self.judge(&state, facts, now)
+        self.judge(state, facts, now)
             .map(|(cause, left)| NodeErrorKind::Quarantined { cause, left })
     }
 
@@ -262,8 +303,15 @@ impl VoteGuard {
         facts: &ServerFacts,
         now: Instant,
     ) -> Option<(Quarantine, Duration)> {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        self.judge(&state, facts, now)
+        let servers = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = match servers.current.run_id.as_deref() == Some(facts.run_id.as_str()) {
+            true => Some(&servers.current),
+            false => servers.others.get(&facts.run_id),
+        };
+        match state {
+            Some(state) => self.judge(state, facts, now),
+            None => self.judge(&GuardState::default(), facts, now),
+        }
     }
 
     fn judge(
@@ -490,6 +538,41 @@ mod tests {
         b.clock = Some(sample(t0, 2 * SEC, MS, base + 61_000_000));
         let reply = sample(t0, 2 * SEC + MS, MS, base + 61_002_000);
         assert_eq!(g.objection(&b, Some(reply), t0 + 2 * SEC), None);
+    }
+
+    #[test]
+    fn each_shard_is_judged_against_its_own_clock() {
+        // A cluster's shards answer in turn, with clocks a minute apart:
+        // neither is a jump, and a jump on one quarantines that one only.
+        let t0 = Instant::now();
+        let g = guard(Duration::ZERO);
+        let base = 1_000_000_000_000u64;
+        let a = facts("a", t0 - 100 * SEC);
+        let b = facts("b", t0 - 100 * SEC);
+        for i in 0..10u64 {
+            let at = Duration::from_millis(i * 100);
+            let read = |offset: u64| base + offset + i * 100_000;
+            assert_eq!(
+                g.objection(&a, Some(sample(t0, at, MS, read(0))), t0 + at),
+                None
+            );
+            assert_eq!(
+                g.objection(&b, Some(sample(t0, at, MS, read(60_000_000))), t0 + at),
+                None
+            );
+        }
+        let jumped = sample(t0, 2 * SEC, MS, base + 31_000_000);
+        assert!(matches!(
+            g.objection(&a, Some(jumped), t0 + 2 * SEC),
+            Some(NodeErrorKind::Quarantined {
+                cause: Quarantine::ClockJumped { .. },
+                ..
+            })
+        ));
+        let steady = sample(t0, 2 * SEC, MS, base + 60_000_000 + 2_000_000);
+        assert_eq!(g.objection(&b, Some(steady), t0 + 2 * SEC), None);
+        // The jump is remembered while another shard is judged.
+        assert!(g.objection(&a, None, t0 + 3 * SEC).is_some());
     }
 
     #[test]

@@ -128,6 +128,62 @@ fn doctor_checks_a_cluster() {
     );
 }
 
+/// The row of `out`'s table for `node` (see [`line`]) and `check`, with its
+/// fix line if it has one.
+fn row_and_fix(out: &Finished, node: &str, check: &str) -> String {
+    let row = line(out, node, check).unwrap_or_else(|| panic!("no {check} row: {out:#?}"));
+    let mut lines = out.stdout.lines().skip_while(|l| *l != row);
+    let mut text = lines.next().unwrap_or_default().to_string();
+    if let Some(fix) = lines.next().filter(|l| l.trim_start().starts_with("fix:")) {
+        text.push_str(fix);
+    }
+    text
+}
+
+#[test]
+fn doctor_judges_each_cluster_primary_by_the_restart_quarantine() {
+    // The library quarantines a restarted shard (its slots' votes), so
+    // doctor's persistence advice and quarantine row agree per primary.
+    let cluster = RedisCluster::start(3);
+    let url = cluster_url(&cluster);
+    let out = run(
+        redlease()
+            .args(["doctor", "--nodes", &url, "--timeout", "1s"])
+            .env("REDLEASE_RESTART_QUARANTINE", "1h"),
+        LIMIT,
+    );
+    assert!(!out.stdout.contains("not applied"), "{out:#?}");
+    for node in cluster.iter() {
+        let primary = format!("0 primary {}", node.addr());
+        let persistence = row_and_fix(&out, &primary, "persistence");
+        assert!(
+            persistence.contains("no AOF") && persistence.contains("keep the restart quarantine"),
+            "{persistence}"
+        );
+        let quarantine = row_and_fix(&out, &primary, "restart quarantine");
+        assert!(
+            quarantine.starts_with("WARN")
+                && quarantine.contains("its slots cast no vote for a lock for"),
+            "{quarantine}"
+        );
+    }
+    // With the quarantine off, both rows say so.
+    let out = doctor(&url);
+    for node in cluster.iter() {
+        let primary = format!("0 primary {}", node.addr());
+        let persistence = row_and_fix(&out, &primary, "persistence");
+        assert!(
+            persistence.contains("turn the restart quarantine back on"),
+            "{persistence}"
+        );
+        let quarantine = row_and_fix(&out, &primary, "restart quarantine");
+        assert!(
+            quarantine.starts_with("WARN") && quarantine.contains("off:"),
+            "{quarantine}"
+        );
+    }
+}
+
 #[test]
 fn doctor_checks_a_sentinel_primary_and_warns_of_failover() {
     let set = SentinelSet::start(1, 3);

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Durability, Error, KeyState, Locker};
+use redlease::{Durability, Error, KeyState, Locker, Verdict};
 use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::RedisNode;
 
@@ -211,7 +211,10 @@ async fn a_cluster_with_a_dead_primary_refuses_only_its_slots() {
     cluster.node_mut(0).kill();
     let started = Instant::now();
     match locker.try_lock(&on_dead).await {
-        Err(Error::NoQuorum { .. }) | Err(Error::Taken { .. }) => {}
+        Err(e @ Error::NoQuorum { .. }) | Err(e @ Error::Taken { .. }) => {
+            // Said in words: not the redirection redis-rs gave up on.
+            assert!(!e.to_string().contains("replied MOVED"), "{e}");
+        }
         other => panic!("a lock on a dead shard is refused, got {other:?}"),
     }
     assert!(
@@ -434,4 +437,179 @@ async fn a_killed_cluster_primary_never_doubles_a_held_lease() {
     assert!(cluster_failover_while_held(Failover::Kill, Durability::off()).await);
     let required = Durability::required(1, Duration::from_millis(100));
     assert!(!cluster_failover_while_held(Failover::Kill, required).await);
+}
+
+/// A resource whose lock key lives on `primary`'s slots, and one whose key
+/// lives elsewhere.
+async fn resources_on(cluster: &RedisCluster, locker: &Locker, primary: u16) -> (String, String) {
+    let (mut on, mut elsewhere) = (None, None);
+    for i in 0..200 {
+        let name = format!("r{i}");
+        let slot = slot_of(cluster, &locker.key(&name)).await;
+        if blocking(|| cluster.owner_of(slot).port()) == primary {
+            on.get_or_insert(name);
+        } else {
+            elsewhere.get_or_insert(name);
+        }
+    }
+    (on.unwrap(), elsewhere.unwrap())
+}
+
+/// The restart quarantines of a failed acquire: (up, left) each.
+fn restarted(e: &Error) -> Vec<(Duration, Duration)> {
+    e.node_errors()
+        .iter()
+        .filter_map(|f| match f.kind() {
+            redlease::NodeErrorKind::Quarantined {
+                cause: redlease::Quarantine::Restarted { up },
+                left,
+            } => Some((*up, *left)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_primary_restarted_empty_is_quarantined_alone() {
+    // A primary without replicas or persistence, killed and restarted at
+    // once: it keeps its slots (nodes.conf) but not its keys. Its shard
+    // casts no "yes" until it has been up for the quarantine; the others
+    // vote all along.
+    let mut cluster = RedisCluster::start(3);
+    let ttl = Duration::from_secs(1);
+    let quarantine = Duration::from_secs(6);
+    let locker = Locker::builder([cluster_url(&cluster)])
+        .ttl(ttl)
+        .restart_quarantine(quarantine)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(NODE_TIMEOUT)
+        .retry(redlease::RetryPolicy::new().attempts(1))
+        .build()
+        .unwrap();
+    let victim = cluster.node(0).port();
+    let (on_victim, elsewhere) = resources_on(&cluster, &locker, victim).await;
+    // Brand-new shards are quarantined too; wait that out.
+    let born = Instant::now();
+    loop {
+        match locker.try_lock(&on_victim).await {
+            Ok(lease) => {
+                lease.release().await.unwrap();
+                break;
+            }
+            Err(e) if born.elapsed() < quarantine + Duration::from_secs(10) => {
+                assert!(!restarted(&e).is_empty(), "{e}");
+                tokio::time::sleep(100 * MS).await;
+            }
+            Err(e) => panic!("no lock on a new cluster: {e}"),
+        }
+    }
+    let held = locker
+        .try_lock(&elsewhere)
+        .keep_alive()
+        .await
+        .expect("another shard");
+
+    blocking(|| {
+        cluster.node_mut(0).kill();
+        cluster.node_mut(0).restart();
+    });
+    let back = Instant::now();
+    let e = loop {
+        match locker.try_lock(&on_victim).await {
+            // The first requests may meet the broken connection, and the
+            // node says CLUSTERDOWN until it has heard from the others.
+            Err(e) if restarted(&e).is_empty() && back.elapsed() < quarantine / 2 => {
+                tokio::time::sleep(20 * MS).await;
+            }
+            Err(e) => break e,
+            Ok(_) => panic!("a shard up for {:?} voted", back.elapsed()),
+        }
+    };
+    match restarted(&e)[..] {
+        [(up, left)] => {
+            assert!(up < quarantine, "up {up:?}");
+            assert_eq!(up + left, quarantine);
+        }
+        ref other => panic!("expected the shard quarantined, got {other:?}: {e}"),
+    }
+    assert!(e.to_string().contains("restart quarantine"), "{e}");
+    // inspect tells the same of the lock's shard, and nothing of another's.
+    let status = locker.inspect(&on_victim).await.unwrap();
+    let shard = status.nodes[0].1.as_ref().expect("the shard answers");
+    assert!(
+        matches!(shard.quarantine, Some(q) if q.left <= quarantine),
+        "{status:?}"
+    );
+    assert!(
+        matches!(status.verdict(), Verdict::Quarantined { .. }),
+        "{status:?}"
+    );
+    let other = locker.inspect(&elsewhere).await.unwrap();
+    assert_eq!(other.nodes[0].1.as_ref().unwrap().quarantine, None);
+    // The other shards are not: the held lock is still refused as taken,
+    // and a new one is granted.
+    let taken = locker.try_lock(&elsewhere).await;
+    assert!(matches!(taken, Err(Error::Taken { .. })), "{taken:?}");
+    held.release().await.unwrap();
+    locker
+        .try_lock(&elsewhere)
+        .await
+        .expect("a shard that did not restart votes")
+        .release()
+        .await
+        .unwrap();
+    // The restarted shard votes again once up for the quarantine.
+    let lease = loop {
+        match locker.try_lock(&on_victim).await {
+            Ok(lease) => break lease,
+            Err(e) if back.elapsed() < quarantine + Duration::from_secs(10) => {
+                assert!(!restarted(&e).is_empty(), "{e}");
+                tokio::time::sleep(100 * MS).await;
+            }
+            Err(e) => panic!("still refused {:?} after the restart: {e}", back.elapsed()),
+        }
+    };
+    // Up since before `back`, by at most the second a restart takes.
+    let after = back.elapsed();
+    assert!(after + Duration::from_secs(1) >= quarantine, "{after:?}");
+    lease.release().await.unwrap();
+    locker.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_under_two_names_is_refused() {
+    let cluster = RedisCluster::start(3);
+    let by_ip = cluster_url(&cluster);
+    let by_name = by_ip.replace("127.0.0.1", "localhost");
+    assert_ne!(by_ip, by_name);
+    let build = || {
+        Locker::builder([by_ip.as_str(), by_name.as_str()])
+            .restart_quarantine(Duration::ZERO)
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(NODE_TIMEOUT)
+            .build()
+            .unwrap()
+    };
+    let locker = build();
+    match locker.check_servers().await {
+        Err(Error::SameServer { node, same_as, .. }) => {
+            assert_eq!((node.index(), same_as.index()), (1, 0));
+        }
+        other => panic!("expected SameServer, got {other:?}"),
+    }
+    match locker.try_lock("job").await {
+        Err(e @ Error::SameServer { .. }) => assert!(!e.is_retryable()),
+        other => panic!("expected SameServer, got {other:?}"),
+    }
+    // A Locker that meets the pair through its first lock refuses too.
+    let fresh = build();
+    for _ in 0..3 {
+        let refused = fresh.try_lock("job").await;
+        assert!(
+            matches!(refused, Err(Error::SameServer { .. })),
+            "{refused:?}"
+        );
+    }
+    locker.close().await;
+    fresh.close().await;
 }
