@@ -59,13 +59,14 @@ pub struct NodesArg {
     )]
     restart_quarantine: Option<std::time::Duration>,
 
-    /// CA certificates (PEM) to trust for rediss:// nodes instead of the
-    /// system's trust store.
+    /// CA certificates (PEM) to trust for TLS nodes (rediss://,
+    /// rediss+cluster://, rediss+sentinel://) instead of the system's trust
+    /// store.
     #[arg(long, env = "REDLEASE_TLS_CA", value_name = "FILE")]
     tls_ca: Option<PathBuf>,
 
-    /// Client certificate (PEM) for rediss:// nodes that require one
-    /// (mutual TLS); needs --tls-key.
+    /// Client certificate (PEM) for TLS nodes that require one (mutual
+    /// TLS); needs --tls-key.
     #[arg(
         long,
         env = "REDLEASE_TLS_CERT",

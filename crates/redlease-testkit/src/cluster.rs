@@ -14,7 +14,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use crate::{NodeConfig, RedisNode};
+use crate::tls::TestPki;
+use crate::{ClientAuth, NodeConfig, RedisNode};
 
 /// How long the nodes may take to agree that the cluster is up, replicas
 /// synced.
@@ -110,13 +111,53 @@ impl RedisCluster {
     /// assert_eq!(cluster.replicas_of(cluster.node(0).port()).len(), 1);
     /// ```
     pub fn start_with_replicas(primaries: usize, replicas_per_primary: usize) -> RedisCluster {
+        Self::start_configured(primaries, replicas_per_primary, NodeConfig::new())
+    }
+
+    /// [`start_with_replicas`](RedisCluster::start_with_replicas) with
+    /// nodes that serve TLS only, with `pki`'s server certificate: clients,
+    /// the cluster bus (`tls-cluster yes`) and replication
+    /// (`tls-replication yes`) all go over TLS. With
+    /// [`ClientAuth::Required`] every client must present a certificate
+    /// signed by `pki`'s CA (the nodes present their server certificate to
+    /// each other). [`cluster_url`](RedisCluster::cluster_url) is then a
+    /// `rediss+cluster://` URL.
+    ///
+    /// Panics if the cluster does not form within 30 s.
+    ///
+    /// ```no_run
+    /// use redlease_testkit::cluster::RedisCluster;
+    /// use redlease_testkit::{tls::TestPki, ClientAuth};
+    ///
+    /// let pki = TestPki::generate();
+    /// let cluster = RedisCluster::start_tls(3, 0, &pki, ClientAuth::None);
+    /// assert!(cluster.cluster_url().starts_with("rediss+cluster://"));
+    /// ```
+    pub fn start_tls(
+        primaries: usize,
+        replicas_per_primary: usize,
+        pki: &TestPki,
+        auth: ClientAuth,
+    ) -> RedisCluster {
+        let config = NodeConfig::new()
+            .tls(pki, auth)
+            .arg("tls-cluster", "yes")
+            .arg("tls-replication", "yes");
+        Self::start_configured(primaries, replicas_per_primary, config)
+    }
+
+    fn start_configured(
+        primaries: usize,
+        replicas_per_primary: usize,
+        base: NodeConfig,
+    ) -> RedisCluster {
         assert!(primaries >= 1, "a cluster needs a primary");
         let total = primaries * (1 + replicas_per_primary);
         // Spawn all first, then wait: boots overlap without extra threads.
         let mut nodes: Vec<RedisNode> = (0..total)
             .map(|_| {
                 RedisNode::launch(
-                    NodeConfig::new()
+                    base.clone()
                         .cluster()
                         .arg("cluster-config-file", "nodes.conf")
                         .arg("cluster-node-timeout", "2000")
@@ -246,7 +287,9 @@ impl RedisCluster {
     }
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...` naming every node,
-    /// primaries first: the node URL form for a cluster deployment.
+    /// primaries first: the node URL form for a cluster deployment
+    /// (`rediss+cluster://` for a [`start_tls`](RedisCluster::start_tls)
+    /// cluster).
     ///
     /// ```no_run
     /// let cluster = redlease_testkit::cluster::RedisCluster::start(3);
@@ -255,10 +298,16 @@ impl RedisCluster {
     /// ```
     pub fn cluster_url(&self) -> String {
         let hosts: Vec<String> = self.nodes.iter().map(RedisNode::addr).collect();
-        format!("redis+cluster://{}", hosts.join(","))
+        let scheme = if self.nodes[0].config.tls.is_some() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{}", hosts.join(","))
     }
 
-    /// `redis://127.0.0.1:PORT` of every node, primaries first.
+    /// `redis://127.0.0.1:PORT` (`rediss://` over TLS) of every node,
+    /// primaries first.
     ///
     /// ```no_run
     /// let urls = redlease_testkit::cluster::RedisCluster::start(3).urls();

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use crate::{process, NodeConfig, RedisNode};
+use crate::tls::TestPki;
+use crate::{process, ClientAuth, NodeConfig, RedisNode};
 
 /// The name the sentinels know the primary by.
 pub const PRIMARY_NAME: &str = "mymaster";
@@ -35,14 +36,45 @@ impl SentinelSet {
     /// Starts the primary, its replicas (waiting until each has synced) and
     /// the sentinels (waiting until each knows the primary and replicas).
     pub fn start(replicas: usize, sentinels: usize) -> SentinelSet {
+        Self::start_configured(replicas, sentinels, NodeConfig::new())
+    }
+
+    /// [`start`](SentinelSet::start) with every server, sentinels
+    /// included, serving TLS only with `pki`'s server certificate;
+    /// replication and the sentinels' own connections to the servers and
+    /// to each other go over TLS too (`tls-replication yes`). With
+    /// [`ClientAuth::Required`] every client must present a certificate
+    /// signed by `pki`'s CA. [`sentinel_urls`](SentinelSet::sentinel_urls)
+    /// are then `rediss://` URLs.
+    ///
+    /// ```no_run
+    /// use redlease_testkit::sentinel::SentinelSet;
+    /// use redlease_testkit::{tls::TestPki, ClientAuth};
+    ///
+    /// let pki = TestPki::generate();
+    /// let set = SentinelSet::start_tls(1, 3, &pki, ClientAuth::Required);
+    /// assert!(set.sentinel_urls()[0].starts_with("rediss://"));
+    /// ```
+    pub fn start_tls(
+        replicas: usize,
+        sentinels: usize,
+        pki: &TestPki,
+        auth: ClientAuth,
+    ) -> SentinelSet {
+        let config = NodeConfig::new()
+            .tls(pki, auth)
+            .arg("tls-replication", "yes");
+        Self::start_configured(replicas, sentinels, config)
+    }
+
+    fn start_configured(replicas: usize, sentinels: usize, base: NodeConfig) -> SentinelSet {
         assert!(sentinels >= 1, "at least one sentinel");
-        let primary = RedisNode::start();
+        let primary = RedisNode::start_with(base.clone());
         let mut nodes = vec![primary];
         for _ in 0..replicas {
             let port = nodes[0].port().to_string();
-            let replica = RedisNode::start_with(
-                NodeConfig::new().arg("replicaof", &format!("127.0.0.1 {port}")),
-            );
+            let replica =
+                RedisNode::start_with(base.clone().arg("replicaof", &format!("127.0.0.1 {port}")));
             nodes.push(replica);
         }
         let quorum = sentinels / 2 + 1;
@@ -54,7 +86,7 @@ impl SentinelSet {
             nodes[0].port()
         );
         let sentinels = (0..sentinels)
-            .map(|_| RedisNode::start_with(NodeConfig::new().sentinel(config.clone())))
+            .map(|_| RedisNode::start_with(base.clone().sentinel(config.clone())))
             .collect();
         let set = SentinelSet { nodes, sentinels };
         set.await_known(replicas, Duration::from_secs(20));
@@ -79,7 +111,7 @@ impl SentinelSet {
         });
     }
 
-    /// `redis://127.0.0.1:PORT` of every sentinel.
+    /// `redis://127.0.0.1:PORT` (`rediss://` over TLS) of every sentinel.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisNode::url).collect()
     }
@@ -114,6 +146,11 @@ impl SentinelSet {
     /// Data node `i`.
     pub fn node(&self, i: usize) -> &RedisNode {
         &self.nodes[i]
+    }
+
+    /// Sentinel `i`, e.g. to ask who its clients are.
+    pub fn sentinel(&self, i: usize) -> &RedisNode {
+        &self.sentinels[i]
     }
 
     /// The data node on `port`, if any.

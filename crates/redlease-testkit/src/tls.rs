@@ -1,6 +1,7 @@
 //! Throwaway certificates for TLS nodes: a test CA, a server certificate
-//! for `127.0.0.1` and `localhost` signed by it, and a client certificate
-//! for mutual TLS. Generated in memory (no openssl CLI needed); a TLS node
+//! for `127.0.0.1` and `localhost` signed by it (which the servers also
+//! present to each other in a TLS cluster or replication), and a client
+//! certificate for mutual TLS. Generated in memory (no openssl CLI needed); a TLS node
 //! writes its files into its own directory.
 
 use std::path::{Path, PathBuf};
@@ -49,7 +50,7 @@ impl TestPki {
         let ca_cert = ca.self_signed(&ca_key).expect("self-signed CA");
         let issuer = Issuer::new(ca, ca_key);
 
-        let leaf = |name: &str, purpose: ExtendedKeyUsagePurpose| {
+        let leaf = |name: &str, purposes: Vec<ExtendedKeyUsagePurpose>| {
             let key = KeyPair::generate().expect("leaf key");
             let mut params =
                 CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
@@ -60,14 +61,24 @@ impl TestPki {
                 KeyUsagePurpose::DigitalSignature,
                 KeyUsagePurpose::KeyEncipherment,
             ];
-            params.extended_key_usages = vec![purpose];
+            params.extended_key_usages = purposes;
             let cert = params.signed_by(&key, &issuer).expect("signed leaf");
             (cert.pem(), key.serialize_pem())
         };
-        let (server_cert, server_key) =
-            leaf("redis test server", ExtendedKeyUsagePurpose::ServerAuth);
-        let (client_cert, client_key) =
-            leaf("redlease test client", ExtendedKeyUsagePurpose::ClientAuth);
+        // A server is a client too, of the cluster bus and of its primary
+        // (`tls-cluster`, `tls-replication`), and presents the same
+        // certificate there.
+        let (server_cert, server_key) = leaf(
+            "redis test server",
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        );
+        let (client_cert, client_key) = leaf(
+            "redlease test client",
+            vec![ExtendedKeyUsagePurpose::ClientAuth],
+        );
 
         TestPki {
             ca_pem: ca_cert.pem(),

@@ -233,3 +233,34 @@ fn mid_migration_the_source_sends_missing_keys_to_the_target() {
     assert_eq!(get(target, present).unwrap().as_deref(), Some("here"));
     assert_eq!(get(target, missing).unwrap().as_deref(), Some("new"));
 }
+
+/// A cluster that serves TLS only, with client certificates required:
+/// it forms (bus and replication over TLS), answers a client that trusts
+/// the test CA and presents its certificate, and offers no plain port.
+#[test]
+fn a_tls_cluster_forms_and_serves_tls_only() {
+    use redlease_testkit::{tls::TestPki, ClientAuth};
+
+    let pki = TestPki::generate();
+    let cluster = RedisCluster::start_tls(3, 1, &pki, ClientAuth::Required);
+    assert_eq!(cluster.len(), 6);
+    let url = cluster.cluster_url();
+    assert!(url.starts_with("rediss+cluster://127.0.0.1:"), "{url}");
+    assert!(cluster.urls().iter().all(|u| u.starts_with("rediss://")));
+    for node in cluster.iter() {
+        let info: String = query(node, redis::cmd("CLUSTER").arg("INFO")).unwrap();
+        assert!(info.contains("cluster_state:ok"), "{info}");
+        assert!(info.contains("cluster_known_nodes:6"), "{info}");
+    }
+    assert_eq!(cluster.replicas_of(cluster.node(0).port()).len(), 1);
+    // A plain-text client gets nothing from a TLS port.
+    let plain = redis::Client::open(format!("redis://{}", cluster.node(0).addr())).unwrap();
+    let refused = plain
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
+    assert!(refused.is_err(), "{refused:?}");
+    let key = "redlease:{tls}";
+    let owner = cluster.owner_of(slot_of(&cluster, key));
+    let _: () = query(owner, redis::cmd("SET").arg(key).arg("x")).unwrap();
+    assert_eq!(get(owner, key).unwrap().as_deref(), Some("x"));
+}

@@ -27,3 +27,25 @@ fn sentinels_fail_a_killed_primary_over_to_its_replica() {
         "{role:?}"
     );
 }
+
+/// Sentinels and servers that serve TLS only: the sentinels find the
+/// primary and its replica over TLS and name it to a TLS client.
+#[test]
+fn a_tls_sentinel_set_names_its_primary() {
+    use redlease_testkit::{tls::TestPki, ClientAuth};
+
+    let pki = TestPki::generate();
+    let set = SentinelSet::start_tls(1, 3, &pki, ClientAuth::Required);
+    assert!(set
+        .sentinel_urls()
+        .iter()
+        .all(|u| u.starts_with("rediss://")));
+    assert!(set.node(0).url().starts_with("rediss://"));
+    assert_eq!(set.primary_port(), set.node(0).port());
+    let mut con = set.node(1).client().get_connection().unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut con)
+        .unwrap();
+    assert!(info.contains("role:slave"), "{info}");
+}

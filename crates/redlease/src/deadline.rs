@@ -40,6 +40,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+#[cfg(test)]
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -91,10 +92,16 @@ impl Deadlines {
     }
 
     /// `future`, bounded by `timeout` from now.
+    #[cfg(test)]
     pub(crate) fn within<F: Future + Unpin>(&self, timeout: Duration, future: F) -> Within<'_, F> {
+        self.until(Instant::now() + timeout, future)
+    }
+
+    /// `future`, bounded by `deadline`.
+    pub(crate) fn until<F: Future + Unpin>(&self, deadline: Instant, future: F) -> Within<'_, F> {
         Within {
             deadlines: self,
-            deadline: Instant::now() + timeout,
+            deadline,
             wait: Wait::Unregistered,
             future,
         }

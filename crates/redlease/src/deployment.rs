@@ -18,6 +18,7 @@
 //! connection that breaks or answers `READONLY` (the server was demoted by
 //! a failover) is dropped, and the next request asks the sentinels again.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,7 @@ use redis::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::node_url::NodeUrl;
+use crate::node_url::{is_tls_server_url, NodeUrl};
 use crate::server_conn::{Finder, SentinelTarget, ServerConn};
 use crate::shard_conn::{self, ShardedCluster};
 use crate::tls::TlsConfig;
@@ -50,6 +51,12 @@ pub(crate) struct ClusterTarget {
     client: ClusterClient,
     /// The same nodes over RESP3, for subscriptions.
     subscriber: ClusterClient,
+    /// One client per seed, to tell why the cluster cannot be reached (see
+    /// [`Deployment::explain`]).
+    seeds: Vec<Client>,
+    /// A seed answered `explain` once: the seeds can be reached, and a
+    /// cluster without connections is no longer theirs to explain.
+    seeds_answered: AtomicBool,
 }
 
 impl Deployment {
@@ -67,9 +74,15 @@ impl Deployment {
                 let client = cluster_client(seeds, tls, ProtocolVersion::RESP2, connect_timeout)?;
                 let subscriber =
                     cluster_client(seeds, tls, ProtocolVersion::RESP3, connect_timeout)?;
+                let seeds = seeds
+                    .iter()
+                    .map(|seed| open_server(seed, tls))
+                    .collect::<Result<_, _>>()?;
                 Ok(Deployment::Cluster(Box::new(ClusterTarget {
                     client,
                     subscriber,
+                    seeds,
+                    seeds_answered: AtomicBool::new(false),
                 })))
             }
             NodeUrl::Sentinel(url) => {
@@ -88,6 +101,53 @@ impl Deployment {
             Deployment::Sentinel(target) => Some(target.switches()),
             _ => None,
         }
+    }
+
+    /// Whether [`explain`](Self::explain) may find more behind `e`: a
+    /// cluster's "no connection" while its seeds never answered.
+    pub(crate) fn may_explain(&self, e: &RedisError) -> bool {
+        match self {
+            Deployment::Cluster(cluster) => {
+                e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+                    && !cluster.seeds_answered.load(Ordering::Relaxed)
+            }
+            _ => false,
+        }
+    }
+
+    /// Why a cluster has no connection, when none of its seeds can be
+    /// reached: the first seed's own error (a TLS handshake that failed, a
+    /// refused connection), which the cluster client does not pass on; `e`
+    /// when a seed answers, or for other deployments. Each seed is tried
+    /// once, within `connect_timeout`.
+    pub(crate) async fn explain(&self, e: RedisError, connect_timeout: Duration) -> RedisError {
+        let Deployment::Cluster(cluster) = self else {
+            return e;
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(connect_timeout));
+        // A PING too: a server that wants a client certificate says so
+        // only after the handshake (TLS 1.3).
+        let tries = cluster.seeds.iter().map(|seed| async {
+            let mut conn = seed
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("PING").query_async::<()>(&mut conn).await
+        });
+        let mut first = None;
+        for tried in futures_util::future::join_all(tries).await {
+            match tried {
+                Ok(_) => {
+                    cluster.seeds_answered.store(true, Ordering::Relaxed);
+                    return e;
+                }
+                Err(why) => {
+                    first.get_or_insert(why);
+                }
+            }
+        }
+        first.unwrap_or(e)
     }
 
     /// Whether notifications go through sharded pub/sub.
@@ -214,7 +274,7 @@ fn require_tls_support(tls: bool) -> Result<(), String> {
 }
 
 fn open_server(url: &str, tls: Option<&TlsConfig>) -> Result<Client, String> {
-    let secure = url.starts_with("rediss://");
+    let secure = is_tls_server_url(url);
     let client = Client::open(url).map_err(|e| {
         let mut reason = e.to_string();
         if secure && !cfg!(feature = "tls-rustls") {
@@ -239,7 +299,7 @@ fn cluster_client(
     protocol: ProtocolVersion,
     connect_timeout: Duration,
 ) -> Result<ClusterClient, String> {
-    let secure = seeds.iter().any(|s| s.starts_with("rediss://"));
+    let secure = seeds.iter().any(|s| is_tls_server_url(s));
     require_tls_support(secure)?;
     let builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .use_protocol(protocol)

@@ -16,6 +16,7 @@ use crate::keys::release_channel;
 use crate::lease::LeaseHandle;
 use crate::lock_status::LockStatus;
 use crate::node::{self, ConnectSettings, Node};
+use crate::node_url::NodeUrl;
 use crate::quorum::quorum;
 use crate::retry::RetryPolicy;
 use crate::telemetry;
@@ -816,10 +817,13 @@ impl LockerBuilder {
         self
     }
 
-    /// TLS settings for the `rediss://` nodes: a CA to trust instead of the
-    /// system's, and a client certificate (see [`TlsConfig`]). Needs the
-    /// `tls-rustls` feature; [`build`](Self::build) refuses TLS settings
-    /// without it, and without a `rediss://` node to apply them to.
+    /// TLS settings for the nodes reached over TLS (`rediss://`,
+    /// `rediss+cluster://` for every node of the cluster,
+    /// `rediss+sentinel://` for the sentinels and the primary): a CA to
+    /// trust instead of the system's, and a client certificate (see
+    /// [`TlsConfig`]). Needs the `tls-rustls` feature;
+    /// [`build`](Self::build) refuses TLS settings without it, and without
+    /// a TLS node to apply them to.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), redlease::Error> {
@@ -1054,10 +1058,11 @@ impl LockerBuilder {
     /// TLS settings that cannot work: a URL or settings this build cannot
     /// serve, settings no node uses, parts that are not PEM.
     fn check_tls(&self) -> Result<(), Error> {
+        // A URL that does not parse is refused with its own reason later.
         let tls_urls = self
             .urls
             .iter()
-            .filter(|u| u.starts_with("rediss://"))
+            .filter(|u| NodeUrl::parse_reason(u).is_ok_and(|u| u.uses_tls()))
             .count();
         if !cfg!(feature = "tls-rustls") && (tls_urls > 0 || self.tls.is_some()) {
             return Err(Error::invalid(
@@ -1069,7 +1074,8 @@ impl LockerBuilder {
             if tls_urls == 0 {
                 return Err(Error::invalid(
                     "tls",
-                    "TLS settings given, but no node is a rediss:// URL",
+                    "TLS settings given, but no node uses TLS (rediss://, \
+                     rediss+cluster:// or rediss+sentinel://)",
                 ));
             }
             tls.check()?;

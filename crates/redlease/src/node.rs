@@ -1045,8 +1045,14 @@ impl Node {
                 since: now().saturating_duration_since(since),
             }));
         }
-        let result = match self.deadlines.within(timeout, &mut request).await {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let result = match self.deadlines.until(deadline, &mut request).await {
             Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if self.deployment.may_explain(&e) => {
+                // Boxed: rare, and kept out of every request's future.
+                let e = Box::pin(self.explain(e, deadline)).await;
+                Err(self.redis_error(e, timeout))
+            }
             Ok(Err(e)) => Err(self.redis_error(e, timeout)),
             Err(_) => {
                 owe(&health.owed, request, timeout);
@@ -1063,6 +1069,18 @@ impl Node {
             Err(_) => {}
         }
         result
+    }
+
+    /// What lies behind `e` where the deployment can tell (see
+    /// [`Deployment::explain`]), found by `deadline`; else `e`.
+    async fn explain(&self, e: RedisError, deadline: tokio::time::Instant) -> RedisError {
+        let why = self
+            .deployment
+            .explain(e.clone(), self.settings.connect_timeout);
+        match self.deadlines.until(deadline, Box::pin(why)).await {
+            Ok(why) => why,
+            Err(_) => e,
+        }
     }
 
     /// The health record that covers `key`.

@@ -195,6 +195,26 @@ impl NodeUrl {
         }
     }
 
+    /// Whether the node is reached over TLS: `rediss://` (or `valkeys://`),
+    /// `rediss+cluster://` or `rediss+sentinel://`. TLS settings
+    /// ([`TlsConfig`](crate::TlsConfig)) apply to these nodes only.
+    ///
+    /// ```
+    /// use redlease::NodeUrl;
+    ///
+    /// assert!(NodeUrl::parse("rediss+cluster://a:7000,b:7001")?.uses_tls());
+    /// assert!(NodeUrl::parse("rediss+sentinel://s1/locks")?.uses_tls());
+    /// assert!(!NodeUrl::parse("redis://a:6379")?.uses_tls());
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
+    pub fn uses_tls(&self) -> bool {
+        match self {
+            NodeUrl::Server(url) => is_tls_server_url(url),
+            NodeUrl::Cluster { seeds } => seeds.iter().any(|s| is_tls_server_url(s)),
+            NodeUrl::Sentinel(s) => s.tls,
+        }
+    }
+
     /// How the node is named in errors, logs and metrics: its addresses,
     /// never its credentials. `None` for a server URL (see
     /// [`NodeId::from_url`](crate::NodeId::from_url)).
@@ -294,6 +314,12 @@ fn has_scheme(text: &str) -> bool {
 enum Kind {
     Cluster,
     Sentinel,
+}
+
+/// Whether one server's URL asks for TLS (`rediss://`, `valkeys://`).
+pub(crate) fn is_tls_server_url(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| matches!(scheme, "rediss" | "valkeys"))
 }
 
 /// The schemes of one server's URL that redis-rs takes.

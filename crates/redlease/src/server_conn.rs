@@ -108,6 +108,27 @@ impl SentinelTarget {
         builder.build()
     }
 
+    /// A client of one sentinel (`host:port`), with the sentinels'
+    /// credentials and, for `rediss+sentinel://`, the TLS settings.
+    fn sentinel_client(&self, sentinel: &str) -> RedisResult<Client> {
+        let url = &self.url;
+        let scheme = if url.tls { "rediss" } else { "redis" };
+        let info = format!("{scheme}://{sentinel}").into_connection_info()?;
+        let mut redis = info.redis_settings().clone();
+        if let Some(user) = &url.sentinel_username {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = &url.sentinel_password {
+            redis = redis.set_password(password);
+        }
+        let info = info.set_redis_settings(redis);
+        #[cfg(feature = "tls-rustls")]
+        if let (true, Some(certificates)) = (url.tls, &self.certificates) {
+            return Client::build_with_tls(info, certificates.clone());
+        }
+        Client::open(info)
+    }
+
     /// Asks the sentinels for the primary and confirms its role, within
     /// twice the connect timeout (each sentinel may be slow to answer).
     pub(crate) async fn primary_client(&self, connect_timeout: Duration) -> RedisResult<Client> {
@@ -295,10 +316,12 @@ impl ServerConn {
             return;
         }
         let shared = Arc::downgrade(&self.shared);
-        let url = target.url.clone();
         let timeout = self.shared.connect_timeout;
-        let switches = target.switches.clone();
-        *watcher = Some(tokio::spawn(watch_switches(shared, url, switches, timeout)));
+        *watcher = Some(tokio::spawn(watch_switches(
+            shared,
+            target.clone(),
+            timeout,
+        )));
     }
 
     /// Drops the connection of `generation` if `outcome` shows the server
@@ -399,27 +422,18 @@ pub(crate) async fn handshake(
 /// Ends when the connection it serves is gone.
 async fn watch_switches(
     shared: std::sync::Weak<Shared>,
-    url: SentinelUrl,
-    switches: Arc<tokio::sync::watch::Sender<u64>>,
+    target: SentinelTarget,
     timeout: Duration,
 ) {
     use futures_util::StreamExt;
-    let scheme = if url.tls { "rediss" } else { "redis" };
+    let url = &target.url;
+    let switches = &target.switches;
     for sentinel in url.sentinels.iter().cycle() {
         if shared.strong_count() == 0 {
             return;
         }
         let pubsub = async {
-            let info = format!("{scheme}://{sentinel}").into_connection_info()?;
-            let mut redis = info.redis_settings().clone();
-            if let Some(user) = &url.sentinel_username {
-                redis = redis.set_username(user);
-            }
-            if let Some(password) = &url.sentinel_password {
-                redis = redis.set_password(password);
-            }
-            let info = info.set_redis_settings(redis);
-            let mut pubsub = Client::open(info)?.get_async_pubsub().await?;
+            let mut pubsub = target.sentinel_client(sentinel)?.get_async_pubsub().await?;
             pubsub.subscribe("+switch-master").await?;
             Ok::<_, RedisError>(pubsub)
         };

@@ -1,25 +1,26 @@
-//! [`TlsConfig`]: whom a `rediss://` node must prove itself to be, and who
-//! we are to it. Connections use it only with the `tls-rustls` feature;
-//! without it a Locker with TLS settings or `rediss://` nodes is refused
-//! at build.
+//! [`TlsConfig`]: whom a TLS node (`rediss://`, `rediss+cluster://`,
+//! `rediss+sentinel://`) must prove itself to be, and who we are to it.
+//! Connections use it only with the `tls-rustls` feature; without it a
+//! Locker with TLS settings or TLS nodes is refused at build.
 
 use std::fmt;
 use std::path::Path;
 
 use crate::error::Error;
 
-/// TLS settings for a Locker's `rediss://` nodes: the CA certificates to
-/// trust instead of the system's, and a client certificate for servers
-/// that require one (mutual TLS, `tls-auth-clients yes`). Plain
-/// `redis://` nodes of the same Locker are not affected.
+/// TLS settings for a Locker's TLS nodes: the CA certificates to trust
+/// instead of the system's, and a client certificate for servers that
+/// require one (mutual TLS, `tls-auth-clients yes`). They apply to
+/// `rediss://` servers, to every node of a `rediss+cluster://` cluster,
+/// and to the sentinels and the primary of a `rediss+sentinel://` node.
+/// Plain `redis://` nodes of the same Locker are not affected.
 ///
 /// Without a CA the system's trust store is used, as for any TLS client.
 /// The server's certificate must name the host in the URL (an IP address
 /// too must be in the certificate). Checked by
 /// [`LockerBuilder::build`](crate::LockerBuilder::build) before any I/O: a
 /// file that is not PEM, a client certificate without its key, or TLS
-/// settings for a Locker without a `rediss://` node are
-/// [`Error::InvalidInput`].
+/// settings for a Locker without a TLS node are [`Error::InvalidInput`].
 ///
 /// ```no_run
 /// use redlease::{Locker, TlsConfig};

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::tls::TestPki;
 use redlease_testkit::{ClientAuth, NodeConfig, RedisNodes};
 
@@ -151,4 +152,50 @@ fn an_untrusted_certificate_is_told_once_with_the_certificate_advice() {
         "{out:#?}"
     );
     assert!(!out.stdout.contains("start the server"), "{out:#?}");
+}
+
+/// `rediss+cluster://` with `--tls-ca`: the CA reaches every node of the
+/// cluster. Without it, `status` names the certificate problem, not a
+/// cluster connection that was not found.
+#[test]
+fn run_and_status_work_on_a_tls_cluster_with_a_private_ca() {
+    let pki = TestPki::generate();
+    let cluster = RedisCluster::start_tls(3, 0, &pki, ClientAuth::None);
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, _, _) = pki.write_client_files(dir.path());
+    let url = cluster.cluster_url();
+    assert!(url.starts_with("rediss+cluster://"), "{url}");
+    let ca = ["--tls-ca", ca.to_str().unwrap()];
+
+    let ran = run(
+        redlease()
+            .args(["run", "--nodes", &url, "--key", "tls-cluster-job"])
+            .args(ca)
+            .args(["--", "sh", "-c", "echo token=$REDLEASE_FENCING_TOKEN"]),
+        LIMIT,
+    );
+    ran.expect(0);
+    assert!(ran.stdout.contains("token=1"), "{ran:#?}");
+
+    let status = run(
+        redlease()
+            .args(["status", "--nodes", &url, "--key", "tls-cluster-job"])
+            .args(ca),
+        LIMIT,
+    );
+    status.expect(0);
+    assert!(status.stdout.contains("FREE"), "{status:#?}");
+    assert!(status.stdout.contains("fencing counter 1"), "{status:#?}");
+
+    let untrusted = run(
+        redlease().args(["status", "--nodes", &url, "--key", "tls-cluster-job"]),
+        LIMIT,
+    );
+    assert_ne!(untrusted.code(), 0, "{untrusted:#?}");
+    let shown = format!("{}{}", untrusted.stdout, untrusted.stderr);
+    assert!(shown.contains("UnknownIssuer"), "{untrusted:#?}");
+    assert!(
+        !shown.contains("ClusterConnectionNotFound"),
+        "{untrusted:#?}"
+    );
 }

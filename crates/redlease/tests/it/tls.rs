@@ -178,6 +178,24 @@ async fn tls_settings_that_cannot_work_are_refused_at_build() {
         .build()
         .unwrap_err();
     assert!(matches!(e, Error::InvalidInput { field: "tls", .. }), "{e}");
+    let e = Locker::builder(["redis+cluster://127.0.0.1:7,127.0.0.1:8"])
+        .restart_quarantine(std::time::Duration::ZERO)
+        .tls(TlsConfig::new())
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { field: "tls", .. }), "{e}");
+    // A TLS cluster or Sentinel node takes the settings (no I/O yet).
+    let pki = TestPki::generate();
+    for url in [
+        "rediss+cluster://127.0.0.1:7,127.0.0.1:8",
+        "rediss+sentinel://127.0.0.1:7/locks",
+    ] {
+        Locker::builder([url])
+            .restart_quarantine(std::time::Duration::ZERO)
+            .tls(TlsConfig::new().ca_pem(pki.ca_pem()))
+            .build()
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
     let e = Locker::builder(["rediss://127.0.0.1:7"])
         .restart_quarantine(std::time::Duration::ZERO)
         .tls(TlsConfig::new().ca_pem("not a certificate"))
@@ -217,14 +235,19 @@ async fn a_blackholed_tls_node_is_outvoted_and_used_again_after_the_heal() {
         .retry(RetryPolicy::new().attempts(1))
         .build()
         .unwrap();
-    // Connections are up (TLS handshakes done) before the cut.
-    locker
-        .try_lock("warm")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    // Connections are up (TLS handshakes done) before the cut; on a busy
+    // machine a first handshake may take longer than the node timeout.
+    let mut warm = None;
+    for _ in 0..20 {
+        match locker.try_lock("warm").await {
+            Ok(lease) => {
+                warm = Some(lease);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    warm.expect("warmed up").release().await.unwrap();
 
     proxy.set(Mode::Blackhole);
     let start = Instant::now();
@@ -256,3 +279,5 @@ async fn a_blackholed_tls_node_is_outvoted_and_used_again_after_the_heal() {
     assert!(on_node_2, "the healed node holds the next lock too");
     healed.release().await.unwrap();
 }
+
+mod deployments;
