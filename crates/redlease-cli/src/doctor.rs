@@ -467,6 +467,12 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
         Failure::Diagnosed(Diagnosis::NotRedis) => "check the port in the URL: another \
              program listens there (for a TLS port, the URL starts with rediss://)"
             .to_string(),
+        Failure::Diagnosed(Diagnosis::SpeaksTls) => "the server speaks TLS on this port: \
+             use rediss:// (rediss+cluster://, rediss+sentinel://) in the URL"
+            .to_string(),
+        Failure::Diagnosed(Diagnosis::SpeaksPlain) => "the server does not speak TLS on this \
+             port: use redis:// (redis+cluster://, redis+sentinel://) in the URL"
+            .to_string(),
         _ => format!(
             "start {what}, or check the URL, port, firewall and password ({password}); \
              doctor waits {} per request (--timeout)",

@@ -120,11 +120,19 @@ impl Deployment {
             .set_response_timeout(Some(connect_timeout));
         // A PING too: a server that wants a client certificate says so
         // only after the handshake (TLS 1.3).
+        let schemes = ("rediss+cluster://", "redis+cluster://");
         let tries = cluster.seeds.iter().map(|seed| async {
-            let mut conn = seed
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            redis::cmd("PING").query_async::<()>(&mut conn).await
+            let addr = seed.get_connection_info().addr();
+            let tried = async {
+                let mut conn = seed
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                redis::cmd("PING").query_async::<()>(&mut conn).await
+            };
+            match tried.await {
+                Ok(()) => Ok(()),
+                Err(e) => Err(crate::tls::wrong_scheme(e, addr, connect_timeout, schemes).await),
+            }
         });
         let mut first = None;
         for tried in futures_util::future::join_all(tries).await {

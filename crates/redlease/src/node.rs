@@ -916,7 +916,7 @@ impl Node {
         match result.as_ref().map_err(NodeError::kind) {
             // Only a broken connection backs off: a slow or paused node
             // still gets every request (its timeout bounds them).
-            Err(NodeErrorKind::Connection(_)) => {
+            Err(NodeErrorKind::Connection(_) | NodeErrorKind::WrongScheme(_)) => {
                 health.failed(result.as_ref().err().and_then(NodeError::cause))
             }
             Ok(_) => health.answered(),
@@ -967,6 +967,9 @@ impl Node {
                 code: code.to_string(),
                 message: e.detail().unwrap_or_default().to_string(),
             });
+        }
+        if let Some(why) = crate::tls::WrongScheme::find(&e) {
+            return self.error(NodeErrorKind::WrongScheme(why)).caused_by(e);
         }
         if e.is_timeout() {
             return self.error(NodeErrorKind::Timeout(timeout));

@@ -2,7 +2,7 @@
 //! (`rediss+sentinel://`), with a private CA and client certificates: the
 //! TLS settings reach every connection (each shard's, the sentinels', the
 //! primary's), and a cluster none of whose nodes passes the handshake says
-//! why.
+//! why (or, given as `redis+cluster://`, which scheme to use).
 
 use std::time::{Duration, Instant};
 
@@ -125,6 +125,28 @@ async fn a_wrong_ca_on_a_cluster_is_a_tls_error_naming_the_reason() {
         Ok(status) => format!("{status:?}"),
     };
     assert!(shown.contains("UnknownIssuer"), "inspect says why: {shown}");
+
+    // Given as a plain cluster, the nodes close the connections: the
+    // error names the scheme to use.
+    let plain_url = url.replacen("rediss+cluster://", "redis+cluster://", 1);
+    let locker = Locker::builder([plain_url.as_str()])
+        .restart_quarantine(Duration::ZERO)
+        .ttl(TTL)
+        .node_timeout(TLS_TIMEOUT)
+        .connect_timeout(TLS_TIMEOUT)
+        .retry(once())
+        .build()
+        .unwrap();
+    let e = locker.try_lock("wrong-ca").await.unwrap_err();
+    let [failure] = e.node_errors() else {
+        panic!("one node error: {e}");
+    };
+    assert!(
+        matches!(failure.kind(), NodeErrorKind::WrongScheme(_)),
+        "{:?} ({e})",
+        failure.kind()
+    );
+    assert!(e.to_string().contains("use rediss+cluster://"), "{e}");
 
     // With the right CA the same cluster serves.
     let locker = tls_locker_at(&url, TlsConfig::new().ca_pem(pki.ca_pem()), patient());
