@@ -89,8 +89,11 @@ impl Probe {
         // may say that the URL's scheme does not match the port.
         let connect = async {
             let mut con = client.get_multiplexed_async_connection().await?;
-            redis::cmd("PING").query_async::<()>(&mut con).await?;
-            Ok(con)
+            match redis::cmd("PING").query_async::<()>(&mut con).await {
+                // Any reply is an answer, a refusal (NOPERM) too.
+                Err(e) if e.code().is_none() => Err(e),
+                _ => Ok(con),
+            }
         };
         match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(con)) => Ok(Probe {

@@ -130,8 +130,11 @@ impl Deployment {
                 redis::cmd("PING").query_async::<()>(&mut conn).await
             };
             match tried.await {
-                Ok(()) => Ok(()),
-                Err(e) => Err(crate::tls::wrong_scheme(e, addr, connect_timeout, schemes).await),
+                // Any reply is an answer, a refusal (NOPERM) too.
+                Err(e) if e.code().is_none() => {
+                    Err(crate::tls::wrong_scheme(e, addr, connect_timeout, schemes).await)
+                }
+                _ => Ok(()),
             }
         });
         let mut first = None;

@@ -440,10 +440,12 @@ mod tests {
         assert!(closed_early(&reset));
         assert_eq!(WrongScheme::find(&reset), None);
         let carried = carrying(reset, "use rediss://".to_string());
-        assert_eq!(WrongScheme::find(&carried).as_deref(), Some("use rediss://"));
+        assert_eq!(
+            WrongScheme::find(&carried).as_deref(),
+            Some("use rediss://")
+        );
         assert!(closed_early(&carried), "still a closed connection");
-        let refused =
-            RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(!closed_early(&refused));
         let timed_out = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert!(not_tls(&timed_out));
