@@ -524,6 +524,12 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
              (it must name the host in the URL), and the client certificate (--tls-cert, \
              --tls-key)"
             .to_string(),
+        Failure::Diagnosed(Diagnosis::SpeaksTls) => "the server speaks TLS on this port: \
+             use rediss:// (rediss+cluster://, rediss+sentinel://) in the URL"
+            .to_string(),
+        Failure::Diagnosed(Diagnosis::SpeaksPlain) => "the server does not speak TLS on this \
+             port: use redis:// (redis+cluster://, redis+sentinel://) in the URL"
+            .to_string(),
         _ => format!(
             "start {what}, or check the URL, port, firewall and password ({password}); \
              doctor waits {} per request (--timeout)",

@@ -72,6 +72,12 @@ pub enum Diagnosis {
     WrongPassword,
     /// What answered is no Redis server: its reply does not parse.
     NotRedis,
+    /// A `redis://` URL, the server closed the connection before any
+    /// reply, and it answers the start of a TLS handshake: it serves only
+    /// TLS on the port.
+    SpeaksTls,
+    /// A `rediss://` URL, and the server answers plain text on the port.
+    SpeaksPlain,
 }
 
 impl fmt::Display for Diagnosis {
@@ -82,6 +88,14 @@ impl fmt::Display for Diagnosis {
             }
             Diagnosis::WrongPassword => "wrong user name or password (or the user is disabled)",
             Diagnosis::NotRedis => "does not speak the Redis protocol (is this a Redis port?)",
+            Diagnosis::SpeaksTls => {
+                "closed the connection before any reply: the server speaks TLS on this port \
+                 (use rediss://)"
+            }
+            Diagnosis::SpeaksPlain => {
+                "no TLS handshake: the server does not speak TLS on this port, it answers plain \
+                 text (use redis://)"
+            }
         })
     }
 }

@@ -85,13 +85,36 @@ impl Probe {
         .map_err(|e| classify(&e))?;
         let resp3 =
             client.get_connection_info().redis_settings().protocol() != ProtocolVersion::RESP2;
-        let con = bounded(timeout, client.get_multiplexed_async_connection()).await?;
-        Ok(Probe {
-            client,
-            con,
-            timeout,
-            resp3,
-        })
+        // A PING too: a server that serves only TLS closes a plain
+        // connection at its first command, and a failure before any reply
+        // may say that the URL's scheme does not match the port.
+        let connect = async {
+            let mut con = client.get_multiplexed_async_connection().await?;
+            match redis::cmd("PING").query_async::<()>(&mut con).await {
+                // Any reply is an answer, a refusal (NOPERM) too.
+                Err(e) if e.code().is_none() => Err(e),
+                _ => Ok(con),
+            }
+        };
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(con)) => Ok(Probe {
+                client,
+                con,
+                timeout,
+                resp3,
+            }),
+            failed => {
+                let e = failed.as_ref().ok().and_then(|r| r.as_ref().err());
+                let addr = client.get_connection_info().addr();
+                if let Some(told) = wrong_scheme(addr, e, timeout).await {
+                    return Err(Failure::Diagnosed(told));
+                }
+                match failed {
+                    Ok(Err(e)) => Err(classify(&e)),
+                    _ => Err(no_reply(timeout)),
+                }
+            }
+        }
     }
 
     /// Whether this connection speaks RESP3 (the URL asked for it).
@@ -123,11 +146,96 @@ async fn bounded<T>(
     match tokio::time::timeout(timeout, request).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(classify(&e)),
-        Err(_) => Err(Failure::Failed(format!(
-            "no reply within {} (down, paused or overloaded?)",
-            duration::show(timeout)
-        ))),
+        Err(_) => Err(no_reply(timeout)),
     }
+}
+
+fn no_reply(timeout: Duration) -> Failure {
+    Failure::Failed(format!(
+        "no reply within {} (down, paused or overloaded?)",
+        duration::show(timeout)
+    ))
+}
+
+/// What a new connection to `addr` that failed before any reply (`e`, or
+/// no answer in time) says about a URL whose scheme does not match the
+/// port: a plain connection the server closed, on a port that answers the
+/// start of a TLS handshake; or a TLS handshake that got nowhere, on a
+/// port where a plain `PING` is answered.
+async fn wrong_scheme(
+    addr: &ConnectionAddr,
+    e: Option<&RedisError>,
+    timeout: Duration,
+) -> Option<Diagnosis> {
+    match addr {
+        ConnectionAddr::Tcp(host, port) => {
+            let closed = e.is_some_and(closed_early);
+            (closed && speaks_tls(host, *port, timeout).await).then_some(Diagnosis::SpeaksTls)
+        }
+        ConnectionAddr::TcpTls { host, port, .. } => {
+            let not_tls = e.is_none_or(|e| {
+                e.is_timeout() || closed_early(e) || chain(e).contains("corrupt message")
+            });
+            (not_tls && speaks_plain(host, *port, timeout).await).then_some(Diagnosis::SpeaksPlain)
+        }
+        _ => None,
+    }
+}
+
+/// `e`'s connection was closed or reset by the server (not refused).
+fn closed_early(e: &RedisError) -> bool {
+    use std::io::ErrorKind;
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = next {
+        // redis-rs keeps the I/O error in an Arc, its `source()`.
+        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
+            cause
+                .downcast_ref::<Shared>()
+                .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        });
+        if let Some(io) = io {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionReset
+                    | ErrorKind::UnexpectedEof
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::ConnectionAborted
+            );
+        }
+        next = cause.source();
+    }
+    false
+}
+
+/// Whether a TLS server listens at `host:port`: the start of a handshake
+/// (a `ClientHello` record with an empty body) gets a TLS record back (an
+/// alert) within `timeout`.
+async fn speaks_tls(host: &str, port: u16, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const EMPTY_CLIENT_HELLO: [u8; 9] = [0x16, 0x03, 0x01, 0x00, 0x04, 0x01, 0x00, 0x00, 0x00];
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await?;
+        stream.write_all(&EMPTY_CLIENT_HELLO).await?;
+        let mut first = [0u8; 3];
+        stream.read_exact(&mut first).await?;
+        Ok::<_, std::io::Error>(matches!(first, [0x15 | 0x16, 0x03, _]))
+    };
+    matches!(tokio::time::timeout(timeout, ask).await, Ok(Ok(true)))
+}
+
+/// Whether a Redis server answers plain text at `host:port`: `PING` gets
+/// `+PONG` or an error reply (`-NOAUTH`) within `timeout`.
+async fn speaks_plain(host: &str, port: u16, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await?;
+        stream.write_all(b"PING\r\n").await?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await?;
+        Ok::<_, std::io::Error>(matches!(first[0], b'+' | b'-'))
+    };
+    matches!(tokio::time::timeout(timeout, ask).await, Ok(Ok(true)))
 }
 
 /// A redis-rs error as a [`Failure`], described for a table cell.

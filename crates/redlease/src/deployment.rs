@@ -52,11 +52,12 @@ pub(crate) struct ClusterTarget {
     /// The same nodes over RESP3, for subscriptions.
     subscriber: ClusterClient,
     /// One client per seed, to tell why the cluster cannot be reached (see
-    /// [`Deployment::explain`]).
-    seeds: Vec<Client>,
-    /// A seed answered `explain` once: the seeds can be reached, and a
-    /// cluster without connections is no longer theirs to explain.
-    seeds_answered: AtomicBool,
+    /// [`Deployment::ask_seeds`]).
+    seeds: Arc<Vec<Client>>,
+    /// The cluster answered a request, or a seed answered: the seeds can
+    /// be reached, and a cluster without connections is no longer theirs
+    /// to explain.
+    reached: Arc<AtomicBool>,
 }
 
 impl Deployment {
@@ -81,8 +82,8 @@ impl Deployment {
                 Ok(Deployment::Cluster(Box::new(ClusterTarget {
                     client,
                     subscriber,
-                    seeds,
-                    seeds_answered: AtomicBool::new(false),
+                    seeds: Arc::new(seeds),
+                    reached: Arc::default(),
                 })))
             }
             NodeUrl::Sentinel(url) => {
@@ -103,51 +104,70 @@ impl Deployment {
         }
     }
 
-    /// Whether [`explain`](Self::explain) may find more behind `e`: a
-    /// cluster's "no connection" while its seeds never answered.
-    pub(crate) fn may_explain(&self, e: &RedisError) -> bool {
-        match self {
-            Deployment::Cluster(cluster) => {
-                e.kind() == redis::ErrorKind::ClusterConnectionNotFound
-                    && !cluster.seeds_answered.load(Ordering::Relaxed)
-            }
-            _ => false,
+    /// For a cluster that never answered: its seeds asked now, each on a
+    /// connection of its own within `connect_timeout`, by a task whose
+    /// result is why none can be reached (the first seed's own error: a
+    /// TLS handshake that failed, a refused connection, a scheme that does
+    /// not match the port), which the cluster client does not pass on; or
+    /// `None` once a seed answered. Asked alongside a request, so that a
+    /// request that fails for want of any connection can say why within
+    /// its own timeout (the cluster client retries before it gives up).
+    pub(crate) fn ask_seeds(
+        &self,
+        connect_timeout: Duration,
+    ) -> Option<tokio::task::JoinHandle<Option<RedisError>>> {
+        let Deployment::Cluster(cluster) = self else {
+            return None;
+        };
+        if cluster.reached.load(Ordering::Relaxed) {
+            return None;
         }
+        let (seeds, reached) = (cluster.seeds.clone(), cluster.reached.clone());
+        Some(tokio::spawn(async move {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(connect_timeout));
+            let schemes = ("rediss+cluster://", "redis+cluster://");
+            let tries = seeds.iter().map(|seed| async {
+                let addr = seed.get_connection_info().addr();
+                // A PING too: a server that wants a client certificate
+                // says so only after the handshake (TLS 1.3).
+                let tried = async {
+                    let mut conn = seed
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await
+                };
+                match tried.await {
+                    // Any reply is an answer, a refusal (NOPERM) too.
+                    Err(e) if e.code().is_none() => {
+                        Err(crate::tls::wrong_scheme(e, addr, connect_timeout, schemes).await)
+                    }
+                    _ => Ok(()),
+                }
+            });
+            let mut first = None;
+            for tried in futures_util::future::join_all(tries).await {
+                match tried {
+                    Ok(()) => {
+                        reached.store(true, Ordering::Relaxed);
+                        return None;
+                    }
+                    Err(why) => {
+                        first.get_or_insert(why);
+                    }
+                }
+            }
+            first
+        }))
     }
 
-    /// Why a cluster has no connection, when none of its seeds can be
-    /// reached: the first seed's own error (a TLS handshake that failed, a
-    /// refused connection), which the cluster client does not pass on; `e`
-    /// when a seed answers, or for other deployments. Each seed is tried
-    /// once, within `connect_timeout`.
-    pub(crate) async fn explain(&self, e: RedisError, connect_timeout: Duration) -> RedisError {
-        let Deployment::Cluster(cluster) = self else {
-            return e;
-        };
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(connect_timeout));
-        // A PING too: a server that wants a client certificate says so
-        // only after the handshake (TLS 1.3).
-        let tries = cluster.seeds.iter().map(|seed| async {
-            let mut conn = seed
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            redis::cmd("PING").query_async::<()>(&mut conn).await
-        });
-        let mut first = None;
-        for tried in futures_util::future::join_all(tries).await {
-            match tried {
-                Ok(_) => {
-                    cluster.seeds_answered.store(true, Ordering::Relaxed);
-                    return e;
-                }
-                Err(why) => {
-                    first.get_or_insert(why);
-                }
-            }
+    /// A request to the cluster was answered (see
+    /// [`ask_seeds`](Self::ask_seeds)).
+    pub(crate) fn reached(&self) {
+        if let Deployment::Cluster(cluster) = self {
+            cluster.reached.store(true, Ordering::Relaxed);
         }
-        first.unwrap_or(e)
     }
 
     /// Whether notifications go through sharded pub/sub.

@@ -139,6 +139,14 @@ pub enum NodeErrorKind {
         /// The index of the node that counts for this server.
         same_as: usize,
     },
+    /// The URL's scheme does not match what the server speaks on its
+    /// port: `redis://` to a port that serves only TLS (the server closed
+    /// the connection before any reply, and answers the start of a TLS
+    /// handshake), or `rediss://` to one that serves plain text (no
+    /// handshake, and the server answers a plain `PING`). The text says
+    /// which scheme to use, e.g. "the server speaks TLS on this port: use
+    /// rediss://"; the redis-rs error is the `source()`.
+    WrongScheme(String),
 }
 
 /// Why a node is quarantined ([`NodeErrorKind::Quarantined`]).
@@ -422,6 +430,7 @@ impl fmt::Display for NodeErrorKind {
                 "not counted: the same Redis server as node {same_as} (same run_id); give \
                  each server once"
             ),
+            Self::WrongScheme(why) => write!(f, "wrong URL scheme: {why}"),
         }
     }
 }

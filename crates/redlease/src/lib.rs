@@ -535,7 +535,9 @@
 //!
 //! # TLS
 //!
-//! With the `tls-rustls` feature, `rediss://host:port` nodes are reached
+//! With the `tls-rustls` feature, `rediss://host:port` nodes, and
+//! `rediss+cluster://` and `rediss+sentinel://` ones (every server of the
+//! cluster, the sentinels and the primary), are reached
 //! over TLS (rustls; ring is installed as the process's crypto provider
 //! unless the application set one). By default the server's certificate
 //! is checked against the system's trust store and must name the host of
@@ -545,10 +547,17 @@
 //! it: requests, renewal lanes and the release-notification subscription.
 //! A handshake that fails is [`NodeErrorKind::Tls`] on the node, with the
 //! TLS library's reason (`UnknownIssuer`, `CertificateRequired`, a name
-//! mismatch), within the connect timeout. Settings that cannot work (no
-//! `rediss://` node, a file that is not PEM, TLS without the feature) are
-//! refused by [`LockerBuilder::build`]. Tested against `redis-server
-//! --tls-port` with a throwaway CA, with and without client certificates.
+//! mismatch), within the connect timeout; on a cluster none of whose seeds
+//! passes the handshake, the first seed's reason. A URL whose scheme does
+//! not match the port is [`NodeErrorKind::WrongScheme`], which names the
+//! scheme to use: `redis://` to a port that serves only TLS, or
+//! `rediss://` to one that answers plain text (told by asking the port
+//! again, in the other protocol, after the first connection failed).
+//! Settings that cannot work (no TLS node, a file that is not PEM, TLS
+//! without the feature) are refused by
+//! [`LockerBuilder::build`]. Tested against `redis-server --tls-port` with a
+//! throwaway CA, with and without client certificates, on single servers,
+//! a cluster and a Sentinel set.
 //!
 //! # Observability
 //!

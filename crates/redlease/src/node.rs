@@ -1046,14 +1046,26 @@ impl Node {
             }));
         }
         let deadline = tokio::time::Instant::now() + timeout;
+        // A cluster that never answered: why, if it does not now.
+        let seeds = self.deployment.ask_seeds(self.settings.connect_timeout);
         let result = match self.deadlines.until(deadline, &mut request).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if self.deployment.may_explain(&e) => {
-                // Boxed: rare, and kept out of every request's future.
-                let e = Box::pin(self.explain(e, deadline)).await;
-                Err(self.redis_error(e, timeout))
+            Ok(Ok(value)) => {
+                if let Some(seeds) = seeds {
+                    seeds.abort();
+                    self.deployment.reached();
+                }
+                Ok(value)
             }
-            Ok(Err(e)) => Err(self.redis_error(e, timeout)),
+            Ok(Err(e)) => match seeds {
+                Some(seeds) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
+                    let e = match self.deadlines.until(deadline, seeds).await {
+                        Ok(Ok(Some(why))) => why,
+                        _ => e,
+                    };
+                    Err(self.redis_error(e, timeout))
+                }
+                _ => Err(self.redis_error(e, timeout)),
+            },
             Err(_) => {
                 owe(&health.owed, request, timeout);
                 Err(self.error(NodeErrorKind::Timeout(timeout)))
@@ -1062,25 +1074,15 @@ impl Node {
         match result.as_ref().map_err(NodeError::kind) {
             // Only a broken connection backs off: a slow or paused node
             // still gets every request (its timeout bounds them).
-            Err(NodeErrorKind::Connection(_)) if gate != Gate::Check => {
+            Err(NodeErrorKind::Connection(_) | NodeErrorKind::WrongScheme(_))
+                if gate != Gate::Check =>
+            {
                 health.failed(result.as_ref().err().and_then(NodeError::cause))
             }
             Ok(_) => health.answered(),
             Err(_) => {}
         }
         result
-    }
-
-    /// What lies behind `e` where the deployment can tell (see
-    /// [`Deployment::explain`]), found by `deadline`; else `e`.
-    async fn explain(&self, e: RedisError, deadline: tokio::time::Instant) -> RedisError {
-        let why = self
-            .deployment
-            .explain(e.clone(), self.settings.connect_timeout);
-        match self.deadlines.until(deadline, Box::pin(why)).await {
-            Ok(why) => why,
-            Err(_) => e,
-        }
     }
 
     /// The health record that covers `key`.
@@ -1126,6 +1128,9 @@ impl Node {
                 code: code.to_string(),
                 message,
             });
+        }
+        if let Some(why) = crate::tls::WrongScheme::find(&e) {
+            return self.error(NodeErrorKind::WrongScheme(why)).caused_by(e);
         }
         if e.is_timeout() {
             return self.error(NodeErrorKind::Timeout(timeout));

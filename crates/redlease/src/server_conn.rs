@@ -26,7 +26,7 @@ use redis::{
 
 use crate::compare_delete;
 use crate::node_url::SentinelUrl;
-use crate::tls::TlsConfig;
+use crate::tls::{self, TlsConfig};
 use crate::vote_guard::{parse_info_server, ClockSample, ServerFacts, ServerRegistry};
 
 /// Everything needed to ask the sentinels for the primary again.
@@ -278,11 +278,17 @@ impl ServerConn {
             .set_connection_timeout(Some(timeout))
             // The caller's patience bounds every request.
             .set_response_timeout(None);
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        // Before the server's first reply, a failure may say that the URL's
+        // scheme does not match the port.
+        let schemes = match &self.shared.finder {
+            Finder::Address(_) => ("rediss://", "redis://"),
+            Finder::Sentinel(_) => ("rediss+sentinel://", "redis+sentinel://"),
+        };
+        let addr = client.get_connection_info().addr();
+        let mut conn = tls::connect(&client, &config, timeout, schemes).await?;
         let (facts, delifeq) = match tokio::time::timeout(timeout, handshake(&mut conn)).await {
-            Ok(facts) => facts?,
+            Ok(Ok(facts)) => facts,
+            Ok(Err(e)) => return Err(tls::wrong_scheme(e, addr, timeout, schemes).await),
             Err(_) => {
                 return Err(RedisError::from(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,

@@ -50,6 +50,7 @@ fn error_kind(kind: &NodeErrorKind) -> &'static str {
         NodeErrorKind::NotReplicated { .. } => "not_replicated",
         NodeErrorKind::Quarantined { .. } => "quarantined",
         NodeErrorKind::SameServer { .. } => "same_server",
+        NodeErrorKind::WrongScheme(_) => "wrong_scheme",
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::tls::TestPki;
-use redlease_testkit::{ClientAuth, NodeConfig, RedisNodes};
+use redlease_testkit::{ClientAuth, NodeConfig, RedisNode, RedisNodes};
 
 use crate::support::{redlease, run};
 
@@ -198,4 +198,56 @@ fn run_and_status_work_on_a_tls_cluster_with_a_private_ca() {
         !shown.contains("ClusterConnectionNotFound"),
         "{untrusted:#?}"
     );
+}
+
+/// A TLS port given as `redis://`, and a plain port given as `rediss://`:
+/// `run`, `status` and `doctor` name the scheme to use.
+#[test]
+fn a_scheme_that_does_not_match_the_port_is_named_with_the_fix() {
+    let pki = TestPki::generate();
+    let tls = RedisNode::start_with(NodeConfig::new().tls(&pki, ClientAuth::None));
+    let plain = RedisNode::start();
+    let cases = [
+        (format!("redis://{}", tls.addr()), "use rediss://"),
+        (format!("rediss://{}", plain.addr()), "use redis://"),
+    ];
+    for (url, fix) in cases {
+        let ran = run(
+            redlease()
+                .args(["run", "--nodes", &url, "--key", "scheme", "--no-wait"])
+                .args(["--", "echo", "ran"]),
+            LIMIT,
+        );
+        assert_ne!(ran.code(), 0, "{ran:#?}");
+        assert!(!ran.stdout.contains("ran"), "{ran:#?}");
+        assert!(ran.stderr.contains(fix), "{url}: {ran:#?}");
+
+        let status = run(
+            redlease().args(["status", "--nodes", &url, "--key", "scheme"]),
+            LIMIT,
+        );
+        let shown = format!("{}{}", status.stdout, status.stderr);
+        assert!(shown.contains(fix), "{url}: {status:#?}");
+
+        let doctor = run(
+            redlease().args(["doctor", "--nodes", &url, "--timeout", "2s"]),
+            LIMIT,
+        );
+        doctor.expect(1);
+        let reachable = doctor
+            .stdout
+            .lines()
+            .skip_while(|l| !l.contains("reachable"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(reachable.starts_with("FAIL"), "{url}: {doctor:#?}");
+        let fix_line = doctor
+            .stdout
+            .lines()
+            .find(|l| l.contains("fix:"))
+            .unwrap_or_else(|| panic!("{url}: a fix line: {doctor:#?}"));
+        assert!(fix_line.contains(fix), "{url}: {fix_line}");
+        assert!(!fix_line.contains("start the server"), "{url}: {fix_line}");
+    }
 }

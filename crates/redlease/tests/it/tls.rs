@@ -280,4 +280,93 @@ async fn a_blackholed_tls_node_is_outvoted_and_used_again_after_the_heal() {
     healed.release().await.unwrap();
 }
 
+/// A TLS port given as `redis://`, and a plain port given as `rediss://`:
+/// the node error names the scheme to use.
+#[tokio::test]
+async fn a_scheme_that_does_not_match_the_port_is_named_with_the_fix() {
+    let pki = TestPki::generate();
+    let tls =
+        redlease_testkit::RedisNode::start_with(NodeConfig::new().tls(&pki, ClientAuth::None));
+    let plain = redlease_testkit::RedisNode::start();
+    let cases = [
+        // The server closes a connection whose first bytes are not TLS,
+        // and answers the start of a handshake.
+        (
+            format!("redis://{}", tls.addr()),
+            "speaks TLS on this port",
+            "use rediss://",
+        ),
+        // A plain server never completes a handshake, and answers PING.
+        (
+            format!("rediss://{}", plain.addr()),
+            "does not speak TLS",
+            "use redis://",
+        ),
+    ];
+    for (url, what, fix) in cases {
+        let mut builder = Locker::builder([url.as_str()])
+            .restart_quarantine(Duration::ZERO)
+            .ttl(Duration::from_secs(10))
+            // The handshake's own timeout comes first.
+            .node_timeout(Duration::from_secs(2))
+            .connect_timeout(NODE_TIMEOUT)
+            .retry(RetryPolicy::new().attempts(1));
+        if url.starts_with("rediss://") {
+            builder = builder.tls(TlsConfig::new().ca_pem(pki.ca_pem()));
+        }
+        let locker = builder.build().unwrap();
+        let e = locker.try_lock("scheme").await.unwrap_err();
+        let [failure] = e.node_errors() else {
+            panic!("{url}: one node error: {e}");
+        };
+        assert!(
+            matches!(failure.kind(), NodeErrorKind::WrongScheme(_)),
+            "{url}: {:?}",
+            failure.kind()
+        );
+        let shown = e.to_string();
+        assert!(shown.contains(what), "{url}: {shown}");
+        assert!(shown.contains(fix), "{url}: {shown}");
+        // So does a status read.
+        let status = locker.inspect("scheme").await.unwrap();
+        let shown = format!("{status:?}");
+        assert!(shown.contains(fix), "{url}: {shown}");
+    }
+    // A connection closed before any reply by something that does not
+    // speak TLS either (here a proxy that resets every connection) is not
+    // told a scheme.
+    {
+        use redlease_testkit::proxy::{Mode, Proxy};
+        let proxy = Proxy::start(&plain.addr());
+        proxy.set(Mode::Reset);
+        let locker = Locker::builder([format!("redis://{}", proxy.addr())])
+            .restart_quarantine(Duration::ZERO)
+            .retry(RetryPolicy::new().attempts(1))
+            .build()
+            .unwrap();
+        let e = locker.try_lock("scheme").await.unwrap_err();
+        let [failure] = e.node_errors() else {
+            panic!("one node error: {e}");
+        };
+        assert!(
+            matches!(failure.kind(), NodeErrorKind::Connection(_)),
+            "{:?} ({e})",
+            failure.kind()
+        );
+        assert!(!e.to_string().contains("TLS"), "{e}");
+    }
+    // A plain port that nobody serves is refused, not told a scheme.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let locker = Locker::builder([format!("redis://127.0.0.1:{port}")])
+        .restart_quarantine(Duration::ZERO)
+        .retry(RetryPolicy::new().attempts(1))
+        .build()
+        .unwrap();
+    let e = locker.try_lock("scheme").await.unwrap_err();
+    assert!(!e.to_string().contains("TLS"), "{e}");
+}
+
 mod deployments;

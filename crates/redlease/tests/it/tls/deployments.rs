@@ -2,7 +2,7 @@
 //! (`rediss+sentinel://`), with a private CA and client certificates: the
 //! TLS settings reach every connection (each shard's, the sentinels', the
 //! primary's), and a cluster none of whose nodes passes the handshake says
-//! why.
+//! why (or, given as `redis+cluster://`, which scheme to use).
 
 use std::time::{Duration, Instant};
 
@@ -92,7 +92,49 @@ async fn a_tls_cluster_takes_locks_with_a_private_ca_and_a_client_certificate() 
         Err(Error::Taken { .. }) => {}
         other => panic!("a held lock is refused, got {other:?}"),
     }
+    // A waiter in another Locker is woken by the release through its own
+    // (TLS, sharded) subscription, long before its 5 s timer.
+    let waiter = Locker::builder([url.as_str()])
+        .restart_quarantine(Duration::ZERO)
+        .ttl(TTL)
+        .node_timeout(TLS_TIMEOUT)
+        .connect_timeout(TLS_TIMEOUT)
+        .tls(identified(&pki))
+        .retry(
+            RetryPolicy::new()
+                .wait(Duration::from_secs(30))
+                .delay(Duration::from_secs(5), Duration::from_secs(5)),
+        )
+        .build()
+        .unwrap();
+    let channel = waiter.release_channel("tls-cluster");
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock("tls-cluster").await;
+        (lease, waiter)
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut subscribed = false;
+    while !subscribed && Instant::now() < deadline {
+        let reply: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(&channel)
+            .query_async(&mut conn(owner).await)
+            .await
+            .unwrap();
+        subscribed = reply.first().is_some_and(|(_, n)| *n > 0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(subscribed, "the waiter subscribed on the lock's shard");
+    let released = Instant::now();
     lease.release().await.unwrap();
+    let (next, _waiter) = waiting.await.unwrap();
+    let next = next.expect("the waiter takes it");
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woken by the notification: {:?}",
+        released.elapsed()
+    );
+    next.release().await.unwrap();
     assert_eq!(get(owner, &key).await, None, "released");
 
     // The CA alone: the nodes want the client certificate, and say so.
@@ -125,6 +167,28 @@ async fn a_wrong_ca_on_a_cluster_is_a_tls_error_naming_the_reason() {
         Ok(status) => format!("{status:?}"),
     };
     assert!(shown.contains("UnknownIssuer"), "inspect says why: {shown}");
+
+    // Given as a plain cluster, the nodes close the connections: the
+    // error names the scheme to use.
+    let plain_url = url.replacen("rediss+cluster://", "redis+cluster://", 1);
+    let locker = Locker::builder([plain_url.as_str()])
+        .restart_quarantine(Duration::ZERO)
+        .ttl(TTL)
+        .node_timeout(TLS_TIMEOUT)
+        .connect_timeout(TLS_TIMEOUT)
+        .retry(once())
+        .build()
+        .unwrap();
+    let e = locker.try_lock("wrong-ca").await.unwrap_err();
+    let [failure] = e.node_errors() else {
+        panic!("one node error: {e}");
+    };
+    assert!(
+        matches!(failure.kind(), NodeErrorKind::WrongScheme(_)),
+        "{:?} ({e})",
+        failure.kind()
+    );
+    assert!(e.to_string().contains("use rediss+cluster://"), "{e}");
 
     // With the right CA the same cluster serves.
     let locker = tls_locker_at(&url, TlsConfig::new().ca_pem(pki.ca_pem()), patient());
