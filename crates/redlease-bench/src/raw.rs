@@ -41,9 +41,12 @@ use crate::conn::NodeConn;
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_CODE));
 /// The library's follow-up to a refused acquire (marks a holder of another
 /// Locker; the raw workers share one tag, so none is ever marked here).
-static REFUSED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../redlease/src/scripts/refused.lua")));
-const RELEASE_CODE: &str = include_str!("../../redlease/src/scripts/release.lua");
+static REFUSED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(include_str!(
+        "../../redlease/src/protocol/scripts/refused.lua"
+    ))
+});
+const RELEASE_CODE: &str = include_str!("../../redlease/src/protocol/scripts/release.lua");
 /// The cluster's copy, as the library makes it: SPUBLISH for PUBLISH.
 static RELEASE_SHARDED: LazyLock<Script> =
     LazyLock::new(|| Script::new(&RELEASE_CODE.replace("'PUBLISH'", "'SPUBLISH'")));

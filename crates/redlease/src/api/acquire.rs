@@ -1,0 +1,245 @@
+//! [`Acquire`]: a lock request, with its per-call options.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::api::lease::Lease;
+use crate::api::lease_handle::LeaseHandle;
+use crate::coord::engine::Engine;
+use crate::coord::wait;
+use crate::core::error::{Error, Op};
+use crate::core::lease_state::LostReason;
+use crate::core::retry::RetryPolicy;
+use crate::core::telemetry;
+
+/// A lock request from [`Locker::lock`](crate::Locker::lock) or
+/// [`Locker::try_lock`](crate::Locker::try_lock): set
+/// per-call options, then `.await` it.
+///
+/// ```
+/// use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+/// let lease = locker.lock("report").ttl(Duration::from_secs(120)).await?;
+/// # lease.release().await }
+/// ```
+#[must_use = "a lock request does nothing until it is awaited"]
+pub struct Acquire<'a> {
+    engine: &'a Arc<Engine>,
+    resource: String,
+    ttl: Option<Duration>,
+    retry: RetryPolicy,
+    keep_alive: bool,
+}
+
+impl std::fmt::Debug for Acquire<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acquire")
+            .field("resource", &self.resource)
+            .field("ttl", &self.ttl)
+            .field("retry", &self.retry)
+            .field("keep_alive", &self.keep_alive)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Acquire<'a> {
+    pub(crate) fn new(engine: &'a Arc<Engine>, resource: String, retry: RetryPolicy) -> Self {
+        Acquire {
+            engine,
+            resource,
+            ttl: None,
+            retry,
+            keep_alive: false,
+        }
+    }
+
+    /// Use this TTL instead of the Locker's.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.try_lock("x").ttl(std::time::Duration::from_millis(500)).await?;
+    /// # lease.release().await }
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Keep retrying for at most `wait` (measured from the first attempt).
+    /// The attempt limit of the policy still applies, so on a
+    /// [`try_lock`](crate::Locker::try_lock) this changes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("x").wait(std::time::Duration::from_secs(3)).await?;
+    /// # lease.release().await }
+    /// ```
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.retry.wait = Some(wait);
+        self
+    }
+
+    /// Use this retry policy instead of the Locker's.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let policy = redlease::RetryPolicy::new().attempts(5);
+    /// let lease = locker.lock("x").retry(policy).await?;
+    /// # lease.release().await }
+    /// ```
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Keep the lease alive: the Locker renews it in the background (every
+    /// [`renew_fraction`](crate::LockerBuilder::renew_fraction) of the TTL,
+    /// a third by default) until it is released or dropped. Watch
+    /// [`Lease::lost`] or [`Lease::is_lost`] to learn at once if a renewal
+    /// fails.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("long-job").keep_alive().await?;
+    /// // ... work for as long as it takes, checking lease.is_lost() ...
+    /// # lease.release().await }
+    /// ```
+    pub fn keep_alive(mut self) -> Self {
+        self.keep_alive = true;
+        self
+    }
+
+    /// Takes the lock (kept alive), runs `work` with a [`LeaseHandle`], and
+    /// releases the lock afterwards, returning what `work` returned.
+    ///
+    /// If the lease is lost while `work` runs, `work`'s future is dropped at
+    /// once (it does not go on unprotected) and the call returns
+    /// [`Error::Lost`]. A release that finds the lock no longer ours also
+    /// gives [`Error::Lost`]: the work may not have been protected to the end.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let rows = locker
+    ///     .lock("nightly-import")
+    ///     .wait(std::time::Duration::from_secs(60))
+    ///     .with(|lease| async move {
+    ///         println!("holding {} for {:?}", lease.resource(), lease.remaining());
+    ///         42 // ... the import ...
+    ///     })
+    ///     .await?;
+    /// # let _ = rows; Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the
+    /// background.
+    pub async fn with<F, Fut, T>(self, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lease = self.keep_alive().await?;
+        let outcome = tokio::select! {
+            biased;
+            why = lease.lost() => Err(why),
+            out = work(lease.handle()) => Ok(out),
+        };
+        let resource = lease.resource().to_string();
+        match outcome {
+            Err(why) => Err(Error::Lost { resource, why }),
+            Ok(out) => match lease.release().await {
+                Ok(()) => Ok(out),
+                Err(Error::NotHeld { .. }) => Err(Error::Lost {
+                    resource,
+                    why: LostReason::Refused,
+                }),
+                Err(e) => {
+                    // The work was protected; only the release failed, and
+                    // the keys expire by their TTL.
+                    tracing::warn!(resource, error = %e, "release after the work failed");
+                    Ok(out)
+                }
+            },
+        }
+    }
+
+    async fn run(self) -> Result<Lease, Error> {
+        let engine = self.engine;
+        let settings = engine.settings();
+        crate::core::keys::check_resource(&settings.prefix, &self.resource)?;
+        let timing = engine.timing("ttl", self.ttl.unwrap_or(settings.ttl))?;
+        if self.keep_alive {
+            timing.check_renewal("ttl", settings.renew_fraction)?;
+        }
+        self.retry.check()?;
+        if engine.is_closed() {
+            return Err(Error::Closed);
+        }
+        let keys = engine.keys(&self.resource);
+        let grant = wait::lock(engine, &self.resource, &keys, timing, &self.retry).await?;
+        let mut lease = match Lease::new(grant, self.resource) {
+            Ok(lease) => lease,
+            // Boxed: rare, and its state need not weigh on every lock.
+            Err(unregistered) => return Err(Box::pin(unregistered.give_back()).await),
+        };
+        if self.keep_alive {
+            lease.keep_alive();
+        }
+        Ok(lease)
+    }
+}
+
+impl<'a> IntoFuture for Acquire<'a> {
+    type Output = Result<Lease, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Lease, Error>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let span = tracing::debug_span!(
+            "redlease.acquire",
+            resource = %self.resource,
+            keep_alive = self.keep_alive,
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+            fencing_token = tracing::field::Empty,
+        );
+        let timed = telemetry::is_timed(&span);
+        let acquire = async move {
+            let started = timed.then(Instant::now);
+            let result = self.run().await;
+            if let Some(token) = result.as_ref().ok().and_then(Lease::fencing_token) {
+                tracing::Span::current().record("fencing_token", token);
+            }
+            telemetry::finished(Op::Acquire, result.as_ref().map(|_| ()), started);
+            result
+        };
+        // A span that no subscriber records is not entered and left.
+        if span.is_disabled() {
+            Box::pin(acquire)
+        } else {
+            Box::pin(acquire.instrument(span))
+        }
+    }
+}

@@ -1,0 +1,622 @@
+//! [`Lease`]: a held lock, and giving it back.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::api::lease_handle::LeaseHandle;
+use crate::coord::attempt::Grant;
+use crate::coord::fanout;
+use crate::coord::guard::ReleaseOnDrop;
+use crate::coord::renew::ExtendFailure;
+use crate::core::error::{Error, Held, Op, Shortfall};
+use crate::core::expiry::ExpiryBounds;
+use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
+use crate::core::node_error::{NodeError, NodeId};
+use crate::core::quorum::Decision;
+use crate::core::telemetry;
+use crate::core::token::ReleaseId;
+use crate::core::validity::Timing;
+
+/// A lock we hold, until [`valid_until`](Self::valid_until).
+///
+/// Ownership is the lease's random token, not a thread or a task: the lease
+/// can move between tasks, and nobody else can release or extend it.
+///
+/// Give it back with [`release`](Self::release). A lease dropped without
+/// release is released in the background (when a Tokio runtime is running;
+/// otherwise its keys expire after the TTL).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+/// let mut lease = locker.lock("orders:42").await?;
+/// println!("{} is ours for {:?}", lease.resource(), lease.remaining());
+/// lease.extend(std::time::Duration::from_secs(10)).await?;
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a Lease releases the lock (in the background)"]
+pub struct Lease {
+    guard: ReleaseOnDrop,
+    /// What the holder reads (resource, fencing token, validity, loss):
+    /// the same view a [`LeaseHandle`] has, so it is written once.
+    view: LeaseHandle,
+    /// The nodes that granted the acquire, until the lease is kept alive.
+    granted: Vec<usize>,
+    /// The nodes that granted it after the quorum, until kept alive.
+    late: Option<Arc<LateGrants>>,
+    /// Validity and loss, shared with the renewer when kept alive.
+    state: watch::Sender<LeaseState>,
+    /// With durability on: replicas that acknowledged the acquire.
+    replicas: Option<u32>,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No token here: whoever reads the logs must not be able to release.
+        f.debug_struct("Lease")
+            .field("resource", &self.view.resource)
+            .field("key", &self.guard.ownership.key)
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}
+
+impl Lease {
+    /// The lease for a granted lock, recorded as held by its Locker. A
+    /// Locker closed meanwhile refuses it: the lock must then be given back
+    /// ([`Unregistered::give_back`]). No I/O here, so that the common case
+    /// adds nothing to the acquire's future.
+    pub(crate) fn new(grant: Grant, resource: String) -> Result<Lease, Box<Unregistered>> {
+        let Grant {
+            mut guard,
+            valid_until,
+            fence,
+            granted_by,
+            late,
+            replicas,
+        } = grant;
+        let state = watch::Sender::new(LeaseState::new(valid_until, guard.timing.drift));
+        let registered = guard.engine.register(
+            guard.ownership.clone(),
+            state.clone(),
+            guard.timing.node_timeout,
+        );
+        match registered {
+            Ok(id) => guard.registration = Some(id),
+            Err(closed) => return Err(Box::new(Unregistered { closed, guard })),
+        }
+        Ok(Lease {
+            guard,
+            view: LeaseHandle {
+                resource: resource.into(),
+                fence,
+                state: state.subscribe(),
+            },
+            granted: granted_by,
+            late,
+            state,
+            replicas,
+        })
+    }
+
+    /// Hands the lease to its Locker's renewer.
+    pub(crate) fn keep_alive(&mut self) {
+        let engine = &self.guard.engine;
+        let bounds = ExpiryBounds::new(
+            engine.nodes().len(),
+            std::mem::take(&mut self.granted),
+            self.valid_until_now(),
+        );
+        let id = engine.renewer().add(
+            self.guard.ownership.key.clone(),
+            self.guard.ownership.token.clone(),
+            self.guard.timing,
+            bounds,
+            self.late.take(),
+            self.state.clone(),
+        );
+        self.guard.renewal = Some(id);
+    }
+
+    fn valid_until_now(&self) -> Instant {
+        self.view.valid_until()
+    }
+
+    fn set_valid_until(&self, valid_until: Instant) {
+        self.state.send_modify(|s| s.valid_until = valid_until);
+    }
+
+    /// The resource name the lock was taken on.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("orders:42").await?;
+    /// assert_eq!(lease.resource(), "orders:42");
+    /// # lease.release().await }
+    /// ```
+    pub fn resource(&self) -> &str {
+        self.view.resource()
+    }
+
+    /// The fencing token of this acquisition, if its Locker draws them
+    /// ([`LockerBuilder::fencing`](crate::LockerBuilder::fencing)): larger
+    /// than that of every earlier acquisition of the same resource by any
+    /// client with fencing on. Pass it to the protected resource with each
+    /// write and have the resource reject a token lower than the highest it
+    /// has accepted: a holder that was paused past its lease is then turned
+    /// away (see "Fencing tokens" in the crate docs). `None` with fencing
+    /// off.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// let locker = redlease::Locker::builder(nodes.urls())
+    ///     .fencing(true)
+    /// #   .restart_quarantine(std::time::Duration::ZERO) // brand-new test servers
+    ///     .build()?;
+    /// let lease = locker.lock("ledger").await?;
+    /// let fence = lease.fencing_token().expect("fencing is on");
+    /// // UPDATE ledger SET ..., fence = $fence WHERE id = $id AND fence < $fence
+    /// # let _ = fence; lease.release().await }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.view.fencing_token()
+    }
+
+    /// With [`Durability`](crate::Durability) on: how many replicas
+    /// acknowledged the acquire (`WAIT`'s answer; the fewest among the nodes
+    /// that granted it). `None` with durability off.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("ledger").await?;
+    /// assert_eq!(lease.replicas_acknowledged(), None); // durability is off
+    /// # lease.release().await }
+    /// ```
+    pub fn replicas_acknowledged(&self) -> Option<u32> {
+        self.replicas
+    }
+
+    /// Until when the lock is ours: `start + ttl - drift`, where `start` is
+    /// taken before the first request of the acquire (or the last successful
+    /// extend). After this instant, stop touching the protected resource.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("orders:42").await?;
+    /// assert!(lease.valid_until() > std::time::Instant::now());
+    /// # lease.release().await }
+    /// ```
+    pub fn valid_until(&self) -> Instant {
+        self.view.valid_until()
+    }
+
+    /// Time left until [`valid_until`](Self::valid_until); zero once passed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("orders:42").await?;
+    /// if lease.remaining() < std::time::Duration::from_secs(1) {
+    ///     // too little time left for another step
+    /// }
+    /// # lease.release().await }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.view.remaining()
+    }
+
+    /// Whether the lease can no longer be trusted: its validity ran out (or
+    /// is within one drift allowance, 1% of the TTL + 2 ms, of running
+    /// out), or a renewal or extend found that a quorum no longer holds it.
+    /// Cheap: no I/O. Once lost, a lease never comes back.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("import").keep_alive().await?;
+    /// for batch in 0..100 {
+    ///     if lease.is_lost() {
+    ///         break; // stop before touching the resource again
+    ///     }
+    ///     // ... import one batch ...
+    /// }
+    /// # lease.release().await }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.view.is_lost()
+    }
+
+    /// Why the lease is lost, if it is.
+    ///
+    /// ```no_run
+    /// # fn f(lease: &redlease::Lease) {
+    /// if let Some(why) = lease.lost_reason() {
+    ///     eprintln!("lost {}: {why}", lease.resource());
+    /// }
+    /// # }
+    /// ```
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.view.lost_reason()
+    }
+
+    /// Resolves when the lease can no longer be trusted, and at the latest
+    /// one drift allowance (1% of the TTL + 2 ms) before
+    /// [`valid_until`](Self::valid_until) as it stands then
+    /// (renewals move it later), so a holder that watches it stops before
+    /// another client can take the lock. The future does not borrow the
+    /// lease.
+    ///
+    /// ```
+    /// # async fn work() {}
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("import").keep_alive().await?;
+    /// tokio::select! {
+    ///     why = lease.lost() => eprintln!("lock lost ({why}), work abandoned"),
+    ///     () = work() => {}
+    /// }
+    /// # lease.release().await }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only watches.
+    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
+        self.view.lost()
+    }
+
+    /// Gives `ttl` more time from now, if a quorum still holds our token and
+    /// answers before the current validity ends. On success,
+    /// [`valid_until`](Self::valid_until) becomes `start + ttl - drift`,
+    /// `start` being taken before the first request.
+    ///
+    /// Never re-creates an expired key, and a failed extend releases nothing.
+    /// A lease whose validity has already run out is not extended:
+    /// [`Error::NotHeld`], and nothing is sent. After a failure,
+    /// `valid_until` only ever moves earlier (nodes that did apply a shorter
+    /// TTL shortened the lock).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let mut lease = locker.lock("slow-job").await?;
+    /// for step in 0..10 {
+    ///     // ... one step of the work ...
+    ///     lease.extend(std::time::Duration::from_secs(10)).await?;
+    /// }
+    /// # lease.release().await }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the lease keeps the
+    /// earlier of its old validity and the one the extend would have given.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        let span = tracing::debug_span!(
+            "redlease.extend",
+            resource = self.resource(),
+            ttl_ms = ttl.as_millis() as u64,
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
+        let timed = telemetry::is_timed(&span);
+        async {
+            let started = timed.then(Instant::now);
+            let result = self.extend_once(ttl).await;
+            telemetry::finished(Op::Extend, result.as_ref().copied(), started);
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn extend_once(&mut self, ttl: Duration) -> Result<(), Error> {
+        let engine = self.guard.engine.clone();
+        let timing = engine.timing("ttl", ttl)?;
+        if self.guard.renewal.is_some() {
+            timing.check_renewal("ttl", engine.settings().renew_fraction)?;
+        }
+        if let Some(why) = self.lost_reason() {
+            return Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()));
+        }
+        if let Some(id) = self.guard.renewal {
+            return self.extend_kept_alive(id, timing).await;
+        }
+        let start = Instant::now();
+        let old_valid_until = self.valid_until_now();
+        // Before anything is sent: some nodes may apply a TTL shorter than
+        // what is left, so the lease can only be trusted until the earlier.
+        let extended_until = timing.valid_until(start);
+        self.set_valid_until(old_valid_until.min(extended_until));
+        self.guard.settle().await;
+        // Waiting for the acquire's slow requests may have used up what
+        // was left: then send nothing.
+        if let Some(why) = self.lost_reason() {
+            return Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()));
+        }
+
+        let ownership = self.guard.ownership.clone();
+        let mut replies = fanout::until_decided(engine.nodes(), |node| {
+            let ownership = ownership.clone();
+            async move {
+                let (key, token) = (&ownership.key, &ownership.token);
+                node.extend(key, token, timing.ttl_ms(), timing.node_timeout)
+                    .await
+            }
+        })
+        .await;
+        let now = Instant::now();
+        match replies.tally.decision() {
+            // Too late: the lease was (or was about to be) reported lost,
+            // and a lost lease never comes back.
+            Decision::Reached if self.lost_reason().is_some() => {
+                replies.detach(engine.background());
+                let why = self.lost_reason().unwrap_or(LostReason::Expired);
+                Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()))
+            }
+            Decision::Reached if !timing.usable(now - start) => {
+                replies.detach(engine.background());
+                Err(Error::ValidityExhausted {
+                    op: Op::Extend,
+                    resource: self.view.resource.to_string(),
+                    elapsed: now - start,
+                    ttl: timing.ttl,
+                    drift: timing.drift,
+                })
+            }
+            Decision::Reached => {
+                replies.detach(engine.background());
+                self.state.send_modify(|s| {
+                    s.valid_until = extended_until;
+                    s.early = timing.drift;
+                });
+                self.guard.timing = timing;
+                Ok(())
+            }
+            Decision::Impossible | Decision::Pending => {
+                replies.finish().await;
+                // Judged after the replies: a lease that ran out meanwhile
+                // expired; it was not taken over.
+                let expired = self.lost_reason() == Some(LostReason::Expired);
+                let error = replies
+                    .shortfall(Op::Extend, engine.nodes())
+                    .into_error(self.resource(), expired);
+                if matches!(error, Error::NotHeld { .. }) {
+                    // A majority no longer has our token: the lease is gone.
+                    let why = if expired {
+                        LostReason::Expired
+                    } else {
+                        LostReason::Refused
+                    };
+                    self.state.send_modify(|s| s.lost = Some(why));
+                    tracing::warn!(resource = self.resource(), reason = %why, "lease lost");
+                    telemetry::lease_lost(why);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Extends a kept-alive lease through the renewer, in order with its
+    /// renewals on every node.
+    async fn extend_kept_alive(&mut self, id: u64, timing: Timing) -> Result<(), Error> {
+        let engine = self.guard.engine.clone();
+        match engine.renewer().extend(id, timing).await {
+            Ok(()) => {
+                self.guard.timing = timing;
+                Ok(())
+            }
+            Err(ExtendFailure::Gone) => {
+                let why = self.lost_reason().unwrap_or(LostReason::Expired);
+                Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()))
+            }
+            Err(ExtendFailure::Lost {
+                why: LostReason::NodeErrors,
+                refused_on,
+                failed,
+            }) => {
+                let nodes = engine.nodes().len();
+                let shortfall = Shortfall {
+                    op: Op::Extend,
+                    succeeded: nodes - failed.len() - refused_on.len(),
+                    nodes,
+                    refused: refused_on
+                        .into_iter()
+                        .map(|node| Held::new(node, None, 0, 0))
+                        .collect(),
+                    failed,
+                };
+                Err(shortfall.into_error(self.resource(), true))
+            }
+            Err(ExtendFailure::Lost {
+                why,
+                refused_on,
+                failed,
+            }) => Err(self.gone(Op::Extend, why, refused_on, failed)),
+        }
+    }
+
+    /// Gives the lock back: deletes the key on every node where it still
+    /// holds our token (never anyone else's).
+    ///
+    /// `Ok` means a quorum confirmed the lock was still ours until now. A
+    /// lease that expired or was taken over gives [`Error::NotHeld`]: the
+    /// protected work may have overlapped with another holder's.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("orders:42").await?;
+    /// // ... work ...
+    /// if let Err(e) = lease.release().await {
+    ///     eprintln!("the lock was not ours to the end: {e}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes drops the lease, which
+    /// releases it again in the background.
+    pub async fn release(self) -> Result<(), Error> {
+        let span = tracing::debug_span!(
+            "redlease.release",
+            resource = self.resource(),
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
+        let timed = telemetry::is_timed(&span);
+        let release = async {
+            let started = timed.then(Instant::now);
+            let result = self.release_once().await;
+            telemetry::finished(Op::Release, result.as_ref().copied(), started);
+            result
+        };
+        // As for the acquire: a span nobody records is not entered.
+        if span.is_disabled() {
+            release.await
+        } else {
+            release.instrument(span).await
+        }
+    }
+
+    async fn release_once(mut self) -> Result<(), Error> {
+        if !self.guard.unregister() {
+            // `close` released it already.
+            return Err(Error::Closed);
+        }
+        self.guard.settle().await;
+        let engine = self.guard.engine.clone();
+        let ownership = self.guard.ownership.clone();
+        let timeout = self.guard.timing.node_timeout;
+        // Worked out only if a task of this Locker waits, and then once.
+        let release_id = std::sync::OnceLock::new();
+        let release_id = || *release_id.get_or_init(|| ReleaseId::of(&ownership.token));
+        let decided = fanout::until_decided(engine.nodes(), |node| {
+            let ownership = ownership.clone();
+            async move {
+                if !ownership.written.may_hold(node.id().index()) {
+                    return Ok(false);
+                }
+                let (key, token) = (&ownership.key, &ownership.token);
+                node.release(key, token, true, timeout).await
+            }
+        });
+        let mut decided = std::pin::pin!(decided);
+        // The first poll writes the release to every node's connection: the
+        // next waiter of this Locker may send its acquire now, behind it
+        // (see `Notifier::released`).
+        let first = std::future::poll_fn(|cx| Poll::Ready(decided.as_mut().poll(cx))).await;
+        let mut replies = match first {
+            Poll::Ready(replies) => replies,
+            Poll::Pending => {
+                engine.announce_release(&ownership.key, release_id);
+                decided.await
+            }
+        };
+        let result = match replies.tally.decision() {
+            Decision::Reached => {
+                replies.detach(engine.background());
+                engine.announce_release(&ownership.key, release_id);
+                Ok(())
+            }
+            Decision::Impossible | Decision::Pending => {
+                replies.finish().await;
+                let expired = Instant::now() >= self.valid_until_now();
+                Err(replies
+                    .shortfall(Op::Release, engine.nodes())
+                    .into_error(self.resource(), expired))
+            }
+        };
+        self.guard.disarm();
+        result
+    }
+
+    /// The error for an operation on a lease known to be lost, and the
+    /// nodes that said so, if any.
+    fn gone(
+        &self,
+        op: Op,
+        why: LostReason,
+        not_held_on: Vec<NodeId>,
+        failed: Vec<NodeError>,
+    ) -> Error {
+        if why == LostReason::Closed {
+            return Error::Closed;
+        }
+        Error::NotHeld {
+            op,
+            resource: self.view.resource.to_string(),
+            expired: why != LostReason::Refused,
+            not_held_on,
+            failed,
+        }
+    }
+}
+
+/// A granted lock that never became a lease: its Locker closed first.
+pub(crate) struct Unregistered {
+    closed: Error,
+    guard: ReleaseOnDrop,
+}
+
+impl Unregistered {
+    /// Gives the lock back on every node; the error for the caller.
+    pub(crate) async fn give_back(mut self: Box<Self>) -> Error {
+        self.guard.settle().await;
+        let engine = self.guard.engine.clone();
+        engine
+            .release(&self.guard.ownership, self.guard.timing.node_timeout)
+            .await;
+        self.guard.disarm();
+        self.closed
+    }
+}
+
+impl Lease {
+    /// A read-only view of this lease for work running under it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// let lease = locker.lock("job").keep_alive().await?;
+    /// let view = lease.handle();
+    /// tokio::spawn(async move { let _ = view.lost().await; /* alert */ });
+    /// # lease.release().await }
+    /// ```
+    pub fn handle(&self) -> LeaseHandle {
+        self.view.clone()
+    }
+}

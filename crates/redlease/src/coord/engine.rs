@@ -1,0 +1,301 @@
+//! [`Engine`]: what a Locker, its clones and its leases share: the nodes,
+//! the settings, the leases held, and the background services (renewal,
+//! release notifications, requests finishing after a quorum answered).
+//!
+//! The services start on first use on the runtime of the task using them,
+//! and start again on another runtime if the one they ran on has ended: they
+//! follow the Locker, not the first runtime that touched it. They stop when
+//! the last handle on the engine is dropped (the Locker and its leases), or
+//! at [`Engine::close`].
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::coord::background::Background;
+use crate::coord::release::{release_on, Announce, Ownership};
+use crate::coord::renew::Renewer;
+use crate::coord::subscription::Notifier;
+use crate::core::error::Error;
+use crate::core::keys::{lock_key, release_channel, LockKeys};
+use crate::core::lease_state::{LeaseState, LostReason};
+use crate::core::retry::RetryPolicy;
+use crate::core::telemetry;
+use crate::core::token::{LockerTag, ReleaseId};
+use crate::core::validity::{DriftModel, Timing};
+use crate::transport::node::Node;
+
+/// A Locker's settings, checked by its builder.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) drift: DriftModel,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) prefix: String,
+    pub(crate) renew_fraction: f64,
+    pub(crate) fence_expiry: Duration,
+    /// Whether every acquire draws a fencing token.
+    pub(crate) fencing: bool,
+    pub(crate) durability: crate::core::durability::Durability,
+    /// The restart quarantine (zero: off): no TTL may outlast it.
+    pub(crate) quarantine: Duration,
+    /// Begins every token this Locker hands out.
+    pub(crate) tag: LockerTag,
+}
+
+pub(crate) struct Engine {
+    nodes: Vec<Arc<Node>>,
+    settings: Settings,
+    /// Release notifications, started by the first waiter.
+    notifier: OnceLock<Arc<Notifier>>,
+    /// Automatic renewal, started by the first kept-alive lease.
+    renewer: OnceLock<Renewer>,
+    /// Requests finishing in the background.
+    background: Arc<Background>,
+    /// The leases held, for [`close`](Self::close) to give back.
+    held: Mutex<HeldLeases>,
+    /// Set by `close`, under `held`'s lock (so `register` sees it there);
+    /// read without the lock by the checks on every acquire.
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct HeldLeases {
+    next_id: u64,
+    leases: HashMap<u64, Registered, BuildHasherDefault<IdHasher>>,
+}
+
+/// Hashes a lease id (a counter, never chosen by anyone outside) with one
+/// multiplication: SipHash, the default, guards against chosen keys and
+/// costs more than the rest of the registry's work on every lock.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing: consecutive ids spread over the high bits,
+        // which the table's control bytes use.
+        self.0 = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// What `close` needs of a lease: how to release it and how to tell its
+/// holder.
+struct Registered {
+    ownership: Arc<Ownership>,
+    state: watch::Sender<LeaseState>,
+    node_timeout: Duration,
+}
+
+impl Engine {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, settings: Settings) -> Engine {
+        Engine {
+            nodes,
+            settings,
+            notifier: OnceLock::new(),
+            renewer: OnceLock::new(),
+            background: Arc::default(),
+            held: Mutex::default(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn nodes(&self) -> &[Arc<Node>] {
+        &self.nodes
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn background(&self) -> &Arc<Background> {
+        &self.background
+    }
+
+    /// The renewal task, if any lease was ever kept alive.
+    pub(crate) fn started_renewer(&self) -> Option<&Renewer> {
+        self.renewer.get()
+    }
+
+    /// The renewer, set up on first use.
+    pub(crate) fn renewer(&self) -> &Renewer {
+        self.renewer
+            .get_or_init(|| Renewer::new(self.nodes.clone(), self.settings.renew_fraction))
+    }
+
+    /// The release notifications, set up on first use.
+    pub(crate) fn notifier(&self) -> &Arc<Notifier> {
+        self.notifier
+            .get_or_init(|| Notifier::new(&self.nodes, self.settings.connect_timeout))
+    }
+
+    /// The release notifications, if any task ever waited.
+    pub(crate) fn started_notifier(&self) -> Option<&Arc<Notifier>> {
+        self.notifier.get()
+    }
+
+    /// Tells this process's waiters that our release of `key` went through,
+    /// without waiting for Redis to echo the PUBLISH.
+    /// `release_id` is asked for only if a task of this Locker waits.
+    pub(crate) fn announce_release(&self, key: &str, release_id: impl FnOnce() -> ReleaseId) {
+        if let Some(notifier) = self.notifier.get() {
+            notifier.released(&release_channel(key), release_id);
+        }
+    }
+
+    /// Releases a lock that was held on every node that may hold it, and
+    /// tells the waiters (see [`release_on`]).
+    pub(crate) async fn release(&self, ownership: &Ownership, timeout: Duration) {
+        let announce = Announce::Waiters;
+        if release_on(&self.nodes, ownership, timeout, announce).await {
+            self.announce_release(&ownership.key, || ReleaseId::of(&ownership.token));
+        }
+    }
+
+    /// [`Error::SameServer`] if two nodes are known to be one server (their
+    /// main connections reached the same `run_id`); no I/O.
+    pub(crate) fn same_server(&self) -> Option<Error> {
+        let (node, same_as) = self.nodes.first()?.known_pair()?;
+        Some(Error::SameServer {
+            node: self.nodes[node].id().clone(),
+            same_as: self.nodes[same_as].id().clone(),
+        })
+    }
+
+    /// Checks a TTL against this Locker's drift and timeout settings.
+    pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
+        let timing = Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)?;
+        // The node timeout depends on the TTL when not set: a shorter TTL
+        // may leave no room for the durability WAIT.
+        self.settings
+            .durability
+            .check(timing.node_timeout)
+            .map_err(|why| Error::invalid(field, why))?;
+        let quarantine = self.settings.quarantine;
+        if !quarantine.is_zero() && timing.ttl + timing.drift > quarantine {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{:?} plus its drift allowance outlasts the restart quarantine \
+                     ({quarantine:?}): a server that restarted empty could grant the lock \
+                     again while it is held; raise LockerBuilder::restart_quarantine",
+                    timing.ttl
+                ),
+            ));
+        }
+        Ok(timing)
+    }
+
+    pub(crate) fn key(&self, resource: &str) -> String {
+        lock_key(&self.settings.prefix, resource)
+    }
+
+    pub(crate) fn keys(&self, resource: &str) -> LockKeys {
+        LockKeys::new(
+            &self.settings.prefix,
+            resource,
+            self.settings.fence_expiry.as_millis() as u64,
+        )
+    }
+
+    fn held(&self) -> MutexGuard<'_, HeldLeases> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Records a lease as held, so that `close` gives it back; its id, or
+    /// [`Error::Closed`] once the Locker is closed.
+    pub(crate) fn register(
+        &self,
+        ownership: Arc<Ownership>,
+        state: watch::Sender<LeaseState>,
+        node_timeout: Duration,
+    ) -> Result<u64, Error> {
+        let mut held = self.held();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let id = held.next_id;
+        held.next_id += 1;
+        telemetry::leases_held(1);
+        held.leases.insert(
+            id,
+            Registered {
+                ownership,
+                state,
+                node_timeout,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Takes a lease off the record. `false` if `close` took it first: the
+    /// lease is released already, and nobody else may release it again.
+    pub(crate) fn unregister(&self, id: u64) -> bool {
+        let removed = self.held().leases.remove(&id).is_some();
+        if removed {
+            telemetry::leases_held(-1);
+        }
+        removed
+    }
+
+    /// Closes the engine: no lease is handed out any more, every lease still
+    /// held is reported lost ([`LostReason::Closed`]) and released, and once
+    /// the background requests are done the services stop.
+    pub(crate) async fn close(&self) {
+        let leases: Vec<Registered> = {
+            let mut held = self.held();
+            self.closed.store(true, Ordering::Release);
+            held.leases.drain().map(|(_, r)| r).collect()
+        };
+        // Renewal stops first: from here on nothing publishes to a lease's
+        // state but us, and no renewal races the releases below.
+        if let Some(renewer) = self.renewer.get() {
+            renewer.shutdown();
+        }
+        telemetry::leases_held(-(leases.len() as i64));
+        for lease in &leases {
+            let newly_lost = lease.state.send_if_modified(|s| {
+                let fresh = s.lost.is_none();
+                s.lost.get_or_insert(LostReason::Closed);
+                fresh
+            });
+            if newly_lost {
+                telemetry::lease_lost(LostReason::Closed);
+            }
+        }
+        if !leases.is_empty() {
+            tracing::info!(leases = leases.len(), "closing: releasing the leases held");
+        }
+        // Acquire requests still on their way to slow nodes go first, so a
+        // release cannot overtake them.
+        self.background.idle().await;
+        let releases = leases
+            .iter()
+            .map(|lease| self.release(&lease.ownership, lease.node_timeout));
+        futures_util::future::join_all(releases).await;
+        self.background.idle().await;
+        if let Some(notifier) = self.notifier.get() {
+            notifier.shutdown();
+        }
+    }
+}

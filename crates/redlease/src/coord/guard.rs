@@ -1,0 +1,105 @@
+//! [`ReleaseOnDrop`]: the part of an acquisition that gives the lock back if
+//! nobody else does, behind both an attempt dropped mid-flight and a lease
+//! dropped without `release`.
+
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+
+use crate::coord::engine::Engine;
+use crate::coord::release::Ownership;
+use crate::core::validity::Timing;
+
+/// Releases a token on every node when dropped, unless disarmed.
+pub(crate) struct ReleaseOnDrop {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) ownership: Arc<Ownership>,
+    /// The TTL and timeouts of the latest acquire or extend.
+    pub(crate) timing: Timing,
+    /// The lease's entry in the engine's record of held leases, once the
+    /// acquisition became a lease.
+    pub(crate) registration: Option<u64>,
+    /// The lease's registration with the renewer, if kept alive.
+    pub(crate) renewal: Option<u64>,
+    /// Acquire requests still on their way to slow nodes. A release sent
+    /// now could reach a node before a request that is still connecting or
+    /// reloading its script, and leave a key behind; so wait for them first.
+    in_flight: Option<JoinHandle<()>>,
+    armed: bool,
+}
+
+impl ReleaseOnDrop {
+    pub(crate) fn new(engine: Arc<Engine>, ownership: Arc<Ownership>, timing: Timing) -> Self {
+        ReleaseOnDrop {
+            engine,
+            ownership,
+            timing,
+            registration: None,
+            renewal: None,
+            in_flight: None,
+            armed: true,
+        }
+    }
+
+    /// Requests of the acquire still on their way to slow nodes.
+    pub(crate) fn set_in_flight(&mut self, in_flight: Option<JoinHandle<()>>) {
+        self.in_flight = in_flight;
+    }
+
+    /// Takes the lease off the renewer and the engine's record: no renewal
+    /// of it is sent after this. One already on the wire may still land,
+    /// which is harmless (the renew script never re-creates a deleted key),
+    /// so nothing waits for it. `false` if the Locker's `close` took the
+    /// lease first and released it: then nobody else may.
+    pub(crate) fn unregister(&mut self) -> bool {
+        if let Some(id) = self.renewal.take() {
+            self.engine.renewer().remove(id);
+        }
+        match self.registration.take() {
+            Some(id) => self.engine.unregister(id),
+            None => true,
+        }
+    }
+
+    /// Waits until no earlier request for this token is still in flight
+    /// (each is bounded by its node timeout).
+    pub(crate) async fn settle(&mut self) {
+        if let Some(in_flight) = self.in_flight.as_mut() {
+            // An error here only means the drain task ended early.
+            let _ = in_flight.await;
+            self.in_flight = None;
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Unregister now, so no renewal starts after the lease is gone.
+        if !self.unregister() {
+            return;
+        }
+        // Background::spawn needs a runtime; without one the keys simply
+        // expire.
+        if tokio::runtime::Handle::try_current().is_err() {
+            tracing::warn!(key = %self.ownership.key, "lock dropped outside a Tokio runtime; it stays until its TTL ends");
+            return;
+        }
+        let engine = self.engine.clone();
+        let ownership = self.ownership.clone();
+        let timeout = self.timing.node_timeout;
+        let in_flight = self.in_flight.take();
+        self.engine.background().spawn(async move {
+            if let Some(in_flight) = in_flight {
+                let _ = in_flight.await;
+            }
+            engine.release(&ownership, timeout).await;
+        });
+    }
+}

@@ -1,0 +1,10 @@
+pub(crate) mod attempt;
+pub(crate) mod background;
+pub(crate) mod engine;
+pub(crate) mod fanout;
+pub(crate) mod guard;
+pub(crate) mod lane;
+pub(crate) mod release;
+pub(crate) mod renew;
+pub(crate) mod subscription;
+pub(crate) mod wait;

@@ -1,0 +1,103 @@
+//! Giving a lock back on every node that may hold our token, when nobody
+//! waits for the answer: an attempt that failed or was dropped, a lease
+//! dropped without `release`, a Locker closing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::core::token::{LockerTag, Token};
+use crate::transport::node::Node;
+
+/// One acquisition's claim on a lock: the key, the token, and which nodes
+/// may hold it.
+pub(crate) struct Ownership {
+    pub(crate) key: Arc<str>,
+    pub(crate) token: Token,
+    pub(crate) written: Written,
+}
+
+impl Ownership {
+    /// A claim with a fresh token, not yet sent to any of `nodes` nodes.
+    pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag) -> Self {
+        Ownership {
+            key,
+            token: Token::generate(tag),
+            written: Written::new(nodes),
+        }
+    }
+}
+
+/// Per node, whether our token may have been written there. The token is
+/// unique to one attempt, so a node that refused the acquire (the key was
+/// held) or was never sent it (see [`NodeErrorKind::Unresponsive`]) cannot
+/// hold it: a release there is answered "not held" without a request. This
+/// keeps releases, which pass the owed-request gate, from piling up on a
+/// stalled node that never saw the acquire.
+///
+/// [`NodeErrorKind::Unresponsive`]: crate::NodeErrorKind::Unresponsive
+pub(crate) struct Written(Arc<[AtomicBool]>);
+
+impl Written {
+    fn new(nodes: usize) -> Self {
+        Written((0..nodes).map(|_| AtomicBool::new(true)).collect())
+    }
+
+    /// Node `i` is known not to hold our token.
+    pub(crate) fn ruled_out(&self, i: usize) {
+        self.0[i].store(false, Ordering::Relaxed);
+    }
+
+    /// Whether node `i` may hold our token.
+    pub(crate) fn may_hold(&self, i: usize) -> bool {
+        self.0[i].load(Ordering::Relaxed)
+    }
+}
+
+/// Whether a release tells the lock's waiters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// A lock that was held is free: waiters retry at once.
+    Waiters,
+    /// The cleanup of an attempt that failed: the lock was never ours, so
+    /// nothing was freed, and waking waiters (the attempt's own task first)
+    /// would only turn waiting into a busy loop of failing attempts.
+    Nobody,
+}
+
+/// Runs the compare-and-delete on every node that may hold our token,
+/// concurrently, and waits for all of them (each bounded by `timeout`).
+/// Returns whether it was announced and some node deleted the key, for the
+/// caller to tell local waiters too (see [`ReleaseId::of`]). Failures are only logged: the
+/// keys carry a TTL, so a node that missed the release frees the lock by
+/// expiry.
+pub(crate) async fn release_on(
+    nodes: &[Arc<Node>],
+    ownership: &Ownership,
+    timeout: Duration,
+    announce: Announce,
+) -> bool {
+    let Ownership {
+        key,
+        token,
+        written,
+    } = ownership;
+    let announce = announce == Announce::Waiters;
+    let results = join_all(
+        nodes
+            .iter()
+            .filter(|n| written.may_hold(n.id().index()))
+            .map(|n| n.release(key, token, announce, timeout)),
+    )
+    .await;
+    let mut deleted = false;
+    for result in results {
+        match result {
+            Ok(d) => deleted |= d,
+            Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
+        }
+    }
+    announce && deleted
+}

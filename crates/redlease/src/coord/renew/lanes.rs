@@ -1,0 +1,238 @@
+//! What each node's lane task does: take the batch due for its node, send
+//! it, and apply the answers to every lease in it.
+
+use crate::coord::lane::{Delivery, ExtendMany, Lane, CHUNK};
+use crate::core::keys::hash_slot;
+use crate::core::node_error::NodeErrorKind;
+use crate::core::renew_schedule::patience;
+use crate::core::telemetry;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+use super::*;
+
+/// Node `i`'s lane: sends what is queued for it, one batch at a time.
+pub(super) async fn lane(inner: Arc<Inner>, i: usize) {
+    let mut lane = Lane::new(inner.nodes[i].clone());
+    let mut failing = false;
+    let mut pause = Duration::ZERO;
+    loop {
+        let work = inner.work[i].notified();
+        let Some(batch) = take_batch(&inner, i) else {
+            tokio::select! {
+                () = inner.stop.cancelled() => return,
+                () = work => continue,
+            }
+        };
+        let latest = batch
+            .sent
+            .iter()
+            .map(|s| s.lost_from)
+            .max()
+            .unwrap_or_else(Instant::now);
+        let sent = Instant::now();
+        let span = tracing::debug_span!(
+            "redlease.renewal_batch",
+            node = %lane.node().id(),
+            leases = batch.sent.len(),
+            outcome = tracing::field::Empty,
+            elapsed_ms = tracing::field::Empty,
+        );
+        let delivery = tokio::select! {
+            () = inner.stop.cancelled() => return,
+            d = lane.deliver(&batch.calls, patience(sent, latest)).instrument(span.clone()) => d,
+        };
+        inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        let outcome = match &delivery {
+            Delivery::Answered(_) => "answered",
+            Delivery::Abandoned => "abandoned",
+            Delivery::Unsent(_) => "unsent",
+        };
+        span.record("outcome", outcome);
+        span.record("elapsed_ms", sent.elapsed().as_secs_f64() * 1e3);
+        span.in_scope(|| tracing::debug!(outcome, "renewal batch done"));
+        telemetry::renewal_batch(lane.node().id().addr(), batch.sent.len(), outcome);
+        let trouble = match &delivery {
+            Delivery::Answered(answers) => answers.iter().find_map(|a| match a {
+                Some(Err(e)) => Some(format!("{e:#}")),
+                None => Some(format!(
+                    "{}: a shard did not answer in time",
+                    lane.node().id()
+                )),
+                Some(Ok(_)) => None,
+            }),
+            Delivery::Abandoned => {
+                inner.abandoned.fetch_add(1, Ordering::Relaxed);
+                Some(format!("{}: no answer in time", lane.node().id()))
+            }
+            Delivery::Unsent(e) => Some(format!("{e:#}")),
+        };
+        match (&trouble, failing) {
+            (Some(why), false) => tracing::warn!(error = %why, "renewals to a node are failing"),
+            (None, true) => {
+                tracing::info!(node = %lane.node().id(), "renewals to the node work again")
+            }
+            _ => {}
+        }
+        failing = trouble.is_some();
+        let unsent = matches!(delivery, Delivery::Unsent(_));
+        apply(&inner, i, &batch, sent, delivery);
+        // A node that refuses connections is tried again after a short,
+        // growing pause instead of at once.
+        pause = if unsent {
+            (pause * 2).clamp(Duration::from_millis(50), Duration::from_millis(250))
+        } else {
+            Duration::ZERO
+        };
+        if !pause.is_zero() {
+            tokio::select! {
+                () = inner.stop.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+/// Takes the most urgent leases queued for node `i`, up to [`TRIP`], with
+/// their script calls: the batch another lane encoded last if it is still
+/// current and queued here too, or a new one (encoded under the table's
+/// lock, so that keys and tokens are read in place rather than copied).
+pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
+    let mut table = inner.table();
+    let Table {
+        leases,
+        queued,
+        version,
+        last_batch,
+    } = &mut *table;
+    if queued[i].is_empty() {
+        return None;
+    }
+    if let Some(batch) = last_batch
+        .as_ref()
+        .filter(|b| b.version == *version && b.sent.iter().all(|s| queued[i].contains(&s.id)))
+    {
+        for s in &batch.sent {
+            queued[i].remove(&s.id);
+        }
+        return Some(batch.clone());
+    }
+    let mut chosen: Vec<(Instant, u64)> = queued[i]
+        .iter()
+        .filter_map(|id| leases.get(id).map(|e| (e.lost_from(), *id)))
+        .collect();
+    if chosen.len() > TRIP {
+        chosen.select_nth_unstable(TRIP);
+        chosen.truncate(TRIP);
+    }
+    let mut sent = Vec::with_capacity(chosen.len());
+    let mut entries = Vec::with_capacity(chosen.len());
+    for (lost_from, id) in chosen {
+        queued[i].remove(&id);
+        if let Some(e) = leases.get(&id) {
+            sent.push(Sent {
+                id,
+                timing: e.timing,
+                round: e.round,
+                lost_from,
+            });
+            entries.push(e);
+        }
+    }
+    if inner.by_slot {
+        let mut order: Vec<(u16, usize)> = entries
+            .iter()
+            .enumerate()
+            .map(|(k, e)| (hash_slot(&e.key), k))
+            .collect();
+        order.sort_unstable();
+        sent = order.iter().map(|&(_, k)| sent[k]).collect();
+        entries = order.iter().map(|&(_, k)| entries[k]).collect();
+    }
+    let lineage_flag = inner.nodes.first().map_or("0", |n| n.lineage_flag());
+    let calls = calls_of(&entries, inner.by_slot, lineage_flag);
+    let batch = Arc::new(Batch {
+        sent,
+        calls,
+        version: *version,
+    });
+    *last_batch = Some(batch.clone());
+    Some(batch)
+}
+
+/// The script calls renewing `entries` in order: up to [`CHUNK`] leases
+/// each, and, `by_slot`, a new call wherever the hash slot changes.
+pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, lineage_flag: &str) -> Vec<ExtendMany> {
+    let mut calls = Vec::new();
+    let mut rest = entries;
+    while !rest.is_empty() {
+        let mut len = rest.len().min(CHUNK);
+        if by_slot {
+            let slot = hash_slot(&rest[0].key);
+            len = rest[..len]
+                .iter()
+                .position(|e| hash_slot(&e.key) != slot)
+                .unwrap_or(len);
+        }
+        let (call, tail) = rest.split_at(len);
+        calls.push(ExtendMany::new(
+            call.iter().map(|e| (&*e.key, &e.token, e.timing.ttl_ms())),
+            by_slot.then(|| hash_slot(&call[0].key)),
+            lineage_flag,
+        ));
+        rest = tail;
+    }
+    calls
+}
+
+/// Folds node `i`'s answer to a batch sent at `sent` into its leases.
+pub(super) fn apply(inner: &Inner, i: usize, batch: &Batch, sent: Instant, delivery: Delivery) {
+    let now = Instant::now();
+    let mut table = inner.table();
+    let mut lost = Vec::new();
+    // The call and the place in it of each lease, in the batch's order.
+    let mut places = batch
+        .calls
+        .iter()
+        .enumerate()
+        .flat_map(|(c, call)| (0..call.len()).map(move |p| (c, p)));
+    for s in &batch.sent {
+        let (c, p) = places.next().unwrap_or_default();
+        let Some(entry) = table.leases.get_mut(&s.id) else {
+            continue; // released meanwhile
+        };
+        let (ttl, drift) = (s.timing.ttl, s.timing.drift);
+        match &delivery {
+            Delivery::Answered(answers) => match &answers[c] {
+                // This call's shard was silent: as for an abandoned batch.
+                None => entry.bounds.unknown(i, sent, ttl, drift, false),
+                Some(Ok(flags)) if flags[p] => {
+                    entry.bounds.confirmed(i, sent, ttl, drift, s.round);
+                    entry.answered(i);
+                }
+                Some(Ok(_)) => {
+                    entry.bounds.refused(i);
+                    entry.answered(i);
+                }
+                Some(Err(e)) => {
+                    entry.bounds.unknown(i, sent, ttl, drift, true);
+                    entry.failed(i, e.clone());
+                }
+            },
+            Delivery::Abandoned => entry.bounds.unknown(i, sent, ttl, drift, false),
+            Delivery::Unsent(e) => {
+                let silent = matches!(e.kind(), NodeErrorKind::Timeout(_));
+                entry.bounds.unsent(i, !silent);
+                entry.failed(i, e.clone());
+            }
+        }
+        if !entry.evaluate(now) {
+            lost.push(s.id);
+        }
+    }
+    for id in lost {
+        table.remove(id);
+    }
+}

@@ -1,0 +1,582 @@
+//! Release notifications: the release script PUBLISHes on a per-lock
+//! channel, and waiters of a Locker hear it through one subscription
+//! connection per node, shared by every waiter.
+//!
+//! Per lock name there is one SUBSCRIBE per node, however many tasks wait,
+//! and it is dropped when the last waiter leaves. Waiters queue in arrival
+//! order and only the head is woken by a release, so one release costs one
+//! retry in this process, not one per waiter (no thundering herd), and the
+//! lock goes to waiters in turn (fairness within the process).
+//!
+//! Waiters trust these notifications only while they can arrive: a node's
+//! subscription counts from its confirmation until its connection breaks.
+//! A waiter whose subscription stands on a quorum of nodes hears every
+//! release that succeeds (the release runs on a quorum, and two quorums
+//! share a node), so it need not poll (see [`RetryPolicy::fallback_delay`]).
+//! A broken connection wakes the first waiter of every lock at once (a
+//! release may have gone unheard), and the node task subscribes again
+//! every second until the node confirms.
+//!
+//! [`RetryPolicy::fallback_delay`]: crate::core::retry::RetryPolicy::fallback_delay
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, watch, Notify};
+
+use crate::coord::background::RuntimeTasks;
+use crate::core::token::ReleaseId;
+use crate::transport::deployment::{Deployment, Subscriber};
+use crate::transport::node::Node;
+
+/// What a node's subscription task is asked to do, in order.
+enum Command {
+    Subscribe { channel: String, generation: u64 },
+    Unsubscribe { channel: String },
+}
+
+/// How often a node task whose connection broke subscribes again, until
+/// the node confirms. Waiters poll that node's lock meanwhile.
+const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
+
+/// Channels with waiters, shared by the waiters and the node tasks.
+pub(crate) struct Notifier {
+    quorum: usize,
+    nodes: usize,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// The node tasks, started by the first waiter.
+    tasks: Mutex<Tasks>,
+    next_id: AtomicU64,
+}
+
+/// One subscription task per node, on the runtime that started them.
+struct Tasks {
+    nodes: Vec<Arc<Node>>,
+    timeout: Duration,
+    senders: Vec<mpsc::UnboundedSender<Command>>,
+    handles: RuntimeTasks,
+    shut_down: bool,
+}
+
+impl Tasks {
+    fn send(&self, command: impl Fn() -> Command) {
+        for node in &self.senders {
+            // A task that ended (runtime gone, shut down) drops its
+            // commands; the next waiter starts a new one.
+            let _ = node.send(command());
+        }
+    }
+}
+
+/// The waiters of one lock name.
+struct Channel {
+    /// Tells a node's confirmation apart from one meant for an earlier
+    /// subscription of the same name.
+    generation: u64,
+    /// Waiters in arrival order; the head is the one a release wakes.
+    waiters: VecDeque<(u64, Arc<Notify>)>,
+    /// Which nodes confirmed the SUBSCRIBE, and their connection has not
+    /// broken since.
+    confirmed: watch::Sender<Vec<bool>>,
+    /// The latest release heard of: its id, from how many nodes, and
+    /// whether a waiter already took the lock after it.
+    release: Option<Release>,
+    /// A waiter of this Locker took the lock after the latest release, and
+    /// its lease is valid until then: the next in line need not look at the
+    /// lock to learn when it is due to expire.
+    taken_until: Option<Instant>,
+}
+
+struct Release {
+    id: String,
+    heard: usize,
+    done: bool,
+}
+
+impl Notifier {
+    /// Release notifications over `nodes`; the node tasks start with the
+    /// first waiter.
+    pub(crate) fn new(nodes: &[Arc<Node>], timeout: Duration) -> Arc<Notifier> {
+        Arc::new(Notifier {
+            quorum: crate::core::quorum::quorum(nodes.len()),
+            nodes: nodes.len(),
+            channels: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Tasks {
+                nodes: nodes.to_vec(),
+                timeout,
+                senders: Vec::new(),
+                handles: RuntimeTasks::default(),
+                shut_down: false,
+            }),
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    fn tasks(&self) -> MutexGuard<'_, Tasks> {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the node tasks on the current runtime, or again if the
+    /// runtime they ran on has ended (a test's or a short-lived CLI
+    /// runtime), subscribing again to every channel with waiters. Called
+    /// with the channels locked, so no command is sent meanwhile.
+    fn ensure_running(self: &Arc<Self>, channels: &mut HashMap<String, Channel>) {
+        let mut tasks = self.tasks();
+        if tasks.handles.running() || tasks.shut_down {
+            return;
+        }
+        tasks.handles.abort();
+        tasks.senders.clear();
+        for (index, node) in tasks.nodes.clone().into_iter().enumerate() {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let weak = Arc::downgrade(self);
+            let task = node_task(node, index, weak, rx, tasks.timeout);
+            tasks.senders.push(tx);
+            tasks.handles.spawn(task);
+        }
+        for (name, channel) in channels.iter_mut() {
+            channel.confirmed.send_modify(|nodes| nodes.fill(false));
+            tasks.send(|| Command::Subscribe {
+                channel: name.clone(),
+                generation: channel.generation,
+            });
+        }
+    }
+
+    /// Stops the node tasks for good and wakes every waiter (they find the
+    /// Locker closed).
+    pub(crate) fn shutdown(&self) {
+        let channels = self.channels();
+        let mut tasks = self.tasks();
+        tasks.shut_down = true;
+        tasks.handles.abort();
+        tasks.senders.clear();
+        for channel in channels.values() {
+            for (_, notify) in &channel.waiters {
+                notify.notify_one();
+            }
+        }
+    }
+
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        // A panic while holding this lock leaves plain bookkeeping behind;
+        // carrying on is better than poisoning every later waiter.
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether tasks of this process already wait for `channel`: a newcomer
+    /// then queues behind them instead of barging in.
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.channels()
+            .get(channel)
+            .is_some_and(|c| !c.waiters.is_empty())
+    }
+
+    /// Queues a waiter on `channel`, subscribing on every node if it is the
+    /// first.
+    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> Waiter {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let mut channels = self.channels();
+        self.ensure_running(&mut channels);
+        let entry = channels.entry(channel.to_string()).or_insert_with(|| {
+            self.tasks().send(|| Command::Subscribe {
+                channel: channel.to_string(),
+                generation: id,
+            });
+            Channel {
+                generation: id,
+                waiters: VecDeque::new(),
+                confirmed: watch::Sender::new(vec![false; self.nodes]),
+                release: None,
+                taken_until: None,
+            }
+        });
+        entry.waiters.push_back((id, notify.clone()));
+        Waiter {
+            notifier: self.clone(),
+            channel: channel.to_string(),
+            id,
+            notify,
+            confirmed: entry.confirmed.subscribe(),
+            acquired: None,
+        }
+    }
+
+    /// Our own release of `channel` is on its way (called as soon as it is
+    /// written to every node's connection) or succeeded (called again when
+    /// answered): wake the head waiter now, without waiting for Redis to
+    /// echo a PUBLISH. Woken early, the head's acquire queues behind the
+    /// release on the same connections, so Redis runs it right after the
+    /// release instead of a round trip later; should it still be refused
+    /// (the release was resent, or failed), the second call wakes the head
+    /// again. Once a waiter took the lock on this release, the second call
+    /// changes nothing: the lock is held again, until `taken_until`.
+    /// `release_id` is asked for only if a task waits for `channel`.
+    pub(crate) fn released(&self, channel: &str, release_id: impl FnOnce() -> ReleaseId) {
+        let mut channels = self.channels();
+        if let Some(c) = channels.get_mut(channel) {
+            let release_id = release_id();
+            let release_id = release_id.as_str();
+            match &c.release {
+                Some(r) if r.id == release_id && r.done => return,
+                Some(r) if r.id == release_id => {}
+                _ => {
+                    c.release = Some(Release {
+                        id: release_id.to_string(),
+                        heard: usize::MAX,
+                        done: false,
+                    })
+                }
+            }
+            c.taken_until = None;
+            c.wake_head();
+        }
+    }
+
+    /// A node published a release of `channel`. The head waiter wakes at the
+    /// first node's word (the lock may already be free on a quorum) and
+    /// again when a quorum of nodes confirmed, in case its first try raced
+    /// a release still on its way to some nodes.
+    fn published(&self, channel: &str, release_id: &str) {
+        let quorum = self.quorum;
+        let mut channels = self.channels();
+        let Some(c) = channels.get_mut(channel) else {
+            return;
+        };
+        let release = match &mut c.release {
+            Some(r) if r.id == release_id => r,
+            slot => {
+                c.taken_until = None;
+                slot.insert(Release {
+                    id: release_id.to_string(),
+                    heard: 0,
+                    done: false,
+                })
+            }
+        };
+        release.heard = release.heard.saturating_add(1);
+        if !release.done && (release.heard == 1 || release.heard == quorum) {
+            c.wake_head();
+        }
+    }
+
+    /// Node `node` confirmed the subscription to `channel`.
+    fn confirmed(&self, channel: &str, generation: u64, node: usize) {
+        if let Some(c) = self.channels().get_mut(channel) {
+            if c.generation == generation {
+                c.confirmed
+                    .send_if_modified(|nodes| !std::mem::replace(&mut nodes[node], true));
+            }
+        }
+    }
+
+    /// Node `node`'s subscription connection broke: it confirms nothing
+    /// until it subscribes again, and a release it announced meanwhile went
+    /// unheard, so the first waiter of every lock looks at once.
+    fn disconnected(&self, node: usize) {
+        for c in self.channels().values_mut() {
+            c.confirmed
+                .send_if_modified(|nodes| std::mem::replace(&mut nodes[node], false));
+            // A forced release may have gone unheard too: look.
+            c.taken_until = None;
+            c.wake_head();
+        }
+    }
+
+    /// Waiter `id` leaves the queue: `acquired` with its lease's validity
+    /// if it took the lock.
+    fn leave(&self, channel: &str, id: u64, acquired: Option<Instant>) {
+        let mut channels = self.channels();
+        let Some(c) = channels.get_mut(channel) else {
+            return;
+        };
+        let was_head = c.waiters.front().is_some_and(|(w, _)| *w == id);
+        c.waiters.retain(|(w, _)| *w != id);
+        if let Some(valid_until) = acquired {
+            // This release is used up: later echoes of it must not wake the
+            // next waiter for a lock that is now ours.
+            if let Some(r) = &mut c.release {
+                r.done = true;
+            }
+            c.taken_until = Some(valid_until);
+            // The next waiter moves up: it needs a timer for the new
+            // holder's expiry (waiters behind the first keep none), which
+            // `taken_until` gives without a look at the lock.
+            c.wake_head();
+        } else if was_head {
+            // The head gave up (dropped, out of time) and may have swallowed
+            // a wake-up: pass it on rather than lose it.
+            c.wake_head();
+        }
+        if c.waiters.is_empty() {
+            channels.remove(channel);
+            self.tasks().send(|| Command::Unsubscribe {
+                channel: channel.to_string(),
+            });
+        }
+    }
+}
+
+impl Channel {
+    fn wake_head(&self) {
+        if let Some((_, notify)) = self.waiters.front() {
+            // Stores a permit if the head is busy retrying: not lost.
+            notify.notify_one();
+        }
+    }
+}
+
+/// A place in the queue of one lock name. Leaves the queue (and, if last,
+/// unsubscribes) when dropped, so a cancelled wait leaks nothing.
+pub(crate) struct Waiter {
+    notifier: Arc<Notifier>,
+    channel: String,
+    id: u64,
+    notify: Arc<Notify>,
+    confirmed: watch::Receiver<Vec<bool>>,
+    /// The validity of the lease it took, if it took the lock.
+    acquired: Option<Instant>,
+}
+
+impl Waiter {
+    /// Waits until a quorum of nodes confirmed the subscription, at most
+    /// `timeout`: a release published before that would go unheard.
+    pub(crate) async fn subscribed(&mut self, timeout: Duration) {
+        let quorum = self.notifier.quorum;
+        let on_quorum = |nodes: &Vec<bool>| confirmations(nodes) >= quorum;
+        let _ = tokio::time::timeout(timeout, self.confirmed.wait_for(on_quorum)).await;
+    }
+
+    /// Whether every release that succeeds will be heard: the subscription
+    /// stands on a quorum of nodes.
+    pub(crate) fn heard(&self) -> bool {
+        confirmations(&self.confirmed.borrow()) >= self.notifier.quorum
+    }
+
+    /// Whether this waiter is first in line.
+    pub(crate) fn is_head(&self) -> bool {
+        let channels = self.notifier.channels();
+        channels
+            .get(&self.channel)
+            .and_then(|c| c.waiters.front())
+            .is_some_and(|(id, _)| *id == self.id)
+    }
+
+    /// Resolves when a release wakes this waiter (only ever the head).
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await;
+    }
+
+    /// Leaves the queue because the lock is ours, with a lease valid until
+    /// `valid_until`.
+    pub(crate) fn acquired(mut self, valid_until: Instant) {
+        self.acquired = Some(valid_until);
+    }
+
+    /// Until when a lease another waiter of this Locker took after the
+    /// latest release is valid, if one did: unless a release is heard
+    /// (which clears this), the lock is held until then.
+    pub(crate) fn taken_until(&self) -> Option<Instant> {
+        let channels = self.notifier.channels();
+        channels.get(&self.channel).and_then(|c| c.taken_until)
+    }
+}
+
+/// How many nodes confirm a subscription.
+fn confirmations(nodes: &[bool]) -> usize {
+    nodes.iter().filter(|&&confirmed| confirmed).count()
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.notifier.leave(&self.channel, self.id, self.acquired);
+    }
+}
+
+/// One node's subscription connection: runs SUBSCRIBE / UNSUBSCRIBE (or
+/// their sharded forms on a cluster) in the order asked, turns published
+/// messages into wake-ups, and tells the notifier when the node confirmed a
+/// subscription and when the connection broke. Ends when the Locker is gone.
+async fn node_task(
+    node: Arc<Node>,
+    index: usize,
+    notifier: std::sync::Weak<Notifier>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    timeout: Duration,
+) {
+    let deployment = node.deployment();
+    let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
+    // RESP3 lets the connection reconnect and resubscribe on its own after
+    // it breaks; until the node confirms again, waiters poll its lock.
+    let mut conn: Option<Subscriber> = None;
+    // Channels subscribed to, with the generation each confirms: for a
+    // Sentinel's new primary after a failover, and for subscribing again.
+    let mut channels: HashMap<String, u64> = HashMap::new();
+    // Channels this node has not confirmed since they were asked for or
+    // since the connection broke.
+    let mut unconfirmed: HashSet<String> = HashSet::new();
+    let mut switches = deployment.switches();
+    let mut resubscribe = tokio::time::interval(RESUBSCRIBE_EVERY);
+    resubscribe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let confirm = |channel: &str, generation: u64| {
+        if let Some(n) = notifier.upgrade() {
+            n.confirmed(channel, generation, index);
+        }
+    };
+    // The connection broke (or the primary moved): nothing it confirmed
+    // counts until it is confirmed again.
+    let broke = |unconfirmed: &mut HashSet<String>, channels: &HashMap<String, u64>| {
+        if let Some(n) = notifier.upgrade() {
+            n.disconnected(index);
+        }
+        unconfirmed.extend(channels.keys().cloned());
+    };
+    loop {
+        tokio::select! {
+            // The sentinels named another primary: subscribe there. The
+            // old one still answers (and, once it follows the new one,
+            // even relays its messages), but until then it hears nothing.
+            Some(()) = async {
+                match &mut switches {
+                    Some(switched) => switched.changed().await.ok(),
+                    None => std::future::pending().await,
+                }
+            } => {
+                broke(&mut unconfirmed, &channels);
+                conn = open_subscriber(deployment, timeout, &push_tx).await;
+                resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
+            }
+            command = commands.recv() => {
+                let Some(command) = command else { return };
+                if conn.is_none() {
+                    conn = open_subscriber(deployment, timeout, &push_tx).await;
+                }
+                match command {
+                    Command::Subscribe { channel, generation } => {
+                        channels.insert(channel.clone(), generation);
+                        unconfirmed.insert(channel.clone());
+                        let Some(conn) = &mut conn else { continue };
+                        if subscribe(conn, &channel, timeout).await {
+                            unconfirmed.remove(&channel);
+                            confirm(&channel, generation);
+                        }
+                    }
+                    Command::Unsubscribe { channel } => {
+                        channels.remove(&channel);
+                        unconfirmed.remove(&channel);
+                        let Some(conn) = &mut conn else { continue };
+                        if let Ok(Err(e)) = tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
+                            tracing::debug!(error = %e, "UNSUBSCRIBE failed");
+                        }
+                    }
+                }
+            }
+            // Subscribe again where the node has not confirmed: after a
+            // failed SUBSCRIBE, or a broken connection that did not come
+            // back with its subscriptions (a second SUBSCRIBE is harmless).
+            _ = resubscribe.tick(), if !unconfirmed.is_empty() => {
+                if conn.is_none() {
+                    conn = open_subscriber(deployment, timeout, &push_tx).await;
+                }
+                resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
+            }
+            Some(push) = pushes.recv() => {
+                match push.kind {
+                    PushKind::Message | PushKind::SMessage => {
+                        if let [channel, payload] = push.data.as_slice() {
+                            if let (Some(channel), Some(id), Some(n)) = (text(channel), text(payload), notifier.upgrade()) {
+                                n.published(&channel, &id);
+                            }
+                        }
+                    }
+                    PushKind::Disconnection => {
+                        broke(&mut unconfirmed, &channels);
+                        // After a failover the sentinels name another
+                        // primary: subscribe there, not to the old address.
+                        if matches!(deployment, Deployment::Sentinel(_)) {
+                            conn = open_subscriber(deployment, timeout, &push_tx).await;
+                            resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
+                        }
+                    }
+                    // The connection came back and subscribed again on its
+                    // own (RESP3 resubscription).
+                    PushKind::Subscribe | PushKind::SSubscribe => {
+                        if let Some(channel) = push.data.first().and_then(text) {
+                            if let Some(&generation) = channels.get(&channel) {
+                                if unconfirmed.remove(&channel) {
+                                    confirm(&channel, generation);
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// A new subscription connection; the node task subscribes it to the
+/// channels that have waiters.
+async fn open_subscriber(
+    deployment: &Deployment,
+    timeout: Duration,
+    pushes: &mpsc::UnboundedSender<PushInfo>,
+) -> Option<Subscriber> {
+    match deployment.subscriber(timeout, pushes.clone()).await {
+        Ok(conn) => Some(conn),
+        Err(e) => {
+            tracing::warn!(error = %e, "no release notifications from a node; its waiters poll it");
+            None
+        }
+    }
+}
+
+/// Subscribes to every channel in `unconfirmed`, and confirms those the
+/// node confirmed. Stops at the first failure: the node is down or slow,
+/// and a thousand channels must not cost a thousand timeouts in a row.
+async fn resubscribe_all(
+    conn: &mut Option<Subscriber>,
+    unconfirmed: &mut HashSet<String>,
+    channels: &HashMap<String, u64>,
+    timeout: Duration,
+    confirm: &impl Fn(&str, u64),
+) {
+    let Some(conn) = conn else { return };
+    for channel in unconfirmed.clone() {
+        if !subscribe(conn, &channel, timeout).await {
+            return;
+        }
+        unconfirmed.remove(&channel);
+        if let Some(&generation) = channels.get(&channel) {
+            confirm(&channel, generation);
+        }
+    }
+}
+
+/// Subscribes to `channel`; whether it was confirmed in time.
+async fn subscribe(conn: &mut Subscriber, channel: &str, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, conn.subscribe(channel)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "SUBSCRIBE failed; waiters fall back to timers");
+            false
+        }
+        Err(_) => {
+            tracing::debug!("SUBSCRIBE timed out; waiters fall back to timers");
+            false
+        }
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}

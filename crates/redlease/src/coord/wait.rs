@@ -1,0 +1,166 @@
+//! Waiting for a busy lock without polling: after a failed attempt the task
+//! queues for the lock's release notifications and retries when the holder
+//! releases. Timers remain as the fallback for a lost notification, a holder
+//! that crashed, or a node without pub/sub: a waiter never sleeps past its
+//! jittered delay, the holder's reported expiry, or its deadline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::coord::attempt::{attempt, Grant};
+use crate::coord::engine::Engine;
+use crate::coord::subscription::Waiter;
+use crate::core::error::Error;
+use crate::core::keys::{release_channel, LockKeys};
+use crate::core::retry::{RetryPolicy, Waiting};
+use crate::core::validity::Timing;
+use crate::transport::node::OnRefusal;
+
+/// Tries to take the lock until it succeeds, fails for good (bad input, a
+/// closed Locker), or the policy's attempts or deadline run out. Out of attempts: the last
+/// error as it is. Past the deadline: [`Error::WaitTimeout`] wrapping it.
+///
+/// Cancel safe: a dropped attempt undoes itself, and a dropped [`Waiter`]
+/// leaves the queue and, if it was the last, unsubscribes.
+pub(crate) async fn lock(
+    engine: &Arc<Engine>,
+    resource: &str,
+    keys: &LockKeys,
+    timing: Timing,
+    policy: &RetryPolicy,
+) -> Result<Grant, Error> {
+    let start = Instant::now();
+    let deadline = policy.wait.map(|wait| start + wait);
+    let waits = policy.attempts != Some(1);
+    // Named only once needed: most locks are taken at the first attempt.
+    let channel = || release_channel(&keys.lock);
+    let mut waiter: Option<Waiter> = None;
+    let mut last: Option<Error> = None;
+    let mut attempts: u32 = 0;
+
+    // Fairness within this process: if other tasks already queue for this
+    // lock, get in line behind them instead of racing them for it.
+    if waits {
+        if let Some(notifier) = engine.started_notifier() {
+            let channel = channel();
+            if notifier.has_waiters(&channel) {
+                waiter = Some(notifier.join(&channel));
+            }
+        }
+    }
+    let mut wait_first = waiter.is_some();
+
+    loop {
+        // Only a task that already queues ever waits before an attempt.
+        if let Some(w) = waiter.as_ref().filter(|_| wait_first) {
+            let now = Instant::now();
+            let taken = taken_by_sibling(w, policy, now);
+            let waiting = Waiting {
+                behind: !w.is_head(),
+                heard: w.heard(),
+                held_elsewhere: taken.is_some()
+                    || last.as_ref().is_some_and(Error::held_by_one_owner),
+                expires_in: taken.or_else(|| last.as_ref().and_then(Error::expires_in)),
+                crowd: last.as_ref().map_or(0, Error::waiting),
+                quarantine_left: last.as_ref().and_then(Error::quarantine_left),
+            };
+            let delay = policy.fallback_delay(rand::random::<f64>(), &waiting, now, deadline);
+            let span = tracing::debug_span!(
+                "redlease.wait",
+                delay_ms = delay.as_millis() as u64,
+                heard = waiting.heard,
+                behind = waiting.behind,
+                woken_by = tracing::field::Empty,
+                elapsed_ms = tracing::field::Empty,
+            );
+            // Boxed, like the subscription below: waiting is the cold
+            // path, and its state need not weigh on every lock's future.
+            let woken_by = Box::pin(async {
+                tokio::select! {
+                    () = w.woken() => "release",
+                    () = tokio::time::sleep(delay) => "timer",
+                }
+            })
+            .await;
+            span.record("woken_by", woken_by);
+            span.record("elapsed_ms", now.elapsed().as_secs_f64() * 1e3);
+            // Behind another waiter of this Locker: it does the trying, and
+            // this one looks when it moves up (or at the deadline, for one
+            // last try).
+            if !w.is_head() && deadline.is_none_or(|d| Instant::now() < d) {
+                continue;
+            }
+            // First in line behind another task of this Locker that took the
+            // lock since the last release: the lock is held, and its expiry
+            // known, until a release is heard. A look would cost the nodes
+            // two round trips to learn what this process already knows.
+            let now = Instant::now();
+            if taken_by_sibling(w, policy, now).is_some() && deadline.is_none_or(|d| now < d) {
+                continue;
+            }
+            span.in_scope(|| tracing::debug!(woken_by, "retrying"));
+        }
+        if engine.is_closed() {
+            return Err(Error::Closed);
+        }
+        attempts = attempts.saturating_add(1);
+        // Only an attempt that may be followed by waiting marks the holder
+        // for waiters: after the last one (out of attempts, or past the
+        // deadline already) nobody listens for the release, and a marked
+        // holder would publish it to nobody.
+        let final_try = policy.attempts.is_some_and(|max| attempts >= max)
+            || deadline.is_some_and(|d| Instant::now() >= d);
+        let on_refusal = if final_try {
+            OnRefusal::LeaveAlone
+        } else {
+            OnRefusal::Mark
+        };
+        let error = match attempt(engine, resource, keys, timing, on_refusal).await {
+            Ok(grant) => {
+                if let Some(w) = waiter.take() {
+                    w.acquired(grant.valid_until);
+                }
+                return Ok(grant);
+            }
+            Err(e) if !e.is_retryable() => return Err(e),
+            Err(e) => e,
+        };
+        tracing::debug!(resource, attempts, %error, "lock busy");
+        if policy.attempts.is_some_and(|max| attempts >= max) {
+            return Err(error);
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(Error::WaitTimeout {
+                resource: resource.to_string(),
+                waited: now - start,
+                attempts,
+                last: Box::new(error),
+            });
+        }
+        last = Some(error);
+        wait_first = true;
+        if waiter.is_none() {
+            let mut w = engine.notifier().join(&channel());
+            Box::pin(w.subscribed(timing.node_timeout)).await;
+            // A release between the failed attempt and the subscription went
+            // unheard: the first in line tries again at once.
+            wait_first = !w.is_head();
+            waiter = Some(w);
+        }
+    }
+}
+
+/// How long a lease that another task of this Locker took since the latest
+/// release stays valid, if one did and still is. Only for notified waiting,
+/// with the subscription confirmed on a quorum (so any other release of the
+/// lock, a forced one say, is heard and clears this); a policy that counts
+/// attempts gets the attempts it asked for.
+fn taken_by_sibling(w: &Waiter, policy: &RetryPolicy, now: Instant) -> Option<Duration> {
+    if policy.attempts.is_some() || !w.heard() {
+        return None;
+    }
+    w.taken_until()
+        .and_then(|until| until.checked_duration_since(now))
+        .filter(|left| !left.is_zero())
+}

@@ -1,0 +1,668 @@
+//! Errors: one enum a caller can match, with per-node detail.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::core::node_error::{NodeError, NodeErrorKind, NodeId};
+
+/// A node on which the lock is held by another owner, with the remaining
+/// time the node reported.
+///
+/// ```
+/// fn soonest(held_on: &[redlease::Held]) -> Option<std::time::Duration> {
+///     held_on.iter().filter_map(|h| h.expires_in).min()
+/// }
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Held {
+    /// The node.
+    pub node: NodeId,
+    /// The key's remaining TTL there; `None` when the key never expires
+    /// (someone wrote it without a TTL).
+    pub expires_in: Option<Duration>,
+    /// How many processes wait for the lock there (subscriptions to its
+    /// release channel): spreads a crowd's checks of a held lock.
+    pub(crate) waiting: u64,
+    /// 28 bits of a hash of the owner's token (0: unknown): the same owner
+    /// on a quorum of nodes holds the lock; different ones are contenders
+    /// of a split vote, about to undo their partial grants.
+    pub(crate) owner: u32,
+}
+
+impl Held {
+    pub(crate) fn new(
+        node: NodeId,
+        expires_in: Option<Duration>,
+        waiting: u64,
+        owner: u32,
+    ) -> Self {
+        Held {
+            node,
+            expires_in,
+            waiting,
+            owner,
+        }
+    }
+}
+
+/// The node and the expiry; the bookkeeping for waiters is left out.
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held")
+            .field("node", &self.node)
+            .field("expires_in", &self.expires_in)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The lock operation an error is about.
+///
+/// ```
+/// assert_eq!(redlease::Op::Extend.to_string(), "extend");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    /// Taking the lock.
+    Acquire,
+    /// Giving it back.
+    Release,
+    /// Moving its expiry.
+    Extend,
+    /// Deleting it whoever holds it ([`Locker::force_release`](crate::Locker::force_release)).
+    ForceRelease,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Acquire => "acquire",
+            Op::Release => "release",
+            Op::Extend => "extend",
+            Op::ForceRelease => "force-release",
+        })
+    }
+}
+
+/// Everything that can go wrong, as one enum to match on.
+///
+/// Each variant carries the per-node detail behind it; `Display` renders a
+/// sentence a person can act on.
+///
+/// ```
+/// use redlease::{Error, Locker};
+/// # async fn demo() -> Result<(), Error> {
+/// let locker = Locker::new(["redis://127.0.0.1:7000"])?;
+/// match locker.try_lock("nightly-report").await {
+///     Ok(lease) => { /* do the work */ lease.release().await?; }
+///     Err(Error::Taken { .. }) => println!("another worker runs it"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad input, rejected before any network I/O: nothing was written.
+    #[non_exhaustive]
+    InvalidInput {
+        /// The setting or argument at fault, e.g. `"ttl"`.
+        field: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// Another owner holds the lock on so many nodes that no quorum is possible.
+    #[non_exhaustive]
+    Taken {
+        /// The resource name.
+        resource: String,
+        /// The nodes where another owner holds it.
+        held_on: Vec<Held>,
+        /// Nodes that failed during the same attempt.
+        failed: Vec<NodeError>,
+        /// How many nodes the [`Locker`](crate::Locker) has.
+        nodes: usize,
+        /// How many must agree.
+        quorum: usize,
+    },
+    /// Too few nodes answered for the operation to reach a quorum.
+    #[non_exhaustive]
+    NoQuorum {
+        /// Which operation.
+        op: Op,
+        /// The resource name.
+        resource: String,
+        /// Nodes that did what was asked.
+        succeeded: usize,
+        /// How many had to.
+        quorum: usize,
+        /// How many nodes the [`Locker`](crate::Locker) has.
+        nodes: usize,
+        /// The nodes that failed, and why.
+        failed: Vec<NodeError>,
+        /// Nodes where another owner held the lock (acquire) or where our
+        /// token was already gone (release, extend).
+        refused_by: Vec<Held>,
+    },
+    /// A quorum agreed, but so late that no validity was left (the TTL was
+    /// spent on the round trip). Everything taken was released again.
+    #[non_exhaustive]
+    ValidityExhausted {
+        /// Which operation.
+        op: Op,
+        /// The resource name.
+        resource: String,
+        /// Time from before the first request to the quorum's answer.
+        elapsed: Duration,
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The clock-drift allowance subtracted from it.
+        drift: Duration,
+    },
+    /// Release or extend of a lease we no longer hold: it expired, or the
+    /// lock was taken over. Never reported as success; nothing was written.
+    #[non_exhaustive]
+    NotHeld {
+        /// Which operation.
+        op: Op,
+        /// The resource name.
+        resource: String,
+        /// The lease's validity had run out before the call: no command was
+        /// sent (extend) or Redis confirmed it (release).
+        expired: bool,
+        /// Nodes where our token was gone.
+        not_held_on: Vec<NodeId>,
+        /// Nodes that failed during the same call.
+        failed: Vec<NodeError>,
+    },
+    /// The lease was lost while work ran under it
+    /// ([`Locker::with_lock`](crate::Locker::with_lock)): the work was
+    /// stopped, or it finished but the lock was not ours to the end.
+    #[non_exhaustive]
+    Lost {
+        /// The resource name.
+        resource: String,
+        /// Why the lease could no longer be trusted.
+        why: crate::core::lease_state::LostReason,
+    },
+    /// [`LockerBuilder::build`](crate::LockerBuilder::build) was called
+    /// outside a Tokio runtime: the Locker's connections and background
+    /// work need one. Build it inside `#[tokio::main]`, a runtime's
+    /// `block_on`, or after `Runtime::enter`.
+    NoRuntime,
+    /// The [`Locker`](crate::Locker) was closed
+    /// ([`Locker::close`](crate::Locker::close)): it takes no more locks,
+    /// and the leases it held were released by `close` (their holders saw
+    /// [`LostReason::Closed`](crate::LostReason::Closed)).
+    Closed,
+    /// Two nodes of the [`Locker`](crate::Locker) are one Redis server
+    /// (the same `run_id`, e.g. `localhost:6379` and `127.0.0.1:6379`),
+    /// found by [`Locker::check_servers`](crate::Locker::check_servers).
+    /// Its vote would count twice; the later node's never counts (see
+    /// [`NodeErrorKind::SameServer`]).
+    #[non_exhaustive]
+    SameServer {
+        /// The node whose vote does not count.
+        node: NodeId,
+        /// The node that counts for the server.
+        same_as: NodeId,
+    },
+    /// [`Locker::lock`](crate::Locker::lock) gave up: the wait deadline
+    /// passed. The last attempt's error is the [`source`](std::error::Error::source)
+    /// (not repeated in `Display`).
+    #[non_exhaustive]
+    WaitTimeout {
+        /// The resource name.
+        resource: String,
+        /// How long it waited.
+        waited: Duration,
+        /// How many attempts it made.
+        attempts: u32,
+        /// Why the last attempt failed.
+        last: Box<Error>,
+    },
+}
+
+impl Error {
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether another attempt might succeed: the lock is busy or nodes
+    /// failed, as opposed to bad input or a lease that is gone.
+    ///
+    /// ```
+    /// // Outside a Tokio runtime: a setup mistake, not worth retrying.
+    /// let e = redlease::Locker::new(["redis://127.0.0.1:6379"]).unwrap_err();
+    /// assert!(!e.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Taken { .. } | Error::NoQuorum { .. } | Error::ValidityExhausted { .. }
+        )
+    }
+
+    /// The per-node failures behind this error, if any.
+    ///
+    /// ```
+    /// # fn f(e: &redlease::Error) {
+    /// for failure in e.node_errors() {
+    ///     eprintln!("{failure}");
+    /// }
+    /// # }
+    /// ```
+    pub fn node_errors(&self) -> &[NodeError] {
+        match self {
+            Error::Taken { failed, .. }
+            | Error::NoQuorum { failed, .. }
+            | Error::NotHeld { failed, .. } => failed,
+            Error::WaitTimeout { last, .. } => last.node_errors(),
+            _ => &[],
+        }
+    }
+
+    /// How long until the first quarantined node of a failed acquire votes
+    /// again, if any was quarantined.
+    pub(crate) fn quarantine_left(&self) -> Option<Duration> {
+        match self {
+            Error::NoQuorum {
+                op: Op::Acquire,
+                failed,
+                ..
+            } => failed
+                .iter()
+                .filter_map(|f| match f.kind() {
+                    NodeErrorKind::Quarantined { left, .. } => Some(*left),
+                    _ => None,
+                })
+                .min(),
+            _ => None,
+        }
+    }
+
+    /// For an acquire that failed because quarantined nodes' "yes" did not
+    /// count ([`NodeErrorKind::Quarantined`], see
+    /// [`LockerBuilder::restart_quarantine`](crate::LockerBuilder::restart_quarantine)):
+    /// how long until enough of them vote again to make a quorum with the
+    /// nodes that said yes, if the nodes answer as they did. `None` when no
+    /// node was quarantined, or when their votes would not make a quorum
+    /// even then (the lock is held elsewhere, or other nodes failed). For
+    /// [`Error::WaitTimeout`], that of the last attempt.
+    ///
+    /// ```
+    /// # async fn demo(locker: &redlease::Locker) -> Result<(), redlease::Error> {
+    /// match locker.try_lock("nightly-report").await {
+    ///     Ok(lease) => lease.release().await?,
+    ///     Err(e) => match e.quarantine_wait() {
+    ///         Some(wait) => eprintln!("the servers just restarted: takeable in {wait:?}"),
+    ///         None => return Err(e),
+    ///     },
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn quarantine_wait(&self) -> Option<Duration> {
+        let (succeeded, quorum, failed) = match self {
+            Error::NoQuorum {
+                op: Op::Acquire,
+                succeeded,
+                quorum,
+                failed,
+                ..
+            } => (*succeeded, *quorum, failed),
+            Error::WaitTimeout { last, .. } => return last.quarantine_wait(),
+            _ => return None,
+        };
+        let mut left: Vec<Duration> = failed
+            .iter()
+            .filter_map(|f| match f.kind() {
+                NodeErrorKind::Quarantined { left, .. } => Some(*left),
+                _ => None,
+            })
+            .collect();
+        left.sort();
+        // The shortest quarantines that make up the missing votes.
+        let missing = quorum.checked_sub(succeeded).filter(|&n| n > 0)?;
+        left.get(missing - 1).copied()
+    }
+
+    /// For a failed acquire: the nodes where another owner held the lock,
+    /// and the quorum. What a waiter reads of a busy lock comes from here.
+    fn refusals(&self) -> Option<(&[Held], usize)> {
+        match self {
+            Error::Taken {
+                held_on, quorum, ..
+            } => Some((held_on, *quorum)),
+            Error::NoQuorum {
+                op: Op::Acquire,
+                refused_by,
+                quorum,
+                ..
+            } => Some((refused_by, *quorum)),
+            _ => None,
+        }
+    }
+
+    /// The soonest time another owner's hold is due to expire, when the
+    /// failed attempt saw one. Waiting longer than this is pointless.
+    pub(crate) fn expires_in(&self) -> Option<Duration> {
+        let (held, _) = self.refusals()?;
+        held.iter().filter_map(|h| h.expires_in).min()
+    }
+
+    /// For a busy lock: whether one owner holds it on a quorum of the
+    /// nodes, as the refusals show (not a split vote between contenders,
+    /// whose partial grants are undone at once and announced to no one).
+    pub(crate) fn held_by_one_owner(&self) -> bool {
+        let Some((held, quorum)) = self.refusals() else {
+            return false;
+        };
+        held.iter()
+            .filter(|h| h.owner != 0)
+            .any(|h| held.iter().filter(|o| o.owner == h.owner).count() >= quorum)
+    }
+
+    /// For a busy lock: the most processes any refusing node counted as
+    /// waiting for it (every waiter subscribes on every node).
+    pub(crate) fn waiting(&self) -> u64 {
+        self.refusals()
+            .and_then(|(held, _)| held.iter().map(|h| h.waiting).max())
+            .unwrap_or(0)
+    }
+}
+
+/// How a quorum operation fell short, from the nodes' answers: the one
+/// place that decides which error that is.
+pub(crate) struct Shortfall {
+    pub(crate) op: Op,
+    /// Nodes that did what was asked.
+    pub(crate) succeeded: usize,
+    pub(crate) nodes: usize,
+    /// Nodes that refused: another owner holds the lock (acquire), or our
+    /// token is gone (extend, release).
+    pub(crate) refused: Vec<Held>,
+    pub(crate) failed: Vec<NodeError>,
+}
+
+impl Shortfall {
+    /// `Taken` (acquire) or `NotHeld` (extend, release) when refusals alone
+    /// rule out a quorum, whatever the failed nodes would have said;
+    /// otherwise `NoQuorum`. `expired`: the lease's validity had run out.
+    pub(crate) fn into_error(self, resource: &str, expired: bool) -> Error {
+        let quorum = crate::core::quorum::quorum(self.nodes);
+        let resource = resource.to_string();
+        let refused_quorum = crate::core::quorum::refused(self.refused.len(), self.nodes);
+        match self.op {
+            Op::Acquire if refused_quorum => Error::Taken {
+                resource,
+                held_on: self.refused,
+                failed: self.failed,
+                nodes: self.nodes,
+                quorum,
+            },
+            op if refused_quorum => Error::NotHeld {
+                op,
+                resource,
+                expired,
+                not_held_on: self.refused.into_iter().map(|h| h.node).collect(),
+                failed: self.failed,
+            },
+            op => Error::NoQuorum {
+                op,
+                resource,
+                succeeded: self.succeeded,
+                quorum,
+                nodes: self.nodes,
+                failed: self.failed,
+                refused_by: self.refused,
+            },
+        }
+    }
+}
+
+/// Writes `a, b, c` for any list.
+fn list<T>(
+    f: &mut fmt::Formatter<'_>,
+    items: &[T],
+    mut one: impl FnMut(&mut fmt::Formatter<'_>, &T) -> fmt::Result,
+) -> fmt::Result {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str("; ")?;
+        }
+        one(f, item)?;
+    }
+    Ok(())
+}
+
+fn held(f: &mut fmt::Formatter<'_>, h: &Held) -> fmt::Result {
+    match h.expires_in {
+        Some(d) => write!(f, "{} (expires in {d:?})", h.node),
+        None => write!(f, "{} (no expiry set)", h.node),
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidInput { field, reason } => write!(f, "invalid {field}: {reason}"),
+            Error::Taken {
+                resource,
+                held_on,
+                failed,
+                nodes,
+                quorum,
+            } => {
+                write!(
+                    f,
+                    "lock {resource:?} is held by another owner on {} of {nodes} nodes \
+                     (a quorum needs {quorum}): ",
+                    held_on.len()
+                )?;
+                list(f, held_on, held)?;
+                if !failed.is_empty() {
+                    f.write_str("; also failed: ")?;
+                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
+                }
+                Ok(())
+            }
+            Error::NoQuorum {
+                op,
+                resource,
+                succeeded,
+                quorum,
+                nodes,
+                failed,
+                refused_by,
+            } => {
+                write!(
+                    f,
+                    "{op} of lock {resource:?} reached no quorum: {succeeded} of {nodes} nodes \
+                     succeeded, {quorum} needed"
+                )?;
+                if !failed.is_empty() {
+                    f.write_str("; failed: ")?;
+                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
+                }
+                if !refused_by.is_empty() {
+                    if *op == Op::Acquire {
+                        f.write_str("; held by another owner on: ")?;
+                        list(f, refused_by, held)?;
+                    } else {
+                        f.write_str("; our token was gone on: ")?;
+                        list(f, refused_by, |f, h| write!(f, "{}", h.node))?;
+                    }
+                }
+                Ok(())
+            }
+            Error::ValidityExhausted {
+                op,
+                resource,
+                elapsed,
+                ttl,
+                drift,
+            } => write!(
+                f,
+                "{op} of lock {resource:?} took {elapsed:?}, leaving no validity of the \
+                 {ttl:?} TTL after the {drift:?} drift allowance; it was undone"
+            ),
+            Error::NotHeld {
+                op,
+                resource,
+                expired,
+                not_held_on,
+                failed,
+            } => {
+                write!(
+                    f,
+                    "{op} of lock {resource:?} failed: the lease is no longer held"
+                )?;
+                if *expired {
+                    f.write_str(" (its validity had run out)")?;
+                }
+                if !not_held_on.is_empty() {
+                    f.write_str("; our token is gone on: ")?;
+                    list(f, not_held_on, |f, n| write!(f, "{n}"))?;
+                }
+                if !failed.is_empty() {
+                    f.write_str("; failed: ")?;
+                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
+                }
+                Ok(())
+            }
+            Error::Lost { resource, why } => {
+                write!(
+                    f,
+                    "lost the lock {resource:?} while working under it: {why}"
+                )
+            }
+            Error::WaitTimeout {
+                resource,
+                waited,
+                attempts,
+                ..
+            } => write!(
+                f,
+                "gave up waiting for lock {resource:?} after {waited:?} and {attempts} \
+                 attempts"
+            ),
+            Error::SameServer { node, same_as } => write!(
+                f,
+                "{node} is the same Redis server as {same_as} (same run_id): one server \
+                 counted twice would fake a majority, so it casts no vote; give each server once"
+            ),
+            Error::Closed => f.write_str(
+                "the Locker was closed: it takes no more locks, and close() released the \
+                 leases it held",
+            ),
+            Error::NoRuntime => f.write_str(
+                "no Tokio runtime: build the Locker inside a runtime (#[tokio::main], \
+                 block_on, or Runtime::enter)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::WaitTimeout { last, .. } => Some(last.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::node_error::Quarantine;
+
+    fn taken(owners: &[u32], nodes: usize) -> Error {
+        Error::Taken {
+            resource: "job".into(),
+            held_on: owners
+                .iter()
+                .enumerate()
+                .map(|(i, &owner)| Held::new(NodeId::new(i, "n"), None, 0, owner))
+                .collect(),
+            nodes,
+            quorum: crate::core::quorum::quorum(nodes),
+            failed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_owner_on_a_quorum_holds_the_lock_and_a_split_vote_does_not() {
+        assert!(taken(&[7], 1).held_by_one_owner());
+        assert!(taken(&[7, 7, 7], 5).held_by_one_owner());
+        assert!(taken(&[7, 9, 7, 7], 5).held_by_one_owner());
+        assert!(!taken(&[7, 9, 7], 5).held_by_one_owner(), "a split vote");
+        assert!(!taken(&[1, 2, 3, 4, 5], 5).held_by_one_owner());
+        assert!(!taken(&[0, 0, 0], 5).held_by_one_owner(), "unknown owners");
+        let held = format!("{:?}", taken(&[7], 1));
+        assert!(!held.contains("owner"), "{held}");
+    }
+
+    /// A failed acquire on 5 nodes: `yes` votes, and the node errors.
+    fn no_quorum(yes: usize, failed: &[NodeErrorKind]) -> Error {
+        Error::NoQuorum {
+            op: Op::Acquire,
+            resource: "job".into(),
+            succeeded: yes,
+            quorum: 3,
+            nodes: 5,
+            failed: failed
+                .iter()
+                .enumerate()
+                .map(|(i, kind)| NodeError::new(NodeId::new(i, "n"), kind.clone()))
+                .collect(),
+            refused_by: Vec::new(),
+        }
+    }
+
+    fn quarantined(secs: u64) -> NodeErrorKind {
+        NodeErrorKind::Quarantined {
+            cause: Quarantine::Restarted {
+                up: Duration::from_secs(1),
+            },
+            left: Duration::from_secs(secs),
+        }
+    }
+
+    #[test]
+    fn a_quarantine_wait_lasts_until_enough_quarantined_nodes_vote() {
+        let sec = Duration::from_secs;
+        let down = NodeErrorKind::Connection("refused".into());
+        let q = [quarantined(30), quarantined(10), quarantined(20)];
+        // Five quarantined: the third shortest quarantine.
+        let all = [
+            q[0].clone(),
+            q[1].clone(),
+            q[2].clone(),
+            quarantined(40),
+            quarantined(50),
+        ];
+        assert_eq!(no_quorum(0, &all).quarantine_wait(), Some(sec(30)));
+        // Two said yes: the first quarantined node to vote again suffices.
+        assert_eq!(no_quorum(2, &q).quarantine_wait(), Some(sec(10)));
+        // One said yes, one is down: two of the three quarantined.
+        let mixed = [down.clone(), q[0].clone(), q[1].clone(), q[2].clone()];
+        assert_eq!(no_quorum(1, &mixed).quarantine_wait(), Some(sec(20)));
+        // Too few quarantined to make the quorum, or none at all.
+        let short = [down.clone(), down.clone(), down.clone(), q[0].clone()];
+        assert_eq!(no_quorum(1, &short).quarantine_wait(), None);
+        assert_eq!(no_quorum(2, &[down]).quarantine_wait(), None);
+        let waited = Error::WaitTimeout {
+            resource: "job".into(),
+            waited: sec(1),
+            attempts: 2,
+            last: Box::new(no_quorum(2, &q)),
+        };
+        assert_eq!(waited.quarantine_wait(), Some(sec(10)));
+        assert_eq!(taken(&[7, 7, 7], 5).quarantine_wait(), None);
+    }
+}

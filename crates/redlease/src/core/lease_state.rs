@@ -1,0 +1,233 @@
+//! What a lease's holder can see of it (its validity, and whether and why
+//! it was lost), shared between the lease and whoever renews it. No I/O.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+/// Why a lease can no longer be trusted.
+///
+/// ```
+/// use redlease::LostReason;
+/// fn explain(why: LostReason) -> &'static str {
+///     match why {
+///         LostReason::Refused => "a quorum no longer holds our token",
+///         LostReason::Expired => "no renewal was confirmed in time: nodes slow or silent",
+///         LostReason::NodeErrors => "nodes answered renewals with errors",
+///         _ => "lost",
+///     }
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// Nodes answered that the key no longer holds our token, so that no
+    /// quorum holds it (it expired, was deleted, or someone else holds
+    /// the lock now).
+    Refused,
+    /// The lease ran out before a quorum confirmed a renewal: nodes were
+    /// down, paused, partitioned or too slow to answer in time.
+    Expired,
+    /// The lease ran out while nodes answered renewals with errors (a
+    /// refused connection, `OOM`, `READONLY`, `NOPERM`, ...): errors alone
+    /// kept a quorum from confirming. [`Locker`](crate::Locker)'s log says
+    /// which.
+    NodeErrors,
+    /// The [`Locker`](crate::Locker) was closed
+    /// ([`Locker::close`](crate::Locker::close)), which released the lease.
+    Closed,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Refused => "a quorum of nodes no longer holds our token",
+            LostReason::Expired => {
+                "its validity ran out before a quorum of nodes confirmed a renewal"
+            }
+            LostReason::NodeErrors => {
+                "its validity ran out while nodes answered renewals with errors"
+            }
+            LostReason::Closed => "the Locker was closed, which released it",
+        })
+    }
+}
+
+/// A lease's validity and loss, as its holder sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeaseState {
+    pub(crate) valid_until: Instant,
+    /// Loss is reported this much before `valid_until` (one drift
+    /// allowance: 1% of the TTL + 2 ms), so that a timer that fires late on
+    /// a busy machine still fires before the lease ends.
+    pub(crate) early: Duration,
+    /// Set once the lease is known lost; never cleared.
+    pub(crate) lost: Option<LostReason>,
+    /// What to report if the validity runs out before a renewal.
+    pub(crate) expiry_reason: LostReason,
+    /// The latest renewal round a quorum confirmed (a manual extend waits
+    /// for its own; see `Renewer::extend`).
+    pub(crate) confirmed_round: u64,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant, early: Duration) -> Self {
+        LeaseState {
+            valid_until,
+            early,
+            lost: None,
+            expiry_reason: LostReason::Expired,
+            confirmed_round: 0,
+        }
+    }
+
+    /// When loss is reported if nothing renews the lease.
+    pub(crate) fn lost_from(&self) -> Instant {
+        self.valid_until
+            .checked_sub(self.early)
+            .unwrap_or(self.valid_until)
+    }
+
+    /// Lost explicitly, or (nearly) past its validity.
+    pub(crate) fn lost_at(&self, now: Instant) -> Option<LostReason> {
+        self.lost
+            .or((now >= self.lost_from()).then_some(self.expiry_reason))
+    }
+}
+
+/// Nodes whose yes to an acquire came after the quorum had decided it,
+/// while the acquire's last requests finish in the background: each holds
+/// the key until the acquire's bound, and counts for the lease once it is
+/// kept alive (see [`ExpiryBounds::granted_late`](crate::core::expiry::ExpiryBounds::granted_late)).
+#[derive(Debug)]
+pub(crate) struct LateGrants {
+    /// The acquire's bound: `start + ttl - drift`.
+    until: Instant,
+    nodes: Mutex<Vec<usize>>,
+    /// Every request of the acquire has answered (or was given up).
+    done: AtomicBool,
+}
+
+impl LateGrants {
+    /// For an acquire whose granting nodes hold the key until `until`.
+    pub(crate) fn new(until: Instant) -> Arc<LateGrants> {
+        Arc::new(LateGrants {
+            until,
+            nodes: Mutex::new(Vec::new()),
+            done: AtomicBool::new(false),
+        })
+    }
+
+    /// What the acquire's remaining requests report to: dropping it (when
+    /// they are all done) says no more will come.
+    pub(crate) fn recorder(self: &Arc<Self>) -> LateRecorder {
+        LateRecorder(self.clone())
+    }
+
+    pub(crate) fn until(&self) -> Instant {
+        self.until
+    }
+
+    /// The late grants not taken yet, and whether they were the last.
+    pub(crate) fn take(&self) -> (Vec<usize>, bool) {
+        // Read before taking: every grant recorded before `done` was set
+        // is then in what is taken.
+        let done = self.done.load(Ordering::Acquire);
+        let nodes = std::mem::take(&mut *self.nodes.lock().unwrap_or_else(|p| p.into_inner()));
+        (nodes, done)
+    }
+}
+
+/// Records the late grants of one acquire; see [`LateGrants::recorder`].
+pub(crate) struct LateRecorder(Arc<LateGrants>);
+
+impl LateRecorder {
+    /// Node `i` said yes.
+    pub(crate) fn granted(&self, i: usize) {
+        self.0
+            .nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(i);
+    }
+}
+
+impl Drop for LateRecorder {
+    fn drop(&mut self) {
+        self.0.done.store(true, Ordering::Release);
+    }
+}
+
+/// Waits until `state` reports the lease lost, or its validity passes.
+/// Never later than the current `valid_until`, whatever the renewer does.
+pub(crate) async fn lost(mut state: watch::Receiver<LeaseState>) -> LostReason {
+    loop {
+        let now = *state.borrow_and_update();
+        if let Some(why) = now.lost_at(Instant::now()) {
+            return why;
+        }
+        let deadline = tokio::time::Instant::from(now.lost_from());
+        tokio::select! {
+            changed = state.changed() => {
+                if changed.is_err() {
+                    // The lease is gone (released): it cannot be renewed any
+                    // more, so it lasts until its last validity.
+                    tokio::time::sleep_until(deadline).await;
+                    return now.expiry_reason;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn loss_is_reported_one_allowance_early_with_the_reason_set_last() {
+        let t0 = Instant::now();
+        let mut s = LeaseState::new(t0 + 100 * MS, 3 * MS);
+        assert_eq!(s.lost_at(t0 + 96 * MS), None);
+        assert_eq!(s.lost_at(t0 + 97 * MS), Some(LostReason::Expired));
+        s.expiry_reason = LostReason::NodeErrors;
+        assert_eq!(s.lost_at(t0 + 97 * MS), Some(LostReason::NodeErrors));
+        s.lost = Some(LostReason::Refused);
+        assert_eq!(
+            s.lost_at(t0),
+            Some(LostReason::Refused),
+            "explicit loss is final"
+        );
+    }
+
+    #[test]
+    fn late_grants_are_taken_once_and_end_with_their_recorder() {
+        let t0 = Instant::now();
+        let late = LateGrants::new(t0);
+        let recorder = late.recorder();
+        recorder.granted(2);
+        assert_eq!(late.take(), (vec![2], false));
+        assert_eq!(late.take(), (vec![], false));
+        recorder.granted(1);
+        drop(recorder);
+        assert_eq!(late.take(), (vec![1], true));
+        assert_eq!(late.until(), t0);
+    }
+
+    #[tokio::test]
+    async fn the_lost_future_follows_a_renewed_end() {
+        let t0 = Instant::now();
+        let tx = watch::Sender::new(LeaseState::new(t0 + 40 * MS, MS));
+        let lost = tokio::spawn(lost(tx.subscribe()));
+        tokio::time::sleep(10 * MS).await;
+        tx.send_modify(|s| s.valid_until = t0 + 200 * MS);
+        let why = lost.await.unwrap();
+        assert_eq!(why, LostReason::Expired);
+        assert!(t0.elapsed() >= 199 * MS, "fired at {:?}", t0.elapsed());
+    }
+}

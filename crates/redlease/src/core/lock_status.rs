@@ -1,0 +1,407 @@
+//! What the nodes say about one lock, for [`Locker::inspect`], and how to
+//! read it. Pure: no I/O.
+//!
+//! [`Locker::inspect`]: crate::Locker::inspect
+
+use std::time::Duration;
+
+use crate::core::node_error::{NodeError, NodeId, Quarantine};
+use crate::core::quorum::quorum;
+
+/// A lock key's state on one node. Never the key's value: that is the
+/// holder's token.
+///
+/// ```
+/// use redlease::KeyState;
+/// fn show(state: KeyState) -> String {
+///     match state {
+///         KeyState::Free => "free".into(),
+///         KeyState::Held { expires_in: Some(left) } => format!("held, {left:?} left"),
+///         KeyState::Held { expires_in: None } => "held forever (not written by redlease)".into(),
+///     }
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    /// No key.
+    Free,
+    /// A key exists.
+    Held {
+        /// Its remaining TTL; `None` when it never expires (someone wrote
+        /// it without a TTL: not redlease).
+        expires_in: Option<Duration>,
+    },
+}
+
+/// One node's answer about a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeLockState {
+    /// The lock key.
+    pub key: KeyState,
+    /// The lock's fencing counter there: the highest token handed out
+    /// through this node (`None`: no acquisition within the counter's
+    /// expiry).
+    pub fencing_counter: Option<u64>,
+    /// Clients subscribed to the lock's release channel: one per process
+    /// (Locker) waiting for it, however many of its tasks wait.
+    pub waiting: u64,
+    /// Whether the node's server casts no "yes" on an acquire now, and for
+    /// how long yet: it (re)started less than the
+    /// [restart quarantine](crate::LockerBuilder::restart_quarantine) ago,
+    /// or its clock jumped. Judged by the inspecting Locker's settings
+    /// from what its connection learned when it reached the server (no
+    /// extra request); on a cluster, the server of the lock's shard.
+    ///
+    /// ```
+    /// # fn f(state: &redlease::NodeLockState) {
+    /// use redlease::Quarantine;
+    /// match state.quarantine {
+    ///     Some(q) => match q.cause {
+    ///         Quarantine::Restarted { up } => {
+    ///             println!("restarted {up:?} ago, votes again in {:?}", q.left)
+    ///         }
+    ///         _ => println!("quarantined for {:?} more", q.left),
+    ///     },
+    ///     None => println!("votes"),
+    /// }
+    /// # }
+    /// ```
+    pub quarantine: Option<NodeQuarantine>,
+}
+
+/// A node whose "yes" to an acquire does not count yet
+/// ([`NodeLockState::quarantine`]); an acquire meets it as
+/// [`NodeErrorKind::Quarantined`](crate::NodeErrorKind::Quarantined).
+///
+/// ```
+/// fn votes_again_in(q: &redlease::NodeQuarantine) -> std::time::Duration {
+///     q.left
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeQuarantine {
+    /// Why.
+    pub cause: Quarantine,
+    /// How long it is quarantined for yet.
+    pub left: Duration,
+}
+
+impl NodeQuarantine {
+    pub(crate) fn new(cause: Quarantine, left: Duration) -> Self {
+        NodeQuarantine { cause, left }
+    }
+}
+
+/// What the nodes say about one lock, from [`Locker::inspect`].
+///
+/// [`Locker::inspect`]: crate::Locker::inspect
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The resource name.
+    pub resource: String,
+    /// Its Redis key.
+    pub key: String,
+    /// Each node's answer, in the Locker's node order.
+    pub nodes: Vec<(NodeId, Result<NodeLockState, NodeError>)>,
+}
+
+/// Whether a lock is held, judged as an acquire would find it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// A quorum of nodes has the key.
+    Held {
+        /// How many nodes have it.
+        on: usize,
+        /// Until the lock is free unless renewed or released: the
+        /// quorum-th longest remaining TTL (`None`: a key without expiry
+        /// keeps it held).
+        for_at_most: Option<Duration>,
+    },
+    /// A quorum of nodes has no key. Keys on a minority are left over from
+    /// a failed attempt or an ending lease, and expire by themselves.
+    Free {
+        /// Nodes with a leftover key.
+        leftover_on: usize,
+    },
+    /// A quorum of nodes has no key, but too few of them may vote "yes"
+    /// yet: the others are quarantined (see
+    /// [`NodeLockState::quarantine`]). An acquire fails until enough of
+    /// them vote again.
+    Quarantined {
+        /// How long until enough free nodes vote for a quorum, if the
+        /// nodes stay as they are.
+        takeable_in: Duration,
+        /// How many free nodes are quarantined.
+        quarantined: usize,
+        /// Nodes with a leftover key.
+        leftover_on: usize,
+    },
+    /// Too few nodes answered to tell.
+    Unknown {
+        /// How many answered.
+        answered: usize,
+        /// Of those, how many have the key.
+        held_on: usize,
+    },
+}
+
+impl LockStatus {
+    /// Held when a quorum has the key, free when a quorum has not and may
+    /// vote for a new holder: exactly the test an acquire would meet.
+    /// Free but with too few nodes out of their restart quarantine is
+    /// [`Verdict::Quarantined`].
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// use redlease::Verdict;
+    /// match status.verdict() {
+    ///     Verdict::Held { on, .. } => println!("held on {on} nodes"),
+    ///     Verdict::Free { .. } => println!("free"),
+    ///     Verdict::Quarantined { takeable_in, .. } => {
+    ///         println!("free, but not takeable for {takeable_in:?}")
+    ///     }
+    ///     _ => println!("cannot tell: too few nodes answered"),
+    /// }
+    /// # }
+    /// ```
+    pub fn verdict(&self) -> Verdict {
+        let nodes = self.nodes.len();
+        let quorum = quorum(nodes);
+        let answered: Vec<&NodeLockState> = self
+            .nodes
+            .iter()
+            .filter_map(|(_, s)| s.as_ref().ok())
+            .collect();
+        // Remaining TTLs of the keys found, longest first (no expiry first).
+        let mut left: Vec<Option<Duration>> = answered
+            .iter()
+            .filter_map(|s| match s.key {
+                KeyState::Free => None,
+                KeyState::Held { expires_in } => Some(expires_in),
+            })
+            .collect();
+        left.sort_by_key(|d| std::cmp::Reverse(d.unwrap_or(Duration::MAX)));
+        let held = left.len();
+        let free = answered.len() - held;
+        // What is left of the quarantines of the free nodes, shortest first.
+        let mut quarantined: Vec<Duration> = answered
+            .iter()
+            .filter(|s| s.key == KeyState::Free)
+            .filter_map(|s| s.quarantine.map(|q| q.left))
+            .collect();
+        quarantined.sort();
+        let voting = free - quarantined.len();
+        if held >= quorum {
+            Verdict::Held {
+                on: held,
+                for_at_most: left[quorum - 1],
+            }
+        } else if voting >= quorum {
+            Verdict::Free { leftover_on: held }
+        } else if free >= quorum {
+            Verdict::Quarantined {
+                takeable_in: quarantined[quorum - voting - 1],
+                quarantined: quarantined.len(),
+                leftover_on: held,
+            }
+        } else {
+            Verdict::Unknown {
+                answered: answered.len(),
+                held_on: held,
+            }
+        }
+    }
+
+    /// The highest fencing counter any node reported: no token handed out
+    /// so far is higher. (A node outside the last granting quorum may hold
+    /// more than the last token, so the next token is higher than the last
+    /// one but not always higher than this.)
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// if let Some(n) = status.fencing_counter() {
+    ///     println!("last token handed out: {n}");
+    /// }
+    /// # }
+    /// ```
+    pub fn fencing_counter(&self) -> Option<u64> {
+        self.answers().filter_map(|s| s.fencing_counter).max()
+    }
+
+    /// How many processes wait for the lock: each waiting Locker subscribes
+    /// on every node it reaches, so this is the largest count on any node.
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// println!("{} processes waiting", status.waiting());
+    /// # }
+    /// ```
+    pub fn waiting(&self) -> u64 {
+        self.answers().map(|s| s.waiting).max().unwrap_or(0)
+    }
+
+    fn answers(&self) -> impl Iterator<Item = &NodeLockState> {
+        self.nodes.iter().filter_map(|(_, s)| s.as_ref().ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::node_error::NodeErrorKind;
+
+    fn status(keys: &[Option<KeyState>]) -> LockStatus {
+        LockStatus {
+            resource: "r".into(),
+            key: "redlease:{r}".into(),
+            nodes: keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    let id = NodeId::new(i, format!("n{i}"));
+                    let answer = match k {
+                        Some(key) => Ok(NodeLockState {
+                            key: *key,
+                            fencing_counter: Some(i as u64),
+                            waiting: i as u64,
+                            quarantine: None,
+                        }),
+                        None => Err(NodeError::new(
+                            id.clone(),
+                            NodeErrorKind::Timeout(Duration::from_millis(5)),
+                        )),
+                    };
+                    (id, answer)
+                })
+                .collect(),
+        }
+    }
+
+    fn held(secs: u64) -> Option<KeyState> {
+        Some(KeyState::Held {
+            expires_in: Some(Duration::from_secs(secs)),
+        })
+    }
+
+    #[test]
+    fn held_on_a_quorum_until_the_quorum_th_longest_ttl() {
+        let s = status(&[held(9), held(3), held(7)]);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Held {
+                on: 3,
+                for_at_most: Some(Duration::from_secs(7))
+            }
+        );
+        let forever = Some(KeyState::Held { expires_in: None });
+        let s = status(&[forever, held(3), Some(KeyState::Free)]);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Held {
+                on: 2,
+                for_at_most: Some(Duration::from_secs(3))
+            }
+        );
+        assert_eq!(
+            status(&[forever]).verdict(),
+            Verdict::Held {
+                on: 1,
+                for_at_most: None
+            }
+        );
+    }
+
+    #[test]
+    fn free_on_a_quorum_and_unknown_without_one() {
+        let free = Some(KeyState::Free);
+        assert_eq!(
+            status(&[held(9), free, free]).verdict(),
+            Verdict::Free { leftover_on: 1 }
+        );
+        assert_eq!(
+            status(&[held(9), None, None]).verdict(),
+            Verdict::Unknown {
+                answered: 1,
+                held_on: 1
+            }
+        );
+    }
+
+    /// Node `i` quarantined for `secs` more.
+    fn quarantine(mut s: LockStatus, i: usize, secs: u64) -> LockStatus {
+        if let Ok(state) = &mut s.nodes[i].1 {
+            state.quarantine = Some(NodeQuarantine::new(
+                Quarantine::Restarted {
+                    up: Duration::from_secs(1),
+                },
+                Duration::from_secs(secs),
+            ));
+        }
+        s
+    }
+
+    #[test]
+    fn free_but_too_few_voters_is_quarantined_until_enough_vote() {
+        let free = Some(KeyState::Free);
+        // One quarantined node of three leaves a quorum of voters.
+        let s = quarantine(status(&[free, free, free]), 0, 20);
+        assert_eq!(s.verdict(), Verdict::Free { leftover_on: 0 });
+        // Two of three: takeable when the first of them votes again...
+        let s = quarantine(quarantine(status(&[free, free, free]), 0, 20), 1, 8);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(8),
+                quarantined: 2,
+                leftover_on: 0
+            }
+        );
+        // ...or both, when the third has a leftover key.
+        let s = quarantine(quarantine(status(&[free, free, held(5)]), 0, 20), 1, 8);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(20),
+                quarantined: 2,
+                leftover_on: 1
+            }
+        );
+        // All three: a quorum needs the two shortest quarantines over.
+        let mut s = status(&[free, free, free]);
+        for (i, secs) in [(0, 30), (1, 10), (2, 20)] {
+            s = quarantine(s, i, secs);
+        }
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(20),
+                quarantined: 3,
+                leftover_on: 0
+            }
+        );
+        // A quarantined node's key still holds the lock there.
+        let s = quarantine(quarantine(status(&[held(9), held(9), free]), 0, 5), 1, 5);
+        assert!(matches!(s.verdict(), Verdict::Held { on: 2, .. }));
+        // One node: its own quarantine.
+        let s = quarantine(status(&[free]), 0, 3);
+        assert_eq!(
+            s.verdict(),
+            Verdict::Quarantined {
+                takeable_in: Duration::from_secs(3),
+                quarantined: 1,
+                leftover_on: 0
+            }
+        );
+    }
+
+    #[test]
+    fn counter_and_waiters_are_the_largest_any_node_reported() {
+        let s = status(&[held(1), None, held(1)]);
+        assert_eq!(s.fencing_counter(), Some(2));
+        assert_eq!(s.waiting(), 2);
+    }
+}

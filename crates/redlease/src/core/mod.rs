@@ -1,0 +1,15 @@
+pub(crate) mod durability;
+pub(crate) mod error;
+pub(crate) mod expiry;
+pub(crate) mod fencing;
+pub(crate) mod keys;
+pub(crate) mod lease_state;
+pub(crate) mod lock_status;
+pub(crate) mod node_error;
+pub(crate) mod quorum;
+pub(crate) mod renew_schedule;
+pub(crate) mod retry;
+pub(crate) mod telemetry;
+pub(crate) mod token;
+pub(crate) mod validity;
+pub(crate) mod vote_guard;

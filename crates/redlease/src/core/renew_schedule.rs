@@ -1,0 +1,94 @@
+//! When a kept-alive lease is renewed, retried, and how long a renewal may
+//! wait for a node. Pure arithmetic on instants.
+
+use std::time::{Duration, Instant};
+
+use crate::core::validity::Timing;
+
+/// The least a lane waits for a batch before dropping its connection, so
+/// that a batch of leases about to be lost does not churn connections.
+pub(crate) const MIN_PATIENCE: Duration = Duration::from_millis(500);
+
+/// The shortest retry delay: a node that fails at once is not hammered.
+const MIN_RETRY: Duration = Duration::from_millis(5);
+
+/// The next renewal of a lease that a quorum holds until `valid_until`:
+/// one interval after the request that quorum confirmed was sent
+/// (`valid_until = sent + ttl - drift`).
+pub(crate) fn next_due(valid_until: Instant, timing: &Timing, interval: Duration) -> Instant {
+    let sent = valid_until
+        .checked_sub(timing.ttl - timing.drift)
+        .unwrap_or(valid_until);
+    sent + interval
+}
+
+/// When to send a renewal again that a quorum has not confirmed yet: soon,
+/// but well inside what is left before the lease is reported lost
+/// (`lost_from`), so several tries fit.
+pub(crate) fn retry_at(now: Instant, lost_from: Instant, interval: Duration) -> Instant {
+    let left = lost_from.saturating_duration_since(now);
+    now + (interval / 4).min(left / 4).max(MIN_RETRY)
+}
+
+/// Whether a lease not yet queued is renewed in the batch going out now:
+/// when due, or nearly (within half its interval), so leases taken at
+/// different moments travel together.
+pub(crate) fn coalesce(now: Instant, due: Instant, interval: Duration) -> bool {
+    due <= now + interval / 2
+}
+
+/// How long a lane waits for a batch whose most patient lease is reported
+/// lost at `latest_lost_from`: while any lease of it could still use the
+/// answer, and never less than [`MIN_PATIENCE`]. A lease's fate never
+/// waits on this: it is decided by whichever nodes confirm in time.
+pub(crate) fn patience(now: Instant, latest_lost_from: Instant) -> Duration {
+    latest_lost_from
+        .saturating_duration_since(now)
+        .max(MIN_PATIENCE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::validity::DriftModel;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn timing() -> Timing {
+        Timing::new("ttl", 3_000 * MS, DriftModel::DEFAULT, None).unwrap() // drift 32 ms
+    }
+
+    #[test]
+    fn the_next_renewal_is_an_interval_after_the_confirmed_request() {
+        let sent = Instant::now();
+        let t = timing();
+        assert_eq!(
+            next_due(t.valid_until(sent), &t, 1_000 * MS),
+            sent + 1_000 * MS
+        );
+    }
+
+    #[test]
+    fn retries_come_soon_and_several_fit_before_the_loss() {
+        let now = Instant::now();
+        assert_eq!(retry_at(now, now + 2_000 * MS, 1_000 * MS), now + 250 * MS);
+        assert_eq!(retry_at(now, now + 400 * MS, 1_000 * MS), now + 100 * MS);
+        assert_eq!(retry_at(now, now, 1_000 * MS), now + MIN_RETRY);
+    }
+
+    #[test]
+    fn leases_due_within_half_an_interval_travel_together() {
+        let now = Instant::now();
+        assert!(coalesce(now, now + 500 * MS, 1_000 * MS));
+        assert!(!coalesce(now, now + 501 * MS, 1_000 * MS));
+        assert!(coalesce(now, now - MS, 1_000 * MS));
+    }
+
+    #[test]
+    fn a_lane_waits_as_long_as_its_latest_lease_can_use_the_answer() {
+        let now = Instant::now();
+        assert_eq!(patience(now, now + 2_500 * MS), 2_500 * MS);
+        assert_eq!(patience(now, now + 10 * MS), MIN_PATIENCE);
+        assert_eq!(patience(now, now - MS), MIN_PATIENCE);
+    }
+}
