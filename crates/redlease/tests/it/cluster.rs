@@ -663,6 +663,97 @@ async fn a_cluster_shard_restarted_empty_keeps_a_held_lock_from_a_second_client(
     b.close().await;
 }
 
+/// A shard whose primary's wall clock steps forward expires its keys
+/// early, like a restart that lost them. A Locker that read that shard's
+/// clock before the jump counts no "yes" from it (`ClockJumped`), while a
+/// shard whose clock did not move still votes; with the guard off (the
+/// control), a second client takes a lock held there. The cluster-shard
+/// form of `restarts::a_server_whose_clock_jumped_casts_no_vote`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_whose_clock_jumped_casts_no_vote() {
+    let cluster = RedisCluster::start_with_fake_clock(3);
+    let url = cluster_url(&cluster);
+    let ttl = Duration::from_secs(2);
+    let jump = 2 * ttl;
+    let jumped = cluster.node(0);
+    for guarded in [true, false] {
+        // The quarantine off, to test the guard alone. Fencing on in the
+        // control, whose overlap the tokens still order.
+        let build = || {
+            Locker::builder([url.as_str()])
+                .fencing(!guarded)
+                .ttl(ttl)
+                .node_timeout(NODE_TIMEOUT)
+                .connect_timeout(NODE_TIMEOUT)
+                .restart_quarantine(Duration::ZERO)
+                .clock_jump_guard(guarded)
+                .retry(redlease::RetryPolicy::new().attempts(1))
+                .build()
+                .unwrap()
+        };
+        let (holder, rival) = (build(), build());
+        let (on_jumped, elsewhere) = resources_on(&cluster, &rival, jumped.port()).await;
+        // The rival has read both shards' clocks before the jump.
+        for name in [&on_jumped, &elsewhere] {
+            rival.try_lock(name).await.unwrap().release().await.unwrap();
+        }
+        let lease = holder.try_lock(&on_jumped).await.expect("a free lock");
+
+        jumped.jump_clock(jump);
+        assert_eq!(
+            pttl(jumped, &holder.key(&on_jumped)).await,
+            -2,
+            "the jump expired the holder's key"
+        );
+        let second = rival.try_lock(&on_jumped).await;
+        assert!(
+            lease.remaining() > Duration::ZERO,
+            "the lease is still valid"
+        );
+        match (guarded, second) {
+            (true, Err(e)) => {
+                let jumps: Vec<_> = e
+                    .node_errors()
+                    .iter()
+                    .filter_map(|f| match f.kind() {
+                        redlease::NodeErrorKind::Quarantined {
+                            cause: redlease::Quarantine::ClockJumped { ahead },
+                            left,
+                        } => Some((*ahead, *left)),
+                        _ => None,
+                    })
+                    .collect();
+                match jumps[..] {
+                    [(ahead, left)] => {
+                        assert!(ahead > jump - Duration::from_secs(1), "{ahead:?}");
+                        assert!(ahead <= jump, "{ahead:?}");
+                        assert!(left > ttl && left <= ttl + ttl / 50, "{left:?}");
+                    }
+                    _ => panic!("expected the shard's clock jump, got {e}"),
+                }
+                assert!(e.to_string().contains("clock jumped"), "{e}");
+                // The shard whose clock did not move votes on.
+                rival
+                    .try_lock(&elsewhere)
+                    .await
+                    .expect("a shard whose clock did not jump")
+                    .release()
+                    .await
+                    .unwrap();
+            }
+            (false, Ok(second)) => {
+                // The overlap the guard prevents.
+                assert!(token(&second) > token(&lease));
+                let _ = second.release().await;
+            }
+            (guarded, other) => panic!("guard {guarded}: {other:?}"),
+        }
+        let _ = lease.release().await;
+        holder.close().await;
+        rival.close().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_cluster_under_two_names_is_refused() {
     let cluster = RedisCluster::start(3);
