@@ -191,8 +191,20 @@ pub async fn run(args: RunArgs) -> Exit {
     // One server given twice (localhost and 127.0.0.1, say) would count
     // twice: refuse before waiting. Nodes that are down are checked when
     // they answer (the lock then fails the same way).
-    if let Err(e) = locker.check_servers().await {
-        return Exit::with(exit::USAGE, chain(&e));
+    // A URL whose scheme does not match its port (TLS or not) cannot
+    // work however long one waits: say so now, with the scheme to use.
+    match locker.check_servers().await {
+        Err(e) => return Exit::with(exit::USAGE, chain(&e)),
+        Ok(unreached) => {
+            let wrong: Vec<String> = unreached
+                .iter()
+                .filter(|e| matches!(e.kind(), redlease::NodeErrorKind::WrongScheme(_)))
+                .map(|e| e.to_string())
+                .collect();
+            if !wrong.is_empty() {
+                return Exit::with(exit::USAGE, wrong.join("; "));
+            }
+        }
     }
 
     let started = Instant::now();

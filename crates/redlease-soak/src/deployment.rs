@@ -14,8 +14,9 @@
 //!   Faults: a SIGKILL of the primary that owns one of the soak's locks,
 //!   restarted at once with its nodes.conf but no data: it serves its
 //!   slots again, empty. The library quarantines that shard (its slots'
-//!   votes) for the TTL plus drift; `--no-quarantine` turns that off and
-//!   shows what it buys.
+//!   votes) for the TTL plus drift; `--no-quarantine` turns that off.
+//!   Its negative control is the scripted `control-cluster-empty-restart`
+//!   (`failover_controls.rs`).
 //! - `sentinel-failover`: a primary with 2 replicas and 3 sentinels
 //!   (`redis+sentinel://`). Faults: `SENTINEL FAILOVER`, sent to a
 //!   sentinel drawn from the seed.

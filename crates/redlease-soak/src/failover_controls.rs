@@ -29,9 +29,23 @@
 //! Every client runs with the restart quarantine off
 //! (`restart_quarantine(Duration::ZERO)`): no server restarts in these
 //! controls (the killed primary stays down; the promoted replica has run
-//! since the deployment started; cluster nodes are not covered anyway), so
-//! it would change nothing but the start: with a 10 s TTL, the brand-new
-//! Sentinel primary would refuse W's lock for its first 10 s.
+//! since the deployment started), so it would change nothing but the
+//! start: with a 10 s TTL, the brand-new Sentinel primary would refuse W's
+//! lock for its first 10 s.
+//!
+//! `control-cluster-empty-restart` is the cluster form of
+//! `control-empty-restart`, and the quarantine off is what it shows: a
+//! cluster of 3 primaries without replicas (durability off, TTL 10 s). A
+//! takes the lock; its primary is SIGKILLed and restarted at once with its
+//! nodes.conf but no data, so it keeps its slots and serves them again,
+//! empty, once it has rejoined (about 2 s, cluster-node-timeout); B tries
+//! the lock every 100 ms and gets it while A's lease is valid: both write.
+//! If B does not get in within A's lease, the interleaving did not happen
+//! and the control is inconclusive (exit 2), never a pass. The
+//! `cluster-empty-restart` scenario repeats this fault with the quarantine
+//! on; the library test
+//! `cluster::a_cluster_shard_restarted_empty_keeps_a_held_lock_from_a_second_client`
+//! runs this script with it on.
 
 use std::time::{Duration, Instant};
 
@@ -57,6 +71,11 @@ pub const CONTROLS: &[(&str, &str)] = &[
         "control-sentinel-kill-lagging",
         "sentinel, durability off: the primary is killed while both replicas lag; the promoted \
          one lets a second client in",
+    ),
+    (
+        "control-cluster-empty-restart",
+        "cluster (3 primaries, no replica), restart quarantine off: a lock's primary is killed \
+         and restarted at once, empty; a second client gets in",
     ),
 ];
 
@@ -89,6 +108,7 @@ pub async fn run(name: &str, seed: u64) -> Result<Run, String> {
         "control-sentinel-kill-lagging" => (Kind::Sentinel, true),
         "control-cluster-kill" => (Kind::Cluster, false),
         "control-sentinel-kill" => (Kind::Sentinel, false),
+        "control-cluster-empty-restart" => return empty_restart(name, seed).await,
         other => return Err(format!("unknown control {other:?}")),
     };
     kill_primary(name, kind, lagging, seed).await
@@ -399,4 +419,196 @@ fn last_error(rec: &Recorder, worker: usize) -> String {
             _ => None,
         })
         .unwrap_or_else(|| "no error recorded".into())
+}
+
+/// `control-cluster-empty-restart` (see the module docs).
+async fn empty_restart(name: &str, seed: u64) -> Result<Run, String> {
+    let deployment = blocking(move || Deployment::start(Kind::BareCluster)).await?;
+    let url = deployment.url();
+    let shared: Shared = std::sync::Arc::new(std::sync::Mutex::new(deployment));
+    let data = rig::start_data().await?;
+    let epoch = Instant::now();
+    let rec = Recorder::new(epoch);
+    let watchdog = Watchdog::start(epoch);
+    let mut notes = Notes {
+        rec: rec.clone(),
+        list: Vec::new(),
+    };
+    notes.add(format!(
+        "a Redis Cluster of {} primaries without replicas (cluster-node-timeout 2 s) as the one \
+         node: {url}; durability off; restart quarantine off; TTL {TTL:?}",
+        replicated::CLUSTER_PRIMARIES
+    ));
+    let mut settings = crate::deployment::settings(None);
+    // What this control shows.
+    settings.restart_quarantine = Some(Duration::ZERO);
+    let mut clients = Vec::new();
+    for worker in 0..2 {
+        clients.push(
+            Client::connect(
+                worker,
+                vec![url.clone()],
+                &data.url(),
+                TTL,
+                crate::deployment::NODE_TIMEOUT,
+                Duration::from_secs(2),
+                &settings,
+                rec.clone(),
+            )
+            .await?,
+        );
+    }
+    let (mut b, mut a) = (clients.pop().expect("B"), clients.pop().expect("A"));
+    let key = a.locker.key(&lock_name(0));
+
+    let held_a = a
+        .acquire(0, true)
+        .await
+        .ok_or_else(|| inconclusive(name, "A did not get the lock"))?;
+    let seen_a = a
+        .read(&held_a)
+        .await
+        .ok_or_else(|| inconclusive(name, "A's read failed"))?;
+    let (primary, pttl) = {
+        let (shared, key) = (shared.clone(), key.clone());
+        blocking(move || {
+            let d = replicated::lock(&shared);
+            let primary = d.primary_port_of(&key)?;
+            let pttl: i64 = replicated::query(d.node(primary)?, redis::cmd("PTTL").arg(&key))
+                .map_err(|e| format!("PTTL on the primary: {e}"))?;
+            Ok((primary, pttl))
+        })
+        .await?
+    };
+    if pttl <= 0 {
+        return Err(inconclusive(
+            name,
+            &format!("A's key is not on its primary {primary} (PTTL {pttl})"),
+        ));
+    }
+    notes.add(format!(
+        "A took the lock on primary {primary} (token {}, read counter {seen_a})",
+        held_a.fenced_token()
+    ));
+
+    // Kill, restart at once, and wait until the node serves its slots.
+    let switch = {
+        let (shared, key) = (shared.clone(), key.clone());
+        blocking(move || {
+            let mut d = replicated::lock(&shared);
+            let slot = d.slot_of(&key)?;
+            d.cluster_empty_restart(slot, None)
+        })
+        .await?
+    };
+    let pttl = {
+        let (shared, key) = (shared.clone(), key.clone());
+        blocking(move || {
+            let d = replicated::lock(&shared);
+            replicated::query::<i64>(d.node(primary)?, redis::cmd("PTTL").arg(&key))
+                .map_err(|e| format!("PTTL on the restarted primary: {e}"))
+        })
+        .await?
+    };
+    notes.add(format!(
+        "primary {primary} SIGKILLed and restarted at once, empty; it served its slots again \
+         {:.2} s later (cluster_state:ok); A's key there: {}; A's lease has {} ms left",
+        switch.settled.unwrap_or_default().as_secs_f64(),
+        if pttl > 0 {
+            format!("present ({pttl} ms left)")
+        } else {
+            "gone".to_string()
+        },
+        held_a.lease.remaining().as_millis()
+    ));
+    if pttl > 0 {
+        return Err(inconclusive(
+            name,
+            "the restarted primary still has A's key",
+        ));
+    }
+
+    // B tries until it gets the lock or A's lease is over.
+    let mut held_b = None;
+    let mut tries = 0;
+    while Instant::now() < held_a.lease.valid_until() {
+        tries += 1;
+        if let Some(held) = b.acquire(0, true).await {
+            held_b = Some(held);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(held_b) = held_b else {
+        return Err(inconclusive(
+            name,
+            &format!(
+                "B did not get the lock within A's lease ({tries} tries; last: {})",
+                last_error(&rec, 1)
+            ),
+        ));
+    };
+    let left = held_a.lease.remaining();
+    if left.is_zero() {
+        return Err(inconclusive(
+            name,
+            "B got the lock only after A's lease ended",
+        ));
+    }
+    notes.add(format!(
+        "B took the lock (try {tries}, token {}) while A's lease has {} ms left",
+        held_b.fenced_token(),
+        left.as_millis()
+    ));
+    let seen_b = b
+        .read(&held_b)
+        .await
+        .ok_or_else(|| inconclusive(name, "B's read failed"))?;
+    b.write(&held_b, seen_b + 1, false).await;
+    b.fenced_write(&held_b, false).await;
+    a.write(&held_a, seen_a + 1, false).await;
+    let fenced = a.fenced_write(&held_a, false).await;
+    notes.add(format!(
+        "B wrote counter = {}, then A wrote {}; A's fenced write (token {} vs B's {}) {}",
+        seen_b + 1,
+        seen_a + 1,
+        held_a.fenced_token(),
+        held_b.fenced_token(),
+        match fenced {
+            Some(true) => "was accepted",
+            Some(false) => "was rejected",
+            None => "was not made",
+        }
+    ));
+    let _ = a.release(held_a).await;
+    let _ = b.release(held_b).await;
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let elapsed = epoch.elapsed();
+    let stalls = watchdog.stop();
+    let primaries = {
+        let shared = shared.clone();
+        blocking(move || Ok(replicated::lock(&shared).primary_addrs())).await?
+    };
+    let leftover_keys = rig::leftover_keys(&primaries).await?;
+    let counters = Store::connect(&data.url()).await?.counters(1).await?;
+    Ok(Run {
+        scenario: name.to_string(),
+        seed,
+        nodes: 1,
+        seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        elapsed,
+        ttl: TTL,
+        history: rec.history(),
+        faults: [("cluster_empty_restart", 1)].into_iter().collect(),
+        state: FinalState {
+            counters,
+            leftover_keys,
+            process_panics: panics::count(),
+            stuck_workers: 0,
+            stalls,
+        },
+        notes: notes.list,
+        same_server: None,
+    })
 }

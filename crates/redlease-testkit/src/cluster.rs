@@ -114,6 +114,30 @@ impl RedisCluster {
         Self::start_configured(primaries, replicas_per_primary, NodeConfig::new())
     }
 
+    /// Starts `n` (at least 1) primaries without replicas, like
+    /// [`start`](RedisCluster::start), each under a fake wall clock
+    /// ([`NodeConfig::fake_clock`]): [`RedisNode::jump_clock`] on one node
+    /// moves that shard's clock (its keys expire early, `TIME` answers
+    /// ahead) while the other shards keep the host's clock. The cluster bus
+    /// times its peers on the wall clock too, but a jump alone does not
+    /// mark them failing (that needs a ping left unanswered for
+    /// cluster-node-timeout, and they answer within milliseconds).
+    ///
+    /// Panics if libfaketime is missing (see [`NodeConfig::fake_clock`]) or
+    /// the cluster does not form within 30 s.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redlease_testkit::cluster::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::start_with_fake_clock(3);
+    /// cluster.node(0).jump_clock(Duration::from_secs(30)); // one shard jumps
+    /// assert_eq!(cluster.node(1).clock_offset(), Duration::ZERO);
+    /// ```
+    pub fn start_with_fake_clock(n: usize) -> RedisCluster {
+        Self::start_configured(n, 0, NodeConfig::new().fake_clock())
+    }
+
     /// [`start_with_replicas`](RedisCluster::start_with_replicas) with
     /// nodes that serve TLS only, with `pki`'s server certificate: clients,
     /// the cluster bus (`tls-cluster yes`) and replication

@@ -41,6 +41,8 @@
 //! with [`NodeConfig::fake_clock`] runs under libfaketime (Debian package
 //! `faketime`), and [`RedisNode::jump_clock`] moves its wall clock forward,
 //! from the very next command on, while other nodes keep the host's clock.
+//! [`RedisCluster::start_with_fake_clock`](cluster::RedisCluster::start_with_fake_clock)
+//! starts a cluster whose primaries all run so.
 //!
 //! ```no_run
 //! use std::time::Duration;

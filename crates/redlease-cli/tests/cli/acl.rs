@@ -27,6 +27,29 @@ fn readme_rule() -> Vec<&'static str> {
         .collect()
 }
 
+/// The rule README gives for every node of a cluster (the line after
+/// `# every cluster node`).
+fn readme_cluster_rule() -> Vec<&'static str> {
+    let readme = include_str!("../../../../README.md");
+    let after = &readme[readme
+        .find("# every cluster node")
+        .expect("README gives the cluster rule")..];
+    after
+        .lines()
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("ACL SETUSER redlease on >PASSWORD ")
+        })
+        .expect("README gives the cluster's ACL SETUSER line")
+        .split_whitespace()
+        .collect()
+}
+
+/// Adds README's cluster user to `node`, a cluster node.
+pub fn add_cluster_user(node: &RedisNode) {
+    set_user(node, USER, readme_cluster_rule());
+}
+
 /// Adds README's user to `node`. Redis 6.0 takes no channel rules, and
 /// checks HELLO against the user's rights: README's form for it.
 fn add_user(node: &RedisNode) {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::sentinel::{SentinelSet, PRIMARY_NAME};
 
-use crate::acl::{add_user_with, PASSWORD, USER};
+use crate::acl::{add_cluster_user, PASSWORD, USER};
 use crate::doctor::row;
 use crate::support::{redlease, run, Finished};
 
@@ -260,10 +260,8 @@ fn doctor_fails_a_cluster_whose_slots_are_not_all_covered() {
 #[test]
 fn doctor_on_a_cluster_as_a_least_privilege_user_skips_what_it_may_not_run() {
     let cluster = RedisCluster::start(3);
-    // README's rule, and CLUSTER SLOTS, which the cluster client reads.
-    cluster
-        .iter()
-        .for_each(|node| add_user_with(node, &["+cluster|slots"]));
+    // README's cluster rule, on every node.
+    cluster.iter().for_each(add_cluster_user);
     let hosts: Vec<String> = cluster.iter().map(|node| node.addr()).collect();
     let url = format!("redis+cluster://{USER}:{PASSWORD}@{}", hosts.join(","));
     let out = doctor(&url);

@@ -576,6 +576,184 @@ async fn a_cluster_primary_restarted_empty_is_quarantined_alone() {
     locker.close().await;
 }
 
+/// The script of the soak's `control-cluster-empty-restart`, with the
+/// quarantine on: A holds a lock on a shard whose primary (no replica, no
+/// persistence) is killed and restarted at once; it serves its slots again,
+/// empty, while A's lease is valid, and B is refused (`Quarantined`) until
+/// the quarantine has passed. The control, with it off, gets two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_shard_restarted_empty_keeps_a_held_lock_from_a_second_client() {
+    let mut cluster = RedisCluster::start(3);
+    let url = cluster_url(&cluster);
+    // Longer than the restarted node's rejoin (cluster-node-timeout 2 s).
+    let ttl = Duration::from_secs(5);
+    let build = |quarantine: Option<Duration>| {
+        let mut builder = Locker::builder([url.as_str()])
+            .ttl(ttl)
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(NODE_TIMEOUT)
+            .retry(redlease::RetryPolicy::new().attempts(1));
+        if let Some(quarantine) = quarantine {
+            builder = builder.restart_quarantine(quarantine);
+        }
+        builder.build().unwrap()
+    };
+    // A's own quarantine is off, so it locks on the brand-new cluster at
+    // once; B has the default (the TTL plus drift).
+    let (a, b) = (build(Some(Duration::ZERO)), build(None));
+    let quarantine = ttl + ttl / 100 + 2 * MS;
+    let lease = a.try_lock("job").await.expect("a free lock");
+    let key = a.key("job");
+    let slot = slot_of(&cluster, &key).await;
+    let victim = blocking(|| cluster.owner_of(slot).port());
+
+    blocking(|| {
+        let node = cluster.node_on_mut(victim).unwrap();
+        node.kill();
+        node.restart();
+    });
+    let back = Instant::now();
+    // Until A's lease ends, B is refused; once the shard serves its slots
+    // again (the first refusals are the broken connection and CLUSTERDOWN)
+    // the refusal is the quarantine.
+    let mut quarantined = 0;
+    while lease.remaining() > 200 * MS {
+        match b.try_lock("job").await {
+            Ok(_) => panic!(
+                "B got a held lock {:?} after its shard restarted empty",
+                back.elapsed()
+            ),
+            Err(e) => match restarted(&e)[..] {
+                [(up, left)] => {
+                    assert!(up < quarantine && up + left == quarantine, "{e}");
+                    quarantined += 1;
+                }
+                [] => assert!(quarantined == 0, "a refusal after the quarantine's: {e}"),
+                _ => panic!("one shard, one quarantine: {e}"),
+            },
+        }
+        tokio::time::sleep(100 * MS).await;
+    }
+    assert!(
+        quarantined > 0,
+        "the shard never served within A's lease: the script did not run"
+    );
+    assert_eq!(
+        pttl(cluster.node_on(victim).unwrap(), &key).await,
+        -2,
+        "A's key is gone"
+    );
+    // B gets the lock once the shard has been up for the quarantine.
+    let second = loop {
+        match b.try_lock("job").await {
+            Ok(second) => break second,
+            Err(e) if back.elapsed() < quarantine + Duration::from_secs(10) => {
+                assert_eq!(restarted(&e).len(), 1, "{e}");
+                tokio::time::sleep(100 * MS).await;
+            }
+            Err(e) => panic!("still refused {:?} after the restart: {e}", back.elapsed()),
+        }
+    };
+    // Up since before `back`, by at most the second a restart takes.
+    let after = back.elapsed();
+    assert!(after + Duration::from_secs(1) >= quarantine, "{after:?}");
+    assert_eq!(lease.remaining(), Duration::ZERO, "A's lease is over");
+    second.release().await.unwrap();
+    a.close().await;
+    b.close().await;
+}
+
+/// A shard whose primary's wall clock steps forward expires its keys
+/// early, like a restart that lost them. A Locker that read that shard's
+/// clock before the jump counts no "yes" from it (`ClockJumped`), while a
+/// shard whose clock did not move still votes; with the guard off (the
+/// control), a second client takes a lock held there. The cluster-shard
+/// form of `restarts::a_server_whose_clock_jumped_casts_no_vote`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_whose_clock_jumped_casts_no_vote() {
+    let cluster = RedisCluster::start_with_fake_clock(3);
+    let url = cluster_url(&cluster);
+    let ttl = Duration::from_secs(2);
+    let jump = 2 * ttl;
+    let jumped = cluster.node(0);
+    for guarded in [true, false] {
+        // The quarantine off, to test the guard alone. Fencing on in the
+        // control, whose overlap the tokens still order.
+        let build = || {
+            Locker::builder([url.as_str()])
+                .fencing(!guarded)
+                .ttl(ttl)
+                .node_timeout(NODE_TIMEOUT)
+                .connect_timeout(NODE_TIMEOUT)
+                .restart_quarantine(Duration::ZERO)
+                .clock_jump_guard(guarded)
+                .retry(redlease::RetryPolicy::new().attempts(1))
+                .build()
+                .unwrap()
+        };
+        let (holder, rival) = (build(), build());
+        let (on_jumped, elsewhere) = resources_on(&cluster, &rival, jumped.port()).await;
+        // The rival has read both shards' clocks before the jump.
+        for name in [&on_jumped, &elsewhere] {
+            rival.try_lock(name).await.unwrap().release().await.unwrap();
+        }
+        let lease = holder.try_lock(&on_jumped).await.expect("a free lock");
+
+        jumped.jump_clock(jump);
+        assert_eq!(
+            pttl(jumped, &holder.key(&on_jumped)).await,
+            -2,
+            "the jump expired the holder's key"
+        );
+        let second = rival.try_lock(&on_jumped).await;
+        assert!(
+            lease.remaining() > Duration::ZERO,
+            "the lease is still valid"
+        );
+        match (guarded, second) {
+            (true, Err(e)) => {
+                let jumps: Vec<_> = e
+                    .node_errors()
+                    .iter()
+                    .filter_map(|f| match f.kind() {
+                        redlease::NodeErrorKind::Quarantined {
+                            cause: redlease::Quarantine::ClockJumped { ahead },
+                            left,
+                        } => Some((*ahead, *left)),
+                        _ => None,
+                    })
+                    .collect();
+                match jumps[..] {
+                    [(ahead, left)] => {
+                        assert!(ahead > jump - Duration::from_secs(1), "{ahead:?}");
+                        assert!(ahead <= jump, "{ahead:?}");
+                        assert!(left > ttl && left <= ttl + ttl / 50, "{left:?}");
+                    }
+                    _ => panic!("expected the shard's clock jump, got {e}"),
+                }
+                assert!(e.to_string().contains("clock jumped"), "{e}");
+                // The shard whose clock did not move votes on.
+                rival
+                    .try_lock(&elsewhere)
+                    .await
+                    .expect("a shard whose clock did not jump")
+                    .release()
+                    .await
+                    .unwrap();
+            }
+            (false, Ok(second)) => {
+                // The overlap the guard prevents.
+                assert!(token(&second) > token(&lease));
+                let _ = second.release().await;
+            }
+            (guarded, other) => panic!("guard {guarded}: {other:?}"),
+        }
+        let _ = lease.release().await;
+        holder.close().await;
+        rival.close().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_cluster_under_two_names_is_refused() {
     let cluster = RedisCluster::start(3);

@@ -370,7 +370,9 @@ impl Node {
                 Ok(value)
             }
             Ok(Err(e)) => match seeds {
-                Some(seeds) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
+                // No connection to any shard (no error reply from one):
+                // the seeds' own reason, which the cluster client drops.
+                Some(seeds) if e.code().is_none() => {
                     let e = match self.deadlines.until(deadline, seeds).await {
                         Ok(Ok(Some(why))) => why,
                         _ => e,
