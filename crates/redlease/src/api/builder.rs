@@ -17,6 +17,46 @@ use crate::transport::tls::TlsConfig;
 
 use crate::api::locker::Locker;
 
+impl Locker {
+    /// A Locker over `urls` with the default settings (see [`LockerBuilder`]).
+    ///
+    /// URLs follow redis-rs: `redis://host:port/db`, `redis://user:password@host`,
+    /// `rediss://` for TLS (with the `tls-rustls` feature), `redis+unix:///path`.
+    /// Must be called inside a Tokio runtime.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn new<I, S>(urls: I) -> Result<Locker, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder(urls).build()
+    }
+
+    /// Starts configuring a Locker over `urls`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .key_prefix("myapp:lock:")
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn builder<I, S>(urls: I) -> LockerBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        LockerBuilder::new(urls.into_iter().map(|u| u.as_ref().to_string()).collect())
+    }
+}
+
 /// Settings for a [`Locker`]; every value is checked by [`build`](Self::build).
 ///
 /// | setting | default |

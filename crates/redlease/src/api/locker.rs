@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::api::acquire::Acquire;
-use crate::api::builder::LockerBuilder;
 use crate::coord::engine::Engine;
 
 use crate::api::lease_handle::LeaseHandle;
@@ -68,47 +67,9 @@ impl fmt::Debug for Locker {
 }
 
 impl Locker {
-    /// A Locker over `urls` with the default settings (see [`LockerBuilder`]).
-    ///
-    /// URLs follow redis-rs: `redis://host:port/db`, `redis://user:password@host`,
-    /// `rediss://` for TLS (with the `tls-rustls` feature), `redis+unix:///path`.
-    /// Must be called inside a Tokio runtime.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn new<I, S>(urls: I) -> Result<Locker, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder(urls).build()
-    }
-
-    /// Starts configuring a Locker over `urls`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .key_prefix("myapp:lock:")
-    ///     .build()?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn builder<I, S>(urls: I) -> LockerBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        LockerBuilder::new(urls.into_iter().map(|u| u.as_ref().to_string()).collect())
-    }
-
     /// Takes the lock, waiting until it is acquired or the Locker's
     /// [`RetryPolicy`] gives up: **by default after 10 s**, with
-    /// [`Error::WaitTimeout`] (set [`LockerBuilder::retry`], or `.wait(..)`
+    /// [`Error::WaitTimeout`] (set [`LockerBuilder::retry`](crate::LockerBuilder::retry), or `.wait(..)`
     /// per call; [`RetryPolicy::wait_forever`] waits like `redlease run`,
     /// which has no bound unless given `--wait`). A busy lock is retried as
     /// soon as its holder releases it, without polling (see "Waiting for a
