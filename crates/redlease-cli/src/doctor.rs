@@ -59,7 +59,7 @@ lock uses (nothing is left behind), and FAILs naming each +command the user \
 lacks and what breaks without it (WARN for PUBLISH and SUBSCRIBE, without \
 which waiters poll), or the key pattern (~PREFIX*).
 
-README's least-privilege user (README: ACL) may run INFO and TIME, but not \
+The least-privilege user (docs/deployments.md, ACL) may run INFO and TIME, but not \
 CONFIG GET (nor PING outside a cluster, nor CLUSTER INFO): maxmemory-policy \
 WARNs (not checked) and names the command, persistence is read from INFO \
 (without appendfsync), and the other checks run. For maxmemory-policy, run \
@@ -1109,13 +1109,13 @@ fn scripting(facts: &Facts) -> Row {
             "lua scripts",
             "this user may not run EVAL (ACL: NOPERM): no lock could be released, extended or \
              renewed",
-            "grant the rule in README's \"ACL: the least privilege\" (+eval +evalsha \
+            "grant the rule in docs/deployments.md, \"ACL: the least privilege\" (+eval +evalsha \
              and the commands the scripts call)",
         ),
         Err(e) => fail(
             "lua scripts",
             format!("EVAL failed: {e}"),
-            "allow scripting for this user (README: \"ACL: the least privilege\")",
+            "allow scripting for this user (docs/deployments.md, \"ACL: the least privilege\")",
         ),
     }
 }
@@ -1126,7 +1126,7 @@ fn scripting(facts: &Facts) -> Row {
 /// without which waiters only poll.
 fn permissions(facts: &Facts) -> Row {
     const CHECK: &str = "permissions";
-    const RULE: &str = "README: \"ACL: the least privilege\"";
+    const RULE: &str = "docs/deployments.md, \"ACL: the least privilege\"";
     let tried = &facts.rights;
     let refused: Vec<&rights::Need> = tried.refused().collect();
     let (needed, optional): (Vec<&rights::Need>, Vec<&rights::Need>) =
@@ -1226,7 +1226,7 @@ fn native_release(facts: &Facts) -> Option<Row> {
             CHECK,
             "this user may not run DELIFEQ (ACL: NOPERM): each connection's first release is \
              refused, then releases use the script, which costs the server about twice as much",
-            "add +delifeq to the user (README: \"ACL: the least privilege\")",
+            "add +delifeq to the user (docs/deployments.md, \"ACL: the least privilege\")",
         ),
         Err(Failure::Denied(_)) => warn(
             CHECK,
@@ -1235,7 +1235,7 @@ fn native_release(facts: &Facts) -> Option<Row> {
                  prefix?)",
                 facts.probe_key
             ),
-            "make sure the user has +delifeq (README: \"ACL: the least privilege\")",
+            "make sure the user has +delifeq (docs/deployments.md, \"ACL: the least privilege\")",
         ),
         Err(e) => warn(
             CHECK,
@@ -1452,7 +1452,7 @@ fn failover_risk(n: usize) -> String {
     format!(
         "primary with {n} replica{}: a failover can lose a held lock. The lock's guarantees \
          hold per primary; replication is asynchronous, and a replica promoted before it \
-         received the lock key lets a second client take the lock (see README, Deployments)",
+         received the lock key lets a second client take the lock (see docs/deployments.md)",
         plural(n)
     )
 }

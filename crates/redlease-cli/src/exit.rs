@@ -1,4 +1,4 @@
-//! Exit codes, documented once here and shown in `--help` and README.
+//! Exit codes, documented once here and shown in `--help` and docs/cli.md.
 //!
 //! `run` passes the command's own status through, so any code can also come
 //! from the command; the ones redlease adds follow conventions scripts

@@ -2,7 +2,7 @@
 //! the settings that decide whether a lock key can vanish, its clock, and
 //! whether Lua runs. Only reads; judging is `doctor`'s job.
 //!
-//! A least-privilege user (README: "ACL: the least privilege") may not run
+//! A least-privilege user (docs/deployments.md, "ACL: the least privilege") may not run
 //! PING, INFO or CONFIG GET: each read keeps its own [`Failure`], so that
 //! doctor says which checks it could not do and does the others.
 

@@ -2,7 +2,7 @@
 //! one list `doctor` checks an ACL user's rights against, and how it tries
 //! each one as that user without touching a lock.
 //!
-//! README's ACL rules grant these; `crates/redlease/tests/it/acl.rs` and
+//! The ACL rules of docs/deployments.md grant these; `crates/redlease/tests/it/acl.rs` and
 //! `acl_deployments.rs` prove the rules are enough.
 
 use redis::Value;

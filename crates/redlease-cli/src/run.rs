@@ -97,7 +97,7 @@ pub struct RunArgs {
     /// locks on replicated primaries (Sentinel, a cluster with replicas)
     /// that must survive a failover: a lock not acknowledged in time is not
     /// taken (tried again within the wait, as a busy lock is), and a
-    /// failover ends the lease (see README, Deployments).
+    /// failover ends the lease (see docs/deployments.md).
     #[arg(long, value_name = "N")]
     durable: Option<u32>,
 

@@ -511,7 +511,7 @@
 //! promoted unless every replica must acknowledge). Ask for every replica:
 //! behind Sentinel with two replicas, `required(1)` lost acknowledged locks
 //! at every failover in the soak, `required(2)` none. What failover did to
-//! held leases in our tests is in the README, "Deployments".
+//! held leases in our tests is in docs/deployments.md.
 //!
 //! # Shutdown, inspection and force release
 //!

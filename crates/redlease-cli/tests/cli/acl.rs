@@ -1,4 +1,4 @@
-//! The `redlease` command as the least-privilege ACL user of README:
+//! The `redlease` command as the least-privilege ACL user of docs/deployments.md:
 //! `run`, `status` and `release --force` work; `doctor` does the checks
 //! that user may do and says which it cannot.
 
@@ -13,50 +13,50 @@ const LIMIT: Duration = Duration::from_secs(30);
 pub const USER: &str = "redlease";
 pub const PASSWORD: &str = "pw";
 
-/// The rule after `ACL SETUSER redlease on >PASSWORD` in README (the
+/// The rule after `ACL SETUSER redlease on >PASSWORD` in docs/deployments.md (the
 /// library's tests check that it is enough, and no wider than needed).
 fn readme_rule() -> Vec<&'static str> {
-    include_str!("../../../../README.md")
+    include_str!("../../../../docs/deployments.md")
         .lines()
         .find_map(|line| {
             line.trim()
                 .strip_prefix("ACL SETUSER redlease on >PASSWORD ")
         })
-        .expect("README gives the ACL SETUSER line")
+        .expect("docs/deployments.md gives the ACL SETUSER line")
         .split_whitespace()
         .collect()
 }
 
-/// The rule README gives for every node of a cluster (the line after
+/// The rule docs/deployments.md gives for every node of a cluster (the line after
 /// `# every cluster node`).
 fn readme_cluster_rule() -> Vec<&'static str> {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../docs/deployments.md");
     let after = &readme[readme
         .find("# every cluster node")
-        .expect("README gives the cluster rule")..];
+        .expect("docs/deployments.md gives the cluster rule")..];
     after
         .lines()
         .find_map(|line| {
             line.trim()
                 .strip_prefix("ACL SETUSER redlease on >PASSWORD ")
         })
-        .expect("README gives the cluster's ACL SETUSER line")
+        .expect("docs/deployments.md gives the cluster's ACL SETUSER line")
         .split_whitespace()
         .collect()
 }
 
-/// Adds README's cluster user to `node`, a cluster node.
+/// Adds the documented cluster user to `node`, a cluster node.
 pub fn add_cluster_user(node: &RedisNode) {
     set_user(node, USER, readme_cluster_rule());
 }
 
-/// Adds README's user to `node`. Redis 6.0 takes no channel rules, and
-/// checks HELLO against the user's rights: README's form for it.
+/// Adds the documented user to `node`. Redis 6.0 takes no channel rules, and
+/// checks HELLO against the user's rights: the documented form for it.
 fn add_user(node: &RedisNode) {
     add_user_with(node, &[]);
 }
 
-/// [`add_user`], with `extra` rules after README's.
+/// [`add_user`], with `extra` rules after the documented.
 pub fn add_user_with(node: &RedisNode, extra: &[&'static str]) {
     let mut rule = readme_rule();
     rule.extend_from_slice(extra);
@@ -85,7 +85,7 @@ fn set_user(node: &RedisNode, name: &str, rule: Vec<&str>) {
     }
 }
 
-/// Nodes with README's user, and their URLs as that user.
+/// Nodes with the documented user, and their URLs as that user.
 fn nodes_with_user(n: usize) -> (RedisNodes, Vec<String>) {
     let nodes = RedisNodes::start(n);
     nodes.iter().for_each(add_user);
@@ -163,7 +163,7 @@ fn doctor_as_the_least_privilege_user_says_which_checks_it_cannot_do() {
 }
 
 /// On a server with `DELIFEQ` (Valkey 9 and later), doctor says whether
-/// README's user may run it (without it, releases fall back to the
+/// the documented user may run it (without it, releases fall back to the
 /// script), and after `+delifeq` that it works; on other servers it shows
 /// no such row. CI runs the CLI tests on Redis: the Valkey half by hand
 /// (`REDLEASE_SERVER=$(.ci/valkey-server)`).
@@ -276,14 +276,14 @@ fn status_and_doctor_name_a_missing_or_wrong_password() {
     }
 }
 
-/// README's rule less `item`, as user `name` on `node`; its URL.
+/// the documented rule less `item`, as user `name` on `node`; its URL.
 fn user_without(node: &RedisNode, name: &str, item: &str) -> String {
     let rule = readme_rule().into_iter().filter(|w| *w != item).collect();
     set_user(node, name, rule);
     format!("redis://{name}:{PASSWORD}@{}", node.addr())
 }
 
-/// README's rule with each item removed in turn: doctor FAILs naming the
+/// the documented rule with each item removed in turn: doctor FAILs naming the
 /// `+command` (or the key pattern) without which locks fail, WARNs naming
 /// the ones without which waiters poll (PUBLISH, SUBSCRIBE, UNSUBSCRIBE,
 /// the channel pattern), and passes the user when the item only narrowed
@@ -294,7 +294,7 @@ fn doctor_names_each_permission_the_rule_lacks() {
     let optional = ["+publish", "+subscribe", "+unsubscribe"];
     let rule = readme_rule();
     assert!(rule.len() < 30, "a bounded loop: {rule:?}");
-    // Redis 6.0 has no channel rules (README's form for it has none).
+    // Redis 6.0 has no channel rules (the documented form for it has none).
     let channels = rule.iter().any(|w| w.starts_with('&'));
     for (i, item) in rule.iter().enumerate() {
         let url = user_without(&node, &format!("less{i}"), item);

@@ -208,7 +208,7 @@ fn doctor_checks_a_sentinel_primary_and_warns_of_failover() {
         replication.starts_with("WARN")
             && replication.contains("primary with 1 replica")
             && replication.contains("a failover can lose a held lock")
-            && replication.contains("see README, Deployments"),
+            && replication.contains("see docs/deployments.md"),
         "{replication}"
     );
 
@@ -260,7 +260,7 @@ fn doctor_fails_a_cluster_whose_slots_are_not_all_covered() {
 #[test]
 fn doctor_on_a_cluster_as_a_least_privilege_user_skips_what_it_may_not_run() {
     let cluster = RedisCluster::start(3);
-    // README's cluster rule, on every node.
+    // the documented cluster rule, on every node.
     cluster.iter().for_each(add_cluster_user);
     let hosts: Vec<String> = cluster.iter().map(|node| node.addr()).collect();
     let url = format!("redis+cluster://{USER}:{PASSWORD}@{}", hosts.join(","));

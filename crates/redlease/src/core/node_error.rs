@@ -266,10 +266,10 @@ impl fmt::Display for NodeErrorKind {
                 match self.missing_permission() {
                     Some(right) => write!(
                         f,
-                        "add {right} to the user's ACL rule (README: \"ACL: the least privilege\")"
+                        "add {right} to the user's ACL rule (docs/deployments.md, \"ACL: the least privilege\")"
                     ),
                     None => f.write_str(
-                        "the user's ACL rule lacks a right (README: \"ACL: the least privilege\"; \
+                        "the user's ACL rule lacks a right (docs/deployments.md, \"ACL: the least privilege\"; \
                          `redlease doctor` names it)",
                     ),
                 }

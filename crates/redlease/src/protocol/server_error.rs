@@ -86,7 +86,7 @@ fn script_acl_refusal(message: &str) -> Option<String> {
             format!("this user has no permissions to run the '{command}' command ({place})")
         }
         None => format!(
-            "this user may not run a command {place}: it needs every command README's ACL \
+            "this user may not run a command {place}: it needs every command the ACL \
              rule grants ({})",
             message.trim_end()
         ),

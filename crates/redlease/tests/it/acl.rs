@@ -16,7 +16,7 @@ use redlease_testkit::{RedisNode, RedisNodes};
 
 use crate::support::{handoff, spawn_lock, token, MS};
 
-/// The rule of README's "ACL: the least privilege", for the default key
+/// The rule of docs/deployments.md's "ACL: the least privilege", for the default key
 /// prefix `redlease:` (after `ACL SETUSER <name> on ><password>`).
 const RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
                     +get +set +incr +pexpire +pexpiretime +pttl +del +time +publish +subscribe \
@@ -37,7 +37,7 @@ async fn nodes_with_users(n: usize, users: &[(&str, &str)]) -> RedisNodes {
         }
         // Redis 6.0 checks HELLO (which opens the RESP3 connection of the
         // release notifications, authenticating on the way) against the
-        // default user's rights: README says to allow it +hello.
+        // default user's rights: docs/deployments.md says to allow it +hello.
         let default = if redis_6_0 {
             "off resetkeys -@all +hello"
         } else {
@@ -63,7 +63,7 @@ async fn nodes_with_users(n: usize, users: &[(&str, &str)]) -> RedisNodes {
 /// rules (`&pattern`, `resetchannels`: 6.2 and later) and lets every user
 /// use every channel, but checks HELLO against the user's rights (6.2 and
 /// later let everyone run it): there the rule is set without channels and
-/// with `+hello`, as README says. Returns whether it was Redis 6.0's form.
+/// with `+hello`, as docs/deployments.md says. Returns whether it was Redis 6.0's form.
 async fn setuser(con: &mut MultiplexedConnection, name: &str, password: &str, rule: &str) -> bool {
     let set = |words: Vec<&str>| {
         let mut cmd = redis::cmd("ACL");
@@ -88,7 +88,7 @@ async fn setuser(con: &mut MultiplexedConnection, name: &str, password: &str, ru
 }
 
 /// Adds `+delifeq` to user `name` where the server has `DELIFEQ`, as
-/// README says to; whether it did.
+/// docs/deployments.md says to; whether it did.
 async fn grant_delifeq(nodes: &RedisNodes, name: &str) -> bool {
     let mut native = false;
     for node in nodes.iter() {
@@ -213,17 +213,17 @@ async fn command_calls(node: &RedisNode) -> std::collections::HashMap<String, u6
 
 #[test]
 fn readme_gives_the_rule_tested_here() {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../docs/deployments.md");
     assert!(
         readme.contains(&format!("ACL SETUSER redlease on >PASSWORD {RULE}")),
-        "README's ACL line differs from the rule tested here:\n{RULE}"
+        "docs/deployments.md's ACL line differs from the rule tested here:\n{RULE}"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_privilege_user_does_everything_the_library_does() {
     let nodes = nodes_with_users(3, &[("locker", RULE)]).await;
-    // README: on a server with DELIFEQ, the rule also grants it.
+    // docs/deployments.md: on a server with DELIFEQ, the rule also grants it.
     let native = grant_delifeq(&nodes, "locker").await;
     let ttl = Duration::from_secs(10);
     // A 5 s retry timer: a waiter that gets the lock sooner was woken by
@@ -344,7 +344,7 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     }
 }
 
-/// A user without `+delifeq` on a server that has it (README's rule as
+/// A user without `+delifeq` on a server that has it (the documented rule as
 /// written before Valkey 9): the first release on a connection is refused
 /// (one ACL LOG entry) and done by the script, and the connection's later
 /// releases go to the script straight away. Skipped where the server has

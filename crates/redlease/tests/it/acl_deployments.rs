@@ -1,5 +1,5 @@
 //! Least privilege on a Redis Cluster and behind Sentinel: the rules of
-//! README's "Redis Cluster, Sentinel, and failover" let a user lock, wait
+//! docs/deployments.md's "Redis Cluster, Sentinel, and failover" let a user lock, wait
 //! (woken by the release), renew with durability, inspect and release, and
 //! each server's ACL LOG shows nothing of that user's refused.
 
@@ -12,7 +12,7 @@ use redlease_testkit::RedisNode;
 
 use crate::support::*;
 
-/// The cluster rule: README's standalone rule with the sharded pub/sub
+/// The cluster rule: the documented standalone rule with the sharded pub/sub
 /// commands instead of the plain ones, `CLUSTER SLOTS` for the slot map
 /// and `PING` (redis-rs's cluster client checks its connections with it),
 /// and `WAIT` and `INFO` (the scripts read `master_replid`) for durability.
