@@ -94,12 +94,9 @@
 //! first looks for them, and the next one moves up when it is done. When it
 //! is done because it took the lock, the next one does not look either: its
 //! Locker knows the lock is held, and until when (the new holder's
-//! validity), so it waits for the release or that moment. (With a critical
-//! section of zero length, a look would often have found the lock already
-//! free and taken it half a round trip sooner; with any work under the
-//! lock, it found it held and cost every node two round trips.) 100
-//! waiting processes on one held lock cost its node about 2 attempts a
-//! second (they made 1,772 when they polled; see BENCHMARKS.md).
+//! validity), so it waits for the release or that moment. What a crowd
+//! of waiting processes costs a node is measured by the bench's
+//! `waiter_load` (BENCHMARKS.md in the repository).
 //!
 //! **A release is published only when another Locker waits.** Tasks of one
 //! Locker wake each other in-process when one of them releases, so a lock
@@ -135,18 +132,14 @@
 //! announces its releases to it only while some other waiter marked the
 //! lock; otherwise it hears nothing and looks at the holder's expiry, as
 //! after an unannounced release. Holders of such a version always publish,
-//! and are never marked. (Builds of this repository between the tag and
-//! this mark, never released, marked with a separate `<key>:waiters` key
-//! and do not accept a marked value: do not mix them with this one.)
+//! and are never marked.
 //!
 //! **A native release where the server has one.** Valkey 9.0 and later
 //! have `DELIFEQ key value`: delete the key if it holds exactly `value`,
 //! in one atomic command. Where a server has it, a release sends that
 //! first; if the key held just our token (unmarked, and not a durable lock
-//! bound to a lineage), that was the whole release, and it costs Valkey
-//! about half of what the script costs, so a lock cycle costs less than
-//! the leanest client's `SET NX` with a script release (BENCHMARKS.md,
-//! "Native compare-and-delete"). A key holding more than our token goes on
+//! bound to a lineage), that was the whole release, cheaper for the
+//! server than any script. A key holding more than our token goes on
 //! to the release script in a second round trip, which decides as always
 //! and announces a marked release: only then, when a task of another
 //! Locker waits, is the release one round trip slower. Between the two,
@@ -245,7 +238,7 @@
 //! Limits: renewal needs a quorum of nodes to answer within each lease's
 //! remaining validity. A majority stalled for longer than a lease's slack
 //! (TTL minus the renewal interval) loses that lease, correctly: it can no
-//! longer be trusted. Figures for stalled nodes are in BENCHMARKS.md.
+//! longer be trusted.
 //!
 //! # Slow and overloaded nodes
 //!
@@ -318,8 +311,7 @@
 //!
 //! Cost: one extra round trip (`INFO server` and `TIME`, pipelined) per new
 //! connection, and per lock one `PEXPIRETIME` pipelined with the acquire
-//! (a few percent of what a lock costs Redis, and one integer for the
-//! client to read; see BENCHMARKS.md). The ACL user needs `+info`,
+//! (one integer reply for the client to read). The ACL user needs `+info`,
 //! `+time` and `+pexpiretime`.
 //!
 //! Limits, stated plainly:
@@ -464,13 +456,10 @@
 //! minority of nodes, pauses up to twice the TTL, link latency beyond the
 //! TTL, blackholed or reset links, replies buffered past the TTL and
 //! asymmetric partitions all left the lock safe, with every call bounded
-//! and every failure a typed error; a two-minute run of all of them
-//! together took 14,582 leases under 122 faults with no violation. A node
-//! without fsync'd persistence restarted empty at once is safe with the
-//! restart quarantine (121 such restarts in two minutes, no violation; 29
-//! overlapping leases with the quarantine off), and so is a node whose
-//! clock jumps forward, with the clock-jump guard (120 jumps, no
-//! violation). One fault is not survivable by design, and the suite's
+//! and every failure a typed error. A node without fsync'd persistence
+//! restarted empty at once is safe with the restart quarantine (and
+//! overlaps without it), and so is a node whose clock jumps forward, with
+//! the clock-jump guard. One fault is not survivable by design, and the suite's
 //! negative control shows it failing: a holder paused past its lease (a
 //! lost update, unless the resource checks fencing tokens). See
 //! GUARANTEES.md in the repository for the bounds and figures.

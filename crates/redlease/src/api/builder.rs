@@ -264,7 +264,7 @@ impl LockerBuilder {
     /// a compare-and-delete to give back) and leaves no counter behind.
     /// On, the acquire is a script that also bumps the lock's counter, in
     /// the same round trip: about three times the Redis CPU of the plain
-    /// `SET` (see BENCHMARKS.md), and one more key per lock name, kept for
+    /// `SET`, and one more key per lock name, kept for
     /// the [fence expiry](Self::fence_expiry). Every Locker whose tokens a
     /// resource compares must have it on: a lease taken without it draws
     /// no number.

@@ -2,9 +2,7 @@
 //! and later have `DELIFEQ key value`: delete the key if it holds exactly
 //! `value`, atomically, and answer 1, or answer 0 and leave it alone. That
 //! is the release of a lock holding just our token, which is nearly every
-//! release, and it costs the server about half of what a script call costs
-//! (BENCHMARKS.md, "Native compare-and-delete"), so a lock cycle costs
-//! Valkey less than the leanest client's `SET NX` + script release does.
+//! release, and it costs the server less than a script call.
 //!
 //! A 0 is not the end of it: the key may hold our token with something
 //! after it, a waiters mark (`*`, crate docs, "Waiting") or a lineage

@@ -4,8 +4,7 @@
 //! expiry, which is the server's clock at the `SET` plus the TTL (see
 //! `vote_guard::ClockSample::from_expiry`). It is read as one integer,
 //! where `TIME`'s pair of strings cost the client more than the `SET`'s
-//! own reply (BENCHMARKS.md, "Third pass"). A script call costs Redis several
-//! times a plain `SET` (see BENCHMARKS.md, "What a lock costs Redis"), and
+//! own reply. A script call costs Redis several times a plain `SET`, and
 //! this is the command every lock sends.
 //!
 //! `GET` makes a refusal say who holds the lock (the holder's value, of
