@@ -191,6 +191,14 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
         warm.fenced_token()
     ));
     let _ = w.release(warm).await;
+    // A's cluster connection is made now, while every node answers: a
+    // cluster client made later would first have to read the slot map,
+    // and may ask a replica paused below.
+    let warm = a
+        .acquire(0, true)
+        .await
+        .ok_or_else(|| inconclusive(name, "A did not get the lock before the fault"))?;
+    let _ = a.release(warm).await;
     // D's connection is made now: later, its refusal is WAIT's alone.
     if lagging {
         let warm = d

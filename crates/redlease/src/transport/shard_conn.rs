@@ -7,10 +7,12 @@
 //! new one, out of our sight, whenever one broke, a redirect (MOVED, ASK)
 //! names an address it has no connection to, or a slot-map refresh finds
 //! a new node. Every one of those is made by [`ShardConn`]'s
-//! [`Connect`] implementation, which asks the server who it is (`INFO
-//! server` and `TIME`, one round trip, as a standalone connection does)
-//! before the client sends anything on it, and keeps the answer with the
-//! connection for as long as it lives.
+//! [`Connect`] implementation. Before the first vote a connection carries,
+//! it asks the server who it is (`INFO server` and `TIME`, one round trip,
+//! as a standalone connection does when it connects) and keeps the answer
+//! with the connection for as long as it lives. A connection that carries
+//! no vote (a replica's, a seed's) never asks, so a stalled replica does
+//! not hold up a new cluster connection.
 //!
 //! A vote learns which connection carried it without a round trip: the
 //! acquire's pipeline ends with [`which_shard`], a command that is never
@@ -27,9 +29,10 @@
 //! A server process that restarts closes every connection it had, so a
 //! restarted shard is only ever reached through a connection made after
 //! the restart, whose handshake read the new process's `run_id` and
-//! uptime. The handshake runs before the connection carries anything; a
-//! restart between the handshake and a vote breaks that very connection,
-//! so the vote is lost with it (an error, which counts as no vote), and
+//! uptime. The handshake runs on a connection before the first vote it
+//! carries; a restart between the handshake and a vote breaks that very
+//! connection, so the vote is lost with it (an error, which counts as no
+//! vote), and
 //! the next try goes out on a new connection with a new handshake.
 //! redis-rs may make that new connection and resend the pipeline inside
 //! one request, with no error we can see; the resent pipeline's answer
@@ -100,6 +103,9 @@ impl Drop for Registered {
 pub(crate) struct ShardConn {
     conn: MultiplexedConnection,
     registered: Arc<Registered>,
+    /// Set once the handshake has read the server's identity on this
+    /// connection.
+    known: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl Connect for ShardConn {
@@ -108,20 +114,38 @@ impl Connect for ShardConn {
         T: IntoConnectionInfo + Send + 'a,
     {
         Box::pin(async move {
-            let mut conn = MultiplexedConnection::connect_with_config(info, config).await?;
-            // Bounded like redis-rs's own check of a new connection (PING):
-            // by the request that waits for it.
-            let (facts, _) = handshake(&mut conn).await?;
+            let conn = MultiplexedConnection::connect_with_config(info, config).await?;
             let number = NUMBERS.fetch_add(1, Ordering::Relaxed);
-            SHARDS
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(number, Arc::new(facts));
             Ok(ShardConn {
                 conn,
                 registered: Arc::new(Registered(number)),
+                known: Arc::default(),
             })
         })
+    }
+}
+
+impl ShardConn {
+    /// Reads the server's identity on this connection unless read before:
+    /// first thing on the connection that carries a vote, so before any
+    /// vote it carries. Not when the connection is made: a connection
+    /// that carries no vote (a replica's, a seed's) needs none, and a
+    /// stalled replica must not hold up the cluster's first request.
+    /// Bounded, like every request, by the request that waits for it; a
+    /// failure is that request's, and the next one asks again.
+    async fn learn(&self) -> RedisResult<()> {
+        let (known, mut conn, number) = (&self.known, self.conn.clone(), self.registered.0);
+        known
+            .get_or_try_init(|| async move {
+                let (facts, _) = handshake(&mut conn).await?;
+                SHARDS
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(number, Arc::new(facts));
+                Ok::<(), redis::RedisError>(())
+            })
+            .await
+            .map(|_| ())
     }
 }
 
@@ -129,7 +153,10 @@ impl ConnectionLike for ShardConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         if is_which_shard(cmd) {
             let number = self.registered.0 as i64;
-            return Box::pin(async move { Ok(Value::Int(number)) });
+            return Box::pin(async move {
+                self.learn().await?;
+                Ok(Value::Int(number))
+            });
         }
         self.conn.req_packed_command(cmd)
     }
@@ -152,8 +179,9 @@ impl ConnectionLike for ShardConn {
         for cmd in pipeline.cmd_iter().take(len - 1) {
             rest.add_command(cmd.clone());
         }
-        let conn = &mut self.conn;
         Box::pin(async move {
+            self.learn().await?;
+            let conn = &mut self.conn;
             let mut replies = if count > 1 {
                 conn.req_packed_commands(&rest, offset, count - 1).await?
             } else {
