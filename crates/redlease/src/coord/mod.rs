@@ -1,3 +1,7 @@
+//! What a Locker does with its nodes: one attempt fanned out to every
+//! node and decided at quorum, waiting with notifications, releases,
+//! renewal in batches per node, and the background tasks.
+
 pub(crate) mod attempt;
 pub(crate) mod background;
 pub(crate) mod engine;

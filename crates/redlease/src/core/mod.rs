@@ -1,3 +1,8 @@
+//! The ground floor, pure: the error model and the settings every layer
+//! shares, and the decisions a lock makes without I/O (quorum, validity,
+//! expiry bounds, fencing, retry, renewal schedule, vote guard, tokens),
+//! tested with injected time.
+
 pub(crate) mod durability;
 pub(crate) mod error;
 pub(crate) mod expiry;

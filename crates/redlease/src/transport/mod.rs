@@ -1,3 +1,7 @@
+//! Reaching servers: a node's URL, its deployment (one server, a Redis
+//! Cluster, a Sentinel primary), its connections and TLS, the deadline
+//! on every request, and the node's health and server identity.
+
 pub(crate) mod deadline;
 pub(crate) mod deployment;
 pub(crate) mod node;
