@@ -423,10 +423,10 @@ impl std::error::Error for NodeError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn redis(code: &str, message: &str) -> NodeErrorKind {
+    pub(crate) fn redis(code: &str, message: &str) -> NodeErrorKind {
         NodeErrorKind::Redis {
             code: code.into(),
             message: message.into(),

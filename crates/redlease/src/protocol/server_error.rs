@@ -124,13 +124,7 @@ fn inner_script_error(message: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn redis(code: &str, message: &str) -> NodeErrorKind {
-        NodeErrorKind::Redis {
-            code: code.into(),
-            message: message.into(),
-        }
-    }
+    use crate::core::node_error::tests::redis;
 
     #[test]
     fn script_errors_of_redis_before_7_keep_their_own_code() {
