@@ -3,17 +3,16 @@
 //! lock with validity left or undo everything before saying why not.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::coord::engine::Engine;
-use crate::coord::fanout;
+use crate::coord::{fanout, fence};
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::release::{release_on, Announce, Ownership};
 use crate::core::error::{Error, Op};
-use crate::core::fencing;
 use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
-use crate::core::quorum::{quorum, Decision};
+use crate::core::quorum::Decision;
 use crate::core::validity::Timing;
 use crate::transport::node::{AcquireReply, OnRefusal};
 
@@ -106,20 +105,26 @@ pub(crate) async fn attempt(
             engine.same_server().expect("a pair is never forgotten")
         }
         Decision::Reached => {
-            let (granted_by, fences) = granted(&replies);
-            let replicas = replies
-                .answers
-                .iter()
-                .filter_map(|(_, a)| match a {
-                    Ok(AcquireReply::Acquired(_, replicas)) => *replicas,
-                    _ => None,
-                })
-                .min();
+            let mut granted_by = Vec::new();
+            let mut fences = Vec::new();
+            let mut replicas: Option<u32> = None;
+            for (i, answer) in &replies.answers {
+                if let Ok(AcquireReply::Acquired(fence, acked)) = answer {
+                    granted_by.push(*i);
+                    fences.extend(*fence);
+                    replicas = match (replicas, *acked) {
+                        (Some(fewest), Some(acked)) => Some(fewest.min(acked)),
+                        (fewest, acked) => fewest.or(acked),
+                    };
+                }
+            }
             let settled = match fenced {
-                true => Box::pin(settle_fence(engine, keys, fences, timing, start))
+                true => Box::pin(fence::settle(engine, resource, keys, &fences, timing, start))
                     .await
                     .map(Some),
-                false => usable(timing, start).map(|()| None),
+                false => timing
+                    .check_usable(Op::Acquire, resource, start)
+                    .map(|()| None),
             };
             match settled {
                 Ok(fence) => {
@@ -151,7 +156,7 @@ pub(crate) async fn attempt(
                         replicas,
                     });
                 }
-                Err(failure) => failure.into_error(engine, resource),
+                Err(failure) => failure,
             }
         }
         Decision::Impossible | Decision::Pending => {
@@ -181,79 +186,4 @@ pub(crate) async fn attempt(
     .await;
     guard.disarm();
     Err(failure)
-}
-
-/// Why a quorum that granted the lock still gave no lease.
-enum Unsettled {
-    Expired { elapsed: Duration, timing: Timing },
-    WriteBack(fanout::Replies<bool>),
-}
-
-impl Unsettled {
-    fn into_error(self, engine: &Engine, resource: &str) -> Error {
-        match self {
-            Unsettled::Expired { elapsed, timing } => Error::ValidityExhausted {
-                op: Op::Acquire,
-                resource: resource.to_string(),
-                elapsed,
-                ttl: timing.ttl,
-                drift: timing.drift,
-            },
-            // Raising the counter is never refused: a shortfall there is
-            // failures, reported as this acquire's.
-            Unsettled::WriteBack(raised) => raised
-                .shortfall(Op::Acquire, engine.nodes())
-                .into_error(resource, false),
-        }
-    }
-}
-
-/// The fencing token of a granted acquisition: the largest counter the
-/// granting nodes reported, stored on a quorum (written back if needed) and
-/// all within the lease's validity.
-async fn settle_fence(
-    engine: &Engine,
-    keys: &LockKeys,
-    granted: Vec<u64>,
-    timing: Timing,
-    start: Instant,
-) -> Result<u64, Unsettled> {
-    let (fence, write_back) = fencing::choose(&granted, quorum(engine.nodes().len()));
-    if write_back {
-        let mut raised = fanout::until_decided(engine.nodes(), |node| {
-            let keys = keys.clone();
-            async move { node.raise_fence(&keys, fence, timing.node_timeout).await }
-        })
-        .await;
-        if raised.tally.decision() != Decision::Reached {
-            raised.finish().await;
-            return Err(Unsettled::WriteBack(raised));
-        }
-        raised.detach(engine.background());
-    }
-    usable(timing, start)?;
-    Ok(fence)
-}
-
-/// Never hand out a lease that would be reported lost at once.
-fn usable(timing: Timing, start: Instant) -> Result<(), Unsettled> {
-    let elapsed = start.elapsed();
-    if !timing.usable(elapsed) {
-        return Err(Unsettled::Expired { elapsed, timing });
-    }
-    Ok(())
-}
-
-/// The nodes that granted the lock, and the fencing counters they reported
-/// (none when no token is drawn).
-fn granted(replies: &fanout::Replies<AcquireReply>) -> (Vec<usize>, Vec<u64>) {
-    let mut nodes = Vec::new();
-    let mut fences = Vec::new();
-    for (i, answer) in &replies.answers {
-        if let Ok(AcquireReply::Acquired(fence, _)) = answer {
-            nodes.push(*i);
-            fences.extend(*fence);
-        }
-    }
-    (nodes, fences)
 }

@@ -6,6 +6,7 @@ pub(crate) mod attempt;
 pub(crate) mod background;
 pub(crate) mod engine;
 pub(crate) mod fanout;
+pub(crate) mod fence;
 pub(crate) mod guard;
 pub(crate) mod lane;
 pub(crate) mod release;

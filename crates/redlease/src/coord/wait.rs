@@ -32,6 +32,7 @@ pub(crate) async fn lock(
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
     let waits = policy.attempts != Some(1);
+    let counts_attempts = policy.attempts.is_some();
     // Named only once needed: most locks are taken at the first attempt.
     let channel = || release_channel(&keys.lock);
     let mut waiter: Option<Waiter> = None;
@@ -54,7 +55,7 @@ pub(crate) async fn lock(
         // Only a task that already queues ever waits before an attempt.
         if let Some(w) = waiter.as_ref().filter(|_| wait_first) {
             let now = Instant::now();
-            let taken = taken_by_sibling(w, policy, now);
+            let taken = taken_by_sibling(w, counts_attempts, now);
             let waiting = Waiting {
                 behind: !w.is_head(),
                 heard: w.heard(),
@@ -95,7 +96,7 @@ pub(crate) async fn lock(
             // known, until a release is heard. A look would cost the nodes
             // two round trips to learn what this process already knows.
             let now = Instant::now();
-            if taken_by_sibling(w, policy, now).is_some() && deadline.is_none_or(|d| now < d) {
+            if taken_by_sibling(w, counts_attempts, now).is_some() && deadline.is_none_or(|d| now < d) {
                 continue;
             }
             span.in_scope(|| tracing::debug!(woken_by, "retrying"));
@@ -156,8 +157,8 @@ pub(crate) async fn lock(
 /// with the subscription confirmed on a quorum (so any other release of the
 /// lock, a forced one say, is heard and clears this); a policy that counts
 /// attempts gets the attempts it asked for.
-fn taken_by_sibling(w: &Waiter, policy: &RetryPolicy, now: Instant) -> Option<Duration> {
-    if policy.attempts.is_some() || !w.heard() {
+fn taken_by_sibling(w: &Waiter, counts_attempts: bool, now: Instant) -> Option<Duration> {
+    if counts_attempts || !w.heard() {
         return None;
     }
     w.taken_until()

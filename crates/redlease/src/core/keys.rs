@@ -32,13 +32,13 @@ pub(crate) fn check_resource(prefix: &str, resource: &str) -> Result<(), Error> 
     let key_len = prefix.len() + resource.len() + "{}".len();
     if key_len > MAX_KEY_LEN {
         let room = MAX_KEY_LEN - prefix.len() - "{}".len();
+        let shown = shorten(resource);
         return Err(Error::invalid(
             "resource",
             format!(
-                "the lock name {} is {} bytes, longer than the {room} bytes its Redis key \
+                "the lock name {shown} is {} bytes, longer than the {room} bytes its Redis key \
                  leaves it (a key is at most {MAX_KEY_LEN} bytes, Locker::MAX_KEY_LEN, and \
                  the {}-byte prefix and the braces take the rest)",
-                shorten(resource),
                 resource.len(),
                 prefix.len()
             ),

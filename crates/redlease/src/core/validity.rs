@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::core::error::Error;
+use crate::core::error::{Error, Op};
 
 /// The largest TTL accepted: 2^53 ms (about 285,000 years), so every
 /// millisecond count stays exact in the `f64` drift arithmetic and far inside
@@ -156,6 +156,23 @@ impl Timing {
     /// the margin at which it is reported lost (one drift allowance).
     pub(crate) fn usable(&self, elapsed: Duration) -> bool {
         self.validity(elapsed).is_some_and(|v| v > self.drift)
+    }
+
+    /// Refuses a lease whose quorum answered too late to hand it out
+    /// ([`usable`](Self::usable)), `start` being when its first request
+    /// was sent: [`Error::ValidityExhausted`] for `op` on `resource`.
+    pub(crate) fn check_usable(&self, op: Op, resource: &str, start: Instant) -> Result<(), Error> {
+        let elapsed = start.elapsed();
+        if self.usable(elapsed) {
+            return Ok(());
+        }
+        Err(Error::ValidityExhausted {
+            op,
+            resource: resource.to_string(),
+            elapsed,
+            ttl: self.ttl,
+            drift: self.drift,
+        })
     }
 
     /// How often a kept-alive lease with this timing is renewed.
