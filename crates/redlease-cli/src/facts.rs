@@ -335,7 +335,10 @@ mod tests {
         assert!(hello_alone.delifeq());
         // Redis before 6.0: no HELLO, no server_name.
         let old = facts(unknown, "redis_version:5.0.7\r\nredis_mode:standalone\r\n");
-        assert_eq!(old.server(), Some(Capabilities::new("redis", "5.0.7", None)));
+        assert_eq!(
+            old.server(),
+            Some(Capabilities::new("redis", "5.0.7", None))
+        );
         assert!(!old.server().unwrap().resp3());
         assert_eq!(old.resp3(), Some(false));
     }

@@ -289,14 +289,38 @@ mod tests {
     #[test]
     fn each_server_has_what_its_version_brought() {
         let table: [(&str, Row); 8] = [
-            (REDIS_6_0, ("redis", "6.0.9", [true, false, false, false, false, false])),
-            (REDIS_6_2, ("redis", "6.2.14", [true, true, false, false, false, false])),
-            (REDIS_7_0, ("redis", "7.0.15", [true, true, true, true, false, false])),
-            (REDIS_7_2, ("redis", "7.2.5", [true, true, true, true, true, false])),
-            (REDIS_8, ("redis", "8.2.1", [true, true, true, true, true, false])),
-            (VALKEY_7_2, ("valkey", "7.2.5", [true, true, true, true, true, false])),
-            (VALKEY_8_1, ("valkey", "8.1.4", [true, true, true, true, true, false])),
-            (VALKEY_9, ("valkey", "9.1.2", [true, true, true, true, true, true])),
+            (
+                REDIS_6_0,
+                ("redis", "6.0.9", [true, false, false, false, false, false]),
+            ),
+            (
+                REDIS_6_2,
+                ("redis", "6.2.14", [true, true, false, false, false, false]),
+            ),
+            (
+                REDIS_7_0,
+                ("redis", "7.0.15", [true, true, true, true, false, false]),
+            ),
+            (
+                REDIS_7_2,
+                ("redis", "7.2.5", [true, true, true, true, true, false]),
+            ),
+            (
+                REDIS_8,
+                ("redis", "8.2.1", [true, true, true, true, true, false]),
+            ),
+            (
+                VALKEY_7_2,
+                ("valkey", "7.2.5", [true, true, true, true, true, false]),
+            ),
+            (
+                VALKEY_8_1,
+                ("valkey", "8.1.4", [true, true, true, true, true, false]),
+            ),
+            (
+                VALKEY_9,
+                ("valkey", "9.1.2", [true, true, true, true, true, true]),
+            ),
         ];
         for (info, (server, version, has)) in table {
             let caps = Capabilities::from_info(info).unwrap();

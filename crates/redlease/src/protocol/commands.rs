@@ -355,8 +355,17 @@ mod tests {
         let cluster = names(&AclRule::new(Deployment::Cluster));
         let sentinel = names(&AclRule::new(Deployment::Sentinel));
         let always = [
-            "info", "time", "eval", "evalsha", "set", "get", "incr", "pexpire", "pexpiretime",
-            "pttl", "del",
+            "info",
+            "time",
+            "eval",
+            "evalsha",
+            "set",
+            "get",
+            "incr",
+            "pexpire",
+            "pexpiretime",
+            "pttl",
+            "del",
         ];
         let plain = ["pubsub|numsub", "publish", "subscribe", "unsubscribe"];
         assert_eq!(standalone, [&always[..], &plain[..]].concat());
@@ -383,7 +392,10 @@ mod tests {
             let rule = AclRule::new(deployment).delifeq(true);
             let waiting = names(&rule.clone().durability(durable));
             assert!(waiting.contains(&"wait") && !waiting.contains(&"waitaof"));
-            assert!(!waiting.contains(&"delifeq"), "a durable lock uses the script");
+            assert!(
+                !waiting.contains(&"delifeq"),
+                "a durable lock uses the script"
+            );
             let fsynced = names(&rule.clone().durability(durable.fsync()));
             assert!(fsynced.contains(&"waitaof") && !fsynced.contains(&"wait"));
             let plain = names(&rule);
@@ -407,7 +419,8 @@ mod tests {
         );
         let odd = AclRule::new(Deployment::Standalone).key_prefix(r"a*b?[c]\:");
         assert!(
-            odd.to_string().contains(r" ~a\*b\?\[c\]\\:* &a\*b\?\[c\]\\:* "),
+            odd.to_string()
+                .contains(r" ~a\*b\?\[c\]\\:* &a\*b\?\[c\]\\:* "),
             "{odd}"
         );
     }
@@ -424,7 +437,11 @@ mod tests {
             .into_iter()
             .flat_map(|d| {
                 let rule = AclRule::new(d).delifeq(true);
-                [rule.clone(), rule.clone().durability(durable), rule.durability(durable.fsync())]
+                [
+                    rule.clone(),
+                    rule.clone().durability(durable),
+                    rule.durability(durable.fsync()),
+                ]
             })
             .any(|rule| rule.commands().any(|c| c == command));
             assert!(granted, "{} is granted by no rule", command.name);
@@ -469,7 +486,10 @@ mod tests {
                 // PUBSUB's subcommand is an argument: NUMSUB, or
                 // SHARDNUMSUB on a cluster.
                 "pubsub" => assert!(declared("pubsub|numsub") && declared("pubsub|shardnumsub")),
-                other => assert!(declared(other), "{other} is called by a script, not declared"),
+                other => assert!(
+                    declared(other),
+                    "{other} is called by a script, not declared"
+                ),
             }
         }
         // force_release.lua publishes with the command it is given.
