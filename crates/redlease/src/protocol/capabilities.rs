@@ -182,17 +182,33 @@ impl Capabilities {
     }
 
     /// What the server calls itself: `redis`, `valkey`, ...
+    ///
+    /// ```
+    /// let caps = redlease::Capabilities::new("valkey", "8.1.4", None);
+    /// assert_eq!(caps.server(), "valkey");
+    /// ```
     pub fn server(&self) -> &str {
         &self.server
     }
 
     /// Its own version, as it wrote it (`9.1.2` for Valkey 9.1.2).
+    ///
+    /// ```
+    /// let caps = redlease::Capabilities::new("valkey", "9.1.2", Some("7.2.4"));
+    /// assert_eq!(caps.version(), "9.1.2");
+    /// ```
     pub fn version(&self) -> &str {
         &self.version
     }
 
     /// The Redis version it is compatible with, when known: its own for
     /// Redis, `INFO`'s `redis_version` for others (7.2.4 for every Valkey).
+    ///
+    /// ```
+    /// use redlease::{Capabilities, Version};
+    /// let caps = Capabilities::new("valkey", "9.1.2", Some("7.2.4"));
+    /// assert_eq!(caps.redis_version(), Some(Version::new(7, 2, 4)));
+    /// ```
     pub fn redis_version(&self) -> Option<Version> {
         self.redis_version
     }
@@ -212,38 +228,66 @@ impl Capabilities {
 
     /// `SET key value NX PX ms` (Redis 2.6.12), which every lock is taken
     /// with.
+    ///
+    /// ```
+    /// assert!(redlease::Capabilities::new("redis", "2.6.12", None).set_nx_px());
+    /// ```
     pub fn set_nx_px(&self) -> bool {
         self.has(SET_NX_PX)
     }
 
     /// RESP3 and `HELLO` (Redis 6.0): release notifications need them.
+    ///
+    /// ```
+    /// assert!(!redlease::Capabilities::new("redis", "5.0.7", None).resp3());
+    /// ```
     pub fn resp3(&self) -> bool {
         self.has(RESP3)
     }
 
     /// `SET ... GET` (Redis 6.2).
+    ///
+    /// ```
+    /// assert!(redlease::Capabilities::new("redis", "6.2.0", None).set_get());
+    /// ```
     pub fn set_get(&self) -> bool {
         self.has(SET_GET)
     }
 
     /// `SET ... NX GET`, `NX` and `GET` together (Redis 7.0): the plain
     /// acquire.
+    ///
+    /// ```
+    /// assert!(!redlease::Capabilities::new("redis", "6.2.14", None).set_nx_get());
+    /// ```
     pub fn set_nx_get(&self) -> bool {
         self.has(SET_NX_GET)
     }
 
     /// Sharded pub/sub, `SPUBLISH` and `SSUBSCRIBE` (Redis 7.0): release
     /// notifications on a cluster.
+    ///
+    /// ```
+    /// assert!(redlease::Capabilities::new("redis", "7.0.15", None).sharded_pubsub());
+    /// ```
     pub fn sharded_pubsub(&self) -> bool {
         self.has(SHARDED_PUBSUB)
     }
 
     /// `WAITAOF` (Redis 7.2, every Valkey): durability with `fsync`.
+    ///
+    /// ```
+    /// assert!(!redlease::Capabilities::new("redis", "7.0.15", None).waitaof());
+    /// ```
     pub fn waitaof(&self) -> bool {
         self.has(WAITAOF)
     }
 
     /// `DELIFEQ key value` (Valkey 9.0): the native release.
+    ///
+    /// ```
+    /// assert!(!redlease::Capabilities::new("valkey", "8.1.4", None).delifeq());
+    /// ```
     pub fn delifeq(&self) -> bool {
         self.server == "valkey" && self.own.is_some_and(|v| v.major >= VALKEY_DELIFEQ)
     }

@@ -29,6 +29,12 @@ use std::fmt;
 use crate::core::durability::Durability;
 
 /// How a node's servers are deployed; each needs its own commands.
+///
+/// ```
+/// use redlease::acl::{AclRule, Deployment};
+/// let rule = AclRule::new(Deployment::Sentinel);
+/// assert!(rule.to_string().contains(" +role"));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Deployment {
     /// One server (`redis://`).
@@ -42,6 +48,12 @@ pub enum Deployment {
 }
 
 /// When redlease sends a command.
+///
+/// ```
+/// use redlease::acl::{When, COMMANDS};
+/// let wait = COMMANDS.iter().find(|c| c.name == "wait").unwrap();
+/// assert_eq!(wait.when, When::Wait);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum When {
     /// To every server.
@@ -64,6 +76,11 @@ pub enum When {
 }
 
 /// One command redlease sends.
+///
+/// ```
+/// let publish = redlease::acl::COMMANDS.iter().find(|c| c.name == "publish").unwrap();
+/// assert!(publish.optional, "waiters poll without it");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Command {
     /// As `ACL SETUSER` grants it, without the `+`: `pttl`,
@@ -99,6 +116,11 @@ const fn optional(name: &'static str, when: When, without: &'static str) -> Comm
 /// Every command redlease (the library, and the `redlease` command's
 /// `run`, `status` and `release`) sends, in the order a rule grants them.
 /// The Lua scripts' commands are here too: ACLs apply inside scripts.
+///
+/// ```
+/// let names: Vec<&str> = redlease::acl::COMMANDS.iter().map(|c| c.name).collect();
+/// assert!(names.contains(&"evalsha") && names.contains(&"delifeq"));
+/// ```
 pub const COMMANDS: &[Command] = &[
     need("info", When::Always, "every new connection reads INFO server (run_id, uptime): no connection works"),
     need("time", When::Always, "every new connection reads TIME, and the fenced acquire script too: no connection works"),
@@ -255,6 +277,11 @@ impl AclRule {
     }
 
     /// The deployment the rule is for.
+    ///
+    /// ```
+    /// use redlease::acl::{AclRule, Deployment};
+    /// assert_eq!(AclRule::new(Deployment::Cluster).deployment(), Deployment::Cluster);
+    /// ```
     pub fn deployment(&self) -> Deployment {
         self.deployment
     }
@@ -309,6 +336,12 @@ impl AclRule {
     /// The arguments of `ACL` that set the user: `SETUSER name on
     /// >password` and the [`rights`](Self::rights), for
     /// `redis::cmd("ACL").arg(rule.args())`.
+    ///
+    /// ```
+    /// use redlease::acl::{AclRule, Deployment};
+    /// let args = AclRule::new(Deployment::Standalone).user("u", "pw").args();
+    /// assert_eq!(args[..5], ["SETUSER", "u", "on", ">pw", "resetkeys"]);
+    /// ```
     pub fn args(&self) -> Vec<String> {
         let mut args = vec![
             "SETUSER".to_string(),

@@ -4,7 +4,7 @@
 //! server can do, and the commands each deployment needs.
 
 pub(crate) mod capabilities;
-/// Public as `redlease::acl`.
+// Public as `redlease::acl`.
 pub mod commands;
 pub(crate) mod compare_delete;
 pub(crate) mod lua;

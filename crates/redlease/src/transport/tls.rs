@@ -201,7 +201,7 @@ impl WrongScheme {
 }
 
 /// What the server at a URL's address speaks, where the URL's scheme
-/// says otherwise; see [`scheme_mismatch`].
+/// says otherwise; see [`scheme_mismatch`], whose example shows it.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SchemeMismatch {
