@@ -1126,9 +1126,8 @@ fn scripting(facts: &Facts) -> Row {
 
 /// Whether this user may run every command redlease sends to this server
 /// (the library's declaration, [`redlease::acl::COMMANDS`]), tried one by
-/// one as the user: FAIL
-/// naming each `+command` without which locks fail, WARN for those
-/// without which waiters only poll.
+/// one as the user: FAIL naming each `+command` without which locks fail,
+/// WARN for those without which waiters only poll.
 fn permissions(facts: &Facts) -> Row {
     const CHECK: &str = "permissions";
     const RULE: &str = "docs/deployments.md, \"ACL: the least privilege\"";

@@ -18,15 +18,15 @@ use std::fmt;
 /// minor or patch counts as 0 (`"7.2"` is 7.2.0).
 ///
 /// ```
-/// use redlease::Version;
+/// use redlease::ServerVersion;
 ///
-/// let v: Version = "7.0.15".parse().unwrap();
-/// assert_eq!(v, Version::new(7, 0, 15));
-/// assert!(v < Version::new(7, 2, 0));
+/// let v: ServerVersion = "7.0.15".parse().unwrap();
+/// assert_eq!(v, ServerVersion::new(7, 0, 15));
+/// assert!(v < ServerVersion::new(7, 2, 0));
 /// assert_eq!(v.to_string(), "7.0.15");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version {
+pub struct ServerVersion {
     /// The major version: 7 in 7.2.4.
     pub major: u32,
     /// The minor version: 2 in 7.2.4.
@@ -35,14 +35,14 @@ pub struct Version {
     pub patch: u32,
 }
 
-impl Version {
+impl ServerVersion {
     /// `major.minor.patch`.
     ///
     /// ```
-    /// assert_eq!(redlease::Version::new(6, 2, 0).to_string(), "6.2.0");
+    /// assert_eq!(redlease::ServerVersion::new(6, 2, 0).to_string(), "6.2.0");
     /// ```
-    pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
-        Version {
+    pub const fn new(major: u32, minor: u32, patch: u32) -> ServerVersion {
+        ServerVersion {
             major,
             minor,
             patch,
@@ -50,37 +50,37 @@ impl Version {
     }
 }
 
-impl fmt::Display for Version {
+impl fmt::Display for ServerVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
     }
 }
 
-impl std::str::FromStr for Version {
+impl std::str::FromStr for ServerVersion {
     type Err = String;
 
     /// Reads `"7.2.4"`; only the major version must be a number.
-    fn from_str(s: &str) -> Result<Version, String> {
+    fn from_str(s: &str) -> Result<ServerVersion, String> {
         let mut parts = s.trim().split('.').map(|p| p.parse::<u32>().ok());
         let major = parts
             .next()
             .flatten()
             .ok_or_else(|| format!("not a version: {s:?}"))?;
         let mut next = || parts.next().flatten().unwrap_or(0);
-        Ok(Version::new(major, next(), next()))
+        Ok(ServerVersion::new(major, next(), next()))
     }
 }
 
 /// The first version of Redis with each command or option redlease uses
 /// where the server has it.
-const SET_NX_PX: Version = Version::new(2, 6, 12);
-const RESP3: Version = Version::new(6, 0, 0);
-const SET_GET: Version = Version::new(6, 2, 0);
-const SET_NX_GET: Version = Version::new(7, 0, 0);
-const SHARDED_PUBSUB: Version = Version::new(7, 0, 0);
-const WAITAOF: Version = Version::new(7, 2, 0);
+const SET_NX_PX: ServerVersion = ServerVersion::new(2, 6, 12);
+const RESP3: ServerVersion = ServerVersion::new(6, 0, 0);
+const SET_GET: ServerVersion = ServerVersion::new(6, 2, 0);
+const SET_NX_GET: ServerVersion = ServerVersion::new(7, 0, 0);
+const SHARDED_PUBSUB: ServerVersion = ServerVersion::new(7, 0, 0);
+const WAITAOF: ServerVersion = ServerVersion::new(7, 2, 0);
 /// The Redis version every Valkey release says it is compatible with.
-const VALKEY_REDIS: Version = Version::new(7, 2, 4);
+const VALKEY_REDIS: ServerVersion = ServerVersion::new(7, 2, 4);
 /// The first Valkey with `DELIFEQ`.
 const VALKEY_DELIFEQ: u32 = 9;
 
@@ -119,8 +119,8 @@ const VALKEY_DELIFEQ: u32 = 9;
 pub struct Capabilities {
     server: String,
     version: String,
-    own: Option<Version>,
-    redis_version: Option<Version>,
+    own: Option<ServerVersion>,
+    redis_version: Option<ServerVersion>,
 }
 
 impl Capabilities {
@@ -130,13 +130,13 @@ impl Capabilities {
     /// the first two, `INFO`'s `redis_version` the last.
     ///
     /// ```
-    /// use redlease::{Capabilities, Version};
+    /// use redlease::{Capabilities, ServerVersion};
     ///
     /// let valkey = Capabilities::new("valkey", "9.1.2", None);
     /// assert!(valkey.delifeq());
     /// assert_eq!(valkey.redis_version(), None);
     /// let redis = Capabilities::new("redis", "6.2.14", None);
-    /// assert_eq!(redis.redis_version(), Some(Version::new(6, 2, 14)));
+    /// assert_eq!(redis.redis_version(), Some(ServerVersion::new(6, 2, 14)));
     /// ```
     pub fn new(server: &str, version: &str, redis_version: Option<&str>) -> Capabilities {
         let own = version.parse().ok();
@@ -205,11 +205,11 @@ impl Capabilities {
     /// Redis, `INFO`'s `redis_version` for others (7.2.4 for every Valkey).
     ///
     /// ```
-    /// use redlease::{Capabilities, Version};
+    /// use redlease::{Capabilities, ServerVersion};
     /// let caps = Capabilities::new("valkey", "9.1.2", Some("7.2.4"));
-    /// assert_eq!(caps.redis_version(), Some(Version::new(7, 2, 4)));
+    /// assert_eq!(caps.redis_version(), Some(ServerVersion::new(7, 2, 4)));
     /// ```
-    pub fn redis_version(&self) -> Option<Version> {
+    pub fn redis_version(&self) -> Option<ServerVersion> {
         self.redis_version
     }
 
@@ -217,12 +217,12 @@ impl Capabilities {
     /// a Valkey that did not say, the one every Valkey says.
     ///
     /// [`redis_version`]: Self::redis_version
-    fn level(&self) -> Option<Version> {
+    fn level(&self) -> Option<ServerVersion> {
         self.redis_version
             .or_else(|| (self.server == "valkey").then_some(VALKEY_REDIS))
     }
 
-    fn has(&self, since: Version) -> bool {
+    fn has(&self, since: ServerVersion) -> bool {
         self.level().is_some_and(|v| v >= since)
     }
 
@@ -385,7 +385,7 @@ mod tests {
     #[test]
     fn valkey_is_judged_by_its_redis_version_and_its_own() {
         let caps = Capabilities::from_info(VALKEY_9).unwrap();
-        assert_eq!(caps.redis_version(), Some(Version::new(7, 2, 4)));
+        assert_eq!(caps.redis_version(), Some(ServerVersion::new(7, 2, 4)));
         // A future Valkey.
         let ten = VALKEY_9.replace("valkey_version:9.1.2", "valkey_version:10.0.0");
         assert!(Capabilities::from_info(&ten).unwrap().delifeq());
@@ -408,7 +408,7 @@ mod tests {
         assert!(valkey.waitaof(), "every Valkey has Redis 7.2.4's commands");
         assert_eq!(valkey.redis_version(), None);
         let told = Capabilities::new("valkey", "9.1.2", Some("7.2.4"));
-        assert_eq!(told.redis_version(), Some(Version::new(7, 2, 4)));
+        assert_eq!(told.redis_version(), Some(ServerVersion::new(7, 2, 4)));
         assert!(told.delifeq());
         let old = Capabilities::new("redis", "5.0.7", None);
         assert!(!old.resp3() && old.set_nx_px());
@@ -427,14 +427,14 @@ mod tests {
 
     #[test]
     fn versions_read_like_the_servers_write_them() {
-        let v = |s: &str| s.parse::<Version>().ok();
-        assert_eq!(v("7.0.15"), Some(Version::new(7, 0, 15)));
-        assert_eq!(v("7.2"), Some(Version::new(7, 2, 0)));
-        assert_eq!(v(" 9 "), Some(Version::new(9, 0, 0)));
-        assert_eq!(v("255.255.255"), Some(Version::new(255, 255, 255)));
+        let v = |s: &str| s.parse::<ServerVersion>().ok();
+        assert_eq!(v("7.0.15"), Some(ServerVersion::new(7, 0, 15)));
+        assert_eq!(v("7.2"), Some(ServerVersion::new(7, 2, 0)));
+        assert_eq!(v(" 9 "), Some(ServerVersion::new(9, 0, 0)));
+        assert_eq!(v("255.255.255"), Some(ServerVersion::new(255, 255, 255)));
         assert_eq!(v(""), None);
         assert_eq!(v("x.1"), None);
-        assert!(Version::new(6, 2, 0) < Version::new(7, 0, 0));
-        assert!(Version::new(2, 6, 12) > Version::new(2, 6, 9));
+        assert!(ServerVersion::new(6, 2, 0) < ServerVersion::new(7, 0, 0));
+        assert!(ServerVersion::new(2, 6, 12) > ServerVersion::new(2, 6, 9));
     }
 }
