@@ -102,7 +102,7 @@ impl Raw {
                     .arg("server")
                     .query_async(&mut conn)
                     .await?;
-                valkey_9_or_later(&info)
+                redlease::Capabilities::from_info(&info).is_some_and(|c| c.delifeq())
             };
             conns.push(conn);
             delifeq.push(native);
@@ -272,13 +272,4 @@ impl LockClient for Raw {
         }
         Ok(())
     }
-}
-
-/// Whether an `INFO server` reply is Valkey 9.0's or later's, which has
-/// `DELIFEQ` (the library's `compare_delete::has_delifeq`, mirrored).
-fn valkey_9_or_later(info: &str) -> bool {
-    info.lines()
-        .find_map(|line| line.strip_prefix("valkey_version:"))
-        .and_then(|v| v.trim().split('.').next()?.parse::<u32>().ok())
-        .is_some_and(|major| major >= 9)
 }

@@ -22,6 +22,7 @@ use crate::probe::Failure;
 use crate::rights;
 use crate::sentinel;
 use crate::table::Table;
+use redlease::acl::{Command, Deployment};
 use redlease::NodeUrl;
 
 /// Clocks further apart than this suggest missing time sync.
@@ -159,10 +160,7 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         .iter()
         .map(|url| {
             let (url, tls) = (url.clone(), tls.clone());
-            let plans = Plans {
-                prefix: args.key_prefix.clone(),
-                durable: args.durable,
-            };
+            let plans = Plans::new(args.key_prefix.clone(), args.durable);
             tokio::spawn(async move { probe_node(&url, args.timeout, tls.as_ref(), &plans).await })
         })
         .collect();
@@ -283,20 +281,30 @@ impl Probed {
 /// What doctor tries a user's rights with, whatever the node's form.
 struct Plans {
     prefix: String,
-    durable: bool,
+    /// `--durable`: the rights of `run --durable N`, whatever N.
+    durability: redlease::Durability,
 }
 
 impl Plans {
+    fn new(prefix: String, durable: bool) -> Plans {
+        let durability = if durable {
+            redlease::Durability::required(1, Duration::from_millis(100))
+        } else {
+            redlease::Durability::off()
+        };
+        Plans { prefix, durability }
+    }
+
     fn server(&self) -> rights::Plan {
-        rights::Plan::new(&self.prefix, false, false, self.durable)
+        rights::Plan::new(&self.prefix, Deployment::Standalone, self.durability)
     }
 
     fn cluster(&self) -> rights::Plan {
-        rights::Plan::new(&self.prefix, true, false, self.durable)
+        rights::Plan::new(&self.prefix, Deployment::Cluster, self.durability)
     }
 
     fn sentinel(&self) -> rights::Plan {
-        rights::Plan::new(&self.prefix, false, true, self.durable)
+        rights::Plan::new(&self.prefix, Deployment::Sentinel, self.durability)
     }
 }
 
@@ -1005,14 +1013,6 @@ fn latency(rtt: Duration, ping_denied: bool, ttl: Duration) -> Row {
     }
 }
 
-/// `"7.0.15"` → `(7, 0, 15)`; a missing part counts as 0.
-fn version_triple(version: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    let major = parts.next()??;
-    let mut next = || parts.next().flatten().unwrap_or(0);
-    Some((major, next(), next()))
-}
-
 /// A check that needs a command this user may not run: doctor says so and
 /// goes on with the others. INFO is one redlease needs as well (the
 /// permissions row FAILs for it): the fix says to grant it.
@@ -1056,18 +1056,22 @@ fn server(facts: &Facts, deploy: Deploy) -> Row {
         );
     };
     let mode = facts.mode().unwrap_or_else(|| "standalone".into());
-    let compatible = match &server.redis_compatible {
-        Some(v) if server.kind != "redis" => format!(" (Redis {v} compatible)"),
+    let compatible = match server.redis_version() {
+        Some(v) if server.server() != "redis" => format!(" (Redis {v} compatible)"),
         _ => String::new(),
     };
-    let detail = format!("{} {}{compatible}, {mode}", server.kind, server.version);
+    let detail = format!(
+        "{} {}{compatible}, {mode}",
+        server.server(),
+        server.version()
+    );
     // Judged by what the server can do where it was probed (HELLO, which
     // came with RESP3; EVAL has a check of its own), else by the Redis
-    // version it is compatible with.
-    let version = server.redis_compatible.as_deref().and_then(version_triple);
+    // version it is compatible with, where known.
+    let known = server.redis_version().is_some();
     let before_6 = match facts.resp3() {
         Some(resp3) => !resp3,
-        None => version.is_some_and(|v| v < (6, 0, 0)),
+        None => known && !server.resp3(),
     };
     const UPGRADE: &str = "upgrade to Redis 6.0 or later (the oldest redlease supports), or Valkey";
     match mode.as_str() {
@@ -1081,7 +1085,7 @@ fn server(facts: &Facts, deploy: Deploy) -> Row {
             format!("{detail}: a Sentinel stores no data"),
             "give the sentinels as one node: redis+sentinel://HOST:PORT,HOST:PORT,.../SERVICE",
         ),
-        _ if version.is_some_and(|v| v < (2, 6, 12)) => fail(
+        _ if known && !server.set_nx_px() => fail(
             CHECK,
             format!("{detail}: no `SET ... NX PX` (Redis 2.6.12), which the lock is taken with"),
             UPGRADE,
@@ -1121,27 +1125,27 @@ fn scripting(facts: &Facts) -> Row {
 }
 
 /// Whether this user may run every command redlease sends to this server
-/// (the list is [`rights::NEEDS`]), tried one by one as the user: FAIL
-/// naming each `+command` without which locks fail, WARN for those
-/// without which waiters only poll.
+/// (the library's declaration, [`redlease::acl::COMMANDS`]), tried one by
+/// one as the user: FAIL naming each `+command` without which locks fail,
+/// WARN for those without which waiters only poll.
 fn permissions(facts: &Facts) -> Row {
     const CHECK: &str = "permissions";
     const RULE: &str = "docs/deployments.md, \"ACL: the least privilege\"";
     let tried = &facts.rights;
-    let refused: Vec<&rights::Need> = tried.refused().collect();
-    let (needed, optional): (Vec<&rights::Need>, Vec<&rights::Need>) =
+    let refused: Vec<&Command> = tried.refused().collect();
+    let (needed, optional): (Vec<&Command>, Vec<&Command>) =
         refused.iter().partition(|n| !n.optional);
-    let grants = |needs: &[&rights::Need]| -> String {
+    let grants = |needs: &[&Command]| -> String {
         needs
             .iter()
-            .map(|n| format!("+{}", n.command))
+            .map(|n| format!("+{}", n.name))
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let reasons = |needs: &[&rights::Need]| -> String {
+    let reasons = |needs: &[&Command]| -> String {
         needs
             .iter()
-            .map(|n| format!("+{} ({})", n.command, n.without))
+            .map(|n| format!("+{} ({})", n.name, n.without))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -1692,6 +1696,7 @@ mod tests {
             ping_denied: false,
             hello: Err(not_asked()),
             info: Err(not_asked()),
+            info_capabilities: None,
             config: Err(not_asked()),
             clock: Err(not_asked()),
             scripting: Ok(()),

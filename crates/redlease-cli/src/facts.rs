@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{ConnectionInfo, InfoDict, Value};
+use redlease::Capabilities;
 
 use crate::probe::{Failure, Probe};
 use crate::rights;
@@ -30,6 +31,8 @@ pub struct Facts {
     /// later, and Valkey; every user may run it).
     pub hello: Result<Hello, Failure>,
     pub info: Result<InfoDict, Failure>,
+    /// What INFO says the server is and can do.
+    pub info_capabilities: Option<Capabilities>,
     /// CONFIG GET results; managed services often disable CONFIG.
     pub config: Result<HashMap<String, String>, Failure>,
     pub clock: Result<Clock, Failure>,
@@ -60,33 +63,6 @@ pub struct Hello {
     pub role: Option<String>,
 }
 
-/// Which server a node runs, by HELLO or else INFO.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Server {
-    /// `redis`, `valkey`, ...
-    pub kind: String,
-    /// Its own version, e.g. `9.1.2` for Valkey 9.1.2.
-    pub version: String,
-    /// The Redis version it is compatible with, when known: the same as
-    /// `version` for Redis; INFO's `redis_version` for others (Valkey says
-    /// 7.2.4).
-    pub redis_compatible: Option<String>,
-}
-
-impl Server {
-    /// Whether it has `DELIFEQ`: Valkey 9.0 and later (the library tells
-    /// the same way, from `valkey_version`).
-    pub fn has_delifeq(&self) -> bool {
-        self.kind == "valkey"
-            && self
-                .version
-                .split('.')
-                .next()
-                .and_then(|major| major.parse::<u32>().ok())
-                .is_some_and(|major| major >= 9)
-    }
-}
-
 /// The node's clock against ours.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
@@ -105,33 +81,18 @@ impl Facts {
         self.config.as_ref().ok()?.get(name).map(String::as_str)
     }
 
-    /// The server's kind and version: HELLO's `server` and `version`, or
-    /// INFO's `server_name` (Valkey 8 and later) and `<name>_version`, or
-    /// else `redis` and `redis_version`.
-    pub fn server(&self) -> Option<Server> {
+    /// The server's kind, version and what it can do: HELLO's `server`
+    /// and `version` with INFO's `redis_version`, or else INFO alone.
+    pub fn server(&self) -> Option<Capabilities> {
         let hello = self.hello.as_ref().ok();
-        let from_info = || {
-            let kind = self.info("server_name").unwrap_or_else(|| "redis".into());
-            let version = self
-                .info(&format!("{kind}_version"))
-                .or_else(|| self.info("redis_version"))?;
-            Some((kind, version))
-        };
-        let (kind, version) =
-            match hello.and_then(|h| Some((h.server.clone()?, h.version.clone()?))) {
-                Some(named) => named,
-                None => from_info()?,
-            };
-        let redis_compatible = if kind == "redis" {
-            Some(version.clone())
-        } else {
-            self.info("redis_version")
-        };
-        Some(Server {
-            kind,
-            version,
-            redis_compatible,
-        })
+        match hello.and_then(|h| Some((h.server.as_deref()?, h.version.as_deref()?))) {
+            Some((server, version)) => Some(Capabilities::new(
+                server,
+                version,
+                self.info("redis_version").as_deref(),
+            )),
+            None => self.info_capabilities.clone(),
+        }
     }
 
     /// `standalone`, `cluster` or `sentinel`, by INFO or else HELLO.
@@ -176,7 +137,12 @@ pub async fn gather(
     let latency = rtts[PINGS / 2];
 
     let hello = read_hello(&mut probe).await;
-    let info = probe.query::<InfoDict>(&redis::cmd("INFO")).await;
+    let info_text = probe.query::<String>(&redis::cmd("INFO")).await;
+    let info_capabilities = info_text
+        .as_ref()
+        .ok()
+        .and_then(|text| Capabilities::from_info(text));
+    let info = info_text.map(|text| InfoDict::new(&text));
     let config = read_config(&mut probe).await;
     let clock = read_clock(&mut probe).await;
     let scripting = probe
@@ -189,6 +155,7 @@ pub async fn gather(
         ping_denied,
         hello,
         info,
+        info_capabilities,
         config,
         clock,
         scripting,
@@ -196,7 +163,7 @@ pub async fn gather(
         rights,
         probe_key: plan.key.clone(),
     };
-    if facts.server().is_some_and(|s| s.has_delifeq()) {
+    if facts.server().is_some_and(|s| s.delifeq()) {
         let mut cmd = redis::cmd("DELIFEQ");
         cmd.arg(&plan.key).arg("not-a-token");
         facts.delifeq = Some(probe.query::<i64>(&cmd).await.map(drop));
@@ -326,16 +293,17 @@ mod tests {
     }
 
     fn facts(hello: Result<Hello, Failure>, info: &str) -> Facts {
-        let info: Result<InfoDict, Failure> = if info.is_empty() {
-            Err(Failure::Denied("Redis replied NOPERM".into()))
+        let (info, info_capabilities) = if info.is_empty() {
+            (Err(Failure::Denied("Redis replied NOPERM".into())), None)
         } else {
-            Ok(redis::FromRedisValue::from_redis_value(bulk(info)).unwrap())
+            (Ok(InfoDict::new(info)), Capabilities::from_info(info))
         };
         Facts {
             latency: Duration::ZERO,
             ping_denied: false,
             hello,
             info,
+            info_capabilities,
             config: Err(Failure::Failed("not asked".into())),
             clock: Err(Failure::Failed("not asked".into())),
             scripting: Ok(()),
@@ -346,20 +314,6 @@ mod tests {
     }
 
     #[test]
-    fn only_valkey_9_and_later_has_delifeq() {
-        let server = |kind: &str, version: &str| Server {
-            kind: kind.into(),
-            version: version.into(),
-            redis_compatible: None,
-        };
-        assert!(server("valkey", "9.1.2").has_delifeq());
-        assert!(server("valkey", "10.0.0").has_delifeq());
-        assert!(!server("valkey", "8.1.4").has_delifeq());
-        assert!(!server("redis", "9.0.0").has_delifeq());
-        assert!(!server("redis", "7.0.15").has_delifeq());
-    }
-
-    #[test]
     fn the_server_is_named_by_hello_or_else_by_info() {
         let valkey_info = "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
         let hello = Hello {
@@ -367,32 +321,25 @@ mod tests {
             version: Some("9.1.2".into()),
             ..Hello::default()
         };
-        let valkey = Server {
-            kind: "valkey".into(),
-            version: "9.1.2".into(),
-            redis_compatible: Some("7.2.4".into()),
-        };
+        let valkey = Capabilities::new("valkey", "9.1.2", Some("7.2.4"));
         assert_eq!(
             facts(Ok(hello.clone()), valkey_info).server(),
             Some(valkey.clone())
         );
+        assert!(valkey.delifeq());
         let unknown = Err(Failure::Unknown("unknown command".into()));
         assert_eq!(facts(unknown.clone(), valkey_info).server(), Some(valkey));
         // INFO refused (a least-privilege user): HELLO alone.
-        assert_eq!(
-            facts(Ok(hello), "").server().unwrap().redis_compatible,
-            None
-        );
+        let hello_alone = facts(Ok(hello), "").server().unwrap();
+        assert_eq!(hello_alone.redis_version(), None);
+        assert!(hello_alone.delifeq());
         // Redis before 6.0: no HELLO, no server_name.
         let old = facts(unknown, "redis_version:5.0.7\r\nredis_mode:standalone\r\n");
         assert_eq!(
             old.server(),
-            Some(Server {
-                kind: "redis".into(),
-                version: "5.0.7".into(),
-                redis_compatible: Some("5.0.7".into()),
-            })
+            Some(Capabilities::new("redis", "5.0.7", None))
         );
+        assert!(!old.server().unwrap().resp3());
         assert_eq!(old.resp3(), Some(false));
     }
 }

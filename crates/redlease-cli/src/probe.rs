@@ -159,83 +159,16 @@ fn no_reply(timeout: Duration) -> Failure {
 
 /// What a new connection to `addr` that failed before any reply (`e`, or
 /// no answer in time) says about a URL whose scheme does not match the
-/// port: a plain connection the server closed, on a port that answers the
-/// start of a TLS handshake; or a TLS handshake that got nowhere, on a
-/// port where a plain `PING` is answered.
+/// port, as the library tells it for its own connections.
 async fn wrong_scheme(
     addr: &ConnectionAddr,
     e: Option<&RedisError>,
     timeout: Duration,
 ) -> Option<Diagnosis> {
-    match addr {
-        ConnectionAddr::Tcp(host, port) => {
-            let closed = e.is_some_and(closed_early);
-            (closed && speaks_tls(host, *port, timeout).await).then_some(Diagnosis::SpeaksTls)
-        }
-        ConnectionAddr::TcpTls { host, port, .. } => {
-            let not_tls = e.is_none_or(|e| {
-                e.is_timeout() || closed_early(e) || chain(e).contains("corrupt message")
-            });
-            (not_tls && speaks_plain(host, *port, timeout).await).then_some(Diagnosis::SpeaksPlain)
-        }
-        _ => None,
-    }
-}
-
-/// `e`'s connection was closed or reset by the server (not refused).
-fn closed_early(e: &RedisError) -> bool {
-    use std::io::ErrorKind;
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(cause) = next {
-        // redis-rs keeps the I/O error in an Arc, its `source()`.
-        let io = cause.downcast_ref::<std::io::Error>().or_else(|| {
-            cause
-                .downcast_ref::<Shared>()
-                .and_then(|shared| shared.downcast_ref::<std::io::Error>())
-        });
-        if let Some(io) = io {
-            return matches!(
-                io.kind(),
-                ErrorKind::ConnectionReset
-                    | ErrorKind::UnexpectedEof
-                    | ErrorKind::BrokenPipe
-                    | ErrorKind::ConnectionAborted
-            );
-        }
-        next = cause.source();
-    }
-    false
-}
-
-/// Whether a TLS server listens at `host:port`: the start of a handshake
-/// (a `ClientHello` record with an empty body) gets a TLS record back (an
-/// alert) within `timeout`.
-async fn speaks_tls(host: &str, port: u16, timeout: Duration) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const EMPTY_CLIENT_HELLO: [u8; 9] = [0x16, 0x03, 0x01, 0x00, 0x04, 0x01, 0x00, 0x00, 0x00];
-    let ask = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await?;
-        stream.write_all(&EMPTY_CLIENT_HELLO).await?;
-        let mut first = [0u8; 3];
-        stream.read_exact(&mut first).await?;
-        Ok::<_, std::io::Error>(matches!(first, [0x15 | 0x16, 0x03, _]))
-    };
-    matches!(tokio::time::timeout(timeout, ask).await, Ok(Ok(true)))
-}
-
-/// Whether a Redis server answers plain text at `host:port`: `PING` gets
-/// `+PONG` or an error reply (`-NOAUTH`) within `timeout`.
-async fn speaks_plain(host: &str, port: u16, timeout: Duration) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let ask = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await?;
-        stream.write_all(b"PING\r\n").await?;
-        let mut first = [0u8; 1];
-        stream.read_exact(&mut first).await?;
-        Ok::<_, std::io::Error>(matches!(first[0], b'+' | b'-'))
-    };
-    matches!(tokio::time::timeout(timeout, ask).await, Ok(Ok(true)))
+    Some(match redlease::scheme_mismatch(addr, e, timeout).await? {
+        redlease::SchemeMismatch::SpeaksTls => Diagnosis::SpeaksTls,
+        redlease::SchemeMismatch::SpeaksPlain => Diagnosis::SpeaksPlain,
+    })
 }
 
 /// A redis-rs error as a [`Failure`], described for a table cell.

@@ -598,5 +598,9 @@ pub use crate::core::lock_status::{KeyState, LockStatus, NodeLockState, NodeQuar
 pub use crate::core::node_error::{NodeError, NodeErrorKind, NodeId, Quarantine};
 pub use crate::core::retry::RetryPolicy;
 pub use crate::core::validity::MAX_TTL;
+pub use crate::protocol::capabilities::{Capabilities, ServerVersion};
+pub use crate::protocol::commands as acl;
 pub use crate::transport::node_url::{redact_url, NodeUrl, SentinelUrl};
 pub use crate::transport::tls::TlsConfig;
+#[doc(hidden)]
+pub use crate::transport::tls::{scheme_mismatch, SchemeMismatch};

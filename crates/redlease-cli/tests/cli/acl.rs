@@ -1,9 +1,11 @@
-//! The `redlease` command as the least-privilege ACL user of docs/deployments.md:
-//! `run`, `status` and `release --force` work; `doctor` does the checks
-//! that user may do and says which it cannot.
+//! The `redlease` command as the least-privilege ACL user, with exactly the
+//! rule the library makes (`redlease::acl`, which docs/deployments.md
+//! shows): `run`, `status` and `release --force` work; `doctor` does the
+//! checks that user may do and says which it cannot.
 
 use std::time::Duration;
 
+use redlease::acl::{AclRule, Deployment};
 use redlease_testkit::{NodeConfig, RedisNode, RedisNodes};
 
 use crate::doctor::{assert_table_intact, doctor, row};
@@ -13,79 +15,55 @@ const LIMIT: Duration = Duration::from_secs(30);
 pub const USER: &str = "redlease";
 pub const PASSWORD: &str = "pw";
 
-/// The rule after `ACL SETUSER redlease on >PASSWORD` in docs/deployments.md (the
-/// library's tests check that it is enough, and no wider than needed).
-fn readme_rule() -> Vec<&'static str> {
-    include_str!("../../../../docs/deployments.md")
-        .lines()
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("ACL SETUSER redlease on >PASSWORD ")
-        })
-        .expect("docs/deployments.md gives the ACL SETUSER line")
-        .split_whitespace()
-        .collect()
+/// The library's rule for `deployment` (the library's tests check that it
+/// is enough, and no wider than needed), as the words after `ACL SETUSER
+/// redlease on >PASSWORD`.
+fn rule(deployment: Deployment) -> Vec<String> {
+    AclRule::new(deployment).rights()
 }
 
-/// The rule docs/deployments.md gives for every node of a cluster (the line after
-/// `# every cluster node`).
-fn readme_cluster_rule() -> Vec<&'static str> {
-    let readme = include_str!("../../../../docs/deployments.md");
-    let after = &readme[readme
-        .find("# every cluster node")
-        .expect("docs/deployments.md gives the cluster rule")..];
-    after
-        .lines()
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("ACL SETUSER redlease on >PASSWORD ")
-        })
-        .expect("docs/deployments.md gives the cluster's ACL SETUSER line")
-        .split_whitespace()
-        .collect()
-}
-
-/// Adds the documented cluster user to `node`, a cluster node.
+/// Adds the library's cluster user to `node`, a cluster node.
 pub fn add_cluster_user(node: &RedisNode) {
-    set_user(node, USER, readme_cluster_rule());
+    set_user(node, USER, rule(Deployment::Cluster));
 }
 
-/// Adds the documented user to `node`. Redis 6.0 takes no channel rules, and
-/// checks HELLO against the user's rights: the documented form for it.
+/// Adds the library's standalone user to `node`. Redis 6.0 takes no
+/// channel rules, and checks HELLO against the user's rights: the
+/// documented form for it.
 fn add_user(node: &RedisNode) {
     add_user_with(node, &[]);
 }
 
-/// [`add_user`], with `extra` rules after the documented.
-pub fn add_user_with(node: &RedisNode, extra: &[&'static str]) {
-    let mut rule = readme_rule();
-    rule.extend_from_slice(extra);
+/// [`add_user`], with `extra` rules after the library's.
+pub fn add_user_with(node: &RedisNode, extra: &[&str]) {
+    let mut rule = rule(Deployment::Standalone);
+    rule.extend(extra.iter().map(|w| w.to_string()));
     set_user(node, USER, rule);
 }
 
 /// Adds user `name` with [`PASSWORD`] and `rule`, in Redis 6.0's form
 /// there (no channel rules; `+hello`).
-fn set_user(node: &RedisNode, name: &str, rule: Vec<&str>) {
+fn set_user(node: &RedisNode, name: &str, rule: Vec<String>) {
     let mut con = node.client().get_connection().expect("admin connection");
-    let set = |words: Vec<&str>| {
+    let set = |words: &[String]| {
         let mut cmd = redis::cmd("ACL");
         cmd.arg(&["SETUSER", name, "reset", "on", &format!(">{PASSWORD}")])
             .arg(words);
         cmd
     };
-    if let Err(e) = set(rule.clone()).query::<()>(&mut con) {
-        let redis_6_0 = rule
+    if let Err(e) = set(&rule).query::<()>(&mut con) {
+        let redis_6_0: Vec<String> = rule
             .into_iter()
             .filter(|w| !w.starts_with('&') && *w != "resetchannels")
-            .chain(["+hello"])
+            .chain(["+hello".to_string()])
             .collect();
-        set(redis_6_0)
+        set(&redis_6_0)
             .query::<()>(&mut con)
             .unwrap_or_else(|_| panic!("ACL SETUSER: {e}"));
     }
 }
 
-/// Nodes with the documented user, and their URLs as that user.
+/// Nodes with the library's standalone user, and their URLs as that user.
 fn nodes_with_user(n: usize) -> (RedisNodes, Vec<String>) {
     let nodes = RedisNodes::start(n);
     nodes.iter().for_each(add_user);
@@ -163,9 +141,9 @@ fn doctor_as_the_least_privilege_user_says_which_checks_it_cannot_do() {
 }
 
 /// On a server with `DELIFEQ` (Valkey 9 and later), doctor says whether
-/// the documented user may run it (without it, releases fall back to the
-/// script), and after `+delifeq` that it works; on other servers it shows
-/// no such row. CI runs the CLI tests on Redis: the Valkey half by hand
+/// the user of the rule made without it may run it (without it, releases
+/// fall back to the script), and with the rule made with `+delifeq` that
+/// it works; on other servers it shows no such row. CI runs the CLI tests on Redis: the Valkey half by hand
 /// (`REDLEASE_SERVER=$(.ci/valkey-server)`).
 #[test]
 fn doctor_says_whether_the_user_may_release_with_delifeq() {
@@ -190,10 +168,8 @@ fn doctor_says_whether_the_user_may_release_with_delifeq() {
         "{line}"
     );
     assert!(out.stdout.contains("add +delifeq"), "{out:#?}");
-    let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", USER, "+delifeq"])
-        .query(&mut con)
-        .expect("ACL SETUSER +delifeq");
+    let with = AclRule::new(Deployment::Standalone).delifeq(true);
+    set_user(node, USER, with.rights());
     let out = doctor(&urls);
     let line = row(&out, "0", "native release");
     assert!(
@@ -276,23 +252,32 @@ fn status_and_doctor_name_a_missing_or_wrong_password() {
     }
 }
 
-/// the documented rule less `item`, as user `name` on `node`; its URL.
+/// The library's rule less `item`, as user `name` on `node`; its URL.
 fn user_without(node: &RedisNode, name: &str, item: &str) -> String {
-    let rule = readme_rule().into_iter().filter(|w| *w != item).collect();
+    let rule = rule(Deployment::Standalone)
+        .into_iter()
+        .filter(|w| *w != item)
+        .collect();
     set_user(node, name, rule);
     format!("redis://{name}:{PASSWORD}@{}", node.addr())
 }
 
-/// the documented rule with each item removed in turn: doctor FAILs naming the
-/// `+command` (or the key pattern) without which locks fail, WARNs naming
-/// the ones without which waiters poll (PUBLISH, SUBSCRIBE, UNSUBSCRIBE,
-/// the channel pattern), and passes the user when the item only narrowed
-/// it (`resetkeys`, `-@all`, ...). With `--durable` it needs `+wait` too.
+/// The library's rule with each item removed in turn: doctor FAILs naming
+/// the `+command` (or the key pattern) without which locks fail, WARNs
+/// naming the ones without which waiters poll (PUBLISH, SUBSCRIBE,
+/// UNSUBSCRIBE, the channel pattern), and passes the user when the item
+/// only narrowed it (`resetkeys`, `-@all`, ...). With `--durable` it needs
+/// `+wait` too.
 #[test]
 fn doctor_names_each_permission_the_rule_lacks() {
     let node = RedisNode::start();
-    let optional = ["+publish", "+subscribe", "+unsubscribe"];
-    let rule = readme_rule();
+    let optional: Vec<String> = AclRule::new(Deployment::Standalone)
+        .commands()
+        .filter(|c| c.optional)
+        .map(|c| format!("+{}", c.name))
+        .collect();
+    assert_eq!(optional, ["+publish", "+subscribe", "+unsubscribe"]);
+    let rule = rule(Deployment::Standalone);
     assert!(rule.len() < 30, "a bounded loop: {rule:?}");
     // Redis 6.0 has no channel rules (the documented form for it has none).
     let channels = rule.iter().any(|w| w.starts_with('&'));

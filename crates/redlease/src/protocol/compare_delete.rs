@@ -16,9 +16,10 @@
 //!
 //! Whether a server has `DELIFEQ` is read from the `INFO server` reply that
 //! every connection reads before its first request (server_conn.rs), at no
-//! extra cost, and believed until the command is refused: a renamed or
-//! disabled command, or an ACL user without `+delifeq`, gets an error that
-//! sends this release and every later one on that connection to the script.
+//! extra cost (see `capabilities`), and believed until the command is
+//! refused: a renamed or disabled command, or an ACL user without
+//! `+delifeq`, gets an error that sends this release and every later one
+//! on that connection to the script.
 //!
 //! Redis 8.4's `DELEX key IFEQ value` is the same thing under another name;
 //! it is not used yet, for want of a Redis 8.4 to test it against here.
@@ -26,18 +27,6 @@
 //! Parsing and building only: no I/O here.
 
 use redis::{Cmd, RedisError};
-
-/// Whether the server that wrote this `INFO server` reply has `DELIFEQ`:
-/// Valkey 9.0 or later (which says `valkey_version`; its `redis_version`
-/// stays 7.2.4 for old clients).
-pub(crate) fn has_delifeq(info: &str) -> bool {
-    let version = info.lines().find_map(|line| {
-        line.strip_prefix("valkey_version:")
-            .map(str::trim)
-            .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
-    });
-    version.is_some_and(|major| major >= 9)
-}
 
 /// `DELIFEQ key token`, with its buffers sized up front: one per release.
 pub(crate) fn delifeq(key: &str, token: &str) -> Cmd {
@@ -77,24 +66,6 @@ pub(crate) fn failure(e: &RedisError) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_valkey_9_and_later_has_delifeq() {
-        let valkey = |v: &str| {
-            format!(
-                "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:{v}\r\n"
-            )
-        };
-        assert!(has_delifeq(&valkey("9.1.2")));
-        assert!(has_delifeq(&valkey("9.0.0")));
-        assert!(has_delifeq(&valkey("10.0.0")));
-        assert!(!has_delifeq(&valkey("8.1.4")));
-        assert!(!has_delifeq(&valkey("")));
-        // Redis says only redis_version, whatever it is.
-        assert!(!has_delifeq("# Server\r\nredis_version:8.4.0\r\n"));
-        assert!(!has_delifeq("# Server\r\nredis_version:7.0.15\r\n"));
-        assert!(!has_delifeq(""));
-    }
 
     #[test]
     fn the_command_is_the_key_and_the_token() {

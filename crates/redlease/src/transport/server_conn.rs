@@ -25,7 +25,7 @@ use redis::{
 };
 
 use crate::core::vote_guard::{parse_info_server, ClockSample, ServerFacts, ServerRegistry};
-use crate::protocol::compare_delete;
+use crate::protocol::capabilities::Capabilities;
 use crate::transport::node_url::SentinelUrl;
 use crate::transport::tls::{self, TlsConfig};
 
@@ -402,7 +402,8 @@ impl ServerConn {
 }
 
 /// Asks the server who it is: `INFO server` (run_id, uptime) and `TIME`,
-/// in one round trip; also whether it has `DELIFEQ`.
+/// in one round trip; also whether it has `DELIFEQ` (by its
+/// [`Capabilities`]).
 pub(crate) async fn handshake(
     conn: &mut MultiplexedConnection,
 ) -> RedisResult<(ServerFacts, bool)> {
@@ -419,7 +420,8 @@ pub(crate) async fn handshake(
             why,
         ))
     })?;
-    Ok((facts, compare_delete::has_delifeq(&info)))
+    let delifeq = Capabilities::from_info(&info).is_some_and(|c| c.delifeq());
+    Ok((facts, delifeq))
 }
 
 /// Follows the sentinels' `+switch-master` announcements (from the first

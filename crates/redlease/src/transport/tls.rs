@@ -4,8 +4,8 @@
 //! Locker with TLS settings or TLS nodes is refused at build.
 //!
 //! Also what a failed first connection says about a URL whose scheme does
-//! not match the port ([`wrong_scheme`]): `redis://` to a port that serves
-//! TLS only, or `rediss://` to one that serves plain text.
+//! not match the port ([`scheme_mismatch`]): `redis://` to a port that
+//! serves TLS only, or `rediss://` to one that serves plain text.
 
 use std::fmt;
 use std::path::Path;
@@ -200,8 +200,22 @@ impl WrongScheme {
     }
 }
 
-/// `e`, the failure of a new connection to `addr` before any reply, with
-/// the scheme to use when the URL's scheme does not match the port:
+/// What the server at a URL's address speaks, where the URL's scheme
+/// says otherwise; see [`scheme_mismatch`], whose example shows it.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemeMismatch {
+    /// A `redis://` URL, and the server serves only TLS on the port: use
+    /// `rediss://`.
+    SpeaksTls,
+    /// A `rediss://` URL, and the server answers plain text on the port:
+    /// use `redis://`.
+    SpeaksPlain,
+}
+
+/// Whether a new connection to `addr` that failed before any reply
+/// (`failure`, or `None` if no answer came in time) failed because the
+/// URL's scheme does not match the port:
 ///
 /// - a plain connection (`redis://`) that the server closed or reset
 ///   before it answered anything: a server that serves only TLS on the
@@ -214,40 +228,68 @@ impl WrongScheme {
 ///   as a command and keeps waiting for its end. Asked again in plain text
 ///   (`PING`), such a server answers, which settles it.
 ///
-/// Each question is bounded by `timeout`. `tls` and `plain` are the
-/// schemes to suggest (`rediss://` and `redis://`, or the cluster and
-/// Sentinel forms). Any other failure is returned as it is.
+/// Each question is bounded by `timeout`. The library tells a node's
+/// connection errors this way ([`NodeErrorKind::WrongScheme`]); public for
+/// the `redlease` command's own connections (`doctor`), so that both tell
+/// it alike.
+///
+/// [`NodeErrorKind::WrongScheme`]: crate::NodeErrorKind::WrongScheme
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use redis::IntoConnectionInfo;
+///
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// // A plain server, addressed as a TLS one.
+/// let info = format!("rediss://{}", nodes.node(0).addr()).into_connection_info()?;
+/// let told = redlease::scheme_mismatch(info.addr(), None, Duration::from_secs(1)).await;
+/// assert_eq!(told, Some(redlease::SchemeMismatch::SpeaksPlain));
+/// # Ok(()) }
+/// ```
+#[doc(hidden)]
+pub async fn scheme_mismatch(
+    addr: &ConnectionAddr,
+    failure: Option<&RedisError>,
+    timeout: Duration,
+) -> Option<SchemeMismatch> {
+    match addr {
+        ConnectionAddr::Tcp(host, port) if failure.is_some_and(closed_early) => {
+            let tls = speaks_tls(host, *port, timeout).await;
+            tls.then_some(SchemeMismatch::SpeaksTls)
+        }
+        ConnectionAddr::TcpTls { host, port, .. } if failure.is_none_or(not_tls) => {
+            let plain = speaks_plain(host, *port, timeout).await;
+            plain.then_some(SchemeMismatch::SpeaksPlain)
+        }
+        _ => None,
+    }
+}
+
+/// `e`, the failure of a new connection to `addr` before any reply, with
+/// the scheme to use when the URL's scheme does not match the port (see
+/// [`scheme_mismatch`]). `tls` and `plain` are the schemes to suggest
+/// (`rediss://` and `redis://`, or the cluster and Sentinel forms). Any
+/// other failure is returned as it is.
 pub(crate) async fn wrong_scheme(
     e: RedisError,
     addr: &ConnectionAddr,
     timeout: Duration,
     (tls, plain): (&str, &str),
 ) -> RedisError {
-    match addr {
-        ConnectionAddr::Tcp(host, port) if closed_early(&e) => {
-            if speaks_tls(host, *port, timeout).await {
-                let why = format!(
-                    "the server closed the connection before any reply ({e}): the server \
-                     speaks TLS on this port: use {tls}"
-                );
-                carrying(e, why)
-            } else {
-                e
-            }
-        }
-        ConnectionAddr::TcpTls { host, port, .. } if not_tls(&e) => {
-            if speaks_plain(host, *port, timeout).await {
-                let why = format!(
-                    "no TLS handshake ({e}): the server does not speak TLS on this port, it \
-                     answers plain text: use {plain}"
-                );
-                carrying(e, why)
-            } else {
-                e
-            }
-        }
-        _ => e,
-    }
+    let why = match scheme_mismatch(addr, Some(&e), timeout).await {
+        Some(SchemeMismatch::SpeaksTls) => format!(
+            "the server closed the connection before any reply ({e}): the server speaks TLS \
+             on this port: use {tls}"
+        ),
+        Some(SchemeMismatch::SpeaksPlain) => format!(
+            "no TLS handshake ({e}): the server does not speak TLS on this port, it answers \
+             plain text: use {plain}"
+        ),
+        None => return e,
+    };
+    carrying(e, why)
 }
 
 /// A new connection to `client`'s server, with `config`; a failure says

@@ -1,6 +1,8 @@
-//! Least privilege: an ACL user that may run only the lock's commands, on
-//! the lock's keys and channels, does everything the library does; one
-//! without rights to the keys gets a typed NOPERM error and writes nothing.
+//! Least privilege: an ACL user with exactly the rule the library makes
+//! (`redlease::acl`), which grants only the lock's commands on the lock's
+//! keys and channels, does everything the library does; one without
+//! rights to the keys gets a typed NOPERM error and writes nothing. The
+//! docs show the rules the library makes.
 //!
 //! The nodes run as a hardened deployment would: the default user is off,
 //! so every connection authenticates (and the test looks through an admin
@@ -11,16 +13,24 @@
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redlease::{Error, KeyState, Locker, LockerBuilder, NodeErrorKind, Op, RetryPolicy, Verdict};
+use redlease::acl::{AclRule, Deployment};
+use redlease::{
+    Capabilities, Durability, Error, KeyState, Locker, LockerBuilder, NodeErrorKind, Op,
+    RetryPolicy, Verdict,
+};
 use redlease_testkit::{RedisNode, RedisNodes};
 
 use crate::support::{handoff, spawn_lock, token, MS};
 
-/// The rule of docs/deployments.md's "ACL: the least privilege", for the default key
-/// prefix `redlease:` (after `ACL SETUSER <name> on ><password>`).
-const RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
-                    +get +set +incr +pexpire +pexpiretime +pttl +del +time +publish +subscribe \
-                    +unsubscribe +pubsub|numsub +info";
+/// The library's rule for a standalone server and the default key prefix
+/// `redlease:`, as the words after `ACL SETUSER <name> on ><password>`.
+fn rule() -> String {
+    rights(&AclRule::new(Deployment::Standalone))
+}
+
+fn rights(rule: &AclRule) -> String {
+    rule.rights().join(" ")
+}
 
 const ADMIN_PASSWORD: &str = "admin-pw";
 const PASSWORD: &str = "locker-pw";
@@ -87,18 +97,28 @@ async fn setuser(con: &mut MultiplexedConnection, name: &str, password: &str, ru
     true
 }
 
-/// Adds `+delifeq` to user `name` where the server has `DELIFEQ`, as
-/// docs/deployments.md says to; whether it did.
+/// Sets user `name` to the library's rule with `+delifeq` where the server
+/// has `DELIFEQ` (as the library tells from INFO, which must agree with
+/// the server's own COMMAND INFO); whether it did.
 async fn grant_delifeq(nodes: &RedisNodes, name: &str) -> bool {
     let mut native = false;
     for node in nodes.iter() {
         let mut con = admin(node).await;
-        if crate::support::has_delifeq(&mut con).await {
-            let _: () = redis::cmd("ACL")
-                .arg(&["SETUSER", name, "+delifeq"])
-                .query_async(&mut con)
-                .await
-                .expect("ACL SETUSER +delifeq");
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut con)
+            .await
+            .expect("INFO server");
+        let has = Capabilities::from_info(&info).is_some_and(|c| c.delifeq());
+        assert_eq!(
+            has,
+            crate::support::has_delifeq(&mut con).await,
+            "{}: the library tells DELIFEQ as the server does:\n{info}",
+            node.addr()
+        );
+        if has {
+            let with = rights(&AclRule::new(Deployment::Standalone).delifeq(true));
+            setuser(&mut con, name, PASSWORD, &with).await;
             native = true;
         }
     }
@@ -211,19 +231,106 @@ async fn command_calls(node: &RedisNode) -> std::collections::HashMap<String, u6
         .collect()
 }
 
+/// Every rule the library makes, each once, with what it is for: each
+/// deployment, with durability off, `WAIT` or `WAITAOF`, with and without
+/// `DELIFEQ`.
+fn every_rule() -> Vec<(String, AclRule)> {
+    let durable = Durability::required(1, Duration::from_millis(100));
+    let mut rules: Vec<(String, AclRule)> = Vec::new();
+    for deployment in [
+        Deployment::Standalone,
+        Deployment::Cluster,
+        Deployment::Sentinel,
+    ] {
+        for (durability, wait) in [
+            (Durability::off(), ""),
+            (durable, ", durability"),
+            (durable.fsync(), ", durability with fsync"),
+        ] {
+            for delifeq in [false, true] {
+                let rule = AclRule::new(deployment)
+                    .durability(durability)
+                    .delifeq(delifeq);
+                let label = format!(
+                    "{deployment:?}{wait}{}",
+                    if delifeq { ", DELIFEQ" } else { "" }
+                );
+                if !rules.iter().any(|(_, r)| r.to_string() == rule.to_string()) {
+                    rules.push((label, rule));
+                }
+            }
+        }
+    }
+    rules
+}
+
+/// The `ACL SETUSER` lines of `doc`'s fenced blocks.
+fn shown_rules(doc: &str) -> Vec<&str> {
+    let mut fenced = false;
+    let mut shown = Vec::new();
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if fenced && line.trim_start().starts_with("ACL SETUSER") {
+            shown.push(line.trim());
+        }
+    }
+    shown
+}
+
+/// The rules the docs show are the library's, byte for byte: the
+/// standalone rule, and the cluster and Sentinel rules with durability,
+/// and any other they show is one the library makes.
 #[test]
-fn readme_gives_the_rule_tested_here() {
-    let readme = include_str!("../../../../docs/deployments.md");
-    assert!(
-        readme.contains(&format!("ACL SETUSER redlease on >PASSWORD {RULE}")),
-        "docs/deployments.md's ACL line differs from the rule tested here:\n{RULE}"
-    );
+fn the_docs_show_the_rules_the_library_makes() {
+    let made: Vec<(String, String)> = every_rule()
+        .into_iter()
+        .map(|(label, rule)| (label, rule.to_string()))
+        .collect();
+    let paste: String = made
+        .iter()
+        .map(|(label, rule)| format!("# {label}:\n{rule}\n"))
+        .collect();
+    let docs = [
+        (
+            "docs/deployments.md",
+            include_str!("../../../../docs/deployments.md"),
+        ),
+        ("README.md", include_str!("../../../../README.md")),
+    ];
+    let mut all_shown = Vec::new();
+    for (name, text) in docs {
+        for line in shown_rules(text) {
+            assert!(
+                made.iter().any(|(_, rule)| rule == line),
+                "{name} shows a rule the library does not make:\n{line}\n\
+                 regenerate it: paste the one it should be from these \
+                 (redlease::acl::AclRule):\n{paste}"
+            );
+            all_shown.push(line);
+        }
+    }
+    let durable = Durability::required(1, Duration::from_millis(100));
+    let expected = [
+        AclRule::new(Deployment::Standalone),
+        AclRule::new(Deployment::Standalone).delifeq(true),
+        AclRule::new(Deployment::Cluster).durability(durable),
+        AclRule::new(Deployment::Sentinel).durability(durable),
+    ]
+    .map(|rule| rule.to_string());
+    for rule in &expected {
+        assert!(
+            all_shown.contains(&rule.as_str()),
+            "docs/deployments.md does not show the library's rule; paste it:\n{rule}\n\
+             (shown: {all_shown:#?})"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_privilege_user_does_everything_the_library_does() {
-    let nodes = nodes_with_users(3, &[("locker", RULE)]).await;
-    // docs/deployments.md: on a server with DELIFEQ, the rule also grants it.
+    let nodes = nodes_with_users(3, &[("locker", &rule())]).await;
+    // On a server with DELIFEQ, the rule also grants it.
     let native = grant_delifeq(&nodes, "locker").await;
     let ttl = Duration::from_secs(10);
     // A 5 s retry timer: a waiter that gets the lock sooner was woken by
@@ -318,10 +425,10 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     // Nothing was refused (redis-rs names itself with CLIENT SETINFO on
     // each connection and ignores a refusal: not needed; Redis 6.0 logs it
     // as `client`), and every command the rule grants was used.
-    let granted: Vec<&str> = RULE
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix('+'))
-        .chain(native.then_some("delifeq"))
+    let granted: Vec<&str> = AclRule::new(Deployment::Standalone)
+        .delifeq(native)
+        .commands()
+        .map(|c| c.name)
         .collect();
     for node in nodes.iter() {
         let refused: Vec<_> = acl_log(node)
@@ -344,14 +451,14 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     }
 }
 
-/// A user without `+delifeq` on a server that has it (the documented rule as
-/// written before Valkey 9): the first release on a connection is refused
+/// A user without `+delifeq` on a server that has it (the rule made
+/// without it): the first release on a connection is refused
 /// (one ACL LOG entry) and done by the script, and the connection's later
 /// releases go to the script straight away. Skipped where the server has
 /// no `DELIFEQ` (CI runs it on Valkey).
 #[tokio::test]
 async fn without_delifeq_rights_releases_use_the_script_after_one_refusal() {
-    let nodes = nodes_with_users(1, &[("locker", RULE)]).await;
+    let nodes = nodes_with_users(1, &[("locker", &rule())]).await;
     let node = nodes.node(0);
     if !crate::support::has_delifeq(&mut admin(node).await).await {
         eprintln!(
@@ -386,7 +493,7 @@ async fn without_delifeq_rights_releases_use_the_script_after_one_refusal() {
 
 #[tokio::test]
 async fn a_user_without_rights_to_the_keys_gets_noperm_and_writes_nothing() {
-    let elsewhere = RULE.replace("~redlease:*", "~other:*");
+    let elsewhere = rule().replace("~redlease:*", "~other:*");
     let nodes = nodes_with_users(3, &[("outsider", &elsewhere)]).await;
     let locker = locker_as(&nodes, "outsider", Duration::from_secs(10), 50 * MS);
 
@@ -463,7 +570,7 @@ async fn lock_calls(nodes: &RedisNodes) -> u64 {
 
 /// The rule without the lock's channels: SUBSCRIBE is refused.
 fn rule_without_channels() -> String {
-    RULE.replace(" &redlease:*", "")
+    rule().replace(" &redlease:*", "")
 }
 
 /// A waiter that may not subscribe cannot hear a release, so it keeps the
@@ -472,7 +579,7 @@ fn rule_without_channels() -> String {
 #[tokio::test]
 async fn a_waiter_that_may_not_subscribe_polls_and_gets_the_lock() {
     let deaf_rule = rule_without_channels();
-    let nodes = nodes_with_users(3, &[("holder", RULE), ("deaf", &deaf_rule)]).await;
+    let nodes = nodes_with_users(3, &[("holder", &rule()), ("deaf", &deaf_rule)]).await;
     let ttl = Duration::from_secs(10);
     let holder = locker_as(&nodes, "holder", ttl, 50 * MS);
     let lease = holder.try_lock("job").await.expect("free lock");
@@ -492,7 +599,7 @@ async fn a_waiter_that_may_not_subscribe_polls_and_gets_the_lock() {
 /// gets the lock soon after a release it could not hear.
 #[tokio::test]
 async fn a_waiter_whose_subscription_broke_polls_until_it_is_back() {
-    let nodes = nodes_with_users(3, &[("holder", RULE), ("waiter", RULE)]).await;
+    let nodes = nodes_with_users(3, &[("holder", &rule()), ("waiter", &rule())]).await;
     let ttl = Duration::from_secs(10);
     let holder = locker_as(&nodes, "holder", ttl, 50 * MS);
     let lease = holder.try_lock("job").await.expect("free lock");
@@ -535,7 +642,7 @@ async fn a_waiter_whose_subscription_broke_polls_until_it_is_back() {
 /// `ERR` and, before Redis 7.2, without the command's name).
 #[tokio::test]
 async fn a_refused_command_is_named_in_the_node_error() {
-    let without = |item: &str| RULE.replace(&format!(" {item}"), "");
+    let without = |item: &str| rule().replace(&format!(" {item}"), "");
     let (no_info, no_incr) = (without("+info"), without("+incr"));
     let nodes = nodes_with_users(1, &[("noinfo", &no_info), ("noincr", &no_incr)]).await;
     let ttl = Duration::from_secs(10);

@@ -1,30 +1,31 @@
-//! Least privilege on a Redis Cluster and behind Sentinel: the rules of
-//! docs/deployments.md's "Redis Cluster, Sentinel, and failover" let a user lock, wait
-//! (woken by the release), renew with durability, inspect and release, and
-//! each server's ACL LOG shows nothing of that user's refused.
+//! Least privilege on a Redis Cluster, behind Sentinel and with
+//! durability: a user with exactly the rule the library makes for the
+//! form (`redlease::acl`) can lock, wait (woken by the release), renew with
+//! durability, inspect and release, and each server's ACL LOG shows
+//! nothing of that user's refused.
 
 use std::time::{Duration, Instant};
 
-use redlease::{Durability, Locker, RetryPolicy};
+use redlease::acl::{AclRule, Deployment};
+use redlease::{Capabilities, Durability, Locker, RetryPolicy};
 use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::sentinel::{SentinelSet, PRIMARY_NAME};
-use redlease_testkit::RedisNode;
+use redlease_testkit::{NodeConfig, RedisNode};
 
 use crate::support::*;
 
-/// The cluster rule: the documented standalone rule with the sharded pub/sub
-/// commands instead of the plain ones, `CLUSTER SLOTS` for the slot map
-/// and `PING` (redis-rs's cluster client checks its connections with it),
-/// and `WAIT` and `INFO` (the scripts read `master_replid`) for durability.
-const CLUSTER_RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
-                            +get +set +incr +pexpire +pexpiretime +pttl +del +time +spublish +ssubscribe \
-                            +sunsubscribe +pubsub|shardnumsub +cluster|slots +ping +wait +info";
+/// The durability the lock cycles run with: `WAIT 1 50`, which a node
+/// without a replica answers late with 0, and best effort takes.
+const DURABLE: Durability = Durability::best_effort(1, Duration::from_millis(50));
 
-/// The Sentinel primary's rule: the standalone rule, `ROLE` for the role
-/// check, and `WAIT` and `INFO` for durability.
-const SENTINEL_RULE: &str = "resetkeys resetchannels ~redlease:* &redlease:* -@all +eval +evalsha \
-                             +get +set +incr +pexpire +pexpiretime +pttl +del +time +publish +subscribe \
-                             +unsubscribe +pubsub|numsub +role +wait +info";
+/// The library's rule for `deployment` with `durability`, as the words
+/// after `ACL SETUSER <name> on ><password>`.
+fn rule(deployment: Deployment, durability: Durability) -> String {
+    AclRule::new(deployment)
+        .durability(durability)
+        .rights()
+        .join(" ")
+}
 
 const PASSWORD: &str = "locker-pw";
 
@@ -56,16 +57,17 @@ async fn refused(node: &RedisNode) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Takes a kept-alive durable lease through `url`, has a second Locker
-/// wait for it (woken by the release, its timer being 5 s), inspects it.
-async fn lock_cycle(url: &str) {
+/// Takes a kept-alive lease through `url` with `durability`, has a second
+/// Locker wait for it (woken by the release, its timer being 5 s),
+/// inspects it.
+async fn lock_cycle(url: &str, durability: Durability) {
     let build = |delay: Duration| {
         Locker::builder([url])
             .restart_quarantine(std::time::Duration::ZERO)
             .ttl(Duration::from_secs(1))
             .node_timeout(NODE_TIMEOUT)
             .connect_timeout(NODE_TIMEOUT)
-            .durability(Durability::best_effort(1, Duration::from_millis(50)))
+            .durability(durability)
             .retry(
                 RetryPolicy::new()
                     .wait(Duration::from_secs(20))
@@ -106,11 +108,11 @@ async fn lock_cycle(url: &str) {
 async fn the_cluster_rule_is_enough() {
     let cluster = RedisCluster::start(3);
     for node in cluster.iter() {
-        add_user(node, CLUSTER_RULE).await;
+        add_user(node, &rule(Deployment::Cluster, DURABLE)).await;
     }
     let hosts: Vec<String> = cluster.iter().map(RedisNode::addr).collect();
     let url = format!("redis+cluster://locker:{PASSWORD}@{}", hosts.join(","));
-    lock_cycle(&url).await;
+    lock_cycle(&url, DURABLE).await;
     for node in cluster.iter() {
         assert_eq!(refused(node).await, [], "{}", node.addr());
     }
@@ -121,7 +123,7 @@ async fn the_sentinel_primary_rule_is_enough() {
     let set = SentinelSet::start(1, 3);
     // ACL SETUSER is not replicated: every data node gets the user.
     for i in 0..2 {
-        add_user(set.node(i), SENTINEL_RULE).await;
+        add_user(set.node(i), &rule(Deployment::Sentinel, DURABLE)).await;
     }
     let hosts: Vec<String> = set
         .sentinel_urls()
@@ -132,8 +134,56 @@ async fn the_sentinel_primary_rule_is_enough() {
         "redis+sentinel://locker:{PASSWORD}@{}/{PRIMARY_NAME}",
         hosts.join(",")
     );
-    lock_cycle(&url).await;
+    lock_cycle(&url, DURABLE).await;
     for i in 0..2 {
         assert_eq!(refused(set.node(i)).await, [], "{}", set.node(i).addr());
+    }
+}
+
+/// A single server's rule with durability: `WAIT`, and where the server
+/// has `WAITAOF` (Redis 7.2 and later, Valkey) `WAITAOF` with `fsync`, on
+/// a node that fsyncs its AOF on every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standalone_durable_rules_are_enough() {
+    let node = RedisNode::start_with(
+        NodeConfig::new()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always"),
+    );
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn(&node).await)
+        .await
+        .unwrap();
+    let server = Capabilities::from_info(&info).expect("a version");
+    let mut forms = vec![(DURABLE, "wait")];
+    if server.waitaof() {
+        forms.push((DURABLE.fsync(), "waitaof"));
+    } else {
+        eprintln!(
+            "WAITAOF not tried: {} {} has none",
+            server.server(),
+            server.version()
+        );
+    }
+    let url = format!("redis://locker:{PASSWORD}@{}", node.addr());
+    for (durability, command) in forms {
+        add_user(&node, &rule(Deployment::Standalone, durability)).await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn(&node).await)
+            .await
+            .unwrap();
+        lock_cycle(&url, durability).await;
+        assert_eq!(refused(&node).await, [], "{command}");
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn(&node).await)
+            .await
+            .unwrap();
+        assert!(
+            stats.contains(&format!("cmdstat_{command}:calls=")),
+            "{command} was sent: {stats}"
+        );
     }
 }
