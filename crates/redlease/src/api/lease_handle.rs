@@ -7,16 +7,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// A view of a held lease for the work running under it
-/// ([`Locker::with_lock`](crate::Locker::with_lock)): its name, validity and
+/// ([`Acquire::with`](crate::Acquire::with)): its name, validity and
 /// loss signal. Cheap to clone; it cannot release or extend the lock.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlease::Error> {
 /// # let nodes = redlease_testkit::RedisNodes::start(1);
-/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+/// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
 /// locker
-///     .with_lock("sync", |lease| async move {
+///     .lock("sync")
+///     .with(|lease| async move {
 ///         while !lease.is_lost() {
 ///             // ... one step, well inside lease.remaining() ...
 /// #           break;

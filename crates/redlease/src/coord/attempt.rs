@@ -14,6 +14,7 @@ use crate::core::fencing;
 use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
 use crate::core::quorum::{quorum, Decision};
+use crate::core::refusal::Failure;
 use crate::core::validity::Timing;
 use crate::transport::node::{AcquireReply, OnRefusal};
 
@@ -45,10 +46,10 @@ pub(crate) async fn attempt(
     keys: &LockKeys,
     timing: Timing,
     on_refusal: OnRefusal,
-) -> Result<Grant, Error> {
+) -> Result<Grant, Failure> {
     // One server under two names: refused before anything is written.
     if let Some(e) = engine.same_server() {
-        return Err(e);
+        return Err(e.into());
     }
     let ownership = Arc::new(Ownership::new(
         keys.lock.clone(),
@@ -96,14 +97,17 @@ pub(crate) async fn attempt(
     {
         replies.finish().await;
     }
-    let failure = match replies.tally.decision() {
+    let failure: Failure = match replies.tally.decision() {
         // One server configured twice: refuse outright rather than take
         // locks on what is not the majority it looks like. Every node that
         // connected has claimed the server it reached by now, whether or
         // not its answer is in.
         _ if engine.same_server().is_some() => {
             replies.finish().await;
-            engine.same_server().expect("a pair is never forgotten")
+            engine
+                .same_server()
+                .expect("a pair is never forgotten")
+                .into()
         }
         Decision::Reached => {
             let (granted_by, fences) = granted(&replies);
@@ -151,18 +155,19 @@ pub(crate) async fn attempt(
                         replicas,
                     });
                 }
-                Err(failure) => failure.into_error(engine, resource),
+                Err(failure) => failure.into_error(engine, resource).into(),
             }
         }
         Decision::Impossible | Decision::Pending => {
             // Wait for the stragglers: the cleanup below must reach every
             // node that may have applied the SET, and must not overtake it.
             replies.finish().await;
-            engine.same_server().unwrap_or_else(|| {
-                replies
+            match engine.same_server() {
+                Some(pair) => pair.into(),
+                None => replies
                     .shortfall(Op::Acquire, engine.nodes())
-                    .into_error(resource, false)
-            })
+                    .into_failure(resource),
+            }
         }
     };
     // Undo on every node that may hold the token: one that timed out or

@@ -49,20 +49,23 @@ fn lease_futures_are_send(mut lease: Lease) {
 async fn locker_futures_are_send() {
     // Building does not connect: nothing listens on port 1.
     let locker = Locker::builder(["redis://127.0.0.1:1"])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .build()
         .unwrap();
     let try_lock = locker.try_lock("job").into_future();
     send(&try_lock);
     let lock = locker.lock("job").keep_alive().into_future();
     send(&lock);
-    let with = locker.with_lock("job", |_lease| async { 1 });
+    let with = locker.lock("job").with(|_lease| async { 1 });
     send(&with);
-    send(&locker.inspect("job"));
-    send(&locker.force_release("job"));
+    let try_with = locker.try_lock("job").with(|_lease| async { 1 });
+    send(&try_with);
+    send(&locker.admin().inspect("job"));
+    send(&locker.admin().force_release("job"));
     send(&locker.close());
-    send(&locker.flush());
+    send(&locker.admin().wait_for_background());
     // Dropped unpolled: nothing was sent.
     fn is_future<F: Future>(_: &F) {}
     is_future(&with);
+    is_future(&try_with);
 }

@@ -43,7 +43,7 @@ use lanes::lane;
 pub(crate) const TRIP: usize = 5 * CHUNK;
 
 /// Figures of a Locker's automatic renewal, from
-/// [`Locker::renewal_stats`](crate::Locker::renewal_stats).
+/// [`Admin::renewal_stats`](crate::Admin::renewal_stats).
 ///
 /// ```no_run
 /// # fn f(locker: &redlease::Locker) {
