@@ -612,3 +612,10 @@ pub use crate::core::retry::RetryPolicy;
 pub use crate::core::validity::MAX_TTL;
 pub use crate::transport::node_url::{redact_url, NodeUrl, SentinelUrl};
 pub use crate::transport::tls::TlsConfig;
+
+/// The examples of README.md and docs/library.md, compiled with the
+/// doctests so they keep up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/library.md")]
+pub struct ReadmeDoctests;

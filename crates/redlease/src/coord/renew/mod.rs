@@ -47,7 +47,7 @@ pub(crate) const TRIP: usize = 5 * CHUNK;
 ///
 /// ```no_run
 /// # fn f(locker: &redlease::Locker) {
-/// let stats = locker.renewal_stats();
+/// let stats = locker.admin().renewal_stats();
 /// println!("{} leases kept alive, {} round trips so far", stats.leases, stats.round_trips);
 /// # }
 /// ```
