@@ -686,8 +686,10 @@ async fn a_shard_whose_clock_jumped_casts_no_vote() {
                 .ttl(ttl)
                 .node_timeout(NODE_TIMEOUT)
                 .connect_timeout(NODE_TIMEOUT)
-                .advanced(|a| a.restart_quarantine(Duration::ZERO))
-                .advanced(|a| a.clock_jump_guard(guarded))
+                .advanced(|a| {
+                    a.restart_quarantine(Duration::ZERO)
+                        .clock_jump_guard(guarded)
+                })
                 .retry(once())
                 .build()
                 .unwrap()

@@ -327,8 +327,10 @@ async fn a_server_whose_clock_jumped_casts_no_vote() {
                 .fencing(!guarded)
                 .ttl(ttl)
                 .node_timeout(NODE_TIMEOUT)
-                .advanced(|a| a.restart_quarantine(Duration::ZERO))
-                .advanced(|a| a.clock_jump_guard(guarded))
+                .advanced(|a| {
+                    a.restart_quarantine(Duration::ZERO)
+                        .clock_jump_guard(guarded)
+                })
                 .retry(once())
                 .build()
                 .unwrap()
