@@ -9,12 +9,11 @@ use crate::coord::engine::Engine;
 use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::release::{release_on, Announce, Ownership};
-use crate::core::error::{Error, Op};
+use crate::core::error::{Error, Failure, Op};
 use crate::core::fencing;
 use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
 use crate::core::quorum::{quorum, Decision};
-use crate::core::refusal::Failure;
 use crate::core::validity::Timing;
 use crate::transport::node::{AcquireReply, OnRefusal};
 

@@ -4,25 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::core::node_error::{NodeError, NodeErrorKind, NodeId};
-use crate::core::refusal::{Busy, Failure, Refusal};
-
-/// A node on which the lock is held by another owner, with the remaining
-/// time the node reported.
-///
-/// ```
-/// fn soonest(held_on: &[redlease::Held]) -> Option<std::time::Duration> {
-///     held_on.iter().filter_map(|h| h.expires_in).min()
-/// }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Held {
-    /// The node.
-    pub node: NodeId,
-    /// The key's remaining TTL there; `None` when the key never expires
-    /// (someone wrote it without a TTL).
-    pub expires_in: Option<Duration>,
-}
+use crate::core::refusal::{Busy, Held, Refusal};
 
 /// The lock operation an error is about.
 ///
@@ -311,6 +293,24 @@ impl Error {
             _ => return None,
         };
         held.iter().filter_map(|h| h.expires_in).min()
+    }
+}
+
+/// A failed acquire attempt: the error the caller may see, and what its
+/// refusals said of the holder, for a waiter.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: Error,
+    pub(crate) busy: Busy,
+}
+
+/// A failure with no refusal to learn from.
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure {
+            error,
+            busy: Busy::default(),
+        }
     }
 }
 

@@ -1,12 +1,30 @@
-//! What a node's refusal of an acquire tells a waiter beyond the public
-//! [`Held`]: how many processes wait for the lock, and whose lock it is.
-//! The public error carries the node and the expiry; this bookkeeping
-//! travels beside it, from the vote to the waiter's next sleep.
+//! A node's refusal: the public [`Held`] that errors show (the node and
+//! when the other owner's hold expires), and what it tells a waiter beyond
+//! that: how many processes wait for the lock, and whose lock it is. That
+//! bookkeeping travels beside the error, from the vote to the waiter's next
+//! sleep.
 
 use std::time::Duration;
 
-use crate::core::error::{Error, Held};
 use crate::core::node_error::NodeId;
+
+/// A node on which the lock is held by another owner, with the remaining
+/// time the node reported.
+///
+/// ```
+/// fn soonest(held_on: &[redlease::Held]) -> Option<std::time::Duration> {
+///     held_on.iter().filter_map(|h| h.expires_in).min()
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Held {
+    /// The node.
+    pub node: NodeId,
+    /// The key's remaining TTL there; `None` when the key never expires
+    /// (someone wrote it without a TTL).
+    pub expires_in: Option<Duration>,
+}
 
 /// One node's refusal: the other owner's hold, and what the waiter
 /// reads of it.
@@ -66,24 +84,6 @@ impl Busy {
         Busy {
             one_owner,
             crowd: refusals.iter().map(|r| r.waiting).max().unwrap_or(0),
-        }
-    }
-}
-
-/// A failed acquire attempt: the error the caller may see, and what its
-/// refusals said of the holder, for a waiter.
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub(crate) error: Error,
-    pub(crate) busy: Busy,
-}
-
-/// A failure with no refusal to learn from.
-impl From<Error> for Failure {
-    fn from(error: Error) -> Self {
-        Failure {
-            error,
-            busy: Busy::default(),
         }
     }
 }
