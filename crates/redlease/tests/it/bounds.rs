@@ -5,9 +5,9 @@
 use std::future::{Future, IntoFuture};
 
 use redlease::{
-    Acquire, Error, Held, KeyState, Lease, LeaseHandle, LockStatus, Locker, LockerBuilder,
-    LostReason, NodeError, NodeErrorKind, NodeId, NodeLockState, Op, RenewalStats, RetryPolicy,
-    Verdict,
+    Acquire, Admin, Advanced, Error, Held, KeyState, Lease, LeaseHandle, LockStatus, Locker,
+    LockerBuilder, LostReason, NodeError, NodeErrorKind, NodeId, NodeLockState, Op, RenewalStats,
+    RetryPolicy, TryAcquire, Verdict,
 };
 
 fn send_sync<T: Send + Sync>() {}
@@ -18,7 +18,10 @@ fn send<T: Send>(_: &T) {}
 fn public_types_are_send_and_sync() {
     send_sync::<Locker>();
     send_sync::<LockerBuilder>();
+    send_sync::<Advanced>();
     send_sync::<Acquire<'static>>();
+    send_sync::<TryAcquire<'static>>();
+    send_sync::<Admin<'static>>();
     send_sync::<Lease>();
     send_sync::<LeaseHandle>();
     send_sync::<RetryPolicy>();
@@ -64,6 +67,7 @@ async fn locker_futures_are_send() {
     send(&locker.admin().force_release("job"));
     send(&locker.close());
     send(&locker.admin().wait_for_background());
+    send(&locker.admin().check_servers());
     // Dropped unpolled: nothing was sent.
     fn is_future<F: Future>(_: &F) {}
     is_future(&with);

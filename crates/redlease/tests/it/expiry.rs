@@ -311,10 +311,11 @@ async fn a_release_waits_for_a_slow_nodes_acquire() {
     }
 }
 
-/// `flush` waits for the requests a release left to a slow node, so a
-/// process can exit without leaving that node holding the key.
+/// `Admin::wait_for_background` waits for the requests a release left to a
+/// slow node, so a process can exit without leaving that node holding the
+/// key.
 #[tokio::test]
-async fn flush_waits_for_the_slowest_node() {
+async fn waiting_for_the_background_waits_for_the_slowest_node() {
     let mut nodes = RedisNodes::start(5);
     let locker = locker(&nodes);
     let key = locker.admin().key("job");
