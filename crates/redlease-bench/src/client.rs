@@ -58,7 +58,7 @@ pub enum Variant {
     Default,
     /// Fencing tokens on (`LockerBuilder::fencing`).
     Fenced,
-    /// The clock-jump guard off (`LockerBuilder::clock_jump_guard`): no
+    /// The clock-jump guard off (`Advanced::clock_jump_guard`): no
     /// `PEXPIRETIME` with each acquire, to show what the guard costs.
     Unguarded,
 }
@@ -72,7 +72,7 @@ pub struct Redlease {
 impl Redlease {
     /// The retry policy every blocking acquire uses.
     pub fn policy() -> RetryPolicy {
-        RetryPolicy::new().wait(WAIT).delay(RETRY_MIN, RETRY_MAX)
+        RetryPolicy::within(WAIT).delay(RETRY_MIN, RETRY_MAX)
     }
 
     /// One Locker over `urls`, shared by all workers (one multiplexed
@@ -82,13 +82,17 @@ impl Redlease {
         let mut builder = Locker::builder(urls)
             // The bench's servers are brand new (none can have lost a
             // lock), and it measures locks, not the quarantine's wait.
-            .restart_quarantine(std::time::Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
             .ttl(TTL)
             .retry(Self::policy());
         match variant {
             Variant::Default => {}
-            Variant::Fenced => builder = builder.fencing(true).fence_expiry(FENCE_EXPIRY),
-            Variant::Unguarded => builder = builder.clock_jump_guard(false),
+            Variant::Fenced => {
+                builder = builder
+                    .fencing(true)
+                    .advanced(|a| a.fence_expiry(FENCE_EXPIRY))
+            }
+            Variant::Unguarded => builder = builder.advanced(|a| a.clock_jump_guard(false)),
         }
         Ok(Redlease {
             locker: builder.build()?,
@@ -99,7 +103,10 @@ impl Redlease {
     /// The Redis keys the library uses for `name`: the lock and its
     /// fencing counter.
     pub fn keys(&self, name: &str) -> (String, String) {
-        (self.locker.key(name), self.locker.fence_key(name))
+        (
+            self.locker.admin().key(name),
+            self.locker.admin().fence_key(name),
+        )
     }
 }
 

@@ -138,7 +138,7 @@ enum Compare {
     /// what drawing a token costs.
     Fenced,
     /// redlease with the clock-jump guard off
-    /// (`LockerBuilder::clock_jump_guard(false)`), to show what the guard's
+    /// (`Advanced::clock_jump_guard(false)`), to show what the guard's
     /// `PEXPIRETIME` with every acquire costs.
     Unguarded,
 }

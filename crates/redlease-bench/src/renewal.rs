@@ -164,7 +164,7 @@ pub async fn run(
 ) -> Result<RenewalReport, BenchError> {
     // Brand-new servers: see client.rs.
     let locker = redlease::Locker::builder(urls)
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(TTL)
         .build()?;
     let mut held = Vec::with_capacity(leases);
@@ -189,7 +189,7 @@ pub async fn run(
             held.push(lease?);
         }
     }
-    let before = locker.renewal_stats();
+    let before = locker.admin().renewal_stats();
     let cpu_before = cpu::process();
     let started = Instant::now();
     // Dropped (every node resumed, thread joined) on any way out of here.
@@ -199,7 +199,7 @@ pub async fn run(
     tokio::time::sleep(hold).await;
     let seconds = started.elapsed().as_secs_f64();
     let cpu = cpu::process().saturating_sub(cpu_before);
-    let after = locker.renewal_stats();
+    let after = locker.admin().renewal_stats();
     let round_trips = after.round_trips - before.round_trips;
     let abandoned = after.abandoned.saturating_sub(before.abandoned);
     // Ends the schedule (it ends by itself at the hold's end too) and

@@ -155,7 +155,7 @@ impl NodesArg {
         let urls = self.urls()?;
         let mut builder = redlease::Locker::builder(&urls);
         if let Some(quarantine) = self.restart_quarantine {
-            builder = builder.restart_quarantine(quarantine);
+            builder = builder.advanced(|a| a.restart_quarantine(quarantine));
         }
         if let Some(tls) = self.tls()? {
             builder = builder.tls(tls);

@@ -1,5 +1,5 @@
 //! `redlease release --force`: delete a stuck lock whoever holds it, with
-//! the library's `Locker::force_release`.
+//! the library's `Admin::force_release`.
 
 use clap::Args;
 use redlease::Error;
@@ -49,8 +49,8 @@ pub async fn release(args: ReleaseArgs) -> Exit {
         Err(exit) => return exit,
     };
     let name = args.lock.name();
-    let key = locker.key(name);
-    match locker.force_release(name).await {
+    let key = locker.admin().key(name);
+    match locker.admin().force_release(name).await {
         Ok(0) => {
             let nodes = match urls.len() {
                 1 => "its node".to_string(),

@@ -180,7 +180,7 @@ pub async fn run(args: RunArgs) -> Exit {
         Err(e) => return Exit::with(exit::USAGE, chain(&e)),
     };
     // A bad name is refused before any connection is made.
-    if let Err(e) = locker.check_name(&args.key) {
+    if let Err(e) = locker.admin().check_name(&args.key) {
         return Exit::with(exit::USAGE, chain(&e));
     }
     let mut ttl_warned = false;
@@ -193,7 +193,7 @@ pub async fn run(args: RunArgs) -> Exit {
     // they answer (the lock then fails the same way).
     // A URL whose scheme does not match its port (TLS or not) cannot
     // work however long one waits: say so now, with the scheme to use.
-    match locker.check_servers().await {
+    match locker.admin().check_servers().await {
         Err(e) => return Exit::with(exit::USAGE, chain(&e)),
         Ok(unreached) => {
             let wrong: Vec<String> = unreached
@@ -217,7 +217,7 @@ pub async fn run(args: RunArgs) -> Exit {
         sig = signals.recv() => {
             // The acquisition was dropped; an attempt in flight undoes
             // itself in the background: wait for that before exiting.
-            locker.flush().await;
+            locker.close().await;
             return Exit::code(exit::signal_code(sig.as_raw()));
         }
     };
@@ -240,7 +240,7 @@ pub async fn run(args: RunArgs) -> Exit {
         Ok(guardian) => guardian,
         Err(e) => {
             let _ = lease.release().await;
-            locker.flush().await;
+            locker.close().await;
             return Exit::with(
                 exit::INTERNAL,
                 format!(
@@ -257,7 +257,7 @@ pub async fn run(args: RunArgs) -> Exit {
             let guardian = guardian.dismiss();
             // Nothing ran under the lock: its release result is moot.
             let _ = lease.release().await;
-            locker.flush().await;
+            locker.close().await;
             guardian.reap().await;
             return cannot_spawn(&args.command[0], &e);
         }
@@ -272,7 +272,7 @@ pub async fn run(args: RunArgs) -> Exit {
     // The release returns once a quorum confirmed; its requests to slower
     // nodes would die with this process and leave a key there until its
     // TTL: let them finish first.
-    locker.flush().await;
+    locker.close().await;
     guardian.reap().await;
     finish(ended, released, &args.key)
 }
@@ -360,7 +360,7 @@ async fn acquire(
                 .await
         }
         // Like flock: without --wait, as long as it takes.
-        None => request.retry(RetryPolicy::new().wait_forever()).await,
+        None => request.retry(RetryPolicy::forever()).await,
     }
 }
 

@@ -1,5 +1,5 @@
 //! `redlease status`: per node, whether a lock is held and for how long,
-//! and the lock's fencing counter, as the library's `Locker::inspect`
+//! and the lock's fencing counter, as the library's `Admin::inspect`
 //! reports them (never the key's value: that is the holder's token).
 
 use std::time::Duration;
@@ -80,14 +80,14 @@ pub async fn status(args: StatusArgs) -> Exit {
         Ok(made) => made,
         Err(exit) => return exit,
     };
-    let status = match locker.inspect(args.lock.name()).await {
+    let status = match locker.admin().inspect(args.lock.name()).await {
         Ok(status) => status,
         Err(e @ Error::InvalidInput { .. }) => return Exit::with(exit::USAGE, chain(&e)),
         Err(e) => return Exit::with(exit::INTERNAL, chain(&e)),
     };
 
     let nodes = status.nodes.len();
-    let quorum = locker.quorum();
+    let quorum = locker.admin().quorum();
     println!(
         "lock {:?} (key {}) on {nodes} node{}, quorum {quorum}",
         args.lock.name(),

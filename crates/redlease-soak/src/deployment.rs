@@ -191,7 +191,7 @@ pub async fn run(
             .build()
             .map_err(|e| format!("a Locker on {url}: {e}"))?;
         (0..settings.locks)
-            .map(|l| namer.key(&lock_name(l)))
+            .map(|l| namer.admin().key(&lock_name(l)))
             .collect()
     };
     let shared: Shared = Arc::new(Mutex::new(deployment));

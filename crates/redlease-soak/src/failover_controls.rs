@@ -180,7 +180,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
     // room, so its refusal is WAIT's answer, not a timeout.
     let durable = crate::deployment::durability(Some(1));
     let mut d = connect(3, durable, D_NODE_TIMEOUT, &mut settings).await?;
-    let key = a.locker.key(&lock_name(0));
+    let key = a.locker.admin().key(&lock_name(0));
 
     let warm = w
         .acquire(0, true)
@@ -467,7 +467,7 @@ async fn empty_restart(name: &str, seed: u64) -> Result<Run, String> {
         );
     }
     let (mut b, mut a) = (clients.pop().expect("B"), clients.pop().expect("A"));
-    let key = a.locker.key(&lock_name(0));
+    let key = a.locker.admin().key(&lock_name(0));
 
     let held_a = a
         .acquire(0, true)

@@ -31,7 +31,7 @@ pub enum Call {
     Write,
     /// Write to the lock's fenced store, carrying the fencing token.
     FencedWrite,
-    /// `locker.check_servers()`: connects to every node and looks for one
+    /// `locker.admin().check_servers()`: connects to every node and looks for one
     /// server given twice.
     CheckServers,
 }

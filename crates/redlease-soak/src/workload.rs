@@ -66,10 +66,10 @@ pub struct Settings {
     /// How many replicas must acknowledge each write of a lease (off for
     /// independent nodes, which have no replicas).
     pub durability: Durability,
-    /// `LockerBuilder::restart_quarantine`; `None`: the library's default
+    /// `Advanced::restart_quarantine`; `None`: the library's default
     /// (the TTL plus its drift allowance).
     pub restart_quarantine: Option<Duration>,
-    /// `LockerBuilder::clock_jump_guard` (on by default).
+    /// `Advanced::clock_jump_guard` (on by default).
     pub clock_jump_guard: bool,
     /// Workers whose Lockers draw no fencing tokens (the library's
     /// default, plain-command acquire); the others have fencing on. Their
@@ -194,22 +194,18 @@ impl Client {
     ) -> Result<Client, String> {
         let mut builder = Locker::builder(urls);
         if let Some(quarantine) = settings.restart_quarantine {
-            builder = builder.restart_quarantine(quarantine);
+            builder = builder.advanced(|a| a.restart_quarantine(quarantine));
         }
         // Fencing on, unless this worker runs the default plain acquire:
         // a lease's token goes into the history (the checker's token
         // order) and into the fenced writes.
         let locker = builder
             .fencing(!settings.unfenced.contains(&worker))
-            .clock_jump_guard(settings.clock_jump_guard)
+            .advanced(|a| a.clock_jump_guard(settings.clock_jump_guard))
             .ttl(ttl)
             .node_timeout(node_timeout)
             .connect_timeout(settings.connect_timeout)
-            .retry(
-                RetryPolicy::new()
-                    .wait(wait)
-                    .delay(settings.retry_delay.0, settings.retry_delay.1),
-            )
+            .retry(RetryPolicy::within(wait).delay(settings.retry_delay.0, settings.retry_delay.1))
             .durability(settings.durability)
             .build()
             .map_err(|e| format!("worker {worker}: {e}"))?;
@@ -281,14 +277,11 @@ impl Client {
         let call = if once { Call::TryLock } else { Call::Lock };
         let invoke = Instant::now();
         let ran = guarded(async {
-            let request = if once {
-                self.locker.try_lock(name)
-            } else {
-                self.locker.lock(name)
-            };
-            match ttl {
-                Some(ttl) => request.ttl(ttl).await,
-                None => request.await,
+            match (once, ttl) {
+                (true, Some(ttl)) => self.locker.try_lock(name).ttl(ttl).await,
+                (true, None) => self.locker.try_lock(name).await,
+                (false, Some(ttl)) => self.locker.lock(name).ttl(ttl).await,
+                (false, None) => self.locker.lock(name).await,
             }
         })
         .await;
@@ -313,11 +306,11 @@ impl Client {
         }
     }
 
-    /// `locker.check_servers()`: `Ok` with the unreachable nodes' count,
+    /// `locker.admin().check_servers()`: `Ok` with the unreachable nodes' count,
     /// or the error (recorded with the pair it names).
     pub async fn check_servers(&mut self) -> Result<usize, ErrorKind> {
         let invoke = Instant::now();
-        let ran = guarded(self.locker.check_servers()).await;
+        let ran = guarded(self.locker.admin().check_servers()).await;
         let mut op = self.op(0, None, Call::CheckServers, invoke);
         let result = match &ran {
             Ran::Ok(unreachable) => Ok(unreachable.len()),
@@ -456,7 +449,7 @@ impl Client {
         held: Held,
         urls: &[String],
     ) -> Result<(), ErrorKind> {
-        let key = self.locker.key(held.lease.resource());
+        let key = self.locker.admin().key(held.lease.resource());
         let mut op = self.lease_op(&held, Call::Release, Instant::now());
         let mut result = Ok(());
         for url in urls {

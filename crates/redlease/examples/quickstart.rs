@@ -59,8 +59,9 @@ async fn run(urls: &[String]) -> Result<(), Error> {
     println!(
         "{} node(s), {} must agree: {}",
         urls.len(),
-        locker.quorum(),
+        locker.admin().quorum(),
         locker
+            .admin()
             .nodes()
             .map(|n| n.addr().to_string())
             .collect::<Vec<_>>()

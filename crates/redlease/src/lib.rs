@@ -3,24 +3,33 @@
 //!
 //! A [`Locker`] holds the nodes. [`Locker::lock`] waits for a lock,
 //! [`Locker::try_lock`] tries once; both give a [`Lease`] that is valid until
-//! [`Lease::valid_until`] unless extended, and is given back with
-//! [`Lease::release`].
+//! [`Lease::valid_until`] unless extended or kept alive, and is given back
+//! with [`Lease::release`]. [`Locker::close`] shuts a Locker down. Expert
+//! settings sit behind [`LockerBuilder::advanced`], the operator's tools
+//! (inspection, force release, key names) behind [`Locker::admin`].
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redlease::Locker;
+//! use redlease::{Error, Locker};
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), redlease::Error> {
+//! async fn main() -> Result<(), Error> {
 //!     let locker = Locker::builder(["redis://127.0.0.1:6379"])
 //!         .ttl(Duration::from_secs(10))
 //!         .build()?;
 //!
-//!     let lease = locker.lock("nightly-report").await?;
-//!     // Only one process in the fleet runs this at a time.
-//!     lease.release().await?;
+//!     // Only one process in the fleet runs the report at a time. The lease
+//!     // is renewed in the background while it runs, and `lost()` resolves
+//!     // as soon as it can no longer be trusted: the work stops there.
+//!     let lease = locker.lock("nightly-report").keep_alive().await?;
+//!     tokio::select! {
+//!         why = lease.lost() => eprintln!("lost the lock ({why}); report abandoned"),
+//!         () = build_report(lease.fencing_token()) => lease.release().await?,
+//!     }
+//!     locker.close().await;
 //!     Ok(())
 //! }
+//! # async fn build_report(_fence: Option<u64>) {}
 //! ```
 //!
 //! # The algorithm
@@ -176,11 +185,11 @@
 //!
 //! A holder need not guess a TTL: `locker.lock(name).keep_alive()` hands the
 //! lease to the Locker, which renews it every third of its TTL (see
-//! [`LockerBuilder::renew_fraction`]) with the rules of [`Lease::extend`],
+//! [`Advanced::renew_fraction`]) with the rules of [`Lease::extend`],
 //! until it is released or dropped. [`Lease::lost`] and [`Lease::is_lost`]
 //! tell the holder as soon as the lease can no longer be trusted, and
 //! always before `valid_until`; [`Lease::lost_reason`] says why
-//! ([`LostReason`]). [`Locker::with_lock`] wraps it all: acquire, keep
+//! ([`LostReason`]). [`Acquire::with`] wraps it all: acquire, keep
 //! alive, run the work, release, and drop the work at once if the lease is
 //! lost.
 //!
@@ -269,7 +278,7 @@
 //!   new connection (a restart always breaks the connection, so none goes
 //!   unseen) redlease reads the server's `run_id` and uptime with `INFO
 //!   server`. A server up for less than the
-//!   [restart quarantine](LockerBuilder::restart_quarantine) (by default
+//!   [restart quarantine](Advanced::restart_quarantine) (by default
 //!   the TTL plus drift) casts no "yes": by the time it does, every lease
 //!   it granted before the restart has run out, since its holder could not
 //!   renew it without this server's key and so lost it within a TTL. The
@@ -299,14 +308,14 @@
 //!   An acquire that reached a quorum while some name has never reached its
 //!   server waits for that name's answer before granting (up to the node
 //!   timeout), so a slow second name is caught too; this costs time only
-//!   until every name has connected once. [`Locker::check_servers`]
+//!   until every name has connected once. [`Admin::check_servers`]
 //!   connects every name at start-up and finds the pair before any lock.
 //!
 //! A refused vote is a [`NodeErrorKind::Quarantined`] node error that says
 //! why and for how long yet, so `Error::NoQuorum` tells which nodes are
 //! quarantined; waiting for a lock waits the quarantine out
 //! ([`Error::quarantine_wait`] says for how long), and
-//! [`Locker::inspect`] shows each node's quarantine
+//! [`Admin::inspect`] shows each node's quarantine
 //! ([`NodeLockState::quarantine`], [`Verdict::Quarantined`]).
 //!
 //! Cost: one extra round trip (`INFO server` and `TIME`, pipelined) per new
@@ -361,7 +370,7 @@
 //!   names) is refused like one server named twice, as soon as both names
 //!   reached a shard. Not covered there: a vote whose connection was
 //!   replaced before its reply was judged counts as no vote, and
-//!   [`Locker::check_servers`] compares only the primaries the cluster
+//!   [`Admin::check_servers`] compares only the primaries the cluster
 //!   client is connected to. A failover to a replica is no restart; for
 //!   what it can lose, see [`Durability`] (below).
 //! - The uptime a server reports comes from its wall clock on some
@@ -411,7 +420,7 @@
 //! failed.
 //!
 //! Counters do not live forever: one that sees no acquisition for the
-//! [fence expiry](LockerBuilder::fence_expiry) (10 minutes by default) is
+//! [fence expiry](Advanced::fence_expiry) (10 minutes by default) is
 //! deleted, and restarts from the node's clock in microseconds (cut to
 //! 100 ms), which is above every earlier token. That holds as long as no
 //! node's clock steps back, or differs from the other nodes' clocks, by
@@ -431,7 +440,7 @@
 //!   nodes with slewing time sync all the same.
 //! - **A restart quarantine that covers every TTL.** A node that restarts
 //!   without the keys it had casts no "yes" for the
-//!   [restart quarantine](LockerBuilder::restart_quarantine), which must
+//!   [restart quarantine](Advanced::restart_quarantine), which must
 //!   cover the largest TTL any client uses (above). With the quarantine
 //!   off, run nodes with `appendonly yes` and `appendfsync always`, or
 //!   keep a crashed node down for longer than the largest TTL in use.
@@ -512,13 +521,13 @@
 //! dropped. [`Locker::close`] is the orderly way out: it reports every
 //! lease it holds lost ([`LostReason::Closed`]), releases them on every
 //! node, waits for the background requests, stops the tasks, and makes
-//! later calls return [`Error::Closed`]. [`Locker::flush`] only waits for
-//! the background requests.
+//! later calls return [`Error::Closed`]. [`Admin::wait_for_background`]
+//! only waits for the background requests, and leaves the Locker open.
 //!
-//! [`Locker::inspect`] tells, per node, whether a lock's key exists and for
+//! [`Admin::inspect`] tells, per node, whether a lock's key exists and for
 //! how long, its fencing counter and how many processes wait for it (never
 //! the token); [`LockStatus::verdict`] judges it as an acquire would.
-//! [`Locker::force_release`] deletes a stuck lock whoever holds it: an
+//! [`Admin::force_release`] deletes a stuck lock whoever holds it: an
 //! operator's tool that breaks mutual exclusion for a holder still at work,
 //! so fencing tokens must guard the resource (the counter is kept).
 //!
@@ -586,16 +595,20 @@ mod protocol;
 mod transport;
 
 pub use crate::api::acquire::Acquire;
+pub use crate::api::admin::Admin;
+pub use crate::api::advanced::Advanced;
 pub use crate::api::builder::LockerBuilder;
 pub use crate::api::lease::Lease;
 pub use crate::api::lease_handle::LeaseHandle;
-pub use crate::api::locker::Locker;
+pub use crate::api::locker::{Locker, MAX_KEY_LEN};
+pub use crate::api::try_acquire::TryAcquire;
 pub use crate::coord::renew::RenewalStats;
 pub use crate::core::durability::Durability;
-pub use crate::core::error::{Error, Held, Op};
+pub use crate::core::error::{Error, Op};
 pub use crate::core::lease_state::LostReason;
 pub use crate::core::lock_status::{KeyState, LockStatus, NodeLockState, NodeQuarantine, Verdict};
 pub use crate::core::node_error::{NodeError, NodeErrorKind, NodeId, Quarantine};
+pub use crate::core::refusal::Held;
 pub use crate::core::retry::RetryPolicy;
 pub use crate::core::validity::MAX_TTL;
 pub use crate::protocol::capabilities::{Capabilities, ServerVersion};
@@ -604,3 +617,10 @@ pub use crate::transport::node_url::{redact_url, NodeUrl, SentinelUrl};
 pub use crate::transport::tls::TlsConfig;
 #[doc(hidden)]
 pub use crate::transport::tls::{scheme_mismatch, SchemeMismatch};
+
+/// The examples of README.md and docs/library.md, compiled with the
+/// doctests so they keep up with the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../../docs/library.md")]
+pub struct ReadmeDoctests;

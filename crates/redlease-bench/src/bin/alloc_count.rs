@@ -76,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let build = |fencing: bool| {
             Locker::builder([url.as_str()])
                 // A brand-new server: nothing to wait out.
-                .restart_quarantine(Duration::ZERO)
+                .advanced(|a| a.restart_quarantine(Duration::ZERO))
                 .fencing(fencing)
                 .build()
         };

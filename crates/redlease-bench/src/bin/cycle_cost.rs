@@ -88,8 +88,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(async {
         let locker = Locker::builder(nodes.urls())
             // A brand-new server: nothing to wait out.
-            .restart_quarantine(Duration::ZERO)
-            .clock_jump_guard(args.client != Client::Unguarded)
+            .advanced(|a| {
+                a.restart_quarantine(Duration::ZERO)
+                    .clock_jump_guard(args.client != Client::Unguarded)
+            })
             .fencing(args.client == Client::Fenced)
             // Generous: under callgrind everything runs tens of times slower.
             .node_timeout(Duration::from_secs(5))

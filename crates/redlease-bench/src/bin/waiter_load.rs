@@ -74,8 +74,8 @@ fn builder(urls: &[String], ttl: Duration) -> redlease::LockerBuilder {
     Locker::builder(urls)
         .ttl(ttl)
         // Brand-new servers: nothing to quarantine.
-        .restart_quarantine(Duration::ZERO)
-        .retry(RetryPolicy::new().wait_forever())
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
+        .retry(RetryPolicy::forever())
 }
 
 async fn measure(args: &Args, mode: Mode, urls: &[String]) -> Result<(), BenchError> {
@@ -114,11 +114,11 @@ async fn measure(args: &Args, mode: Mode, urls: &[String]) -> Result<(), BenchEr
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let before = stats(urls).await?;
-    let renewals_before = holder.renewal_stats();
+    let renewals_before = holder.admin().renewal_stats();
     let window = Duration::from_secs_f64(args.seconds);
     tokio::time::sleep(window).await;
     let after = stats(urls).await?;
-    let renewals = holder.renewal_stats().round_trips - renewals_before.round_trips;
+    let renewals = holder.admin().renewal_stats().round_trips - renewals_before.round_trips;
     let total: u64 = after.total - before.total;
     let secs = window.as_secs_f64();
     println!(

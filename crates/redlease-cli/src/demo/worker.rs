@@ -73,7 +73,7 @@ impl Shared {
 pub async fn run(id: usize, urls: Vec<String>, shared: Arc<Shared>) {
     let locker = match Locker::builder(&urls)
         // The demo's servers are brand new: none can have lost a lock.
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .ttl(TTL)
         .key_prefix("redlease-demo:")
         .build()

@@ -204,7 +204,7 @@ impl Holder {
                 .fencing(true)
                 .ttl(Duration::from_secs(30))
                 // Brand-new test servers: see `redlease()`.
-                .restart_quarantine(Duration::ZERO)
+                .advanced(|a| a.restart_quarantine(Duration::ZERO))
                 .build()
                 .expect("locker");
             let lease = locker

@@ -16,16 +16,16 @@ use crate::core::lease_state::LostReason;
 use crate::core::retry::RetryPolicy;
 use crate::core::telemetry;
 
-/// A lock request from [`Locker::lock`](crate::Locker::lock) or
-/// [`Locker::try_lock`](crate::Locker::try_lock): set
-/// per-call options, then `.await` it.
+/// A lock request from [`Locker::lock`](crate::Locker::lock): set
+/// per-call options, then `.await` it. ([`Locker::try_lock`](crate::Locker::try_lock)
+/// makes a [`TryAcquire`](crate::TryAcquire), which never waits.)
 ///
 /// ```
 /// use std::time::Duration;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlease::Error> {
 /// # let nodes = redlease_testkit::RedisNodes::start(1);
-/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+/// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
 /// let lease = locker.lock("report").ttl(Duration::from_secs(120)).await?;
 /// # lease.release().await }
 /// ```
@@ -66,8 +66,8 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// let lease = locker.try_lock("x").ttl(std::time::Duration::from_millis(500)).await?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let lease = locker.lock("x").ttl(std::time::Duration::from_millis(500)).await?;
     /// # lease.release().await }
     /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -76,14 +76,13 @@ impl<'a> Acquire<'a> {
     }
 
     /// Keep retrying for at most `wait` (measured from the first attempt).
-    /// The attempt limit of the policy still applies, so on a
-    /// [`try_lock`](crate::Locker::try_lock) this changes nothing.
+    /// An attempt limit of the policy still applies.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("x").wait(std::time::Duration::from_secs(3)).await?;
     /// # lease.release().await }
     /// ```
@@ -98,8 +97,8 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// let policy = redlease::RetryPolicy::new().attempts(5);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let policy = redlease::RetryPolicy::attempts(std::num::NonZeroU32::new(5).unwrap());
     /// let lease = locker.lock("x").retry(policy).await?;
     /// # lease.release().await }
     /// ```
@@ -109,7 +108,7 @@ impl<'a> Acquire<'a> {
     }
 
     /// Keep the lease alive: the Locker renews it in the background (every
-    /// [`renew_fraction`](crate::LockerBuilder::renew_fraction) of the TTL,
+    /// [`renew_fraction`](crate::Advanced::renew_fraction) of the TTL,
     /// a third by default) until it is released or dropped. Watch
     /// [`Lease::lost`] or [`Lease::is_lost`] to learn at once if a renewal
     /// fails.
@@ -118,7 +117,7 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("long-job").keep_alive().await?;
     /// // ... work for as long as it takes, checking lease.is_lost() ...
     /// # lease.release().await }
@@ -140,7 +139,7 @@ impl<'a> Acquire<'a> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let rows = locker
     ///     .lock("nightly-import")
     ///     .wait(std::time::Duration::from_secs(60))
@@ -194,7 +193,6 @@ impl<'a> Acquire<'a> {
         if self.keep_alive {
             timing.check_renewal("ttl", settings.renew_fraction)?;
         }
-        self.retry.check()?;
         if engine.is_closed() {
             return Err(Error::Closed);
         }

@@ -1,21 +1,60 @@
-//! A Locker's operator tools: what every node says of a lock, force
-//! release, the check that no two nodes are one server, and renewal
-//! statistics.
+//! [`Admin`]: a Locker's operator tools and naming: what every node says
+//! of a lock, force release, the check that no two nodes are one server,
+//! renewal statistics, the keys and channel a lock uses, and waiting for
+//! the requests still finishing in the background.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use tracing::Instrument;
 
+use crate::coord::engine::Engine;
+use crate::coord::renew::RenewalStats;
 use crate::core::error::{Error, Op};
+use crate::core::keys::release_channel;
 use crate::core::lock_status::LockStatus;
-use crate::core::node_error::NodeError;
+use crate::core::node_error::{NodeError, NodeId};
+use crate::core::quorum::quorum;
 use crate::core::telemetry;
 use crate::core::token::ReleaseId;
 
-use crate::api::locker::Locker;
+/// The operator's side of a [`Locker`](crate::Locker), from
+/// [`Locker::admin`](crate::Locker::admin): inspection, force release, the
+/// servers check, renewal statistics, the Redis names a lock uses, and
+/// waiting for background requests. Nothing here is needed to take and
+/// give back locks.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+/// let admin = locker.admin();
+/// println!("{} of {} nodes must agree", admin.quorum(), admin.nodes().len());
+/// println!("the lock lives at {}", admin.key("nightly-report"));
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy)]
+pub struct Admin<'a> {
+    engine: &'a Arc<Engine>,
+}
 
-impl Locker {
+impl fmt::Debug for Admin<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admin")
+            .field("nodes", &self.nodes().map(NodeId::addr).collect::<Vec<_>>())
+            .field("prefix", &self.engine.settings().prefix)
+            .finish()
+    }
+}
+
+impl<'a> Admin<'a> {
+    pub(crate) fn new(engine: &'a Arc<Engine>) -> Self {
+        Admin { engine }
+    }
+
     /// What every node says about the lock on `resource`: whether its key
     /// exists and for how long, the fencing counter, and how many processes
     /// wait for it. Never the token. Nodes that fail are reported in place;
@@ -27,8 +66,8 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// let status = locker.inspect("nightly-report").await?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let status = locker.admin().inspect("nightly-report").await?;
     /// println!("{:?}, fencing counter {:?}", status.verdict(), status.fencing_counter());
     /// for (node, answer) in &status.nodes {
     ///     match answer {
@@ -76,7 +115,7 @@ impl Locker {
     ///     format!("redis://localhost:{port}"),
     /// ];
     /// let locker = redlease::Locker::new(one_server_twice)?;
-    /// match locker.check_servers().await {
+    /// match locker.admin().check_servers().await {
     ///     Err(redlease::Error::SameServer { node, same_as, .. }) => {
     ///         println!("{node} is {same_as} again")
     ///     }
@@ -115,8 +154,8 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// let deleted_on = locker.force_release("nightly-report").await?;
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let deleted_on = locker.admin().force_release("nightly-report").await?;
     /// eprintln!("force-released: the key was on {deleted_on} nodes");
     /// # Ok(()) }
     /// ```
@@ -192,14 +231,138 @@ impl Locker {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// assert_eq!(locker.renewal_stats().leases, 0);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// assert_eq!(locker.admin().renewal_stats().leases, 0);
     /// # Ok(()) }
     /// ```
-    pub fn renewal_stats(&self) -> crate::coord::renew::RenewalStats {
+    pub fn renewal_stats(&self) -> RenewalStats {
         self.engine
             .started_renewer()
             .map(|r| r.stats())
             .unwrap_or_default()
+    }
+
+    /// Waits until every request this Locker finishes in the background is
+    /// done: those still on their way to slower nodes after a quorum already
+    /// answered (`try_lock`, `lock`, `extend` and `release` return at
+    /// quorum), and the releases of dropped leases. Each is bounded by its
+    /// node timeout. Unlike [`Locker::close`](crate::Locker::close), it
+    /// releases nothing and leaves the Locker open; a process about to exit
+    /// calls `close`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let lease = locker.lock("cron:report").await?;
+    /// drop(lease); // released in the background
+    /// locker.admin().wait_for_background().await; // the release is done
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_for_background(&self) {
+        self.engine.background().idle().await;
+    }
+
+    /// Checks that `resource` can name a lock of this Locker, as every call
+    /// that takes a lock name does first: not empty, and its key no longer
+    /// than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN). No I/O; use it to refuse a
+    /// name from user input early. The error shows the name's length and
+    /// its start, never a whole long name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// let admin = locker.admin();
+    /// assert!(admin.check_name("invoice:42").is_ok());
+    /// assert!(matches!(
+    ///     admin.check_name(""),
+    ///     Err(redlease::Error::InvalidInput { field: "resource", .. })
+    /// ));
+    /// assert!(admin.check_name(&"x".repeat(1 << 20)).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn check_name(&self, resource: &str) -> Result<(), Error> {
+        crate::core::keys::check_resource(&self.engine.settings().prefix, resource)
+    }
+
+    /// The Redis key that holds the lock on `resource`: the key prefix, then
+    /// the resource in braces (a Redis Cluster hash tag).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// assert_eq!(locker.admin().key("orders"), "redlease:{orders}");
+    /// let longest = "n".repeat(redlease::MAX_KEY_LEN - "redlease:{}".len());
+    /// assert_eq!(locker.admin().key(&longest).len(), redlease::MAX_KEY_LEN);
+    /// # Ok(()) }
+    /// ```
+    pub fn key(&self, resource: &str) -> String {
+        self.engine.key(resource)
+    }
+
+    /// The Redis key of `resource`'s fencing counter: the lock key with
+    /// `:fence` appended (same hash slot).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// assert_eq!(locker.admin().fence_key("orders"), "redlease:{orders}:fence");
+    /// # Ok(()) }
+    /// ```
+    pub fn fence_key(&self, resource: &str) -> String {
+        self.engine.keys(resource).fence()
+    }
+
+    /// The pub/sub channel a release of `resource` is announced on: the
+    /// lock key with `:released` appended. Each release publishes a random
+    /// id there (never the token).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+    /// assert_eq!(
+    ///     locker.admin().release_channel("orders"),
+    ///     "redlease:{orders}:released"
+    /// );
+    /// # Ok(()) }
+    /// ```
+    pub fn release_channel(&self, resource: &str) -> String {
+        release_channel(&self.key(resource))
+    }
+
+    /// The nodes, in the order given.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// for node in locker.admin().nodes() {
+    ///     println!("{node}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &'a NodeId> + 'a {
+        self.engine.nodes().iter().map(|n| n.id())
+    }
+
+    /// How many nodes must agree: `nodes / 2 + 1`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let admin = locker.admin();
+    /// println!("{} of {} nodes must agree", admin.quorum(), admin.nodes().len());
+    /// # Ok(()) }
+    /// ```
+    pub fn quorum(&self) -> usize {
+        quorum(self.engine.nodes().len())
     }
 }

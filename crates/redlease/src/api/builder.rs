@@ -10,11 +10,12 @@ use crate::core::durability::Durability;
 use crate::core::error::Error;
 use crate::core::retry::RetryPolicy;
 use crate::core::token::LockerTag;
-use crate::core::validity::{DriftModel, Timing};
+use crate::core::validity::Timing;
 use crate::transport::node::{self, ConnectSettings, Node};
 use crate::transport::node_url::NodeUrl;
 use crate::transport::tls::TlsConfig;
 
+use crate::api::advanced::Advanced;
 use crate::api::locker::Locker;
 
 impl Locker {
@@ -64,11 +65,12 @@ impl Locker {
 /// | [`ttl`](Self::ttl) | 10 s |
 /// | [`node_timeout`](Self::node_timeout) | 5% of the TTL in use |
 /// | [`connect_timeout`](Self::connect_timeout) | 1 s |
-/// | [`drift_factor`](Self::drift_factor), [`drift_floor`](Self::drift_floor) | 0.01, 2 ms (drift = ttl × 1% + 2 ms) |
-/// | [`retry`](Self::retry) | [`RetryPolicy::new`] |
+/// | [`retry`](Self::retry) | [`RetryPolicy::default`]: wait up to 10 s |
 /// | [`key_prefix`](Self::key_prefix) | `"redlease:"` |
-/// | [`restart_quarantine`](Self::restart_quarantine) | the TTL plus its drift allowance |
-/// | [`clock_jump_guard`](Self::clock_jump_guard) | on |
+/// | [`fencing`](Self::fencing) | off |
+/// | [`tls`](Self::tls) | the system's trust store, no client certificate |
+/// | [`durability`](Self::durability) | off |
+/// | [`advanced`](Self::advanced) | see [`Advanced`]: drift, renewal rate, restart quarantine, clock-jump guard, fence expiry |
 ///
 /// ```
 /// use std::time::Duration;
@@ -79,7 +81,7 @@ impl Locker {
 /// let locker = Locker::builder(["redis://a:6379", "redis://b:6379", "redis://c:6379"])
 ///     .ttl(Duration::from_secs(5))
 ///     .node_timeout(Duration::from_millis(50))
-///     .retry(RetryPolicy::new().wait(Duration::from_secs(2)))
+///     .retry(RetryPolicy::within(Duration::from_secs(2)))
 ///     .build()?;
 /// # let _ = locker; Ok(()) }
 /// ```
@@ -90,17 +92,12 @@ pub struct LockerBuilder {
     ttl: Duration,
     node_timeout: Option<Duration>,
     connect_timeout: Duration,
-    drift: DriftModel,
     retry: RetryPolicy,
     prefix: String,
-    renew_fraction: f64,
-    /// `None`: the default, 10 minutes.
-    fence_expiry: Option<Duration>,
     fencing: bool,
     tls: Option<TlsConfig>,
     durability: Durability,
-    quarantine: Option<Duration>,
-    clock_guard: bool,
+    advanced: Advanced,
 }
 
 impl LockerBuilder {
@@ -111,16 +108,12 @@ impl LockerBuilder {
             ttl: Duration::from_secs(10),
             node_timeout: None,
             connect_timeout: Duration::from_secs(1),
-            drift: DriftModel::DEFAULT,
             retry: RetryPolicy::default(),
             prefix: "redlease:".to_string(),
-            renew_fraction: 1.0 / 3.0,
-            fence_expiry: None,
             fencing: false,
             tls: None,
             durability: Durability::off(),
-            quarantine: None,
-            clock_guard: true,
+            advanced: Advanced::default(),
         }
     }
 
@@ -171,44 +164,13 @@ impl LockerBuilder {
         self
     }
 
-    /// Share of the TTL set aside for clocks running at different rates on
-    /// different nodes, in `[0, 1)`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .drift_factor(0.02)
-    ///     .build()?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.drift.factor = factor;
-        self
-    }
-
-    /// Fixed part of the drift allowance, added to `ttl × drift_factor`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .drift_floor(std::time::Duration::from_millis(5))
-    ///     .build()?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn drift_floor(mut self, floor: Duration) -> Self {
-        self.drift.floor = floor;
-        self
-    }
-
     /// How [`Locker::lock`] retries a lock that is busy.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .retry(redlease::RetryPolicy::new().attempts(3))
+    ///     .retry(redlease::RetryPolicy::within(std::time::Duration::from_secs(3)))
     ///     .build()?;
     /// # let _ = locker; Ok(()) }
     /// ```
@@ -219,7 +181,7 @@ impl LockerBuilder {
 
     /// Prepended to every lock key, to keep lock keys apart from other data.
     /// May not contain `{` or `}` (the resource is the hash tag), and
-    /// counts toward [`Locker::MAX_KEY_LEN`].
+    /// counts toward [`MAX_KEY_LEN`](crate::MAX_KEY_LEN).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -234,27 +196,6 @@ impl LockerBuilder {
         self
     }
 
-    /// How often kept-alive leases are renewed, as a share of their TTL: the
-    /// default, 1/3, renews a 30 s lease every 10 s, leaving two more tries
-    /// before it would run out. Must be in `(0, 0.9]`, and the first
-    /// renewal must come before the lease is reported lost (TTL minus twice
-    /// the drift allowance): [`build`](Self::build) checks that for the
-    /// default TTL, and a kept-alive acquire checks, for its own TTL, that
-    /// the renewal is also answered within the node timeout by then.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .renew_fraction(0.25)
-    ///     .build()?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn renew_fraction(mut self, fraction: f64) -> Self {
-        self.renew_fraction = fraction;
-        self
-    }
-
     /// Draw a fencing token with every lock (default: off). Each lease then
     /// carries [`Lease::fencing_token`](crate::Lease::fencing_token), a
     /// number larger than that of every earlier lease of the same resource
@@ -265,7 +206,7 @@ impl LockerBuilder {
     /// On, the acquire is a script that also bumps the lock's counter, in
     /// the same round trip: about three times the Redis CPU of the plain
     /// `SET`, and one more key per lock name, kept for
-    /// the [fence expiry](Self::fence_expiry). Every Locker whose tokens a
+    /// the [fence expiry](Advanced::fence_expiry). Every Locker whose tokens a
     /// resource compares must have it on: a lease taken without it draws
     /// no number.
     ///
@@ -275,7 +216,7 @@ impl LockerBuilder {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
     /// let locker = redlease::Locker::builder(nodes.urls())
     ///     .fencing(true)
-    /// #   .restart_quarantine(std::time::Duration::ZERO) // brand-new test servers
+    /// #   .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)) // brand-new test servers
     ///     .build()?;
     /// let lease = locker.lock("ledger").await?;
     /// assert!(lease.fencing_token().is_some());
@@ -283,28 +224,6 @@ impl LockerBuilder {
     /// ```
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
-        self
-    }
-
-    /// With [`fencing`](Self::fencing) on: how long a lock's fencing
-    /// counter survives without acquisitions before Redis deletes it
-    /// (default 10 minutes, at least 1 s). A counter that expired restarts
-    /// from the server clock (in microseconds, cut to 100 ms), which is
-    /// above every token handed out before as long as no node's clock
-    /// steps back, or differs from another node's, by more than this minus
-    /// 100 ms. [`build`](Self::build) refuses it with fencing off.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .fencing(true)
-    ///     .fence_expiry(std::time::Duration::from_secs(24 * 3600))
-    ///     .build()?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn fence_expiry(mut self, expiry: Duration) -> Self {
-        self.fence_expiry = Some(expiry);
         self
     }
 
@@ -353,74 +272,21 @@ impl LockerBuilder {
         self
     }
 
-    /// How long a server that (re)started casts no "yes" vote on an
-    /// acquire; `Duration::ZERO` turns the quarantine off.
-    ///
-    /// A Redis server without fsync'd persistence comes back from a crash
-    /// or restart empty, and would grant again a lock it had granted to a
-    /// holder whose lease is still valid: with a majority made of it and
-    /// the nodes the holder did not reach, a second client would hold the
-    /// lock too. redlease reads each server's `run_id` and uptime on every
-    /// new connection (a restart always breaks the connection), and counts
-    /// no "yes" from a server that has been up for less than this. Its
-    /// writes are still made, undone and extended as usual; the failed
-    /// vote is [`NodeErrorKind::Quarantined`](crate::NodeErrorKind::Quarantined)
-    /// and says for how long yet.
-    ///
-    /// It must cover the longest TTL (plus drift) that any client of these
-    /// servers uses, not only this Locker's: the default is this Locker's
-    /// TTL plus its drift allowance, and a lock or extend asked for with a
-    /// longer TTL is refused. When every server restarted at once (nothing
-    /// can be held then), no lock can be taken until the quarantine is
-    /// over. Turn it off only for servers that cannot lose a write they
-    /// acknowledged (`appendonly yes` with `appendfsync always`, on storage
-    /// every restart reloads), or that stay down for longer than the
-    /// largest TTL after a crash. redlease does not skip it for a server
-    /// whose settings say `appendfsync always`: they do not show that the
-    /// process started from its predecessor's data (its append-only file
-    /// may have been lost with a container or a disk), so only the
-    /// operator can tell (see the crate docs, "Restarts, duplicated servers
-    /// and clock jumps"). Cluster nodes are not covered:
-    /// redis-rs reconnects each shard out of our sight (use durability and
-    /// replicas there).
+    /// The expert settings (see [`Advanced`]): `tune` gets them as set so
+    /// far and returns them changed. [`build`](Self::build) checks them
+    /// with the rest, and names a refused one `advanced.<setting>`.
     ///
     /// ```
-    /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// // Other clients of these servers take locks for up to a minute.
-    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .restart_quarantine(Duration::from_secs(61))
-    ///     .build()?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn restart_quarantine(mut self, quarantine: Duration) -> Self {
-        self.quarantine = Some(quarantine);
-        self
-    }
-
-    /// Whether to watch each server's clock (on by default). Every "yes"
-    /// to an acquire carries a reading of the server's clock (the new
-    /// key's `PEXPIRETIME`, or `TIME` in the acquire script); a server
-    /// whose clock advanced further than our monotonic clock over the same
-    /// interval, beyond the drift allowance (an NTP step, a restored VM),
-    /// expired its keys that much early, so it casts no "yes" vote for the
-    /// restart quarantine
-    /// (at least the TTL plus drift), as if it had restarted. A jump is
-    /// seen by a Locker that talked to the server before and after it; a
-    /// Locker that first meets the server after the jump cannot tell.
-    /// Cluster nodes are not watched.
-    ///
-    /// ```
+    /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .clock_jump_guard(false)
+    ///     .advanced(|a| a.drift_factor(0.02).restart_quarantine(Duration::from_secs(61)))
     ///     .build()?;
     /// # let _ = locker; Ok(()) }
     /// ```
-    pub fn clock_jump_guard(mut self, on: bool) -> Self {
-        self.clock_guard = on;
+    pub fn advanced(mut self, tune: impl FnOnce(Advanced) -> Advanced) -> Self {
+        self.advanced = tune(self.advanced);
         self
     }
 
@@ -460,65 +326,28 @@ impl LockerBuilder {
             ));
         }
         self.check_tls()?;
-        self.drift.check()?;
-        self.retry.check()?;
-        let fence_expiry = self.fence_expiry.unwrap_or(Duration::from_secs(600));
-        if self.fence_expiry.is_some() && !self.fencing {
-            return Err(Error::invalid(
-                "fence_expiry",
-                "set with fencing off: no counter is kept to expire (turn fencing on)",
-            ));
-        }
-        if fence_expiry < Duration::from_secs(1) || fence_expiry > crate::core::validity::MAX_TTL {
-            return Err(Error::invalid(
-                "fence_expiry",
-                format!(
-                    "{:?} is not between 1 s and {:?}: a counter restarted from the clock \
-                     must start above the tokens before it",
-                    fence_expiry,
-                    crate::core::validity::MAX_TTL
-                ),
-            ));
-        }
-        if !(self.renew_fraction > 0.0 && self.renew_fraction <= 0.9) {
-            return Err(Error::invalid(
-                "renew_fraction",
-                format!(
-                    "{} is not in (0, 0.9]: renewals must come before the lease runs out",
-                    self.renew_fraction
-                ),
-            ));
-        }
-        let timing = Timing::new("ttl", self.ttl, self.drift, self.node_timeout)?;
-        timing.check_renewal_schedule("ttl", self.renew_fraction)?;
+        let advanced = &self.advanced;
+        advanced.drift.check()?;
+        let fence_expiry = advanced.checked_fence_expiry(self.fencing)?;
+        advanced.check_renew_fraction()?;
+        let timing = Timing::new("ttl", self.ttl, advanced.drift, self.node_timeout)?;
+        timing.check_renewal_schedule("ttl", advanced.renew_fraction)?;
         self.durability
             .check(timing.node_timeout)
             .map_err(|why| Error::invalid("durability", why))?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
-        let covered = self.ttl + self.drift.drift(self.ttl);
-        let quarantine = self.quarantine.unwrap_or(covered);
-        if !quarantine.is_zero()
-            && (quarantine < covered || quarantine > crate::core::validity::MAX_TTL)
-        {
-            return Err(Error::invalid(
-                "restart_quarantine",
-                format!(
-                    "{quarantine:?} is not between the TTL plus drift ({covered:?}) and {:?}: \
-                     a server that restarted empty could grant again a lock still held",
-                    crate::core::validity::MAX_TTL
-                ),
-            ));
-        }
+        let quarantine = advanced.checked_quarantine(self.ttl)?;
+        let covered = self.ttl + advanced.drift.drift(self.ttl);
         let tag = LockerTag::generate();
         let connect = ConnectSettings {
             tag,
             connect_timeout: self.connect_timeout,
             durability: self.durability,
             quarantine,
-            clock_suspension: self.clock_guard.then_some(quarantine.max(covered)),
-            drift: self.drift,
+            clock_suspension: advanced.clock_guard.then_some(quarantine.max(covered)),
+            drift: advanced.drift,
             registry: Arc::default(),
         };
         let nodes = self
@@ -531,10 +360,10 @@ impl LockerBuilder {
             ttl: self.ttl,
             node_timeout: self.node_timeout,
             connect_timeout: self.connect_timeout,
-            drift: self.drift,
+            drift: self.advanced.drift,
             retry: self.retry,
             prefix: self.prefix,
-            renew_fraction: self.renew_fraction,
+            renew_fraction: self.advanced.renew_fraction,
             fence_expiry,
             fencing: self.fencing,
             durability: self.durability,

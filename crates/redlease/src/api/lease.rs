@@ -14,11 +14,12 @@ use crate::coord::attempt::Grant;
 use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::renew::ExtendFailure;
-use crate::core::error::{Error, Held, Op, Shortfall};
+use crate::core::error::{Error, Op, Shortfall};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::quorum::Decision;
+use crate::core::refusal::Refusal;
 use crate::core::telemetry;
 use crate::core::token::ReleaseId;
 use crate::core::validity::Timing;
@@ -36,7 +37,7 @@ use crate::core::validity::Timing;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlease::Error> {
 /// # let nodes = redlease_testkit::RedisNodes::start(1);
-/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+/// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
 /// let mut lease = locker.lock("orders:42").await?;
 /// println!("{} is ours for {:?}", lease.resource(), lease.remaining());
 /// lease.extend(std::time::Duration::from_secs(10)).await?;
@@ -141,7 +142,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// assert_eq!(lease.resource(), "orders:42");
     /// # lease.release().await }
@@ -165,7 +166,7 @@ impl Lease {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
     /// let locker = redlease::Locker::builder(nodes.urls())
     ///     .fencing(true)
-    /// #   .restart_quarantine(std::time::Duration::ZERO) // brand-new test servers
+    /// #   .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)) // brand-new test servers
     ///     .build()?;
     /// let lease = locker.lock("ledger").await?;
     /// let fence = lease.fencing_token().expect("fencing is on");
@@ -184,7 +185,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("ledger").await?;
     /// assert_eq!(lease.replicas_acknowledged(), None); // durability is off
     /// # lease.release().await }
@@ -201,7 +202,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// assert!(lease.valid_until() > std::time::Instant::now());
     /// # lease.release().await }
@@ -216,7 +217,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// if lease.remaining() < std::time::Duration::from_secs(1) {
     ///     // too little time left for another step
@@ -236,7 +237,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("import").keep_alive().await?;
     /// for batch in 0..100 {
     ///     if lease.is_lost() {
@@ -275,7 +276,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("import").keep_alive().await?;
     /// tokio::select! {
     ///     why = lease.lost() => eprintln!("lock lost ({why}), work abandoned"),
@@ -306,7 +307,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let mut lease = locker.lock("slow-job").await?;
     /// for step in 0..10 {
     ///     // ... one step of the work ...
@@ -448,10 +449,7 @@ impl Lease {
                     op: Op::Extend,
                     succeeded: nodes - failed.len() - refused_on.len(),
                     nodes,
-                    refused: refused_on
-                        .into_iter()
-                        .map(|node| Held::new(node, None, 0, 0))
-                        .collect(),
+                    refused: refused_on.into_iter().map(Refusal::bare).collect(),
                     failed,
                 };
                 Err(shortfall.into_error(self.resource(), true))
@@ -475,7 +473,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("orders:42").await?;
     /// // ... work ...
     /// if let Err(e) = lease.release().await {
@@ -610,7 +608,7 @@ impl Lease {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("job").keep_alive().await?;
     /// let view = lease.handle();
     /// tokio::spawn(async move { let _ = view.lost().await; /* alert */ });

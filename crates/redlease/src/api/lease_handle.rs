@@ -7,16 +7,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// A view of a held lease for the work running under it
-/// ([`Locker::with_lock`](crate::Locker::with_lock)): its name, validity and
+/// ([`Acquire::with`](crate::Acquire::with)): its name, validity and
 /// loss signal. Cheap to clone; it cannot release or extend the lock.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), redlease::Error> {
 /// # let nodes = redlease_testkit::RedisNodes::start(1);
-/// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+/// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
 /// locker
-///     .with_lock("sync", |lease| async move {
+///     .lock("sync")
+///     .with(|lease| async move {
 ///         while !lease.is_lost() {
 ///             // ... one step, well inside lease.remaining() ...
 /// #           break;
@@ -51,7 +52,7 @@ impl LeaseHandle {
         &self.resource
     }
 
-    /// The fencing token, with fencing on (see [`Lease::fencing_token`]).
+    /// The fencing token, with fencing on (see [`Lease::fencing_token`](crate::Lease::fencing_token)).
     ///
     /// ```no_run
     /// # fn f(lease: &redlease::LeaseHandle) { println!("token {:?}", lease.fencing_token()); }
@@ -78,7 +79,7 @@ impl LeaseHandle {
         self.valid_until().saturating_duration_since(Instant::now())
     }
 
-    /// Whether the lease can no longer be trusted (see [`Lease::is_lost`]).
+    /// Whether the lease can no longer be trusted (see [`Lease::is_lost`](crate::Lease::is_lost)).
     ///
     /// ```no_run
     /// # fn f(lease: &redlease::LeaseHandle) { assert!(!lease.is_lost()); }
@@ -87,7 +88,7 @@ impl LeaseHandle {
         self.lost_reason().is_some()
     }
 
-    /// Why the lease is lost, if it is (see [`Lease::lost_reason`]).
+    /// Why the lease is lost, if it is (see [`Lease::lost_reason`](crate::Lease::lost_reason)).
     ///
     /// ```no_run
     /// # fn f(lease: &redlease::LeaseHandle) { assert_eq!(lease.lost_reason(), None); }
@@ -96,7 +97,7 @@ impl LeaseHandle {
         self.state.borrow().lost_at(Instant::now())
     }
 
-    /// Resolves when the lease is lost (see [`Lease::lost`]).
+    /// Resolves when the lease is lost (see [`Lease::lost`](crate::Lease::lost)).
     ///
     /// ```no_run
     /// # async fn f(lease: redlease::LeaseHandle) { let why = lease.lost().await; }

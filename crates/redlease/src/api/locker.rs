@@ -4,14 +4,32 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::api::acquire::Acquire;
+use crate::api::admin::Admin;
+use crate::api::try_acquire::TryAcquire;
 use crate::coord::engine::Engine;
-
-use crate::api::lease_handle::LeaseHandle;
-use crate::core::error::Error;
-use crate::core::keys::release_channel;
-use crate::core::node_error::NodeId;
 use crate::core::quorum::quorum;
-use crate::core::retry::RetryPolicy;
+
+/// The longest Redis key a lock may have, in bytes: the key prefix, the
+/// lock name and two braces (`redlease:{name}`). With the default prefix a
+/// name may be 4085 bytes long.
+///
+/// Every call that takes a lock name ([`Locker::lock`],
+/// [`Locker::try_lock`], and the [`Admin`] calls) refuses a longer one,
+/// and an empty one, with [`Error::InvalidInput`](crate::Error::InvalidInput)
+/// before any I/O. Redis would take keys of up to 512 MB, but the key is
+/// sent with every request a lock makes and kept on every node: 4 KiB
+/// holds any name that is an identifier, a file path or a URL.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
+/// let longest = "n".repeat(redlease::MAX_KEY_LEN - "redlease:{}".len());
+/// assert!(locker.admin().check_name(&longest).is_ok());
+/// assert!(locker.admin().check_name(&format!("{longest}n")).is_err());
+/// # Ok(()) }
+/// ```
+pub const MAX_KEY_LEN: usize = crate::core::keys::MAX_KEY_LEN;
 
 /// A set of Redis nodes to take locks on, with the defaults for each lock.
 ///
@@ -34,7 +52,7 @@ use crate::core::retry::RetryPolicy;
 /// // Three independent servers, say redis://10.0.0.1:6379 and so on:
 /// let locker = Locker::builder(urls)
 ///     .ttl(Duration::from_secs(30))
-/// #   .restart_quarantine(Duration::ZERO) // brand-new test servers
+/// #   .advanced(|a| a.restart_quarantine(Duration::ZERO)) // brand-new test servers
 ///     .build()?;
 ///
 /// let lease = locker.lock("invoice:42").await?;
@@ -68,22 +86,23 @@ impl fmt::Debug for Locker {
 
 impl Locker {
     /// Takes the lock, waiting until it is acquired or the Locker's
-    /// [`RetryPolicy`] gives up: **by default after 10 s**, with
-    /// [`Error::WaitTimeout`] (set [`LockerBuilder::retry`](crate::LockerBuilder::retry), or `.wait(..)`
-    /// per call; [`RetryPolicy::wait_forever`] waits like `redlease run`,
-    /// which has no bound unless given `--wait`). A busy lock is retried as
-    /// soon as its holder releases it, without polling (see "Waiting for a
-    /// busy lock" in the crate docs). An
-    /// empty name, or one whose key exceeds [`MAX_KEY_LEN`](Self::MAX_KEY_LEN),
-    /// is [`Error::InvalidInput`] before any I/O (as in every call that takes
-    /// a name). Override TTL and wait per call:
+    /// [`RetryPolicy`](crate::RetryPolicy) gives up: **by default after
+    /// 10 s**, with [`Error::WaitTimeout`](crate::Error::WaitTimeout) (set
+    /// [`LockerBuilder::retry`](crate::LockerBuilder::retry), or `.wait(..)`
+    /// per call; [`RetryPolicy::forever`](crate::RetryPolicy::forever) waits
+    /// like `redlease run`, which has no bound unless given `--wait`). A
+    /// busy lock is retried as soon as its holder releases it, without
+    /// polling (see "Waiting for a busy lock" in the crate docs). An empty
+    /// name, or one whose key exceeds [`MAX_KEY_LEN`](crate::MAX_KEY_LEN),
+    /// is [`Error::InvalidInput`](crate::Error::InvalidInput) before any I/O
+    /// (as in every call that takes a name). Override TTL and wait per call:
     ///
     /// ```
     /// use std::time::Duration;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker
     ///     .lock("daily-import")
     ///     .ttl(Duration::from_secs(60))
@@ -105,43 +124,16 @@ impl Locker {
         )
     }
 
-    /// Takes the lock on `resource` (waiting per the retry policy), keeps it
-    /// alive while `work` runs, releases it afterwards, and returns `work`'s
-    /// output. If the lease is lost meanwhile, `work` is dropped at once and
-    /// the call returns [`Error::Lost`]. See [`Acquire::with`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// let report = locker
-    ///     .with_lock("nightly-report", |lease| async move {
-    ///         format!("built while holding {}", lease.resource())
-    ///     })
-    ///     .await?;
-    /// # let _ = report; Ok(()) }
-    /// ```
-    pub async fn with_lock<F, Fut, T>(
-        &self,
-        resource: impl Into<String>,
-        work: F,
-    ) -> Result<T, Error>
-    where
-        F: FnOnce(LeaseHandle) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        self.lock(resource).with(work).await
-    }
-
     /// Makes exactly one attempt: returns the lease, or why it could not be
-    /// had (typically [`Error::Taken`]).
+    /// had (typically [`Error::Taken`](crate::Error::Taken)). The request
+    /// takes a TTL and keep-alive like [`lock`](Self::lock)'s, but no wait
+    /// or retry policy: it never waits.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// match locker.try_lock("cron:cleanup").await {
     ///     Ok(lease) => { /* run the job */ lease.release().await?; }
     ///     Err(redlease::Error::Taken { .. }) => { /* another machine runs it */ }
@@ -149,139 +141,8 @@ impl Locker {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn try_lock(&self, resource: impl Into<String>) -> Acquire<'_> {
-        let once = RetryPolicy {
-            attempts: Some(1),
-            wait: None,
-            ..self.engine.settings().retry.clone()
-        };
-        Acquire::new(&self.engine, resource.into(), once)
-    }
-
-    /// The longest Redis key a lock may have, in bytes: the key prefix, the
-    /// lock name and two braces (`redlease:{name}`). With the default
-    /// prefix a name may be 4085 bytes long.
-    ///
-    /// Every call that takes a lock name ([`lock`](Self::lock),
-    /// [`try_lock`](Self::try_lock), [`with_lock`](Self::with_lock),
-    /// [`inspect`](Self::inspect), [`force_release`](Self::force_release),
-    /// [`check_name`](Self::check_name)) refuses a longer one, and an empty
-    /// one, with [`Error::InvalidInput`] before any I/O. Redis would take
-    /// keys of up to 512 MB, but the key is sent with every request a lock
-    /// makes and kept on every node: 4 KiB holds any name that is an
-    /// identifier, a file path or a URL.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
-    /// let longest = "n".repeat(redlease::Locker::MAX_KEY_LEN - "redlease:{}".len());
-    /// assert_eq!(locker.key(&longest).len(), redlease::Locker::MAX_KEY_LEN);
-    /// # Ok(()) }
-    /// ```
-    pub const MAX_KEY_LEN: usize = crate::core::keys::MAX_KEY_LEN;
-
-    /// Checks that `resource` can name a lock of this Locker, as every call
-    /// that takes a lock name does first: not empty, and its key no longer
-    /// than [`MAX_KEY_LEN`](Self::MAX_KEY_LEN). No I/O; use it to refuse a
-    /// name from user input early. The error shows the name's length and
-    /// its start, never a whole long name.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
-    /// assert!(locker.check_name("invoice:42").is_ok());
-    /// assert!(matches!(
-    ///     locker.check_name(""),
-    ///     Err(redlease::Error::InvalidInput { field: "resource", .. })
-    /// ));
-    /// assert!(locker.check_name(&"x".repeat(1 << 20)).is_err());
-    /// # Ok(()) }
-    /// ```
-    pub fn check_name(&self, resource: &str) -> Result<(), Error> {
-        crate::core::keys::check_resource(&self.engine.settings().prefix, resource)
-    }
-
-    /// The Redis key that holds the lock on `resource`: the key prefix, then
-    /// the resource in braces (a Redis Cluster hash tag).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
-    /// assert_eq!(locker.key("orders"), "redlease:{orders}");
-    /// # Ok(()) }
-    /// ```
-    pub fn key(&self, resource: &str) -> String {
-        self.engine.key(resource)
-    }
-
-    /// The Redis key of `resource`'s fencing counter: the lock key with
-    /// `:fence` appended (same hash slot).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
-    /// assert_eq!(locker.fence_key("orders"), "redlease:{orders}:fence");
-    /// # Ok(()) }
-    /// ```
-    pub fn fence_key(&self, resource: &str) -> String {
-        self.engine.keys(resource).fence()
-    }
-
-    /// The pub/sub channel a release of `resource` is announced on: the
-    /// lock key with `:released` appended. Each release publishes a random
-    /// id there (never the token).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::Locker::new(["redis://127.0.0.1:6379"])?;
-    /// assert_eq!(locker.release_channel("orders"), "redlease:{orders}:released");
-    /// # Ok(()) }
-    /// ```
-    pub fn release_channel(&self, resource: &str) -> String {
-        release_channel(&self.key(resource))
-    }
-
-    /// The nodes, in the order given.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// for node in locker.nodes() {
-    ///     println!("{node}");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &NodeId> {
-        self.engine.nodes().iter().map(|n| n.id())
-    }
-
-    /// Waits until every request this Locker finishes in the background is
-    /// done: those still on their way to slower nodes after a quorum already
-    /// answered (`try_lock`, `lock`, `extend` and `release` return at
-    /// quorum), and the releases of dropped leases. Each is bounded by its
-    /// node timeout. Call it before a short-lived process exits, so the
-    /// slowest node is not left holding a key until its TTL ends.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// let lease = locker.lock("cron:report").await?;
-    /// // ... the job ...
-    /// lease.release().await?;
-    /// locker.flush().await; // then exit
-    /// # Ok(()) }
-    /// ```
-    pub async fn flush(&self) {
-        self.engine.background().idle().await;
+    pub fn try_lock(&self, resource: impl Into<String>) -> TryAcquire<'_> {
+        TryAcquire::new(&self.engine, resource.into())
     }
 
     /// Gives back every lease this Locker still holds, stops taking locks,
@@ -290,18 +151,20 @@ impl Locker {
     /// lease is released on every node that may hold it, requests still
     /// finishing in the background are waited for (each bounded by its node
     /// timeout), and the release notifications stop. Later calls on the
-    /// Locker or its clones return [`Error::Closed`], as do `release` and
-    /// `extend` of the leases it released.
+    /// Locker or its clones return [`Error::Closed`](crate::Error::Closed),
+    /// as do `release` and `extend` of the leases it released.
     ///
     /// Dropping the last Locker handle and lease stops the background work
     /// too, but does not wait for it or release leases still held elsewhere;
-    /// `close` is the orderly shutdown of a process that holds locks.
+    /// `close` is the orderly shutdown of a process that took locks, and
+    /// what to call before a short-lived one exits, so the slowest node is
+    /// not left holding a key until its TTL ends.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
     /// let lease = locker.lock("worker:7").keep_alive().await?;
     /// // ... a shutdown signal arrives while the work runs ...
     /// locker.close().await;
@@ -319,17 +182,22 @@ impl Locker {
         self.engine.close().await;
     }
 
-    /// How many nodes must agree: `nodes / 2 + 1`.
+    /// The operator's tools and the Locker's naming, behind one handle:
+    /// what the nodes say of a lock, force release, the check that no two
+    /// nodes are one server, renewal statistics, the keys a lock uses, and
+    /// waiting for the requests still finishing in the background. See
+    /// [`Admin`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
     /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).restart_quarantine(std::time::Duration::ZERO).build()?; // brand-new test servers
-    /// println!("{} of {} nodes must agree", locker.quorum(), locker.nodes().len());
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let status = locker.admin().inspect("nightly-report").await?;
+    /// println!("{:?}", status.verdict());
     /// # Ok(()) }
     /// ```
-    pub fn quorum(&self) -> usize {
-        quorum(self.engine.nodes().len())
+    pub fn admin(&self) -> Admin<'_> {
+        Admin::new(&self.engine)
     }
 }

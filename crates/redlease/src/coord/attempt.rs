@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::coord::engine::Engine;
-use crate::coord::{fanout, fence};
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::release::{release_on, Announce, Ownership};
-use crate::core::error::{Error, Op};
+use crate::coord::{fanout, fence};
+use crate::core::error::{Failure, Op};
 use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
 use crate::core::quorum::Decision;
@@ -44,10 +44,10 @@ pub(crate) async fn attempt(
     keys: &LockKeys,
     timing: Timing,
     on_refusal: OnRefusal,
-) -> Result<Grant, Error> {
+) -> Result<Grant, Failure> {
     // One server under two names: refused before anything is written.
     if let Some(e) = engine.same_server() {
-        return Err(e);
+        return Err(e.into());
     }
     let ownership = Arc::new(Ownership::new(
         keys.lock.clone(),
@@ -95,14 +95,17 @@ pub(crate) async fn attempt(
     {
         replies.finish().await;
     }
-    let failure = match replies.tally.decision() {
+    let failure: Failure = match replies.tally.decision() {
         // One server configured twice: refuse outright rather than take
         // locks on what is not the majority it looks like. Every node that
         // connected has claimed the server it reached by now, whether or
         // not its answer is in.
         _ if engine.same_server().is_some() => {
             replies.finish().await;
-            engine.same_server().expect("a pair is never forgotten")
+            engine
+                .same_server()
+                .expect("a pair is never forgotten")
+                .into()
         }
         Decision::Reached => {
             let mut granted_by = Vec::new();
@@ -119,9 +122,11 @@ pub(crate) async fn attempt(
                 }
             }
             let settled = match fenced {
-                true => Box::pin(fence::settle(engine, resource, keys, &fences, timing, start))
-                    .await
-                    .map(Some),
+                true => Box::pin(fence::settle(
+                    engine, resource, keys, &fences, timing, start,
+                ))
+                .await
+                .map(Some),
                 false => timing
                     .check_usable(Op::Acquire, resource, start)
                     .map(|()| None),
@@ -156,18 +161,19 @@ pub(crate) async fn attempt(
                         replicas,
                     });
                 }
-                Err(failure) => failure,
+                Err(failure) => failure.into(),
             }
         }
         Decision::Impossible | Decision::Pending => {
             // Wait for the stragglers: the cleanup below must reach every
             // node that may have applied the SET, and must not overtake it.
             replies.finish().await;
-            engine.same_server().unwrap_or_else(|| {
-                replies
+            match engine.same_server() {
+                Some(pair) => pair.into(),
+                None => replies
                     .shortfall(Op::Acquire, engine.nodes())
-                    .into_error(resource, false)
-            })
+                    .into_failure(resource),
+            }
         }
     };
     // Undo on every node that may hold the token: one that timed out or

@@ -10,10 +10,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 /// Not `tokio_util::task::TaskTracker`: its `wait` resolves only once the
-/// tracker is closed, and [`Locker::flush`](crate::Locker::flush) must wait
-/// for the tasks running now while the Locker stays open (closing and
-/// reopening around each flush would race concurrent flushes). A counter
-/// and a `Notify` do exactly that.
+/// tracker is closed, and
+/// [`Admin::wait_for_background`](crate::Admin::wait_for_background) must
+/// wait for the tasks running now while the Locker stays open (closing and
+/// reopening around each wait would race concurrent waits). A counter and
+/// a `Notify` do exactly that.
 #[derive(Default)]
 pub(crate) struct Background {
     running: AtomicUsize,

@@ -194,7 +194,7 @@ impl Engine {
                 format!(
                     "{:?} plus its drift allowance outlasts the restart quarantine \
                      ({quarantine:?}): a server that restarted empty could grant the lock \
-                     again while it is held; raise LockerBuilder::restart_quarantine",
+                     again while it is held; raise advanced.restart_quarantine",
                     timing.ttl
                 ),
             ));

@@ -11,9 +11,10 @@ use std::task::Poll;
 use tokio::task::JoinHandle;
 
 use crate::coord::background::Background;
-use crate::core::error::{Held, Op, Shortfall};
+use crate::core::error::{Op, Shortfall};
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::quorum::{Decision, Tally, Vote};
+use crate::core::refusal::Refusal;
 use crate::transport::node::{AcquireReply, Node};
 
 type Pending<R> = Pin<Box<dyn Future<Output = Result<R, NodeError>> + Send>>;
@@ -95,8 +96,8 @@ pub(crate) trait Answer: Send + 'static {
 
     /// For a refusal by `node`: what it said of the other owner (when its
     /// key expires, how many wait, a fingerprint of the owner), if anything.
-    fn refusal(&self, node: NodeId) -> Held {
-        Held::new(node, None, 0, 0)
+    fn refusal(&self, node: NodeId) -> Refusal {
+        Refusal::bare(node)
     }
 }
 
@@ -112,12 +113,12 @@ impl Answer for AcquireReply {
         matches!(self, AcquireReply::Acquired(..))
     }
 
-    fn refusal(&self, node: NodeId) -> Held {
+    fn refusal(&self, node: NodeId) -> Refusal {
         match *self {
             AcquireReply::Held(expires_in, waiting, owner) => {
-                Held::new(node, expires_in, waiting, owner)
+                Refusal::new(node, expires_in, waiting, owner)
             }
-            AcquireReply::Acquired(..) => Held::new(node, None, 0, 0),
+            AcquireReply::Acquired(..) => Refusal::bare(node),
         }
     }
 }

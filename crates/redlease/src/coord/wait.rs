@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::coord::attempt::{attempt, Grant};
 use crate::coord::engine::Engine;
 use crate::coord::subscription::Waiter;
-use crate::core::error::Error;
+use crate::core::error::{Error, Failure};
 use crate::core::keys::{release_channel, LockKeys};
 use crate::core::retry::{RetryPolicy, Waiting};
 use crate::core::validity::Timing;
@@ -36,7 +36,7 @@ pub(crate) async fn lock(
     // Named only once needed: most locks are taken at the first attempt.
     let channel = || release_channel(&keys.lock);
     let mut waiter: Option<Waiter> = None;
-    let mut last: Option<Error> = None;
+    let mut last: Option<Failure> = None;
     let mut attempts: u32 = 0;
 
     // Fairness within this process: if other tasks already queue for this
@@ -59,11 +59,10 @@ pub(crate) async fn lock(
             let waiting = Waiting {
                 behind: !w.is_head(),
                 heard: w.heard(),
-                held_elsewhere: taken.is_some()
-                    || last.as_ref().is_some_and(Error::held_by_one_owner),
-                expires_in: taken.or_else(|| last.as_ref().and_then(Error::expires_in)),
-                crowd: last.as_ref().map_or(0, Error::waiting),
-                quarantine_left: last.as_ref().and_then(Error::quarantine_left),
+                held_elsewhere: taken.is_some() || last.as_ref().is_some_and(|f| f.busy.one_owner),
+                expires_in: taken.or_else(|| last.as_ref().and_then(|f| f.error.expires_in())),
+                crowd: last.as_ref().map_or(0, |f| f.busy.crowd),
+                quarantine_left: last.as_ref().and_then(|f| f.error.quarantine_left()),
             };
             let delay = policy.fallback_delay(rand::random::<f64>(), &waiting, now, deadline);
             let span = tracing::debug_span!(
@@ -96,7 +95,9 @@ pub(crate) async fn lock(
             // known, until a release is heard. A look would cost the nodes
             // two round trips to learn what this process already knows.
             let now = Instant::now();
-            if taken_by_sibling(w, counts_attempts, now).is_some() && deadline.is_none_or(|d| now < d) {
+            if taken_by_sibling(w, counts_attempts, now).is_some()
+                && deadline.is_none_or(|d| now < d)
+            {
                 continue;
             }
             span.in_scope(|| tracing::debug!(woken_by, "retrying"));
@@ -116,19 +117,19 @@ pub(crate) async fn lock(
         } else {
             OnRefusal::Mark
         };
-        let error = match attempt(engine, resource, keys, timing, on_refusal).await {
+        let failure = match attempt(engine, resource, keys, timing, on_refusal).await {
             Ok(grant) => {
                 if let Some(w) = waiter.take() {
                     w.acquired(grant.valid_until);
                 }
                 return Ok(grant);
             }
-            Err(e) if !e.is_retryable() => return Err(e),
-            Err(e) => e,
+            Err(f) if !f.error.is_retryable() => return Err(f.error),
+            Err(f) => f,
         };
-        tracing::debug!(resource, attempts, %error, "lock busy");
+        tracing::debug!(resource, attempts, error = %failure.error, "lock busy");
         if policy.attempts.is_some_and(|max| attempts >= max) {
-            return Err(error);
+            return Err(failure.error);
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
@@ -136,10 +137,10 @@ pub(crate) async fn lock(
                 resource: resource.to_string(),
                 waited: now - start,
                 attempts,
-                last: Box::new(error),
+                last: Box::new(failure.error),
             });
         }
-        last = Some(error);
+        last = Some(failure);
         wait_first = true;
         if waiter.is_none() {
             let mut w = engine.notifier().join(&channel());

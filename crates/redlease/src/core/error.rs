@@ -4,57 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::core::node_error::{NodeError, NodeErrorKind, NodeId};
-
-/// A node on which the lock is held by another owner, with the remaining
-/// time the node reported.
-///
-/// ```
-/// fn soonest(held_on: &[redlease::Held]) -> Option<std::time::Duration> {
-///     held_on.iter().filter_map(|h| h.expires_in).min()
-/// }
-/// ```
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Held {
-    /// The node.
-    pub node: NodeId,
-    /// The key's remaining TTL there; `None` when the key never expires
-    /// (someone wrote it without a TTL).
-    pub expires_in: Option<Duration>,
-    /// How many processes wait for the lock there (subscriptions to its
-    /// release channel): spreads a crowd's checks of a held lock.
-    pub(crate) waiting: u64,
-    /// 28 bits of a hash of the owner's token (0: unknown): the same owner
-    /// on a quorum of nodes holds the lock; different ones are contenders
-    /// of a split vote, about to undo their partial grants.
-    pub(crate) owner: u32,
-}
-
-impl Held {
-    pub(crate) fn new(
-        node: NodeId,
-        expires_in: Option<Duration>,
-        waiting: u64,
-        owner: u32,
-    ) -> Self {
-        Held {
-            node,
-            expires_in,
-            waiting,
-            owner,
-        }
-    }
-}
-
-/// The node and the expiry; the bookkeeping for waiters is left out.
-impl fmt::Debug for Held {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Held")
-            .field("node", &self.node)
-            .field("expires_in", &self.expires_in)
-            .finish_non_exhaustive()
-    }
-}
+use crate::core::refusal::{Busy, Held, Refusal};
 
 /// The lock operation an error is about.
 ///
@@ -70,7 +20,7 @@ pub enum Op {
     Release,
     /// Moving its expiry.
     Extend,
-    /// Deleting it whoever holds it ([`Locker::force_release`](crate::Locker::force_release)).
+    /// Deleting it whoever holds it ([`Admin::force_release`](crate::Admin::force_release)).
     ForceRelease,
 }
 
@@ -177,7 +127,7 @@ pub enum Error {
         failed: Vec<NodeError>,
     },
     /// The lease was lost while work ran under it
-    /// ([`Locker::with_lock`](crate::Locker::with_lock)): the work was
+    /// ([`Acquire::with`](crate::Acquire::with)): the work was
     /// stopped, or it finished but the lock was not ours to the end.
     #[non_exhaustive]
     Lost {
@@ -198,7 +148,7 @@ pub enum Error {
     Closed,
     /// Two nodes of the [`Locker`](crate::Locker) are one Redis server
     /// (the same `run_id`, e.g. `localhost:6379` and `127.0.0.1:6379`),
-    /// found by [`Locker::check_servers`](crate::Locker::check_servers).
+    /// found by [`Admin::check_servers`](crate::Admin::check_servers).
     /// Its vote would count twice; the later node's never counts (see
     /// [`NodeErrorKind::SameServer`]).
     #[non_exhaustive]
@@ -287,7 +237,7 @@ impl Error {
 
     /// For an acquire that failed because quarantined nodes' "yes" did not
     /// count ([`NodeErrorKind::Quarantined`], see
-    /// [`LockerBuilder::restart_quarantine`](crate::LockerBuilder::restart_quarantine)):
+    /// [`Advanced::restart_quarantine`](crate::Advanced::restart_quarantine)):
     /// how long until enough of them vote again to make a quorum with the
     /// nodes that said yes, if the nodes answer as they did. `None` when no
     /// node was quarantined, or when their votes would not make a quorum
@@ -330,48 +280,37 @@ impl Error {
         left.get(missing - 1).copied()
     }
 
-    /// For a failed acquire: the nodes where another owner held the lock,
-    /// and the quorum. What a waiter reads of a busy lock comes from here.
-    fn refusals(&self) -> Option<(&[Held], usize)> {
-        match self {
-            Error::Taken {
-                held_on, quorum, ..
-            } => Some((held_on, *quorum)),
+    /// The soonest time another owner's hold is due to expire, when the
+    /// failed acquire saw one. Waiting longer than this is pointless.
+    pub(crate) fn expires_in(&self) -> Option<Duration> {
+        let held = match self {
+            Error::Taken { held_on, .. } => held_on,
             Error::NoQuorum {
                 op: Op::Acquire,
                 refused_by,
-                quorum,
                 ..
-            } => Some((refused_by, *quorum)),
-            _ => None,
-        }
-    }
-
-    /// The soonest time another owner's hold is due to expire, when the
-    /// failed attempt saw one. Waiting longer than this is pointless.
-    pub(crate) fn expires_in(&self) -> Option<Duration> {
-        let (held, _) = self.refusals()?;
+            } => refused_by,
+            _ => return None,
+        };
         held.iter().filter_map(|h| h.expires_in).min()
     }
+}
 
-    /// For a busy lock: whether one owner holds it on a quorum of the
-    /// nodes, as the refusals show (not a split vote between contenders,
-    /// whose partial grants are undone at once and announced to no one).
-    pub(crate) fn held_by_one_owner(&self) -> bool {
-        let Some((held, quorum)) = self.refusals() else {
-            return false;
-        };
-        held.iter()
-            .filter(|h| h.owner != 0)
-            .any(|h| held.iter().filter(|o| o.owner == h.owner).count() >= quorum)
-    }
+/// A failed acquire attempt: the error the caller may see, and what its
+/// refusals said of the holder, for a waiter.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: Error,
+    pub(crate) busy: Busy,
+}
 
-    /// For a busy lock: the most processes any refusing node counted as
-    /// waiting for it (every waiter subscribes on every node).
-    pub(crate) fn waiting(&self) -> u64 {
-        self.refusals()
-            .and_then(|(held, _)| held.iter().map(|h| h.waiting).max())
-            .unwrap_or(0)
+/// A failure with no refusal to learn from.
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure {
+            error,
+            busy: Busy::default(),
+        }
     }
 }
 
@@ -384,7 +323,7 @@ pub(crate) struct Shortfall {
     pub(crate) nodes: usize,
     /// Nodes that refused: another owner holds the lock (acquire), or our
     /// token is gone (extend, release).
-    pub(crate) refused: Vec<Held>,
+    pub(crate) refused: Vec<Refusal>,
     pub(crate) failed: Vec<NodeError>,
 }
 
@@ -399,7 +338,7 @@ impl Shortfall {
         match self.op {
             Op::Acquire if refused_quorum => Error::Taken {
                 resource,
-                held_on: self.refused,
+                held_on: self.refused.into_iter().map(|r| r.held).collect(),
                 failed: self.failed,
                 nodes: self.nodes,
                 quorum,
@@ -408,7 +347,7 @@ impl Shortfall {
                 op,
                 resource,
                 expired,
-                not_held_on: self.refused.into_iter().map(|h| h.node).collect(),
+                not_held_on: self.refused.into_iter().map(|r| r.held.node).collect(),
                 failed: self.failed,
             },
             op => Error::NoQuorum {
@@ -418,8 +357,18 @@ impl Shortfall {
                 quorum,
                 nodes: self.nodes,
                 failed: self.failed,
-                refused_by: self.refused,
+                refused_by: self.refused.into_iter().map(|r| r.held).collect(),
             },
+        }
+    }
+
+    /// An acquire's shortfall as its error, with what the refusals said
+    /// of the holder for a waiter.
+    pub(crate) fn into_failure(self, resource: &str) -> Failure {
+        let busy = Busy::of(&self.refused, crate::core::quorum::quorum(self.nodes));
+        Failure {
+            error: self.into_error(resource, false),
+            busy,
         }
     }
 }
@@ -581,32 +530,6 @@ mod tests {
     use super::*;
     use crate::core::node_error::Quarantine;
 
-    fn taken(owners: &[u32], nodes: usize) -> Error {
-        Error::Taken {
-            resource: "job".into(),
-            held_on: owners
-                .iter()
-                .enumerate()
-                .map(|(i, &owner)| Held::new(NodeId::new(i, "n"), None, 0, owner))
-                .collect(),
-            nodes,
-            quorum: crate::core::quorum::quorum(nodes),
-            failed: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn one_owner_on_a_quorum_holds_the_lock_and_a_split_vote_does_not() {
-        assert!(taken(&[7], 1).held_by_one_owner());
-        assert!(taken(&[7, 7, 7], 5).held_by_one_owner());
-        assert!(taken(&[7, 9, 7, 7], 5).held_by_one_owner());
-        assert!(!taken(&[7, 9, 7], 5).held_by_one_owner(), "a split vote");
-        assert!(!taken(&[1, 2, 3, 4, 5], 5).held_by_one_owner());
-        assert!(!taken(&[0, 0, 0], 5).held_by_one_owner(), "unknown owners");
-        let held = format!("{:?}", taken(&[7], 1));
-        assert!(!held.contains("owner"), "{held}");
-    }
-
     /// A failed acquire on 5 nodes: `yes` votes, and the node errors.
     fn no_quorum(yes: usize, failed: &[NodeErrorKind]) -> Error {
         Error::NoQuorum {
@@ -663,6 +586,13 @@ mod tests {
             last: Box::new(no_quorum(2, &q)),
         };
         assert_eq!(waited.quarantine_wait(), Some(sec(10)));
-        assert_eq!(taken(&[7, 7, 7], 5).quarantine_wait(), None);
+        let taken = Error::Taken {
+            resource: "job".into(),
+            held_on: Vec::new(),
+            nodes: 5,
+            quorum: 3,
+            failed: Vec::new(),
+        };
+        assert_eq!(taken.quarantine_wait(), None);
     }
 }

@@ -37,7 +37,7 @@ pub(crate) fn check_resource(prefix: &str, resource: &str) -> Result<(), Error> 
             "resource",
             format!(
                 "the lock name {shown} is {} bytes, longer than the {room} bytes its Redis key \
-                 leaves it (a key is at most {MAX_KEY_LEN} bytes, Locker::MAX_KEY_LEN, and \
+                 leaves it (a key is at most {MAX_KEY_LEN} bytes, redlease::MAX_KEY_LEN, and \
                  the {}-byte prefix and the braces take the rest)",
                 resource.len(),
                 prefix.len()
@@ -65,7 +65,7 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<(), Error> {
             "key_prefix",
             format!(
                 "{} is {} bytes: no lock key would fit in {MAX_KEY_LEN} bytes \
-                 (Locker::MAX_KEY_LEN)",
+                 (redlease::MAX_KEY_LEN)",
                 shorten(prefix),
                 prefix.len()
             ),

@@ -1,7 +1,7 @@
-//! What the nodes say about one lock, for [`Locker::inspect`], and how to
+//! What the nodes say about one lock, for [`Admin::inspect`], and how to
 //! read it. Pure: no I/O.
 //!
-//! [`Locker::inspect`]: crate::Locker::inspect
+//! [`Admin::inspect`]: crate::Admin::inspect
 
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ pub struct NodeLockState {
     pub waiting: u64,
     /// Whether the node's server casts no "yes" on an acquire now, and for
     /// how long yet: it (re)started less than the
-    /// [restart quarantine](crate::LockerBuilder::restart_quarantine) ago,
+    /// [restart quarantine](crate::Advanced::restart_quarantine) ago,
     /// or its clock jumped. Judged by the inspecting Locker's settings
     /// from what its connection learned when it reached the server (no
     /// extra request); on a cluster, the server of the lock's shard.
@@ -94,9 +94,9 @@ impl NodeQuarantine {
     }
 }
 
-/// What the nodes say about one lock, from [`Locker::inspect`].
+/// What the nodes say about one lock, from [`Admin::inspect`].
 ///
-/// [`Locker::inspect`]: crate::Locker::inspect
+/// [`Admin::inspect`]: crate::Admin::inspect
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct LockStatus {

@@ -1,6 +1,7 @@
 //! The ground floor, pure: the error model and the settings every layer
 //! shares, and the decisions a lock makes without I/O (quorum, validity,
-//! expiry bounds, fencing, retry, renewal schedule, vote guard, tokens),
+//! expiry bounds, fencing, retry, renewal schedule, vote guard, tokens,
+//! what a refusal tells a waiter),
 //! tested with injected time.
 
 pub(crate) mod durability;
@@ -12,6 +13,7 @@ pub(crate) mod lease_state;
 pub(crate) mod lock_status;
 pub(crate) mod node_error;
 pub(crate) mod quorum;
+pub(crate) mod refusal;
 pub(crate) mod renew_schedule;
 pub(crate) mod retry;
 pub(crate) mod telemetry;

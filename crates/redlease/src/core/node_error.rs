@@ -122,7 +122,7 @@ pub enum NodeErrorKind {
     },
     /// Not counted: the server restarted, or its clock jumped forward, too
     /// recently to vouch that no lock it granted was lost (see
-    /// [`LockerBuilder::restart_quarantine`](crate::LockerBuilder::restart_quarantine)).
+    /// [`Advanced::restart_quarantine`](crate::Advanced::restart_quarantine)).
     /// An acquire it took part in is still undone there if it fails, and
     /// its release and extend requests are made as usual.
     Quarantined {
@@ -134,7 +134,7 @@ pub enum NodeErrorKind {
     /// Not counted: this node reached the same Redis server (the same
     /// `run_id`) as the node with index `same_as`, which counts for it.
     /// One server counted twice would fake a majority; give each server
-    /// once. [`Locker::check_servers`](crate::Locker::check_servers)
+    /// once. [`Admin::check_servers`](crate::Admin::check_servers)
     /// finds this before any lock is taken.
     SameServer {
         /// The index of the node that counts for this server.

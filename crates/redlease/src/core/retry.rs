@@ -1,10 +1,20 @@
 //! When to try again after a failed attempt. Pure: the random sample comes in
 //! as an argument so the arithmetic can be tested.
 
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-/// How [`Locker::lock`](crate::Locker::lock) waits: a bound on attempts
-/// and/or on the total wait, and a random delay between attempts.
+/// How [`Locker::lock`](crate::Locker::lock) waits for a busy lock: how
+/// long or how many attempts it may take, and a random delay between
+/// attempts.
+///
+/// Each constructor fixes the bound, so every policy is one that can be
+/// used: [`within`](Self::within) a wait deadline, at most a number of
+/// [`attempts`](Self::attempts) (never zero: the count is a
+/// [`NonZeroU32`]), [`attempts_within`](Self::attempts_within) for both,
+/// or [`forever`](Self::forever), said out loud. The default waits up to
+/// 10 s. [`delay`](Self::delay) sets the random delay's range, 10-100 ms
+/// by default.
 ///
 /// Waiters retry as soon as the holder's release is announced (see the
 /// crate docs). The delay is for a waiter that could miss the announcement
@@ -15,94 +25,99 @@ use std::time::{Duration, Instant};
 /// limit keeps its delay between attempts in every case.
 ///
 /// ```
+/// use std::num::NonZeroU32;
 /// use std::time::Duration;
 /// use redlease::RetryPolicy;
 ///
 /// // Up to 20 attempts within 5 s, 10-50 ms apart.
-/// let policy = RetryPolicy::new()
-///     .attempts(20)
-///     .wait(Duration::from_secs(5))
+/// let twenty = NonZeroU32::new(20).unwrap();
+/// let policy = RetryPolicy::attempts_within(twenty, Duration::from_secs(5))
 ///     .delay(Duration::from_millis(10), Duration::from_millis(50));
 /// # let _ = policy;
 /// ```
+///
+/// A policy that would never try does not compile:
+///
+/// ```compile_fail
+/// let never = redlease::RetryPolicy::attempts(0); // expects a NonZeroU32
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
+    /// The attempt limit, never `Some(0)` (set from a [`NonZeroU32`]).
     pub(crate) attempts: Option<u32>,
+    /// The wait deadline, from the first attempt. With no attempt limit
+    /// either, the policy waits forever: only [`RetryPolicy::forever`]
+    /// makes that one.
     pub(crate) wait: Option<Duration>,
-    /// Set by [`RetryPolicy::wait_forever`]: no bound is intended.
-    pub(crate) forever: bool,
-    pub(crate) min_delay: Duration,
-    pub(crate) max_delay: Duration,
+    /// At most `max_delay`: [`RetryPolicy::delay`] orders the two.
+    min_delay: Duration,
+    max_delay: Duration,
 }
 
+/// The default delay between attempts: 10-100 ms.
+const DEFAULT_DELAY: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(100));
+
 impl Default for RetryPolicy {
+    /// Wait up to 10 s, any number of attempts, 10-100 ms apart.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlease::RetryPolicy;
+    /// assert_eq!(RetryPolicy::default(), RetryPolicy::within(Duration::from_secs(10)));
+    /// ```
     fn default() -> Self {
-        RetryPolicy {
-            attempts: None,
-            wait: Some(Duration::from_secs(10)),
-            forever: false,
-            min_delay: Duration::from_millis(10),
-            max_delay: Duration::from_millis(100),
-        }
+        RetryPolicy::within(Duration::from_secs(10))
     }
 }
 
 impl RetryPolicy {
-    /// The default: wait up to 10 s, any number of attempts, 10-100 ms apart.
-    ///
-    /// ```
-    /// let policy = redlease::RetryPolicy::new();
-    /// # let _ = policy;
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
+    fn bounded(attempts: Option<NonZeroU32>, wait: Option<Duration>) -> Self {
+        RetryPolicy {
+            attempts: attempts.map(NonZeroU32::get),
+            wait,
+            min_delay: DEFAULT_DELAY.0,
+            max_delay: DEFAULT_DELAY.1,
+        }
     }
 
-    /// At most `n` attempts (the first one included). Zero is rejected when
-    /// the [`Locker`](crate::Locker) is built.
+    /// Any number of attempts until `wait` has passed since the first one
+    /// began (the attempt running at the deadline still finishes, within
+    /// twice the per-node timeout); then [`Error::WaitTimeout`](crate::Error::WaitTimeout).
     ///
     /// ```
-    /// let policy = redlease::RetryPolicy::new().attempts(3);
+    /// let policy = redlease::RetryPolicy::within(std::time::Duration::from_secs(2));
     /// # let _ = policy;
     /// ```
-    pub fn attempts(mut self, n: u32) -> Self {
-        self.attempts = Some(n);
-        self
+    pub fn within(wait: Duration) -> Self {
+        Self::bounded(None, Some(wait))
     }
 
-    /// No limit on attempts; only the wait deadline bounds the retries.
+    /// At most `n` attempts (the first one included), however long they
+    /// take; the last attempt's error is returned as it is. One attempt
+    /// never waits (what [`Locker::try_lock`](crate::Locker::try_lock)
+    /// makes).
     ///
     /// ```
-    /// let policy = redlease::RetryPolicy::new().unlimited_attempts();
+    /// use std::num::NonZeroU32;
+    /// let policy = redlease::RetryPolicy::attempts(NonZeroU32::new(3).unwrap());
     /// # let _ = policy;
     /// ```
-    pub fn unlimited_attempts(mut self) -> Self {
-        self.attempts = None;
-        self
+    pub fn attempts(n: NonZeroU32) -> Self {
+        Self::bounded(Some(n), None)
     }
 
-    /// Give up once `wait` has passed since the first attempt began (the
-    /// attempt running at the deadline still finishes, within twice the
-    /// per-node timeout).
+    /// At most `n` attempts, and none after `wait` has passed: whichever
+    /// runs out first ends the wait.
     ///
     /// ```
-    /// let policy = redlease::RetryPolicy::new().wait(std::time::Duration::from_secs(2));
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// let five = NonZeroU32::new(5).unwrap();
+    /// let policy = redlease::RetryPolicy::attempts_within(five, Duration::from_secs(2));
     /// # let _ = policy;
     /// ```
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-
-    /// No wait deadline; only the attempt count bounds the retries.
-    ///
-    /// ```
-    /// let policy = redlease::RetryPolicy::new().attempts(5).no_deadline();
-    /// # let _ = policy;
-    /// ```
-    pub fn no_deadline(mut self) -> Self {
-        self.wait = None;
-        self
+    pub fn attempts_within(n: NonZeroU32, wait: Duration) -> Self {
+        Self::bounded(Some(n), Some(wait))
     }
 
     /// Wait as long as it takes: no attempt limit and no deadline. Only for
@@ -110,54 +125,27 @@ impl RetryPolicy {
     /// the future still stops the wait at once.
     ///
     /// ```
-    /// let policy = redlease::RetryPolicy::new().wait_forever();
+    /// let policy = redlease::RetryPolicy::forever();
     /// # let _ = policy;
     /// ```
-    pub fn wait_forever(mut self) -> Self {
-        self.attempts = None;
-        self.wait = None;
-        self.forever = true;
-        self
+    pub fn forever() -> Self {
+        Self::bounded(None, None)
     }
 
-    /// Sleep a uniformly random time in `[min, max]` between attempts.
+    /// Sleep a uniformly random time between `a` and `b` (in either order:
+    /// the shorter is the minimum) between attempts.
     ///
     /// ```
     /// use std::time::Duration;
-    /// let policy = redlease::RetryPolicy::new()
-    ///     .delay(Duration::from_millis(5), Duration::from_millis(20));
-    /// # let _ = policy;
+    /// use redlease::RetryPolicy;
+    /// let ms = Duration::from_millis;
+    /// let policy = RetryPolicy::default().delay(ms(5), ms(20));
+    /// assert_eq!(policy, RetryPolicy::default().delay(ms(20), ms(5)));
     /// ```
-    pub fn delay(mut self, min: Duration, max: Duration) -> Self {
-        self.min_delay = min;
-        self.max_delay = max;
+    pub fn delay(mut self, a: Duration, b: Duration) -> Self {
+        self.min_delay = a.min(b);
+        self.max_delay = a.max(b);
         self
-    }
-
-    pub(crate) fn check(&self) -> Result<(), crate::core::error::Error> {
-        use crate::core::error::Error;
-        if self.attempts == Some(0) {
-            return Err(Error::invalid(
-                "retry.attempts",
-                "zero attempts would never try",
-            ));
-        }
-        if self.attempts.is_none() && self.wait.is_none() && !self.forever {
-            return Err(Error::invalid(
-                "retry",
-                "neither an attempt limit nor a wait deadline: waiting could last forever",
-            ));
-        }
-        if self.min_delay > self.max_delay {
-            return Err(Error::invalid(
-                "retry.delay",
-                format!(
-                    "the minimum {:?} is above the maximum {:?}",
-                    self.min_delay, self.max_delay
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// The policy's own delay: `min + sample * (max - min)`, cut short at
@@ -280,7 +268,7 @@ mod tests {
     use super::*;
 
     fn policy() -> RetryPolicy {
-        RetryPolicy::new().delay(10 * MS, 110 * MS)
+        RetryPolicy::default().delay(10 * MS, 110 * MS)
     }
 
     #[test]
@@ -432,7 +420,7 @@ mod tests {
             ..heard_and_held(Some(3 * MS))
         };
         assert_eq!(p.fallback_delay(0.5, &expiring, now, None), 3 * MS);
-        let counted = p.clone().attempts(3);
+        let counted = RetryPolicy::attempts(NonZeroU32::new(3).unwrap()).delay(10 * MS, 110 * MS);
         assert_eq!(
             counted.fallback_delay(0.5, &heard_and_held(Some(7_000 * MS)), now, None),
             60 * MS,
@@ -471,12 +459,41 @@ mod tests {
     }
 
     #[test]
-    fn check_rejects_policies_that_never_try_or_never_stop() {
-        assert!(RetryPolicy::new().attempts(0).check().is_err());
-        assert!(RetryPolicy::new().no_deadline().check().is_err());
-        assert!(RetryPolicy::new().wait_forever().check().is_ok());
-        assert!(RetryPolicy::new().delay(5 * MS, 4 * MS).check().is_err());
-        assert!(RetryPolicy::new().attempts(1).no_deadline().check().is_ok());
-        assert!(RetryPolicy::new().check().is_ok());
+    fn each_constructor_fixes_its_bound() {
+        let n = |n| NonZeroU32::new(n).unwrap();
+        let sec = Duration::from_secs(2);
+        let bounds = |p: RetryPolicy| (p.attempts, p.wait);
+        assert_eq!(bounds(RetryPolicy::within(sec)), (None, Some(sec)));
+        assert_eq!(bounds(RetryPolicy::attempts(n(3))), (Some(3), None));
+        assert_eq!(
+            bounds(RetryPolicy::attempts_within(n(3), sec)),
+            (Some(3), Some(sec))
+        );
+        assert_eq!(bounds(RetryPolicy::forever()), (None, None));
+        assert_eq!(
+            bounds(RetryPolicy::attempts(NonZeroU32::MIN)),
+            (Some(1), None)
+        );
+    }
+
+    #[test]
+    fn the_default_waits_ten_seconds_ten_to_a_hundred_ms_apart() {
+        let p = RetryPolicy::default();
+        assert_eq!((p.attempts, p.wait), (None, Some(Duration::from_secs(10))));
+        assert_eq!((p.min_delay, p.max_delay), (10 * MS, 100 * MS));
+        // Every constructor starts from the same delay.
+        assert_eq!(RetryPolicy::forever().min_delay, 10 * MS);
+        assert_eq!(RetryPolicy::forever().max_delay, 100 * MS);
+    }
+
+    #[test]
+    fn a_delay_given_backwards_is_the_same_range() {
+        let backwards = RetryPolicy::default().delay(5 * MS, 4 * MS);
+        assert_eq!(backwards, RetryPolicy::default().delay(4 * MS, 5 * MS));
+        assert_eq!((backwards.min_delay, backwards.max_delay), (4 * MS, 5 * MS));
+        assert_eq!(backwards.delay_before_next(0.0, None), 4 * MS);
+        assert!(backwards.delay_before_next(0.999_999, None) <= 5 * MS);
+        let fixed = RetryPolicy::default().delay(7 * MS, 7 * MS);
+        assert_eq!(fixed.delay_before_next(0.5, None), 7 * MS);
     }
 }

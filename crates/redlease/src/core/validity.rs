@@ -31,7 +31,7 @@ impl DriftModel {
     pub(crate) fn check(&self) -> Result<(), Error> {
         if !(self.factor >= 0.0 && self.factor < 1.0) {
             return Err(Error::invalid(
-                "drift_factor",
+                "advanced.drift_factor",
                 format!(
                     "{} is not a fraction of the TTL in [0, 1): it must be non-negative, \
                      finite and below 1",
@@ -120,7 +120,7 @@ impl Timing {
                     "{ttl:?} leaves no validity after twice the {drift:?} drift allowance (the \
                      lease ends one allowance early and is reported lost one more before that) \
                      and the {node_timeout:?} node timeout: raise the TTL, or lower \
-                     drift_factor, drift_floor or node_timeout"
+                     node_timeout, advanced.drift_factor or advanced.drift_floor"
                 ),
             ));
         }
@@ -220,9 +220,10 @@ impl Timing {
                 field,
                 format!(
                     "a kept-alive lease with a {:?} TTL is renewed after {interval:?} \
-                     (renew_fraction {fraction}){answer}, but is reported lost {lost_at:?} \
-                     after it was taken (TTL minus twice the {:?} drift allowance): lower \
-                     renew_fraction, node_timeout or drift_factor, or raise the TTL",
+                     (advanced.renew_fraction {fraction}){answer}, but is reported lost \
+                     {lost_at:?} after it was taken (TTL minus twice the {:?} drift allowance): \
+                     lower advanced.renew_fraction, node_timeout or advanced.drift_factor, or \
+                     raise the TTL",
                     self.ttl, self.drift
                 ),
             ));

@@ -172,22 +172,18 @@ fn builder_as(
     retry_delay: Duration,
 ) -> LockerBuilder {
     Locker::builder(urls_as(nodes, name))
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(ttl)
         .node_timeout(500 * MS)
         .connect_timeout(500 * MS)
-        .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(20))
-                .delay(retry_delay, retry_delay),
-        )
+        .retry(RetryPolicy::within(Duration::from_secs(20)).delay(retry_delay, retry_delay))
 }
 
 /// Waits (at most 5 s) until `count` processes wait for `resource`.
 async fn until_waiting(locker: &Locker, resource: &str, count: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let status = locker.inspect(resource).await.expect("inspect");
+        let status = locker.admin().inspect(resource).await.expect("inspect");
         let answered = status.nodes.iter().all(|(_, a)| a.is_ok());
         let waiting = status
             .nodes
@@ -350,7 +346,11 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
         (Instant::now(), lease, other)
     });
     until_waiting(&holder, "job", 1).await;
-    let status = holder.inspect("job").await.expect("inspect as locker");
+    let status = holder
+        .admin()
+        .inspect("job")
+        .await
+        .expect("inspect as locker");
     assert!(
         matches!(status.verdict(), Verdict::Held { on: 3, .. }),
         "{status:?}"
@@ -382,7 +382,7 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
         .try_lock("renewed")
         .await;
     assert!(matches!(refused, Err(Error::Taken { .. })), "{refused:?}");
-    let status = short.inspect("renewed").await.unwrap();
+    let status = short.admin().inspect("renewed").await.unwrap();
     for (node, answer) in &status.nodes {
         match answer.as_ref().map(|s| s.key) {
             Ok(KeyState::Held {
@@ -404,7 +404,11 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     tokio::time::sleep(200 * MS).await;
     let forced = Instant::now();
     assert_eq!(
-        holder.force_release("stuck").await.expect("force_release"),
+        holder
+            .admin()
+            .force_release("stuck")
+            .await
+            .expect("force_release"),
         3
     );
     let (taken, third, _waiter) = waiting.await.unwrap();
@@ -472,7 +476,7 @@ async fn without_delifeq_rights_releases_use_the_script_after_one_refusal() {
         let lease = locker.try_lock("job").await.expect("try_lock");
         lease.release().await.expect("released by the script");
     }
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let left: Option<String> = redis::cmd("GET")
         .arg(&key)
         .query_async(&mut admin(node).await)

@@ -63,16 +63,12 @@ async fn refused(node: &RedisNode) -> Vec<(String, String)> {
 async fn lock_cycle(url: &str, durability: Durability) {
     let build = |delay: Duration| {
         Locker::builder([url])
-            .restart_quarantine(std::time::Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
             .ttl(Duration::from_secs(1))
             .node_timeout(NODE_TIMEOUT)
             .connect_timeout(NODE_TIMEOUT)
             .durability(durability)
-            .retry(
-                RetryPolicy::new()
-                    .wait(Duration::from_secs(20))
-                    .delay(delay, delay),
-            )
+            .retry(RetryPolicy::within(Duration::from_secs(20)).delay(delay, delay))
             .build()
             .unwrap()
     };
@@ -84,7 +80,14 @@ async fn lock_cycle(url: &str, durability: Durability) {
         (Instant::now(), lease, waiter_side)
     });
     let deadline = Instant::now() + Duration::from_secs(5);
-    while holder.inspect("job").await.expect("inspect").waiting() != 1 {
+    while holder
+        .admin()
+        .inspect("job")
+        .await
+        .expect("inspect")
+        .waiting()
+        != 1
+    {
         assert!(Instant::now() < deadline, "the waiter never subscribed");
         tokio::time::sleep(10 * MS).await;
     }

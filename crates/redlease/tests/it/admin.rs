@@ -13,10 +13,10 @@ async fn inspect_reports_each_node_and_never_the_token() {
     let mut nodes = RedisNodes::start(3);
     // Fencing on: inspect shows the fencing counter.
     let locker = fenced_locker(&nodes);
-    let status = locker.inspect("report").await.unwrap();
+    let status = locker.admin().inspect("report").await.unwrap();
     assert_eq!(status.verdict(), Verdict::Free { leftover_on: 0 });
     assert_eq!(status.fencing_counter(), None);
-    assert_eq!(status.key, locker.key("report"));
+    assert_eq!(status.key, locker.admin().key("report"));
 
     let lease = locker.lock("report").await.unwrap();
     // A waiter in another process (Locker) subscribes to the release channel.
@@ -27,7 +27,7 @@ async fn inspect_reports_each_node_and_never_the_token() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     nodes.node_mut(2).kill();
 
-    let status = locker.inspect("report").await.unwrap();
+    let status = locker.admin().inspect("report").await.unwrap();
     match status.verdict() {
         Verdict::Held {
             on: 2,
@@ -47,14 +47,16 @@ async fn inspect_reports_each_node_and_never_the_token() {
         "the killed node is reported in place"
     );
     let shown = format!("{status:?}");
-    let token = get(nodes.node(0), &locker.key("report")).await.unwrap();
+    let token = get(nodes.node(0), &locker.admin().key("report"))
+        .await
+        .unwrap();
     assert!(!shown.contains(&token), "no token in {shown}");
 
     lease.release().await.unwrap();
     let next = waiter.await.unwrap().expect("the waiter gets it");
     next.release().await.unwrap();
     assert!(matches!(
-        locker.inspect("").await,
+        locker.admin().inspect("").await,
         Err(Error::InvalidInput {
             field: "resource",
             ..
@@ -66,8 +68,8 @@ async fn inspect_reports_each_node_and_never_the_token() {
 async fn inspect_shows_a_key_without_expiry() {
     let nodes = RedisNodes::start(1);
     let locker = locker(&nodes);
-    set(nodes.node(0), &locker.key("stuck"), "not-ours").await;
-    let status = locker.inspect("stuck").await.unwrap();
+    set(nodes.node(0), &locker.admin().key("stuck"), "not-ours").await;
+    let status = locker.admin().inspect("stuck").await.unwrap();
     let state = status.nodes[0].1.as_ref().unwrap();
     assert_eq!(state.key, KeyState::Held { expires_in: None });
     assert_eq!(
@@ -83,12 +85,12 @@ async fn inspect_shows_a_key_without_expiry() {
 async fn force_release_frees_a_stuck_lock_and_keeps_the_fencing_counter() {
     let mut nodes = RedisNodes::start(3);
     let holder = fenced_locker(&nodes);
-    let admin = fenced_locker(&nodes);
+    let operator = fenced_locker(&nodes);
     let lease = holder.lock("stuck").keep_alive().await.unwrap();
     let old_token = token(&lease);
 
-    assert_eq!(admin.force_release("stuck").await.unwrap(), 3);
-    let next = admin.try_lock("stuck").await.expect("free at once");
+    assert_eq!(operator.admin().force_release("stuck").await.unwrap(), 3);
+    let next = operator.try_lock("stuck").await.expect("free at once");
     assert!(token(&next) > old_token, "tokens keep growing");
     // The old holder learns at its next renewal that the lock is gone.
     let why = tokio::time::timeout(Duration::from_secs(5), lease.lost())
@@ -97,7 +99,7 @@ async fn force_release_frees_a_stuck_lock_and_keeps_the_fencing_counter() {
     assert_eq!(why, LostReason::Refused);
     next.release().await.unwrap();
     assert_eq!(
-        admin.force_release("stuck").await.unwrap(),
+        operator.admin().force_release("stuck").await.unwrap(),
         0,
         "nothing left"
     );
@@ -105,7 +107,7 @@ async fn force_release_frees_a_stuck_lock_and_keeps_the_fencing_counter() {
     // A node that is down is named; the others are still cleared.
     let again = holder.lock("stuck").await.unwrap();
     nodes.node_mut(1).kill();
-    match admin.force_release("stuck").await {
+    match operator.admin().force_release("stuck").await {
         Err(Error::NoQuorum {
             op: Op::ForceRelease,
             failed,
@@ -113,7 +115,13 @@ async fn force_release_frees_a_stuck_lock_and_keeps_the_fencing_counter() {
         }) => assert_eq!(failed.len(), 1, "{failed:?}"),
         other => panic!("the dead node must be reported: {other:?}"),
     }
-    assert_eq!(get(nodes.node(0), &admin.key("stuck")).await, None);
-    assert_eq!(get(nodes.node(2), &admin.key("stuck")).await, None);
+    assert_eq!(
+        get(nodes.node(0), &operator.admin().key("stuck")).await,
+        None
+    );
+    assert_eq!(
+        get(nodes.node(2), &operator.admin().key("stuck")).await,
+        None
+    );
     drop(again);
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redlease::{Error, Locker, RetryPolicy, MAX_TTL};
+use redlease::{Error, Locker, MAX_TTL};
 use redlease_testkit::RedisNode;
 
 use crate::support::*;
@@ -27,8 +27,7 @@ async fn bad_builder_settings_are_rejected() {
     let tight = |fraction: f64, drift: f64| {
         b().ttl(1_000 * MS)
             .node_timeout(100 * MS)
-            .renew_fraction(fraction)
-            .drift_factor(drift)
+            .advanced(|a| a.renew_fraction(fraction).drift_factor(drift))
             .build()
     };
     let cases: Vec<(Result<Locker, Error>, &str)> = vec![
@@ -60,24 +59,42 @@ async fn bad_builder_settings_are_rejected() {
             b().connect_timeout(Duration::ZERO).build(),
             "connect_timeout",
         ),
-        (b().drift_factor(-0.01).build(), "drift_factor"),
-        (b().drift_factor(f64::NAN).build(), "drift_factor"),
-        (b().drift_factor(1.0).build(), "drift_factor"),
+        (
+            b().advanced(|a| a.drift_factor(-0.01)).build(),
+            "advanced.drift_factor",
+        ),
+        (
+            b().advanced(|a| a.drift_factor(f64::NAN)).build(),
+            "advanced.drift_factor",
+        ),
+        (
+            b().advanced(|a| a.drift_factor(1.0)).build(),
+            "advanced.drift_factor",
+        ),
+        (
+            b().advanced(|a| a.renew_fraction(0.0)).build(),
+            "advanced.renew_fraction",
+        ),
+        (
+            b().advanced(|a| a.renew_fraction(0.95)).build(),
+            "advanced.renew_fraction",
+        ),
+        (
+            b().advanced(|a| a.restart_quarantine(MS)).build(),
+            "advanced.restart_quarantine",
+        ),
+        (
+            b().fencing(true)
+                .advanced(|a| a.fence_expiry(Duration::from_millis(999)))
+                .build(),
+            "advanced.fence_expiry",
+        ),
         // Accepted once, and every lease was lost the moment it was taken.
-        (b().drift_factor(0.5).build(), "ttl"),
+        (b().advanced(|a| a.drift_factor(0.5)).build(), "ttl"),
         // Accepted once, and the first renewal came after the loss point.
         (tight(0.9, 0.05), "ttl"),
         (tight(0.8, 0.1), "ttl"),
         (tight(0.5, 0.25), "ttl"),
-        (
-            b().retry(RetryPolicy::new().attempts(0)).build(),
-            "retry.attempts",
-        ),
-        (b().retry(RetryPolicy::new().no_deadline()).build(), "retry"),
-        (
-            b().retry(RetryPolicy::new().delay(2 * MS, MS)).build(),
-            "retry.delay",
-        ),
         (b().key_prefix("app:{x}:").build(), "key_prefix"),
     ];
     for (i, (result, expected)) in cases.into_iter().enumerate() {
@@ -100,7 +117,7 @@ async fn bad_call_arguments_are_rejected_before_io() {
     let node = RedisNode::start();
     // A brand-new server: without the restart quarantine, which restarts.rs tests.
     let locker = Locker::builder([node.url()])
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .build()
         .unwrap();
     assert_eq!(field(locker.try_lock("").await), "resource");
@@ -110,22 +127,13 @@ async fn bad_call_arguments_are_rejected_before_io() {
         "ttl"
     );
     assert_eq!(field(locker.try_lock("job").ttl(MAX_TTL * 2).await), "ttl");
-    assert_eq!(
-        field(
-            locker
-                .lock("job")
-                .retry(RetryPolicy::new().attempts(0))
-                .await
-        ),
-        "retry.attempts"
-    );
     // A per-call TTL that automatic renewal cannot keep: with this
     // Locker's 100 ms node timeout and renew_fraction 0.5, a 150 ms lease
     // is renewed at 75 ms and may answer at 175 ms, after it is lost.
     let tight = Locker::builder([node.url()])
-        .restart_quarantine(Duration::ZERO) // a brand-new server
+        .advanced(|a| a.restart_quarantine(Duration::ZERO)) // a brand-new server
         .node_timeout(100 * MS)
-        .renew_fraction(0.5)
+        .advanced(|a| a.renew_fraction(0.5))
         .build()
         .unwrap();
     assert_eq!(
@@ -138,7 +146,7 @@ async fn bad_call_arguments_are_rejected_before_io() {
     plain.unwrap().release().await.unwrap();
 
     let mut lease = locker.try_lock("job").await.unwrap();
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let before = pttl(&node, &key).await;
     // PEXPIRE 0 would delete the key: a silent release. Refused instead.
     assert_eq!(field(lease.extend(Duration::ZERO).await), "ttl");
@@ -227,7 +235,7 @@ async fn a_name_too_long_for_a_key_is_refused_before_any_io() {
     let node = RedisNode::start();
     let mut admin = conn(&node).await;
     let locker = Locker::builder([node.url()])
-        .restart_quarantine(Duration::ZERO) // a brand-new server
+        .advanced(|a| a.restart_quarantine(Duration::ZERO)) // a brand-new server
         .build()
         .unwrap();
     let before = traffic(&mut admin).await;
@@ -248,18 +256,19 @@ async fn a_name_too_long_for_a_key_is_refused_before_any_io() {
     };
     refused(locker.try_lock(huge.as_str()).await.map(drop));
     refused(locker.lock(huge.as_str()).await.map(drop));
-    refused(locker.with_lock(huge.as_str(), |_| async {}).await);
-    refused(locker.inspect(&huge).await.map(drop));
-    refused(locker.force_release(&huge).await.map(drop));
-    refused(locker.check_name(&huge));
+    refused(locker.lock(huge.as_str()).with(|_| async {}).await);
+    refused(locker.try_lock(huge.as_str()).with(|_| async {}).await);
+    refused(locker.admin().inspect(&huge).await.map(drop));
+    refused(locker.admin().force_release(&huge).await.map(drop));
+    refused(locker.admin().check_name(&huge));
 
     // One byte over the limit, with a longer prefix taking its share.
     let prefixed = Locker::builder([node.url()])
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .key_prefix("billing:locks:")
         .build()
         .unwrap();
-    let room = Locker::MAX_KEY_LEN - "billing:locks:{}".len();
+    let room = redlease::MAX_KEY_LEN - "billing:locks:{}".len();
     assert_eq!(
         field(prefixed.try_lock("n".repeat(room + 1)).await),
         "resource"
@@ -273,14 +282,14 @@ async fn a_name_too_long_for_a_key_is_refused_before_any_io() {
     // The longest name still works, and its key is exactly the limit.
     let longest = "n".repeat(room);
     let lease = prefixed.try_lock(longest.as_str()).await.unwrap();
-    let key = prefixed.key(&longest);
-    assert_eq!(key.len(), Locker::MAX_KEY_LEN);
+    let key = prefixed.admin().key(&longest);
+    assert_eq!(key.len(), redlease::MAX_KEY_LEN);
     assert!(get(&node, &key).await.is_some());
     lease.release().await.unwrap();
 
     // A prefix that leaves no room for any name is refused when built.
     let no_room = Locker::builder([node.url()])
-        .key_prefix("p".repeat(Locker::MAX_KEY_LEN))
+        .key_prefix("p".repeat(redlease::MAX_KEY_LEN))
         .build();
     assert_eq!(field(no_room), "key_prefix");
 }
@@ -292,8 +301,8 @@ async fn a_name_too_long_for_a_key_is_refused_before_any_io() {
 async fn a_backed_off_node_still_says_why_it_refused() {
     let node = RedisNode::start_with(redlease_testkit::NodeConfig::new().arg("requirepass", "pw"));
     let locker = Locker::builder([node.url()])
-        .restart_quarantine(Duration::ZERO)
-        .retry(RetryPolicy::new().attempts(1))
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
+        .retry(once())
         .build()
         .unwrap();
     for attempt in ["first", "backed off"] {

@@ -5,9 +5,9 @@
 use std::future::{Future, IntoFuture};
 
 use redlease::{
-    Acquire, Error, Held, KeyState, Lease, LeaseHandle, LockStatus, Locker, LockerBuilder,
-    LostReason, NodeError, NodeErrorKind, NodeId, NodeLockState, Op, RenewalStats, RetryPolicy,
-    Verdict,
+    Acquire, Admin, Advanced, Error, Held, KeyState, Lease, LeaseHandle, LockStatus, Locker,
+    LockerBuilder, LostReason, NodeError, NodeErrorKind, NodeId, NodeLockState, Op, RenewalStats,
+    RetryPolicy, TryAcquire, Verdict,
 };
 
 fn send_sync<T: Send + Sync>() {}
@@ -18,7 +18,10 @@ fn send<T: Send>(_: &T) {}
 fn public_types_are_send_and_sync() {
     send_sync::<Locker>();
     send_sync::<LockerBuilder>();
+    send_sync::<Advanced>();
     send_sync::<Acquire<'static>>();
+    send_sync::<TryAcquire<'static>>();
+    send_sync::<Admin<'static>>();
     send_sync::<Lease>();
     send_sync::<LeaseHandle>();
     send_sync::<RetryPolicy>();
@@ -49,20 +52,24 @@ fn lease_futures_are_send(mut lease: Lease) {
 async fn locker_futures_are_send() {
     // Building does not connect: nothing listens on port 1.
     let locker = Locker::builder(["redis://127.0.0.1:1"])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .build()
         .unwrap();
     let try_lock = locker.try_lock("job").into_future();
     send(&try_lock);
     let lock = locker.lock("job").keep_alive().into_future();
     send(&lock);
-    let with = locker.with_lock("job", |_lease| async { 1 });
+    let with = locker.lock("job").with(|_lease| async { 1 });
     send(&with);
-    send(&locker.inspect("job"));
-    send(&locker.force_release("job"));
+    let try_with = locker.try_lock("job").with(|_lease| async { 1 });
+    send(&try_with);
+    send(&locker.admin().inspect("job"));
+    send(&locker.admin().force_release("job"));
     send(&locker.close());
-    send(&locker.flush());
+    send(&locker.admin().wait_for_background());
+    send(&locker.admin().check_servers());
     // Dropped unpolled: nothing was sent.
     fn is_future<F: Future>(_: &F) {}
     is_future(&with);
+    is_future(&try_with);
 }

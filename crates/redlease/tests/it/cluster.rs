@@ -43,9 +43,10 @@ async fn the_lock_cycle_runs_on_a_cluster() {
     let url = cluster_url(&cluster);
     // Fencing on: the counter sits beside the key, and tokens grow.
     let locker = fenced_locker_at(&url, Duration::from_secs(10), 5 * MS);
-    assert_eq!(locker.quorum(), 1, "a cluster is one node");
+    assert_eq!(locker.admin().quorum(), 1, "a cluster is one node");
     assert!(
         locker
+            .admin()
             .nodes()
             .next()
             .unwrap()
@@ -55,7 +56,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
     );
 
     let lease = locker.try_lock("orders:42").await.expect("a free lock");
-    let key = locker.key("orders:42");
+    let key = locker.admin().key("orders:42");
     let slot = slot_of(&cluster, &key).await;
     let owner = cluster.owner_of(slot);
     assert!(
@@ -63,7 +64,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
         "the key is on its slot's owner"
     );
     let counter: Option<String> = redis::cmd("GET")
-        .arg(locker.fence_key("orders:42"))
+        .arg(locker.admin().fence_key("orders:42"))
         .query_async(&mut conn(owner).await)
         .await
         .unwrap();
@@ -79,7 +80,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
 
     // A waiter with a 5 s fallback timer is woken by the sharded release.
     let waiter_side = fenced_locker_at(&url, Duration::from_secs(10), Duration::from_secs(5));
-    let channel = waiter_side.release_channel("orders:42");
+    let channel = waiter_side.admin().release_channel("orders:42");
     let waiter = tokio::spawn(async move {
         let lease = waiter_side.lock("orders:42").await;
         (Instant::now(), lease, waiter_side)
@@ -89,7 +90,7 @@ async fn the_lock_cycle_runs_on_a_cluster() {
         assert!(Instant::now() < deadline, "the waiter never subscribed");
         tokio::time::sleep(10 * MS).await;
     }
-    let status = locker.inspect("orders:42").await.unwrap();
+    let status = locker.admin().inspect("orders:42").await.unwrap();
     assert_eq!(status.waiting(), 1, "inspect counts the sharded subscriber");
     tokio::time::sleep(100 * MS).await;
     let first_token = token(&lease);
@@ -132,7 +133,7 @@ async fn kept_alive_leases_over_many_slots_are_renewed_slot_by_slot() {
             lease.resource(),
             lease.lost_reason()
         );
-        let key = locker.key(lease.resource());
+        let key = locker.admin().key(lease.resource());
         let slot = slot_of(&cluster, &key).await;
         slots.insert(slot);
         let left = pttl(cluster.owner_of(slot), &key).await;
@@ -142,7 +143,7 @@ async fn kept_alive_leases_over_many_slots_are_renewed_slot_by_slot() {
     let owners: std::collections::HashSet<u16> =
         slots.iter().map(|&s| cluster.owner_of(s).port()).collect();
     assert_eq!(owners.len(), 3, "and over every primary");
-    let stats = locker.renewal_stats();
+    let stats = locker.admin().renewal_stats();
     assert!(stats.round_trips >= 2, "{stats:?}");
     for lease in leases {
         lease.release().await.unwrap();
@@ -158,19 +159,19 @@ async fn a_cluster_and_independent_servers_form_one_quorum() {
     let mut urls = vec![cluster_url(&cluster)];
     urls.extend(servers.urls());
     let locker = Locker::builder(urls)
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
         .build()
         .unwrap();
-    assert_eq!(locker.quorum(), 2);
+    assert_eq!(locker.admin().quorum(), 2);
     servers.node_mut(0).kill();
     let lease = locker
         .try_lock("mixed")
         .keep_alive()
         .await
         .expect("the cluster and one server are a quorum");
-    let status = locker.inspect("mixed").await.unwrap();
+    let status = locker.admin().inspect("mixed").await.unwrap();
     let held = status
         .nodes
         .iter()
@@ -192,7 +193,7 @@ async fn a_cluster_with_a_dead_primary_refuses_only_its_slots() {
     let mut elsewhere = None;
     for i in 0..200 {
         let name = format!("r{i}");
-        let slot = slot_of(&cluster, &locker.key(&name)).await;
+        let slot = slot_of(&cluster, &locker.admin().key(&name)).await;
         if cluster.owner_of(slot).port() == dead_port {
             on_dead.get_or_insert(name);
         } else {
@@ -254,7 +255,7 @@ async fn a_stalled_shard_costs_only_its_own_leases() {
             .keep_alive()
             .await
             .unwrap();
-        let slot = slot_of(&cluster, &locker.key(lease.resource())).await;
+        let slot = slot_of(&cluster, &locker.admin().key(lease.resource())).await;
         let on_stalled = cluster.owner_of(slot).port() == stalled_port;
         leases.push((lease, on_stalled));
     }
@@ -267,7 +268,7 @@ async fn a_stalled_shard_costs_only_its_own_leases() {
     let mut fresh = None;
     for i in 0..50 {
         let name = format!("fresh:{i}");
-        let slot = slot_of(&cluster, &locker.key(&name)).await;
+        let slot = slot_of(&cluster, &locker.admin().key(&name)).await;
         if cluster.owner_of(slot).port() != stalled_port {
             let started = Instant::now();
             fresh = Some(locker.try_lock(&name).await.expect("a healthy shard"));
@@ -307,7 +308,7 @@ async fn leases_stay_renewed_while_their_slot_migrates() {
     let cluster = RedisCluster::start(3);
     let locker = locker_at(&cluster.cluster_url(), Duration::from_secs(1), 5 * MS);
     let lease = locker.try_lock("moving").keep_alive().await.unwrap();
-    let key = locker.key("moving");
+    let key = locker.admin().key("moving");
     let slot = slot_of(&cluster, &key).await;
     let source = blocking(|| cluster.owner_of(slot).port());
     let target = blocking(|| {
@@ -367,7 +368,7 @@ async fn cluster_failover_while_held(how: Failover, durability: Durability) -> b
     let mut cluster = RedisCluster::start_with_replicas(3, 1);
     let url = cluster.cluster_url();
     let locker = Locker::builder([url.as_str()])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(10))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
@@ -375,7 +376,7 @@ async fn cluster_failover_while_held(how: Failover, durability: Durability) -> b
         .build()
         .unwrap();
     let lease = locker.try_lock("job").keep_alive().await.unwrap();
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let slot = slot_of(&cluster, &key).await;
     tokio::time::sleep(200 * MS).await;
     let old = blocking(|| cluster.owner_of(slot).port());
@@ -445,7 +446,7 @@ async fn resources_on(cluster: &RedisCluster, locker: &Locker, primary: u16) -> 
     let (mut on, mut elsewhere) = (None, None);
     for i in 0..200 {
         let name = format!("r{i}");
-        let slot = slot_of(cluster, &locker.key(&name)).await;
+        let slot = slot_of(cluster, &locker.admin().key(&name)).await;
         if blocking(|| cluster.owner_of(slot).port()) == primary {
             on.get_or_insert(name);
         } else {
@@ -480,10 +481,10 @@ async fn a_cluster_primary_restarted_empty_is_quarantined_alone() {
     let quarantine = Duration::from_secs(6);
     let locker = Locker::builder([cluster_url(&cluster)])
         .ttl(ttl)
-        .restart_quarantine(quarantine)
+        .advanced(|a| a.restart_quarantine(quarantine))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
-        .retry(redlease::RetryPolicy::new().attempts(1))
+        .retry(once())
         .build()
         .unwrap();
     let victim = cluster.node(0).port();
@@ -534,7 +535,7 @@ async fn a_cluster_primary_restarted_empty_is_quarantined_alone() {
     }
     assert!(e.to_string().contains("restart quarantine"), "{e}");
     // inspect tells the same of the lock's shard, and nothing of another's.
-    let status = locker.inspect(&on_victim).await.unwrap();
+    let status = locker.admin().inspect(&on_victim).await.unwrap();
     let shard = status.nodes[0].1.as_ref().expect("the shard answers");
     assert!(
         matches!(shard.quarantine, Some(q) if q.left <= quarantine),
@@ -544,7 +545,7 @@ async fn a_cluster_primary_restarted_empty_is_quarantined_alone() {
         matches!(status.verdict(), Verdict::Quarantined { .. }),
         "{status:?}"
     );
-    let other = locker.inspect(&elsewhere).await.unwrap();
+    let other = locker.admin().inspect(&elsewhere).await.unwrap();
     assert_eq!(other.nodes[0].1.as_ref().unwrap().quarantine, None);
     // The other shards are not: the held lock is still refused as taken,
     // and a new one is granted.
@@ -592,9 +593,9 @@ async fn a_cluster_shard_restarted_empty_keeps_a_held_lock_from_a_second_client(
             .ttl(ttl)
             .node_timeout(NODE_TIMEOUT)
             .connect_timeout(NODE_TIMEOUT)
-            .retry(redlease::RetryPolicy::new().attempts(1));
+            .retry(once());
         if let Some(quarantine) = quarantine {
-            builder = builder.restart_quarantine(quarantine);
+            builder = builder.advanced(|a| a.restart_quarantine(quarantine));
         }
         builder.build().unwrap()
     };
@@ -603,7 +604,7 @@ async fn a_cluster_shard_restarted_empty_keeps_a_held_lock_from_a_second_client(
     let (a, b) = (build(Some(Duration::ZERO)), build(None));
     let quarantine = ttl + ttl / 100 + 2 * MS;
     let lease = a.try_lock("job").await.expect("a free lock");
-    let key = a.key("job");
+    let key = a.admin().key("job");
     let slot = slot_of(&cluster, &key).await;
     let victim = blocking(|| cluster.owner_of(slot).port());
 
@@ -685,9 +686,11 @@ async fn a_shard_whose_clock_jumped_casts_no_vote() {
                 .ttl(ttl)
                 .node_timeout(NODE_TIMEOUT)
                 .connect_timeout(NODE_TIMEOUT)
-                .restart_quarantine(Duration::ZERO)
-                .clock_jump_guard(guarded)
-                .retry(redlease::RetryPolicy::new().attempts(1))
+                .advanced(|a| {
+                    a.restart_quarantine(Duration::ZERO)
+                        .clock_jump_guard(guarded)
+                })
+                .retry(once())
                 .build()
                 .unwrap()
         };
@@ -701,7 +704,7 @@ async fn a_shard_whose_clock_jumped_casts_no_vote() {
 
         jumped.jump_clock(jump);
         assert_eq!(
-            pttl(jumped, &holder.key(&on_jumped)).await,
+            pttl(jumped, &holder.admin().key(&on_jumped)).await,
             -2,
             "the jump expired the holder's key"
         );
@@ -762,14 +765,14 @@ async fn one_cluster_under_two_names_is_refused() {
     assert_ne!(by_ip, by_name);
     let build = || {
         Locker::builder([by_ip.as_str(), by_name.as_str()])
-            .restart_quarantine(Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
             .node_timeout(NODE_TIMEOUT)
             .connect_timeout(NODE_TIMEOUT)
             .build()
             .unwrap()
     };
     let locker = build();
-    match locker.check_servers().await {
+    match locker.admin().check_servers().await {
         Err(Error::SameServer { node, same_as, .. }) => {
             assert_eq!((node.index(), same_as.index()), (1, 0));
         }

@@ -34,7 +34,7 @@ async fn primary_and_replica() -> (RedisNode, RedisNode) {
 
 fn durable_locker(primary: &RedisNode, durability: Durability) -> Locker {
     Locker::builder([primary.url()])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(1))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
@@ -50,7 +50,7 @@ async fn required_durability_undoes_an_acquire_no_replica_acknowledged() {
 
     let lease = locker.try_lock("acked").await.expect("the replica acks");
     assert_eq!(lease.replicas_acknowledged(), Some(1));
-    let key = locker.key("acked");
+    let key = locker.admin().key("acked");
     assert!(pttl(&replica, &key).await > 0, "the replica has the key");
     lease.release().await.unwrap();
 
@@ -73,7 +73,7 @@ async fn required_durability_undoes_an_acquire_no_replica_acknowledged() {
     );
     assert!(took >= WAIT, "WAIT was waited for: {took:?}");
     assert_eq!(
-        pttl(&primary, &locker.key("unacked")).await,
+        pttl(&primary, &locker.admin().key("unacked")).await,
         -2,
         "the unacknowledged acquire was undone on the primary"
     );
@@ -109,7 +109,10 @@ async fn a_waiting_lock_waits_for_a_replica_to_acknowledge() {
         .unwrap()
         .expect("locked");
     assert_eq!(lease.replicas_acknowledged(), Some(1));
-    assert!(pttl(&replica, &locker.key("job")).await > 0, "replicated");
+    assert!(
+        pttl(&replica, &locker.admin().key("job")).await > 0,
+        "replicated"
+    );
     lease.release().await.unwrap();
     locker.close().await;
 }
@@ -158,7 +161,7 @@ async fn a_kept_alive_lease_whose_renewals_are_not_replicated_is_lost() {
 #[tokio::test]
 async fn durability_that_cannot_fit_the_node_timeout_is_refused() {
     let err = Locker::builder(["redis://127.0.0.1:1"])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .node_timeout(Duration::from_millis(100))
         .durability(Durability::required(1, Duration::from_millis(100)))
         .build()
@@ -172,7 +175,7 @@ async fn durability_that_cannot_fit_the_node_timeout_is_refused() {
         "{err}"
     );
     let err = Locker::builder(["redis://127.0.0.1:1"])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .durability(Durability::required(0, Duration::from_millis(10)))
         .build()
         .unwrap_err();
@@ -217,7 +220,7 @@ async fn a_durable_lease_whose_primary_changed_lineage_is_reported_lost() {
     }
     replicaof(&primary, None).await;
     assert!(
-        pttl(&primary, &durable.key("bound")).await > 0,
+        pttl(&primary, &durable.admin().key("bound")).await > 0,
         "the key survived"
     );
 
@@ -254,7 +257,7 @@ async fn fsync_durability_waits_for_the_aof_where_the_server_has_waitaof() {
     // write, and then only once a second: 100 ms failed under load, so
     // WAITAOF gets more than a second here.
     let locker = Locker::builder([primary.url()])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(10))
         .node_timeout(Duration::from_secs(2))
         .connect_timeout(NODE_TIMEOUT)
@@ -273,7 +276,7 @@ async fn fsync_durability_waits_for_the_aof_where_the_server_has_waitaof() {
     if has_waitaof {
         let lease = outcome.expect("the primary and the replica fsynced it");
         assert_eq!(lease.replicas_acknowledged(), Some(1));
-        assert!(pttl(&replica, &locker.key("on-disk")).await > 0);
+        assert!(pttl(&replica, &locker.admin().key("on-disk")).await > 0);
         lease.release().await.unwrap();
     } else {
         // Before Redis 7.2 every write fails with the server's own error,
@@ -284,7 +287,7 @@ async fn fsync_durability_waits_for_the_aof_where_the_server_has_waitaof() {
             matches!(kind, NodeErrorKind::Redis { message, .. } if message.to_lowercase().contains("waitaof")),
             "{err}"
         );
-        assert_eq!(pttl(&primary, &locker.key("on-disk")).await, -2);
+        assert_eq!(pttl(&primary, &locker.admin().key("on-disk")).await, -2);
     }
     locker.close().await;
 }

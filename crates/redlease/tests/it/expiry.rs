@@ -12,7 +12,7 @@ async fn expired_lease_is_not_held(n: usize) {
     let nodes = RedisNodes::start(n);
     let locker = locker_with_timeout(&nodes, 30 * MS);
     let other = locker_with_timeout(&nodes, 30 * MS);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
 
     let mut old = locker.try_lock("job").ttl(200 * MS).await.unwrap();
     assert!(matches!(
@@ -138,7 +138,7 @@ async fn five_nodes_extend_keeps_the_lease_alive() {
 async fn valid_until_is_inside_every_nodes_expiry(n: usize) {
     let nodes = RedisNodes::start(n);
     let locker = locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let ttl = Duration::from_secs(2);
     let drift = ttl / 100 + 2 * MS;
     for _ in 0..20 {
@@ -164,7 +164,7 @@ async fn valid_until_is_inside_every_nodes_expiry(n: usize) {
             }
         }
         assert!(
-            holding >= locker.quorum(),
+            holding >= locker.admin().quorum(),
             "only {holding} nodes hold the key"
         );
         lease.release().await.unwrap();
@@ -185,7 +185,7 @@ async fn five_nodes_valid_until_is_inside_every_keys_expiry() {
 async fn a_dropped_lease_is_released_in_the_background() {
     let nodes = RedisNodes::start(3);
     let locker = locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     // Warm up, so the background release is not racing a cold start
     // against its node timeout.
     warm_up(&locker).await;
@@ -247,7 +247,7 @@ async fn lock_gives_up_after_its_attempts() {
     let nodes = RedisNodes::start(1);
     let locker = locker(&nodes);
     let _holder = locker.try_lock("job").await.unwrap();
-    let policy = redlease::RetryPolicy::new().attempts(3).delay(MS, MS);
+    let policy = attempts(3).delay(MS, MS);
     match locker.lock("job").retry(policy).await {
         Err(Error::Taken { .. }) => {}
         other => panic!("expected Taken after 3 attempts, got {other:?}"),
@@ -270,7 +270,7 @@ async fn an_immediate_release_leaves_no_key_behind() {
         } else {
             locker(&nodes)
         };
-        let key = locker.key("job");
+        let key = locker.admin().key("job");
         let lease = locker.try_lock("job").await.unwrap();
         if round % 2 == 0 {
             lease.release().await.unwrap();
@@ -294,7 +294,7 @@ async fn a_release_waits_for_a_slow_nodes_acquire() {
         nodes.node_mut(4).pause();
         let pid = nodes.node(4).pid().unwrap().to_string();
         let locker = locker(&nodes);
-        let key = locker.key("job");
+        let key = locker.admin().key("job");
         let lease = locker.try_lock("job").await.unwrap();
         let resume = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(20 + 10 * round)).await;
@@ -311,13 +311,14 @@ async fn a_release_waits_for_a_slow_nodes_acquire() {
     }
 }
 
-/// `flush` waits for the requests a release left to a slow node, so a
-/// process can exit without leaving that node holding the key.
+/// `Admin::wait_for_background` waits for the requests a release left to a
+/// slow node, so a process can exit without leaving that node holding the
+/// key.
 #[tokio::test]
-async fn flush_waits_for_the_slowest_node() {
+async fn waiting_for_the_background_waits_for_the_slowest_node() {
     let mut nodes = RedisNodes::start(5);
     let locker = locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     warm_up(&locker).await;
     nodes.node_mut(4).pause();
     let pid = nodes.node(4).pid().unwrap().to_string();
@@ -330,7 +331,7 @@ async fn flush_waits_for_the_slowest_node() {
             .unwrap();
     });
     lease.release().await.unwrap();
-    locker.flush().await;
+    locker.admin().wait_for_background().await;
     // No waiting here: every node has answered by now.
     assert_eq!(values(&nodes, &key).await, vec![None; 5]);
     resume.await.unwrap();

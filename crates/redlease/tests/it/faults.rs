@@ -23,7 +23,7 @@ async fn two_of_five_killed_still_locks() {
         .try_lock("job")
         .await
         .expect("3 of 5 nodes are a quorum");
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let held: Vec<bool> = values(&nodes, &key)
         .await
         .iter()
@@ -73,7 +73,10 @@ async fn three_of_five_killed_is_no_quorum_naming_them() {
         assert!(message.contains(&nodes.node(i).addr()), "{message}");
     }
     // The two live nodes took the key, then gave it back.
-    assert_eq!(values(&nodes, &locker.key("job")).await, vec![None; 5]);
+    assert_eq!(
+        values(&nodes, &locker.admin().key("job")).await,
+        vec![None; 5]
+    );
 }
 
 #[tokio::test]
@@ -106,7 +109,7 @@ async fn three_of_five_paused_times_out_within_the_bound() {
     }
     // The paused nodes ran the acquire after waking up; the cleanup that was
     // queued behind it on the same connection removed it again.
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     assert_eq!(
         values_once_gone(&nodes, &key, Duration::from_secs(2)).await,
         vec![None; 5]
@@ -117,7 +120,7 @@ async fn three_of_five_paused_times_out_within_the_bound() {
 async fn foreign_value_on_two_of_five_is_outvoted() {
     let nodes = RedisNodes::start(5);
     let locker = locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     set(nodes.node(0), &key, "someone-else").await;
     set(nodes.node(4), &key, "someone-else").await;
 
@@ -143,7 +146,7 @@ async fn foreign_value_on_two_of_five_is_outvoted() {
 async fn foreign_value_on_three_of_five_is_taken_and_leaves_nothing() {
     let nodes = RedisNodes::start(5);
     let locker = locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     for i in [1, 2, 4] {
         set(nodes.node(i), &key, "someone-else").await;
     }
@@ -199,7 +202,7 @@ async fn taken_reports_the_holders_remaining_ttl() {
 async fn a_restarted_node_is_used_again() {
     let mut nodes = RedisNodes::start(5);
     let locker = locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     locker
         .try_lock("job")
         .await
@@ -236,7 +239,7 @@ async fn one_node_down_then_back() {
     let locker = redlease::Locker::builder(nodes.urls())
         .ttl(Duration::from_secs(5))
         .node_timeout(crate::support::NODE_TIMEOUT)
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .build()
         .unwrap();
     nodes.node_mut(0).kill();
@@ -302,7 +305,7 @@ async fn redis_errors_map_to_node_errors() {
 async fn wrongtype_on_release_is_a_node_error() {
     let nodes = RedisNodes::start(1);
     let locker = locker_with_timeout(&nodes, 30 * MS);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let lease = locker
         .try_lock("job")
         .ttl(Duration::from_millis(100))

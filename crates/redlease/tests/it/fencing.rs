@@ -13,16 +13,12 @@ use crate::support::*;
 
 fn fencing_locker(nodes: &RedisNodes) -> Locker {
     Locker::builder(nodes.urls())
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(5))
         .node_timeout(Duration::from_secs(1))
         .fencing(true)
-        .fence_expiry(Duration::from_secs(1))
-        .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(60))
-                .delay(MS, 5 * MS),
-        )
+        .advanced(|a| a.fence_expiry(Duration::from_secs(1)))
+        .retry(RetryPolicy::within(Duration::from_secs(60)).delay(MS, 5 * MS))
         .build()
         .unwrap()
 }
@@ -30,7 +26,7 @@ fn fencing_locker(nodes: &RedisNodes) -> Locker {
 async fn tokens_increase_across_idle_expiry(n: usize) {
     let nodes = RedisNodes::start(n);
     let locker = fencing_locker(&nodes);
-    let fence = format!("{}:fence", locker.key("job"));
+    let fence = format!("{}:fence", locker.admin().key("job"));
     let mut last = 0;
     for round in 0..2 {
         let lease = locker.try_lock("job").await.unwrap();
@@ -71,7 +67,7 @@ async fn the_fenced_store_rejects_a_stalled_holder() {
     let data = RedisNode::start();
     let locker = Locker::builder(nodes.urls())
         .fencing(true)
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_millis(300))
         .node_timeout(30 * MS)
         .build()
@@ -99,7 +95,7 @@ async fn the_fenced_store_rejects_a_stalled_holder() {
 async fn without_fencing_no_counter_is_kept() {
     let nodes = RedisNodes::start(3);
     let locker = locker(&nodes);
-    let (key, fence) = (locker.key("job"), locker.fence_key("job"));
+    let (key, fence) = (locker.admin().key("job"), locker.admin().fence_key("job"));
 
     let lease = locker.try_lock("job").await.unwrap();
     assert_eq!(lease.fencing_token(), None, "no token with fencing off");
@@ -113,7 +109,7 @@ async fn without_fencing_no_counter_is_kept() {
         );
         tokio::time::sleep(10 * MS).await;
     }
-    let status = locker.inspect("job").await.unwrap();
+    let status = locker.admin().inspect("job").await.unwrap();
     assert_eq!(status.fencing_counter(), None, "{status:?}");
     lease.release().await.unwrap();
     assert_eq!(
@@ -140,16 +136,19 @@ async fn fence_expiry_without_fencing_is_refused() {
     let urls = [node.url()];
     let expiry = Duration::from_secs(60);
 
-    match Locker::builder(urls.clone()).fence_expiry(expiry).build() {
+    match Locker::builder(urls.clone())
+        .advanced(|a| a.fence_expiry(expiry))
+        .build()
+    {
         Err(Error::InvalidInput { field, reason, .. }) => {
-            assert_eq!(field, "fence_expiry");
+            assert_eq!(field, "advanced.fence_expiry");
             assert!(reason.contains("fencing"), "{reason}");
         }
         other => panic!("expected InvalidInput on fence_expiry, got {other:?}"),
     }
     let locker = Locker::builder(urls)
         .fencing(true)
-        .fence_expiry(expiry)
+        .advanced(|a| a.fence_expiry(expiry))
         .build();
     assert!(locker.is_ok(), "{:?}", locker.err());
     assert_eq!(dbsize(&node).await, 0, "nothing was written");

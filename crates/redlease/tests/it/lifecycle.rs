@@ -56,7 +56,7 @@ fn background_work_follows_the_locker_to_a_new_runtime() {
         let waiting = tokio::spawn(async move {
             other
                 .lock("c")
-                .retry(RetryPolicy::new().delay(Duration::from_secs(5), Duration::from_secs(5)))
+                .retry(RetryPolicy::default().delay(Duration::from_secs(5), Duration::from_secs(5)))
                 .wait(Duration::from_secs(20))
                 .await
                 .expect("taken after the release")
@@ -82,7 +82,7 @@ async fn close_releases_every_lease_and_refuses_new_locks() {
     let kept = locker.lock("kept").keep_alive().await.unwrap();
     let plain = locker.lock("plain").await.unwrap();
     let lost = kept.lost();
-    let key = locker.key("plain");
+    let key = locker.admin().key("plain");
     assert_eq!(values(&nodes, &key).await.iter().flatten().count(), 3);
 
     locker.close().await;
@@ -95,12 +95,12 @@ async fn close_releases_every_lease_and_refuses_new_locks() {
     assert_eq!(plain.lost_reason(), Some(LostReason::Closed));
     for name in ["kept", "plain"] {
         assert_eq!(
-            values(&nodes, &locker.key(name)).await,
+            values(&nodes, &locker.admin().key(name)).await,
             vec![None, None, None],
             "{name} released on every node"
         );
     }
-    assert_eq!(locker.renewal_stats().leases, 0);
+    assert_eq!(locker.admin().renewal_stats().leases, 0);
     // Another client takes them at once.
     other
         .try_lock("kept")
@@ -122,7 +122,7 @@ async fn close_releases_every_lease_and_refuses_new_locks() {
     let clone = locker.clone();
     assert!(matches!(clone.try_lock("new").await, Err(Error::Closed)));
     assert_eq!(
-        values(&nodes, &locker.key("new")).await,
+        values(&nodes, &locker.admin().key("new")).await,
         vec![None, None, None]
     );
 }
@@ -137,7 +137,9 @@ async fn close_wakes_waiters_with_closed() {
         tokio::spawn(async move {
             locker
                 .lock("busy")
-                .retry(RetryPolicy::new().delay(Duration::from_secs(10), Duration::from_secs(10)))
+                .retry(
+                    RetryPolicy::default().delay(Duration::from_secs(10), Duration::from_secs(10)),
+                )
                 .wait(Duration::from_secs(30))
                 .await
         })
@@ -184,7 +186,7 @@ async fn background_work_stops_when_the_last_handle_is_dropped() {
     );
 
     drop(lease);
-    locker.flush().await; // the dropped lease's release
+    locker.admin().wait_for_background().await; // the dropped lease's release
     drop(locker);
     let start = Instant::now();
     let mut left = busy;

@@ -13,7 +13,9 @@ async fn debug_output_never_shows_the_token() {
     let nodes = RedisNodes::start(1);
     let locker = locker(&nodes);
     let lease = locker.try_lock("job").await.unwrap();
-    let token = get(nodes.node(0), &locker.key("job")).await.unwrap();
+    let token = get(nodes.node(0), &locker.admin().key("job"))
+        .await
+        .unwrap();
     assert_eq!(
         token.len(),
         48,
@@ -32,7 +34,11 @@ async fn tokens_differ_per_acquisition() {
     let mut seen = std::collections::HashSet::new();
     for _ in 0..50 {
         let lease = locker.try_lock("job").await.unwrap();
-        assert!(seen.insert(get(nodes.node(0), &locker.key("job")).await.unwrap()));
+        assert!(seen.insert(
+            get(nodes.node(0), &locker.admin().key("job"))
+                .await
+                .unwrap()
+        ));
         lease.release().await.unwrap();
     }
 }
@@ -73,7 +79,7 @@ async fn acl_user_and_password_from_the_url() {
     let node = acl_node().await;
     let url = format!("redis://alice:wonderland@{}", node.addr());
     let locker = Locker::builder([url])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .node_timeout(200 * MS)
         .build()
         .unwrap();
@@ -89,7 +95,7 @@ async fn a_wrong_password_is_a_node_error_that_hides_it() {
     let node = acl_node().await;
     let url = format!("redis://alice:not-the-password@{}", node.addr());
     let locker = Locker::builder([url])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .node_timeout(200 * MS)
         .build()
         .unwrap();
@@ -109,7 +115,7 @@ async fn a_database_number_in_the_url_is_used() {
     let node = RedisNode::start();
     let url = format!("{}/3", node.url());
     let locker = Locker::builder([url])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .node_timeout(200 * MS)
         .build()
         .unwrap();
@@ -125,14 +131,14 @@ async fn a_database_number_in_the_url_is_used() {
         .await
         .unwrap();
     let in_db3: Option<String> = redis::cmd("GET")
-        .arg(locker.key("job"))
+        .arg(locker.admin().key("job"))
         .query_async(&mut c)
         .await
         .unwrap();
     assert!(in_db3.is_some());
     assert_eq!(dbsize(&node).await, 0, "db 0 untouched");
     assert_eq!(
-        locker.nodes().next().unwrap().addr(),
+        locker.admin().nodes().next().unwrap().addr(),
         format!("{}/3", node.addr())
     );
     lease.release().await.unwrap();
@@ -148,12 +154,12 @@ async fn another_owners_lock_is_never_released() {
     assert!(matches!(b.try_lock("job").await, Err(Error::Taken { .. })));
     // a holds a quorum (a slow node may have gone to b and back), and every
     // node that has a value has a's.
-    let values_now: Vec<String> = values(&nodes, &a.key("job"))
+    let values_now: Vec<String> = values(&nodes, &a.admin().key("job"))
         .await
         .into_iter()
         .flatten()
         .collect();
-    assert!(values_now.len() >= a.quorum(), "{values_now:?}");
+    assert!(values_now.len() >= a.admin().quorum(), "{values_now:?}");
     assert!(
         values_now.iter().all(|v| *v == values_now[0]),
         "{values_now:?}"

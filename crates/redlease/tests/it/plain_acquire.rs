@@ -9,8 +9,8 @@ use redlease::{Error, RetryPolicy};
 use redlease_testkit::RedisNodes;
 
 use crate::support::{
-    command, command_calls, conn, get, has_delifeq, locker, script_calls, spawn_lock, wait_numsub,
-    MS,
+    attempts, command, command_calls, conn, get, has_delifeq, locker, once, script_calls,
+    spawn_lock, wait_numsub, MS,
 };
 
 /// Calls of one command so far (INFO commandstats).
@@ -46,7 +46,7 @@ async fn a_lock_is_taken_without_a_script_and_released_by_its_digest() {
         assert_eq!(calls(node, "evalsha").await, 2);
     }
     assert_eq!(calls(node, "pttl").await, 0, "no refusal, no follow-up");
-    assert_eq!(get(node, &locker.key("plain")).await, None);
+    assert_eq!(get(node, &locker.admin().key("plain")).await, None);
 }
 
 /// A lock another Locker's waiter marked holds more than the token: the
@@ -57,19 +57,18 @@ async fn a_marked_release_goes_to_the_script_which_announces_it() {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
     let native = has_delifeq(&mut conn(node).await).await;
-    let patient = RetryPolicy::new()
-        .wait(Duration::from_secs(30))
+    let patient = RetryPolicy::within(Duration::from_secs(30))
         .delay(Duration::from_secs(5), Duration::from_secs(5));
     let build = || {
         redlease::Locker::builder(nodes.urls())
-            .restart_quarantine(Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
             .ttl(Duration::from_secs(10))
             .retry(patient.clone())
             .build()
             .unwrap()
     };
     let (mine, theirs) = (build(), build());
-    let key = mine.key("marked");
+    let key = mine.admin().key("marked");
     let holder = mine.try_lock("marked").await.unwrap();
     let waiter = spawn_lock(theirs, "marked");
     let channel = format!("{key}:released");
@@ -147,9 +146,9 @@ async fn a_key_of_another_type_holds_the_lock_and_is_left_alone() {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
     let locker = locker(&nodes);
-    let key = locker.key("hashed");
+    let key = locker.admin().key("hashed");
     command(node, &["HSET", &key, "field", "value"]).await;
-    let once = locker.lock("hashed").retry(RetryPolicy::new().attempts(1));
+    let once = locker.lock("hashed").retry(once());
     match once.await {
         // Held, without expiry: not a node error.
         Err(Error::Taken { held_on, .. }) => assert_eq!(held_on[0].expires_in, None),
@@ -173,7 +172,7 @@ async fn a_release_after_the_scripts_were_flushed_still_deletes() {
     // Sent by digest, refused with NOSCRIPT, sent again whole.
     let lease = locker.try_lock("f").await.unwrap();
     lease.release().await.unwrap();
-    assert_eq!(get(node, &locker.key("f")).await, None);
+    assert_eq!(get(node, &locker.admin().key("f")).await, None);
     if has_delifeq(&mut conn(node).await).await {
         // No script to lose: both releases were DELIFEQ.
         assert_eq!(calls(node, "delifeq").await, 2);
@@ -200,7 +199,7 @@ async fn only_a_redlease_value_is_marked() {
         ("current", token48.clone(), true),
     ];
     for (name, value, marks) in cases {
-        let key = locker.key(name);
+        let key = locker.admin().key(name);
         command(node, &["SET", &key, &value, "PX", "60000"]).await;
         // Two attempts: the first waits afterwards, so it marks.
         let twice = locker.lock(name).retry(waiting_twice());
@@ -223,7 +222,7 @@ async fn only_a_redlease_value_is_marked() {
 
 /// Two attempts a few milliseconds apart: the first one waits afterwards.
 fn waiting_twice() -> RetryPolicy {
-    RetryPolicy::new().attempts(2).delay(MS, 5 * MS)
+    attempts(2).delay(MS, 5 * MS)
 }
 
 /// Only an acquire that waits after a refusal marks the holder: a refused
@@ -238,7 +237,7 @@ async fn a_refused_try_lock_leaves_the_holder_unmarked() {
     for fencing in [false, true] {
         let build = || {
             redlease::Locker::builder(nodes.urls())
-                .restart_quarantine(Duration::ZERO)
+                .advanced(|a| a.restart_quarantine(Duration::ZERO))
                 .ttl(Duration::from_secs(10))
                 .fencing(fencing)
                 .build()
@@ -246,7 +245,7 @@ async fn a_refused_try_lock_leaves_the_holder_unmarked() {
         };
         let (holder_side, other) = (build(), build());
         let name = if fencing { "fenced" } else { "plain" };
-        let key = holder_side.key(name);
+        let key = holder_side.admin().key(name);
         let held = holder_side.try_lock(name).await.unwrap();
         let value = get(node, &key).await.expect("held");
         let token_like = |v: &str| v.len() == 48 && v.bytes().all(|b| b.is_ascii_hexdigit());
@@ -254,7 +253,7 @@ async fn a_refused_try_lock_leaves_the_holder_unmarked() {
 
         let refused = other.try_lock(name).await;
         assert!(matches!(refused, Err(Error::Taken { .. })), "{name}");
-        let last = other.lock(name).retry(RetryPolicy::new().attempts(1));
+        let last = other.lock(name).retry(once());
         assert!(matches!(last.await, Err(Error::Taken { .. })), "{name}");
         let now = get(node, &key).await.expect("still held");
         assert!(token_like(&now), "{name}: marked by a try: {now}");

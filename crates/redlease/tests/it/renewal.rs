@@ -1,5 +1,5 @@
 //! Leases that stay alive: automatic renewal, the lost-lease signal, and
-//! with_lock.
+//! running work under a lock (`with`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,9 +39,9 @@ async fn renewal_keeps_a_short_lease(n: usize) {
             Err(Error::Taken { .. })
         ));
     }
-    assert_eq!(locker.renewal_stats().leases, 1);
+    assert_eq!(locker.admin().renewal_stats().leases, 1);
     lease.release().await.expect("still ours after 5 s");
-    assert_eq!(locker.renewal_stats().leases, 0);
+    assert_eq!(locker.admin().renewal_stats().leases, 0);
 }
 
 #[tokio::test]
@@ -100,7 +100,11 @@ async fn a_paused_node_fires_the_signal_and_waking_it_does_not_resurrect() {
     nodes.node_mut(0).resume();
     tokio::time::sleep(500 * MS).await;
     assert!(lease.is_lost(), "a lost lease stays lost");
-    assert_eq!(locker.renewal_stats().leases, 0, "and is no longer renewed");
+    assert_eq!(
+        locker.admin().renewal_stats().leases,
+        0,
+        "and is no longer renewed"
+    );
     // The key expired while the node slept: the lock is free for others.
     let taken = other
         .lock("job")
@@ -118,7 +122,7 @@ async fn a_refused_renewal_fires_the_signal_at_once() {
     let ttl = 300 * MS;
     let lease = locker.lock("job").ttl(ttl).keep_alive().await.unwrap();
     // Someone deletes the key behind our back (an operator, an eviction).
-    command(nodes.node(0), &["DEL", &locker.key("job")]).await;
+    command(nodes.node(0), &["DEL", &locker.admin().key("job")]).await;
     let deleted = Instant::now();
     let why = tokio::time::timeout(2 * ttl, lease.lost())
         .await
@@ -165,16 +169,17 @@ async fn a_dropped_lease_stops_renewing() {
     let calls = script_calls(nodes.node(0)).await;
     tokio::time::sleep(300 * MS).await;
     assert_eq!(script_calls(nodes.node(0)).await, calls);
-    assert_eq!(locker.renewal_stats().leases, 0);
+    assert_eq!(locker.admin().renewal_stats().leases, 0);
 }
 
 #[tokio::test]
-async fn with_lock_returns_the_work_and_releases() {
+async fn with_returns_the_work_and_releases() {
     let nodes = RedisNodes::start(3);
     let locker = renewing_locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let out = locker
-        .with_lock("job", |lease| async move {
+        .lock("job")
+        .with(|lease| async move {
             assert_eq!(lease.resource(), "job");
             tokio::time::sleep(100 * MS).await;
             assert!(!lease.is_lost());
@@ -187,10 +192,39 @@ async fn with_lock_returns_the_work_and_releases() {
 }
 
 #[tokio::test]
-async fn with_lock_drops_the_work_when_the_lease_is_lost() {
+async fn try_lock_with_runs_the_work_only_when_the_lock_is_free() {
+    let nodes = RedisNodes::start(3);
+    let locker = renewing_locker(&nodes);
+    let key = locker.admin().key("job");
+    let ran = Arc::new(AtomicBool::new(false));
+    let holder = locker.try_lock("job").await.unwrap();
+    let busy = {
+        let ran = ran.clone();
+        locker
+            .try_lock("job")
+            .with(|_lease| async move { ran.store(true, Ordering::SeqCst) })
+            .await
+    };
+    assert!(matches!(busy, Err(Error::Taken { .. })), "{busy:?}");
+    assert!(!ran.load(Ordering::SeqCst), "no work without the lock");
+    holder.release().await.unwrap();
+    let out = locker
+        .try_lock("job")
+        .with(|lease| async move {
+            assert!(!lease.is_lost());
+            lease.resource().to_string()
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, "job");
+    assert_eq!(values(&nodes, &key).await, vec![None; 3], "released");
+}
+
+#[tokio::test]
+async fn with_drops_the_work_when_the_lease_is_lost() {
     let nodes = RedisNodes::start(1);
     let locker = renewing_locker(&nodes);
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let finished = Arc::new(AtomicBool::new(false));
     let node = nodes.node(0).client();
     let started = Instant::now();
@@ -252,16 +286,16 @@ async fn one_overwritten_node_and_a_late_yes_do_not_lose_a_quorums_lease() {
     });
     let urls = vec![nodes.node(0).url(), nodes.node(1).url(), slow.url()];
     let locker = Locker::builder(urls)
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .node_timeout(400 * MS)
         .connect_timeout(2 * NODE_TIMEOUT)
         .build()
         .unwrap();
     // Every connection up first: a node never reached yet is heard out
     // before a grant, and its yes would not come late.
-    locker.check_servers().await.unwrap();
+    locker.admin().check_servers().await.unwrap();
     warm_up(&locker).await;
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     let ttl = 1_500 * MS;
     let lease = locker.lock("job").ttl(ttl).keep_alive().await.unwrap();
     set_px(nodes.node(0), &key, "someone-else", 60_000).await;

@@ -5,10 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, Locker, LockerBuilder, NodeErrorKind, Quarantine, RetryPolicy};
+use redlease::{Error, Locker, LockerBuilder, NodeErrorKind, Quarantine};
 use redlease_testkit::RedisNodes;
 
-use crate::support::{indices, token, MS, NODE_TIMEOUT};
+use crate::support::{indices, once, token, MS, NODE_TIMEOUT};
 
 /// A Locker with `ttl` (its quarantine is the default, `ttl` plus drift,
 /// unless `quarantine` is given) and one attempt per lock.
@@ -23,9 +23,9 @@ fn locker_builder(urls: Vec<String>, ttl: Duration, quarantine: Option<Duration>
         .ttl(ttl)
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
-        .retry(RetryPolicy::new().attempts(1));
+        .retry(once());
     if let Some(quarantine) = quarantine {
-        builder = builder.restart_quarantine(quarantine);
+        builder = builder.advanced(|a| a.restart_quarantine(quarantine));
     }
     builder
 }
@@ -149,7 +149,7 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
         // The holder has the lock on nodes 0 and 1 only (say its SET never
         // reached node 2): a bare majority.
         let lease = holder.try_lock("job").await.expect("3 of 3");
-        let key = holder.key("job");
+        let key = holder.admin().key("job");
         crate::support::command(nodes.node(2), &["DEL", &key]).await;
         restart_empty(&mut nodes, 1);
 
@@ -202,7 +202,7 @@ async fn one_server_given_twice_is_refused() {
     ];
     urls.extend(nodes.urls()[1..].iter().cloned());
     let locker = build_locker(urls.clone(), Duration::from_secs(5), None);
-    match locker.check_servers().await {
+    match locker.admin().check_servers().await {
         Err(Error::SameServer { node, same_as, .. }) => {
             assert_eq!((node.index(), same_as.index()), (1, 0));
         }
@@ -234,7 +234,7 @@ async fn one_server_given_twice_is_refused() {
     // inspect) refuses before sending a lock request (SET or script).
     let known = locker_of(urls.clone());
     let before = crate::support::lock_calls(nodes.node(1)).await;
-    known.inspect("job").await.unwrap();
+    known.admin().inspect("job").await.unwrap();
     let refused = known.try_lock("job").await;
     assert!(
         matches!(refused, Err(Error::SameServer { .. })),
@@ -260,10 +260,10 @@ fn locker_of(urls: Vec<String>) -> Locker {
 async fn distinct_servers_pass_the_check_and_a_down_one_is_reported() {
     let mut nodes = RedisNodes::start(3);
     let locker = locker_of(nodes.urls());
-    assert_eq!(locker.check_servers().await.unwrap(), []);
+    assert_eq!(locker.admin().check_servers().await.unwrap(), []);
     nodes.node_mut(2).kill();
     let again = locker_of(nodes.urls());
-    let unreachable = again.check_servers().await.unwrap();
+    let unreachable = again.admin().check_servers().await.unwrap();
     assert_eq!(indices(unreachable.iter().map(|e| e.node())), [2]);
 }
 
@@ -295,10 +295,10 @@ async fn ttls_the_quarantine_does_not_cover_are_refused_before_any_io() {
     // A quarantine shorter than the Locker's own TTL cannot work.
     let short = Locker::builder(urls)
         .ttl(Duration::from_secs(5))
-        .restart_quarantine(Duration::from_secs(5))
+        .advanced(|a| a.restart_quarantine(Duration::from_secs(5)))
         .build();
     match short {
-        Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "restart_quarantine"),
+        Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "advanced.restart_quarantine"),
         other => panic!("expected InvalidInput, got {other:?}"),
     }
 }
@@ -327,9 +327,11 @@ async fn a_server_whose_clock_jumped_casts_no_vote() {
                 .fencing(!guarded)
                 .ttl(ttl)
                 .node_timeout(NODE_TIMEOUT)
-                .restart_quarantine(Duration::ZERO)
-                .clock_jump_guard(guarded)
-                .retry(RetryPolicy::new().attempts(1))
+                .advanced(|a| {
+                    a.restart_quarantine(Duration::ZERO)
+                        .clock_jump_guard(guarded)
+                })
+                .retry(once())
                 .build()
                 .unwrap()
         };
@@ -344,12 +346,12 @@ async fn a_server_whose_clock_jumped_casts_no_vote() {
             .unwrap();
         // The holder has the lock on nodes 0 and 1 only: a bare majority.
         let lease = holder.try_lock("job").await.expect("3 of 3");
-        crate::support::command(&nodes[2], &["DEL", &holder.key("job")]).await;
+        crate::support::command(&nodes[2], &["DEL", &holder.admin().key("job")]).await;
 
         nodes[1].jump_clock(Duration::from_secs(30));
         // The jump applies from the server's next clock read: wait (bounded)
         // until node 1 has expired the holder's key, the fault under test.
-        let key = holder.key("job");
+        let key = holder.admin().key("job");
         let jumped = std::time::Instant::now();
         loop {
             let pttl: i64 = redis::cmd("PTTL")
@@ -436,7 +438,7 @@ async fn a_slow_second_name_of_one_server_is_heard_before_a_grant() {
     urls.push(slow.url());
     for round in 0..3 {
         let locker = Locker::builder(urls.clone())
-            .restart_quarantine(Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
             .ttl(Duration::from_secs(30))
             .build()
             .unwrap();
@@ -460,7 +462,7 @@ async fn inspect_shows_quarantined_nodes_and_no_takeable_lock() {
     let locker = build_locker(nodes.urls(), ttl, None);
 
     // Brand-new servers: every node quarantined, so no lock can be taken.
-    let status = locker.inspect("job").await.unwrap();
+    let status = locker.admin().inspect("job").await.unwrap();
     let mut lefts = Vec::new();
     for (node, answer) in &status.nodes {
         let state = answer.as_ref().unwrap();
@@ -495,7 +497,7 @@ async fn inspect_shows_quarantined_nodes_and_no_takeable_lock() {
     );
 
     until_it_votes(&locker, started, 3 * quarantine).await;
-    let status = locker.inspect("job").await.unwrap();
+    let status = locker.admin().inspect("job").await.unwrap();
     for (node, answer) in &status.nodes {
         assert_eq!(answer.as_ref().unwrap().quarantine, None, "{node}");
     }
@@ -505,7 +507,7 @@ async fn inspect_shows_quarantined_nodes_and_no_takeable_lock() {
     let restarted = Instant::now();
     restart_empty(&mut nodes, 1);
     let status = loop {
-        let status = locker.inspect("job").await.unwrap();
+        let status = locker.admin().inspect("job").await.unwrap();
         // The first request may meet the old, broken connection.
         if status.nodes[1].1.is_ok() || restarted.elapsed() > 2 * ttl {
             break status;

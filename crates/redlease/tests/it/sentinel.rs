@@ -34,6 +34,7 @@ async fn the_lock_cycle_runs_through_the_sentinels_primary() {
     let url = sentinel_url(&set);
     let locker = sentinel_locker(&url, 5 * MS);
     assert!(locker
+        .admin()
         .nodes()
         .next()
         .unwrap()
@@ -41,7 +42,7 @@ async fn the_lock_cycle_runs_through_the_sentinels_primary() {
         .contains("sentinel"));
 
     let lease = locker.try_lock("job").await.expect("a free lock");
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     assert!(
         pttl(primary(&set), &key).await > 0,
         "written on the primary"
@@ -52,7 +53,7 @@ async fn the_lock_cycle_runs_through_the_sentinels_primary() {
     }
 
     let waiter_side = sentinel_locker(&url, Duration::from_secs(5));
-    let channel = waiter_side.release_channel("job");
+    let channel = waiter_side.admin().release_channel("job");
     let waiter = tokio::spawn(async move {
         let lease = waiter_side.lock("job").await;
         (Instant::now(), lease, waiter_side)
@@ -125,7 +126,7 @@ async fn failover_while_held(durability: Durability) -> FailoverReport {
     await_replica_sync(&set).await;
     let url = sentinel_url(&set);
     let locker = Locker::builder([url.as_str()])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(2))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
@@ -144,7 +145,7 @@ async fn failover_while_held(durability: Durability) -> FailoverReport {
             Err(e) => panic!("no lock before the failover: {e}"),
         }
     };
-    let key = locker.key("job");
+    let key = locker.admin().key("job");
     // Let the key reach the replica before the switch.
     tokio::time::sleep(200 * MS).await;
     let old = set.primary_port();
@@ -160,7 +161,7 @@ async fn failover_while_held(durability: Durability) -> FailoverReport {
     for i in 0.. {
         let name = format!("other:{i}");
         if let Ok(other) = locker.try_lock(&name).await {
-            let landed = pttl(new_primary, &locker.key(&name)).await > 0;
+            let landed = pttl(new_primary, &locker.admin().key(&name)).await > 0;
             // One taken on the deposed primary may be gone already.
             let _ = other.release().await;
             if landed {
@@ -226,7 +227,7 @@ async fn a_waiter_follows_the_primary_through_a_failover() {
     await_replica_sync(&set).await;
     let url = sentinel_url(&set);
     let holder = Locker::builder([url.as_str()])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(10))
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
@@ -239,7 +240,7 @@ async fn a_waiter_follows_the_primary_through_a_failover() {
         let lease = waiter_side.lock("job").await;
         (Instant::now(), lease, waiter_side)
     });
-    let channel = holder.release_channel("job");
+    let channel = holder.admin().release_channel("job");
     let deadline = Instant::now() + Duration::from_secs(5);
     while numsub(primary(&set), &channel).await != 1 {
         assert!(Instant::now() < deadline, "the waiter never subscribed");
@@ -260,7 +261,7 @@ async fn a_waiter_follows_the_primary_through_a_failover() {
     }
     // The holder's lease lives on there (its key had reached the replica);
     // its release is published there and wakes the waiter.
-    assert!(pttl(new_primary, &holder.key("job")).await > 0);
+    assert!(pttl(new_primary, &holder.admin().key("job")).await > 0);
     let released = Instant::now();
     lease.release().await.unwrap();
     let (acquired, second, waiter_side) = waiter.await.unwrap();

@@ -38,12 +38,12 @@ async fn mixed_ttls_survive_a_slow_minority(n: usize, slowness: Slowness) {
     let proxies: Vec<Proxy> = nodes.iter().map(|nd| Proxy::start(&nd.addr())).collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let locker = Locker::builder(&urls)
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .connect_timeout(NODE_TIMEOUT)
         .build()
         .unwrap();
     let other = Locker::builder(&urls)
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .node_timeout(100 * MS)
         .connect_timeout(NODE_TIMEOUT)
         .build()
@@ -143,7 +143,7 @@ async fn mixed_ttls_on_5_nodes_survive_two_blackholed_nodes() {
 async fn a_manual_extend_neither_waits_for_a_slow_node_nor_holds_back_others() {
     let mut nodes = RedisNodes::start(3);
     let locker = Locker::builder(nodes.urls())
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .connect_timeout(NODE_TIMEOUT)
         .build()
         .unwrap();

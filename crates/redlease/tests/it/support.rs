@@ -1,5 +1,6 @@
 //! Shared helpers: lockers over testkit nodes and direct looks at each node.
 
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -7,6 +8,16 @@ use redlease::{Lease, Locker, LockerBuilder, RetryPolicy};
 use redlease_testkit::{RedisNode, RedisNodes};
 
 pub const MS: Duration = Duration::from_millis(1);
+
+/// A retry policy of exactly one attempt: a Locker whose `lock` never waits.
+pub fn once() -> RetryPolicy {
+    RetryPolicy::attempts(NonZeroU32::MIN)
+}
+
+/// A retry policy of at most `n` attempts (`n` > 0).
+pub fn attempts(n: u32) -> RetryPolicy {
+    RetryPolicy::attempts(NonZeroU32::new(n).expect("at least one attempt"))
+}
 
 /// A Locker over `nodes` with quick retries, so tests that wait do not
 /// wait long, and node timeouts that a loaded 2-core machine still meets.
@@ -40,15 +51,11 @@ pub fn fenced_locker(nodes: &RedisNodes) -> Locker {
 
 fn builder_with_timeout(nodes: &RedisNodes, node_timeout: Duration) -> LockerBuilder {
     Locker::builder(nodes.urls())
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(5))
         .node_timeout(node_timeout)
         .connect_timeout(NODE_TIMEOUT)
-        .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(20))
-                .delay(MS, 5 * MS),
-        )
+        .retry(RetryPolicy::within(Duration::from_secs(20)).delay(MS, 5 * MS))
 }
 
 /// The fencing token of a lease taken with fencing on.
@@ -292,15 +299,11 @@ pub fn fenced_locker_at(url: &str, ttl: Duration, retry_delay: Duration) -> Lock
 
 fn builder_at(url: &str, ttl: Duration, retry_delay: Duration) -> LockerBuilder {
     Locker::builder([url])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(ttl)
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(NODE_TIMEOUT)
-        .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(20))
-                .delay(retry_delay, retry_delay),
-        )
+        .retry(RetryPolicy::within(Duration::from_secs(20)).delay(retry_delay, retry_delay))
 }
 
 /// Asserts that a quorum of nodes holds `token` as the lock's fencing

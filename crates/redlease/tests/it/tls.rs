@@ -30,7 +30,7 @@ fn fenced_tls_locker(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> 
 
 fn tls_builder(nodes: &RedisNodes, tls: TlsConfig, retry: RetryPolicy) -> LockerBuilder {
     Locker::builder(nodes.urls())
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         // A first request includes the TLS handshake, within the node
         // timeout: room for a debug build on a busy machine.
         .ttl(Duration::from_millis(1500))
@@ -46,7 +46,7 @@ async fn the_whole_lock_cycle_works_over_tls() {
     let nodes = tls_nodes(3, &pki, ClientAuth::None);
     assert!(nodes.urls().iter().all(|u| u.starts_with("rediss://")));
     let trust = || TlsConfig::new().ca_pem(pki.ca_pem());
-    let quick = RetryPolicy::new().wait(Duration::from_secs(10));
+    let quick = RetryPolicy::within(Duration::from_secs(10));
     let holder = fenced_tls_locker(&nodes, trust(), quick.clone());
 
     // Keep-alive over three TTLs, and fencing.
@@ -58,7 +58,7 @@ async fn the_whole_lock_cycle_works_over_tls() {
         "renewed over TLS: {:?}",
         lease.lost_reason()
     );
-    assert!(holder.renewal_stats().round_trips > 0);
+    assert!(holder.admin().renewal_stats().round_trips > 0);
 
     lease.release().await.unwrap();
 
@@ -75,8 +75,7 @@ async fn the_whole_lock_cycle_works_over_tls() {
     let waiter = fenced_tls_locker(
         &nodes,
         trust(),
-        RetryPolicy::new()
-            .wait(Duration::from_secs(20))
+        RetryPolicy::within(Duration::from_secs(20))
             .delay(Duration::from_secs(5), Duration::from_secs(5)),
     );
     let waiting = tokio::spawn(async move {
@@ -94,11 +93,11 @@ async fn the_whole_lock_cycle_works_over_tls() {
         released.elapsed()
     );
     assert!(token(&next) > first_token);
-    let status = holder.inspect("tls-job").await.unwrap();
+    let status = holder.admin().inspect("tls-job").await.unwrap();
     crate::support::assert_fence_stored(&status, token(&next));
     next.release().await.unwrap();
     for node in nodes.iter() {
-        assert_eq!(get(node, &holder.key("tls-job")).await, None);
+        assert_eq!(get(node, &holder.admin().key("tls-job")).await, None);
     }
 }
 
@@ -106,7 +105,7 @@ async fn the_whole_lock_cycle_works_over_tls() {
 async fn mutual_tls_needs_the_client_certificate() {
     let pki = TestPki::generate();
     let nodes = tls_nodes(1, &pki, ClientAuth::Required);
-    let once = RetryPolicy::new().attempts(1);
+    let once = once();
 
     let anonymous = tls_locker(&nodes, TlsConfig::new().ca_pem(pki.ca_pem()), once.clone());
     let start = Instant::now();
@@ -136,11 +135,7 @@ async fn a_wrong_ca_is_a_certificate_error_naming_the_node() {
     let pki = TestPki::generate();
     let other = TestPki::generate_named("some other CA");
     let nodes = tls_nodes(1, &pki, ClientAuth::None);
-    let locker = tls_locker(
-        &nodes,
-        TlsConfig::new().ca_pem(other.ca_pem()),
-        RetryPolicy::new().attempts(1),
-    );
+    let locker = tls_locker(&nodes, TlsConfig::new().ca_pem(other.ca_pem()), once());
     let start = Instant::now();
     let e = locker.try_lock("wrong-ca").await.unwrap_err();
     assert!(
@@ -166,20 +161,23 @@ async fn a_wrong_ca_is_a_certificate_error_naming_the_node() {
     );
     assert!(shown.contains(&nodes.node(0).addr()), "{shown}");
     assert!(matches!(e, Error::NoQuorum { .. }), "{e:?}");
-    assert_eq!(get(nodes.node(0), &locker.key("wrong-ca")).await, None);
+    assert_eq!(
+        get(nodes.node(0), &locker.admin().key("wrong-ca")).await,
+        None
+    );
 }
 
 #[tokio::test]
 async fn tls_settings_that_cannot_work_are_refused_at_build() {
     let nodes = RedisNodes::start(1);
     let e = Locker::builder(nodes.urls())
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .tls(TlsConfig::new())
         .build()
         .unwrap_err();
     assert!(matches!(e, Error::InvalidInput { field: "tls", .. }), "{e}");
     let e = Locker::builder(["redis+cluster://127.0.0.1:7,127.0.0.1:8"])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .tls(TlsConfig::new())
         .build()
         .unwrap_err();
@@ -191,13 +189,13 @@ async fn tls_settings_that_cannot_work_are_refused_at_build() {
         "rediss+sentinel://127.0.0.1:7/locks",
     ] {
         Locker::builder([url])
-            .restart_quarantine(std::time::Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
             .tls(TlsConfig::new().ca_pem(pki.ca_pem()))
             .build()
             .unwrap_or_else(|e| panic!("{url}: {e}"));
     }
     let e = Locker::builder(["rediss://127.0.0.1:7"])
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .tls(TlsConfig::new().ca_pem("not a certificate"))
         .build()
         .unwrap_err();
@@ -227,12 +225,12 @@ async fn a_blackholed_tls_node_is_outvoted_and_used_again_after_the_heal() {
     let mut urls = nodes.urls();
     urls[2] = format!("rediss://{}", proxy.addr());
     let locker = Locker::builder(&urls)
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_millis(1500))
         .node_timeout(300 * MS)
         .connect_timeout(NODE_TIMEOUT)
         .tls(TlsConfig::new().ca_pem(pki.ca_pem()))
-        .retry(RetryPolicy::new().attempts(1))
+        .retry(once())
         .build()
         .unwrap();
     // Connections are up (TLS handshakes done) before the cut; on a busy
@@ -267,7 +265,7 @@ async fn a_blackholed_tls_node_is_outvoted_and_used_again_after_the_heal() {
 
     proxy.set(Mode::Pass);
     let healed = locker.try_lock("after").await.unwrap();
-    let key = locker.key("after");
+    let key = locker.admin().key("after");
     let mut on_node_2 = false;
     for _ in 0..50 {
         if get(nodes.node(2), &key).await.is_some() {
@@ -305,12 +303,12 @@ async fn a_scheme_that_does_not_match_the_port_is_named_with_the_fix() {
     ];
     for (url, what, fix) in cases {
         let mut builder = Locker::builder([url.as_str()])
-            .restart_quarantine(Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
             .ttl(Duration::from_secs(10))
             // The handshake's own timeout comes first.
             .node_timeout(Duration::from_secs(2))
             .connect_timeout(NODE_TIMEOUT)
-            .retry(RetryPolicy::new().attempts(1));
+            .retry(once());
         if url.starts_with("rediss://") {
             builder = builder.tls(TlsConfig::new().ca_pem(pki.ca_pem()));
         }
@@ -328,7 +326,7 @@ async fn a_scheme_that_does_not_match_the_port_is_named_with_the_fix() {
         assert!(shown.contains(what), "{url}: {shown}");
         assert!(shown.contains(fix), "{url}: {shown}");
         // So does a status read.
-        let status = locker.inspect("scheme").await.unwrap();
+        let status = locker.admin().inspect("scheme").await.unwrap();
         let shown = format!("{status:?}");
         assert!(shown.contains(fix), "{url}: {shown}");
     }
@@ -340,8 +338,8 @@ async fn a_scheme_that_does_not_match_the_port_is_named_with_the_fix() {
         let proxy = Proxy::start(&plain.addr());
         proxy.set(Mode::Reset);
         let locker = Locker::builder([format!("redis://{}", proxy.addr())])
-            .restart_quarantine(Duration::ZERO)
-            .retry(RetryPolicy::new().attempts(1))
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
+            .retry(once())
             .build()
             .unwrap();
         let e = locker.try_lock("scheme").await.unwrap_err();
@@ -361,8 +359,8 @@ async fn a_scheme_that_does_not_match_the_port_is_named_with_the_fix() {
         listener.local_addr().unwrap().port()
     };
     let locker = Locker::builder([format!("redis://127.0.0.1:{port}")])
-        .restart_quarantine(Duration::ZERO)
-        .retry(RetryPolicy::new().attempts(1))
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
+        .retry(once())
         .build()
         .unwrap();
     let e = locker.try_lock("scheme").await.unwrap_err();

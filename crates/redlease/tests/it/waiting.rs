@@ -14,12 +14,11 @@ use crate::support::*;
 /// sooner.
 fn patient_locker(nodes: &RedisNodes) -> Locker {
     Locker::builder(nodes.urls())
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(10))
         .node_timeout(200 * MS)
         .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(30))
+            RetryPolicy::within(Duration::from_secs(30))
                 .delay(Duration::from_secs(5), Duration::from_secs(5)),
         )
         .build()
@@ -27,7 +26,7 @@ fn patient_locker(nodes: &RedisNodes) -> Locker {
 }
 
 fn channel(locker: &Locker, resource: &str) -> String {
-    format!("{}:released", locker.key(resource))
+    format!("{}:released", locker.admin().key(resource))
 }
 
 /// "job" held through one Locker, and a task of another (as two processes
@@ -166,7 +165,7 @@ async fn dropping_waiters_at_random_points_leaks_nothing() {
     let nodes = RedisNodes::start(5);
     let holder_side = locker(&nodes);
     let waiters = patient_locker(&nodes);
-    let key = waiters.key("job");
+    let key = waiters.admin().key("job");
     let chan = channel(&waiters, "job");
     let mut rng = rand::rng();
     for round in 0..40 {
@@ -332,19 +331,21 @@ async fn the_next_in_line_behind_a_task_of_its_locker_does_not_look() {
 async fn a_failed_attempts_cleanup_does_not_wake_its_own_waiter() {
     let mut nodes = RedisNodes::start(3);
     let locker = Locker::builder(nodes.urls())
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(5))
         .node_timeout(NODE_TIMEOUT)
-        .retry(
-            RetryPolicy::new()
-                .unlimited_attempts()
-                .delay(50 * MS, 100 * MS),
-        )
+        .retry(RetryPolicy::default().delay(50 * MS, 100 * MS))
         .build()
         .unwrap();
     // Another owner on node 0, node 2 down: each attempt gets node 1 only,
     // writes its token there and deletes it again.
-    set_px(nodes.node(0), &locker.key("split"), "someone-else", 60_000).await;
+    set_px(
+        nodes.node(0),
+        &locker.admin().key("split"),
+        "someone-else",
+        60_000,
+    )
+    .await;
     nodes.node_mut(2).kill();
     let waited = locker.lock("split").wait(Duration::from_secs(1)).await;
     let Err(Error::WaitTimeout { attempts, .. }) = waited else {
@@ -361,9 +362,9 @@ async fn a_failed_attempts_cleanup_does_not_wake_its_own_waiter() {
 /// it polls only when it could miss a release.
 fn default_delays_locker(nodes: &RedisNodes, ttl: Duration, wait: Duration) -> Locker {
     Locker::builder(nodes.urls())
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .ttl(ttl)
-        .retry(RetryPolicy::new().wait(wait))
+        .retry(RetryPolicy::within(wait))
         .build()
         .unwrap()
 }
@@ -483,20 +484,19 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
     let node = nodes.node(0);
     let build = || {
         Locker::builder(nodes.urls())
-            .restart_quarantine(Duration::ZERO)
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
             .ttl(Duration::from_secs(10))
             .node_timeout(200 * MS)
             .fencing(fencing)
             .retry(
-                RetryPolicy::new()
-                    .wait(Duration::from_secs(30))
+                RetryPolicy::within(Duration::from_secs(30))
                     .delay(Duration::from_secs(5), Duration::from_secs(5)),
             )
             .build()
             .unwrap()
     };
     let mine = build();
-    let key = mine.key("job");
+    let key = mine.admin().key("job");
     let marked = |value: &Option<String>| value.as_deref().is_some_and(|v| v.ends_with('*'));
     let chan = channel(&mine, "job");
     let published_before = command_calls(node, &["publish"]).await;
@@ -580,12 +580,11 @@ async fn the_next_waiter_sends_its_acquire_behind_the_release() {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
     let locker = Locker::builder(nodes.urls())
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .ttl(Duration::from_secs(10))
         .node_timeout(Duration::from_secs(2))
         .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(30))
+            RetryPolicy::within(Duration::from_secs(30))
                 .delay(Duration::from_secs(5), Duration::from_secs(5)),
         )
         .build()

@@ -65,7 +65,7 @@ async fn no_lost_updates(nodes: usize) {
         (TASKS * ITERATIONS) as i64,
         "lost updates"
     );
-    let key = locker.key("counter");
+    let key = locker.admin().key("counter");
     assert_eq!(
         values(&lock_nodes, &key).await,
         vec![None; nodes],

@@ -27,12 +27,12 @@ async fn a_thousand_leases_are_renewed_together() {
         .await;
         leases.extend(batch.into_iter().map(|l| l.expect("free lock")));
     }
-    let before = locker.renewal_stats();
+    let before = locker.admin().renewal_stats();
     assert_eq!(before.leases, LEASES);
     tokio::time::sleep(3 * TTL).await;
     let lost = leases.iter().filter(|l| l.is_lost()).count();
     assert_eq!(lost, 0, "{lost} of {LEASES} leases lost");
-    let trips = locker.renewal_stats().round_trips - before.round_trips;
+    let trips = locker.admin().renewal_stats().round_trips - before.round_trips;
     // Each lease renewed at least every TTL/3: one round trip per lease
     // would be 9 x 5 x 1,000 = 45,000.
     assert!(trips < 500, "{trips} round trips for 3 TTLs");

@@ -13,14 +13,10 @@ use crate::support::*;
 fn fencing_locker(nodes: &RedisNodes) -> Locker {
     Locker::builder(nodes.urls())
         .fencing(true)
-        .restart_quarantine(std::time::Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
         .ttl(Duration::from_secs(5))
         .node_timeout(Duration::from_secs(1))
-        .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(60))
-                .delay(MS, 5 * MS),
-        )
+        .retry(RetryPolicy::within(Duration::from_secs(60)).delay(MS, 5 * MS))
         .build()
         .unwrap()
 }
@@ -127,7 +123,7 @@ async fn tokens_increase_across_a_minority_restarting_empty() {
     let tokens = run.await.unwrap();
     assert_eq!(tokens.len(), TOTAL);
     assert_strictly_increasing(&tokens);
-    let fence = format!("{}:fence", locker.key("job"));
+    let fence = format!("{}:fence", locker.admin().key("job"));
     assert!(
         get(nodes.node(1), &fence).await.is_some(),
         "the restarted node took part again"

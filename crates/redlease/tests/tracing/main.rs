@@ -61,7 +61,9 @@ async fn operations_are_traced_with_outcome_and_time() {
     let nodes = RedisNodes::start(3);
     let locker = locker_with_timeout(&nodes, 50 * MS);
     let mut lease = locker.lock("traced").keep_alive().await.unwrap();
-    let token = get(nodes.node(0), &locker.key("traced")).await.unwrap();
+    let token = get(nodes.node(0), &locker.admin().key("traced"))
+        .await
+        .unwrap();
     lease.extend(Duration::from_secs(5)).await.unwrap();
     assert!(matches!(
         locker.try_lock("traced").await,

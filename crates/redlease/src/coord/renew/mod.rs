@@ -43,11 +43,11 @@ use lanes::lane;
 pub(crate) const TRIP: usize = 5 * CHUNK;
 
 /// Figures of a Locker's automatic renewal, from
-/// [`Locker::renewal_stats`](crate::Locker::renewal_stats).
+/// [`Admin::renewal_stats`](crate::Admin::renewal_stats).
 ///
 /// ```no_run
 /// # fn f(locker: &redlease::Locker) {
-/// let stats = locker.renewal_stats();
+/// let stats = locker.admin().renewal_stats();
 /// println!("{} leases kept alive, {} round trips so far", stats.leases, stats.round_trips);
 /// # }
 /// ```

@@ -85,7 +85,7 @@ enum Gate {
     /// node wakes, so a failed acquire leaves nothing behind; there is at
     /// most one per lease or failed attempt, so it cannot pile up.
     Cleanup,
-    /// A look at the server before any lock (`Locker::check_servers`):
+    /// A look at the server before any lock (`Admin::check_servers`):
     /// gated as new work, but a connection it cannot open starts no
     /// back-off, so the first lock request after it connects itself and
     /// says why it failed, rather than that a connection failed moments

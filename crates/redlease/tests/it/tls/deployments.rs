@@ -24,7 +24,7 @@ const TTL: Duration = Duration::from_secs(8);
 
 fn tls_locker_at(url: &str, tls: TlsConfig, retry: RetryPolicy) -> Locker {
     Locker::builder([url])
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .ttl(TTL)
         .node_timeout(TLS_TIMEOUT)
         .connect_timeout(TLS_TIMEOUT)
@@ -37,11 +37,7 @@ fn tls_locker_at(url: &str, tls: TlsConfig, retry: RetryPolicy) -> Locker {
 /// Tries for a while: the first connections may take longer than a
 /// request's timeout on a busy machine.
 fn patient() -> RetryPolicy {
-    RetryPolicy::new().wait(Duration::from_secs(15))
-}
-
-fn once() -> RetryPolicy {
-    RetryPolicy::new().attempts(1)
+    RetryPolicy::within(Duration::from_secs(15))
 }
 
 fn identified(pki: &TestPki) -> TlsConfig {
@@ -76,7 +72,7 @@ async fn a_tls_cluster_takes_locks_with_a_private_ca_and_a_client_certificate() 
     // Kept alive past its TTL: the renewal lanes' own connections use the
     // TLS settings too.
     let lease = locker.lock("tls-cluster").keep_alive().await.unwrap();
-    let key = locker.key("tls-cluster");
+    let key = locker.admin().key("tls-cluster");
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg(&key)
@@ -87,7 +83,7 @@ async fn a_tls_cluster_takes_locks_with_a_private_ca_and_a_client_certificate() 
     assert!(pttl(owner, &key).await > 0, "written on the slot's owner");
     tokio::time::sleep(TTL + Duration::from_secs(1)).await;
     assert!(!lease.is_lost(), "renewed: {:?}", lease.lost_reason());
-    assert!(locker.renewal_stats().round_trips > 0);
+    assert!(locker.admin().renewal_stats().round_trips > 0);
     match locker.try_lock("tls-cluster").await {
         Err(Error::Taken { .. }) => {}
         other => panic!("a held lock is refused, got {other:?}"),
@@ -95,19 +91,18 @@ async fn a_tls_cluster_takes_locks_with_a_private_ca_and_a_client_certificate() 
     // A waiter in another Locker is woken by the release through its own
     // (TLS, sharded) subscription, long before its 5 s timer.
     let waiter = Locker::builder([url.as_str()])
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .ttl(TTL)
         .node_timeout(TLS_TIMEOUT)
         .connect_timeout(TLS_TIMEOUT)
         .tls(identified(&pki))
         .retry(
-            RetryPolicy::new()
-                .wait(Duration::from_secs(30))
+            RetryPolicy::within(Duration::from_secs(30))
                 .delay(Duration::from_secs(5), Duration::from_secs(5)),
         )
         .build()
         .unwrap();
-    let channel = waiter.release_channel("tls-cluster");
+    let channel = waiter.admin().release_channel("tls-cluster");
     let waiting = tokio::spawn(async move {
         let lease = waiter.lock("tls-cluster").await;
         (lease, waiter)
@@ -161,7 +156,7 @@ async fn a_wrong_ca_on_a_cluster_is_a_tls_error_naming_the_reason() {
     );
     assert!(matches!(e, Error::NoQuorum { .. }), "{e:?}");
     assert_tls_failure(&e, "UnknownIssuer");
-    let status = locker.inspect("wrong-ca").await;
+    let status = locker.admin().inspect("wrong-ca").await;
     let shown = match status {
         Err(e) => e.to_string(),
         Ok(status) => format!("{status:?}"),
@@ -172,7 +167,7 @@ async fn a_wrong_ca_on_a_cluster_is_a_tls_error_naming_the_reason() {
     // error names the scheme to use.
     let plain_url = url.replacen("rediss+cluster://", "redis+cluster://", 1);
     let locker = Locker::builder([plain_url.as_str()])
-        .restart_quarantine(Duration::ZERO)
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
         .ttl(TTL)
         .node_timeout(TLS_TIMEOUT)
         .connect_timeout(TLS_TIMEOUT)
@@ -230,7 +225,7 @@ async fn a_tls_sentinel_primary_takes_locks_with_a_client_certificate() {
     let locker = tls_locker_at(&url, identified(&pki), patient());
 
     let lease = locker.lock("tls-sentinel").await.unwrap();
-    let key = locker.key("tls-sentinel");
+    let key = locker.admin().key("tls-sentinel");
     let primary = set.node_on(set.primary_port()).expect("a data node");
     assert!(pttl(primary, &key).await > 0, "written on the primary");
     lease.release().await.unwrap();

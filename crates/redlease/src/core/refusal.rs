@@ -1,0 +1,130 @@
+//! A node's refusal: the public [`Held`] that errors show (the node and
+//! when the other owner's hold expires), and what it tells a waiter beyond
+//! that: how many processes wait for the lock, and whose lock it is. That
+//! bookkeeping travels beside the error, from the vote to the waiter's next
+//! sleep.
+
+use std::time::Duration;
+
+use crate::core::node_error::NodeId;
+
+/// A node on which the lock is held by another owner, with the remaining
+/// time the node reported.
+///
+/// ```
+/// fn soonest(held_on: &[redlease::Held]) -> Option<std::time::Duration> {
+///     held_on.iter().filter_map(|h| h.expires_in).min()
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Held {
+    /// The node.
+    pub node: NodeId,
+    /// The key's remaining TTL there; `None` when the key never expires
+    /// (someone wrote it without a TTL).
+    pub expires_in: Option<Duration>,
+}
+
+/// One node's refusal: the other owner's hold, and what the waiter
+/// reads of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) held: Held,
+    /// How many processes wait for the lock there (subscriptions to its
+    /// release channel): spreads a crowd's checks of a held lock.
+    pub(crate) waiting: u64,
+    /// 28 bits of a hash of the owner's token (0: unknown): the same owner
+    /// on a quorum of nodes holds the lock; different ones are contenders
+    /// of a split vote, about to undo their partial grants.
+    pub(crate) owner: u32,
+}
+
+impl Refusal {
+    pub(crate) fn new(
+        node: NodeId,
+        expires_in: Option<Duration>,
+        waiting: u64,
+        owner: u32,
+    ) -> Self {
+        Refusal {
+            held: Held { node, expires_in },
+            waiting,
+            owner,
+        }
+    }
+
+    /// A refusal that says nothing of the holder (a release or extend
+    /// that found our token gone).
+    pub(crate) fn bare(node: NodeId) -> Self {
+        Refusal::new(node, None, 0, 0)
+    }
+}
+
+/// What a failed acquire's refusals said of the lock's holder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Busy {
+    /// One owner holds the lock on a quorum of the nodes (not a split vote
+    /// between contenders, whose partial grants are undone at once and
+    /// announced to no one).
+    pub(crate) one_owner: bool,
+    /// The most processes any refusing node counted as waiting for it
+    /// (every waiter subscribes on every node).
+    pub(crate) crowd: u64,
+}
+
+impl Busy {
+    /// From the refusals of one attempt, with `quorum` the nodes that
+    /// must agree.
+    pub(crate) fn of(refusals: &[Refusal], quorum: usize) -> Busy {
+        let one_owner = refusals
+            .iter()
+            .filter(|r| r.owner != 0)
+            .any(|r| refusals.iter().filter(|o| o.owner == r.owner).count() >= quorum);
+        Busy {
+            one_owner,
+            crowd: refusals.iter().map(|r| r.waiting).max().unwrap_or(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(owners: &[u32], nodes: usize) -> Busy {
+        let refusals: Vec<Refusal> = owners
+            .iter()
+            .enumerate()
+            .map(|(i, &owner)| Refusal::new(NodeId::new(i, "n"), None, i as u64, owner))
+            .collect();
+        Busy::of(&refusals, crate::core::quorum::quorum(nodes))
+    }
+
+    #[test]
+    fn one_owner_on_a_quorum_holds_the_lock_and_a_split_vote_does_not() {
+        assert!(busy(&[7], 1).one_owner);
+        assert!(busy(&[7, 7, 7], 5).one_owner);
+        assert!(busy(&[7, 9, 7, 7], 5).one_owner);
+        assert!(!busy(&[7, 9, 7], 5).one_owner, "a split vote");
+        assert!(!busy(&[1, 2, 3, 4, 5], 5).one_owner);
+        assert!(!busy(&[0, 0, 0], 5).one_owner, "unknown owners");
+    }
+
+    #[test]
+    fn the_crowd_is_the_most_any_node_counted() {
+        assert_eq!(busy(&[7, 7, 7], 5).crowd, 2);
+        assert_eq!(busy(&[], 5), Busy::default());
+    }
+
+    #[test]
+    fn the_public_error_keeps_only_the_node_and_the_expiry() {
+        let refused = Refusal::new(NodeId::new(0, "n"), Some(Duration::from_secs(1)), 5, 7);
+        let shown = format!("{:?}", refused.held);
+        assert!(
+            !shown.contains("owner") && !shown.contains("waiting"),
+            "{shown}"
+        );
+        assert_eq!(refused.held.expires_in, Some(Duration::from_secs(1)));
+    }
+}
