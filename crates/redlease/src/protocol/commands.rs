@@ -184,7 +184,7 @@ pub const COMMANDS: &[Command] = &[
 /// let mut admin = node.client().get_multiplexed_async_connection().await?;
 /// let () = redis::cmd("ACL").arg(rule.args()).query_async(&mut admin).await?;
 /// let locker = redlease::Locker::builder([format!("redis://locker:pw@{}", node.addr())])
-/// #   .restart_quarantine(std::time::Duration::ZERO)
+/// #   .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO))
 ///     .build()?;
 /// locker.try_lock("job").await?.release().await?;
 /// # Ok(()) }
