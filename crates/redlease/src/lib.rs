@@ -597,6 +597,7 @@ pub use crate::core::lease_state::LostReason;
 pub use crate::core::lock_status::{KeyState, LockStatus, NodeLockState, NodeQuarantine, Verdict};
 pub use crate::core::node_error::{NodeError, NodeErrorKind, NodeId, Quarantine};
 pub use crate::core::retry::RetryPolicy;
+pub use crate::core::server_code::ServerErrorCode;
 pub use crate::core::validity::MAX_TTL;
 pub use crate::transport::node_url::{redact_url, NodeUrl, SentinelUrl};
 pub use crate::transport::tls::TlsConfig;

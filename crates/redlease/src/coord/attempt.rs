@@ -72,9 +72,9 @@ pub(crate) async fn attempt(
                 )
                 .await;
             let unwritten = match &reply {
-                Ok(AcquireReply::Held(..)) => true,
+                Ok(AcquireReply::Held { .. }) => true,
                 Err(e) => e.kind().never_sent(),
-                Ok(AcquireReply::Acquired(..)) => false,
+                Ok(AcquireReply::Acquired { .. }) => false,
             };
             if unwritten {
                 ownership.written.ruled_out(node.id().index());
@@ -111,7 +111,7 @@ pub(crate) async fn attempt(
                 .answers
                 .iter()
                 .filter_map(|(_, a)| match a {
-                    Ok(AcquireReply::Acquired(_, replicas)) => *replicas,
+                    Ok(AcquireReply::Acquired { replicas, .. }) => *replicas,
                     _ => None,
                 })
                 .min();
@@ -134,7 +134,7 @@ pub(crate) async fn attempt(
                         Some(late) => {
                             let recorder = late.recorder();
                             replies.detach_observed(engine.background(), move |i, answer| {
-                                if let Ok(AcquireReply::Acquired(..)) = answer {
+                                if let Ok(AcquireReply::Acquired { .. }) = answer {
                                     recorder.granted(i);
                                 }
                             })
@@ -250,7 +250,7 @@ fn granted(replies: &fanout::Replies<AcquireReply>) -> (Vec<usize>, Vec<u64>) {
     let mut nodes = Vec::new();
     let mut fences = Vec::new();
     for (i, answer) in &replies.answers {
-        if let Ok(AcquireReply::Acquired(fence, _)) = answer {
+        if let Ok(AcquireReply::Acquired { fence, .. }) = answer {
             nodes.push(*i);
             fences.extend(*fence);
         }

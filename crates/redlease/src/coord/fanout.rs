@@ -109,15 +109,17 @@ impl Answer for bool {
 
 impl Answer for AcquireReply {
     fn agreed(&self) -> bool {
-        matches!(self, AcquireReply::Acquired(..))
+        matches!(self, AcquireReply::Acquired { .. })
     }
 
     fn refusal(&self, node: NodeId) -> Held {
         match *self {
-            AcquireReply::Held(expires_in, waiting, owner) => {
-                Held::new(node, expires_in, waiting, owner)
-            }
-            AcquireReply::Acquired(..) => Held::new(node, None, 0, 0),
+            AcquireReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            } => Held::new(node, expires_in, waiting, owner),
+            AcquireReply::Acquired { .. } => Held::new(node, None, 0, 0),
         }
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod node_error;
 pub(crate) mod quorum;
 pub(crate) mod renew_schedule;
 pub(crate) mod retry;
+pub(crate) mod server_code;
 pub(crate) mod telemetry;
 pub(crate) mod token;
 pub(crate) mod validity;

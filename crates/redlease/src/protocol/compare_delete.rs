@@ -27,6 +27,9 @@
 
 use redis::{Cmd, RedisError};
 
+use crate::core::server_code::ServerErrorCode;
+use crate::protocol::server_error;
+
 /// Whether the server that wrote this `INFO server` reply has `DELIFEQ`:
 /// Valkey 9.0 or later (which says `valkey_version`; its `redis_version`
 /// stays 7.2.4 for old clients).
@@ -67,8 +70,8 @@ pub(crate) enum Failure {
 /// `DELIFEQ` has no other `ERR` to give, and believing in the command
 /// after one would cost every later release a round trip.
 pub(crate) fn failure(e: &RedisError) -> Failure {
-    match e.code() {
-        Some("NOPERM" | "ERR") => Failure::Refused,
+    match server_error::code_of(e) {
+        Some(ServerErrorCode::NoPerm | ServerErrorCode::Err) => Failure::Refused,
         Some(_) => Failure::Other,
         None => Failure::NoAnswer,
     }
