@@ -397,8 +397,9 @@ impl Node {
     /// or protocol failure keeps the redis-rs error as its `source()` (the
     /// kind holds only its category, so a reporter that prints the chain
     /// does not print it twice); a Redis error reply is fully described by
-    /// its code and message (see [`ErrorReply`]), a timeout by its
-    /// duration, and a reply of the wrong shape by what was wrong with it.
+    /// its code and message (see [`ErrorReply`]), and a timeout by its
+    /// duration. A reply that could not be read says what was wrong with
+    /// it in the kind as well.
     pub(crate) fn redis_error(&self, e: RedisError, timeout: Duration) -> NodeError {
         if let Some(reply) = ErrorReply::of_error(&e) {
             return self.error(reply.into_kind());
@@ -412,9 +413,12 @@ impl Node {
         if let Some(why) = crate::transport::tls::handshake_failure(&e) {
             return self.error(NodeErrorKind::Tls(why)).caused_by(e);
         }
-        // A typed reply's decoding failed: its words say all there is.
-        if let (redis::ErrorKind::Parse, Some(what)) = (e.kind(), e.detail()) {
-            return self.error(NodeErrorKind::Protocol(what.to_string()));
+        // A reply that could not be read (a typed reply of another shape,
+        // or no Redis protocol at all): what was wrong, in the kind too.
+        if e.kind() == redis::ErrorKind::Parse {
+            return self
+                .error(NodeErrorKind::Protocol(e.to_string()))
+                .caused_by(e);
         }
         let category = e.category().to_string();
         let kind = match e.kind() {
