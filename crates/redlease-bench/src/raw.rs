@@ -47,9 +47,12 @@ static REFUSED: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 const RELEASE_CODE: &str = include_str!("../../redlease/src/protocol/scripts/release.lua");
-/// The cluster's copy, as the library makes it: SPUBLISH for PUBLISH.
-static RELEASE_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&RELEASE_CODE.replace("'PUBLISH'", "'SPUBLISH'")));
+/// The cluster's copy (SPUBLISH for PUBLISH), as the library has it.
+static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(include_str!(
+        "../../redlease/src/protocol/scripts/release_sharded.lua"
+    ))
+});
 /// The plain baseline's release: delete only our own token.
 static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(

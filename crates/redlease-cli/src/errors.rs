@@ -123,10 +123,10 @@ pub fn diagnose(e: &(dyn Error + 'static)) -> Option<Diagnosis> {
 }
 
 /// What an error reply's code says, if it is about authentication.
-fn diagnose_code(code: &str) -> Option<Diagnosis> {
+fn diagnose_code(code: &redlease::ServerErrorCode) -> Option<Diagnosis> {
     match code {
-        "NOAUTH" => Some(Diagnosis::NeedsPassword),
-        "WRONGPASS" => Some(Diagnosis::WrongPassword),
+        redlease::ServerErrorCode::NoAuth => Some(Diagnosis::NeedsPassword),
+        redlease::ServerErrorCode::WrongPass => Some(Diagnosis::WrongPassword),
         _ => None,
     }
 }
@@ -140,15 +140,20 @@ pub fn diagnose_redis(e: &RedisError) -> Option<Diagnosis> {
     }
     // A connection's set-up runs as a pipeline, whose error lists each
     // command's reply; the first code that tells decides.
-    let codes: Vec<String> = match e.code() {
-        Some(code) => vec![code.to_string()],
+    let codes: Vec<redlease::ServerErrorCode> = match e.code() {
+        Some(code) => vec![redlease::ServerErrorCode::from_code(code)],
         None => e
             .clone()
             .into_server_errors()
-            .map(|errors| errors.iter().map(|(_, e)| e.code().to_string()).collect())
+            .map(|errors| {
+                errors
+                    .iter()
+                    .map(|(_, e)| redlease::ServerErrorCode::from_code(e.code()))
+                    .collect()
+            })
             .unwrap_or_default(),
     };
-    codes.iter().find_map(|code| diagnose_code(code))
+    codes.iter().find_map(diagnose_code)
 }
 
 #[cfg(test)]

@@ -120,6 +120,7 @@ pub use crate::core::lock_status::{KeyState, LockStatus, NodeLockState, NodeQuar
 pub use crate::core::node_error::{NodeError, NodeErrorKind, NodeId, Quarantine};
 pub use crate::core::refusal::Held;
 pub use crate::core::retry::RetryPolicy;
+pub use crate::core::server_code::ServerErrorCode;
 pub use crate::core::validity::MAX_TTL;
 pub use crate::protocol::capabilities::{Capabilities, ServerVersion};
 pub use crate::protocol::commands as acl;

@@ -71,9 +71,9 @@ pub(crate) async fn attempt(
                 )
                 .await;
             let unwritten = match &reply {
-                Ok(AcquireReply::Held(..)) => true,
+                Ok(AcquireReply::Held { .. }) => true,
                 Err(e) => e.kind().never_sent(),
-                Ok(AcquireReply::Acquired(..)) => false,
+                Ok(AcquireReply::Acquired { .. }) => false,
             };
             if unwritten {
                 ownership.written.ruled_out(node.id().index());
@@ -112,7 +112,11 @@ pub(crate) async fn attempt(
             let mut fences = Vec::new();
             let mut replicas: Option<u32> = None;
             for (i, answer) in &replies.answers {
-                if let Ok(AcquireReply::Acquired(fence, acked)) = answer {
+                if let Ok(AcquireReply::Acquired {
+                    fence,
+                    replicas: acked,
+                }) = answer
+                {
                     granted_by.push(*i);
                     fences.extend(*fence);
                     replicas = match (replicas, *acked) {
@@ -144,7 +148,7 @@ pub(crate) async fn attempt(
                         Some(late) => {
                             let recorder = late.recorder();
                             replies.detach_observed(engine.background(), move |i, answer| {
-                                if let Ok(AcquireReply::Acquired(..)) = answer {
+                                if let Ok(AcquireReply::Acquired { .. }) = answer {
                                     recorder.granted(i);
                                 }
                             })

@@ -110,15 +110,17 @@ impl Answer for bool {
 
 impl Answer for AcquireReply {
     fn agreed(&self) -> bool {
-        matches!(self, AcquireReply::Acquired(..))
+        matches!(self, AcquireReply::Acquired { .. })
     }
 
     fn refusal(&self, node: NodeId) -> Refusal {
         match *self {
-            AcquireReply::Held(expires_in, waiting, owner) => {
-                Refusal::new(node, expires_in, waiting, owner)
-            }
-            AcquireReply::Acquired(..) => Refusal::bare(node),
+            AcquireReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            } => Refusal::new(node, expires_in, waiting, owner),
+            AcquireReply::Acquired { .. } => Refusal::bare(node),
         }
     }
 }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::core::node_error::{NodeError, NodeErrorKind};
-use crate::core::token::Token;
+use crate::protocol::lease::{ExtendManyRequest, Renewed};
 use crate::protocol::lua::EXTEND_MANY;
 use crate::transport::deployment::Conn;
 use crate::transport::node::{write_off_after, Node};
@@ -43,24 +43,18 @@ pub(crate) struct ExtendMany {
 }
 
 impl ExtendMany {
-    /// A call renewing `(key, token, ttl_ms)` leases, all in `slot` if
-    /// given.
+    /// A call renewing `(key, token, ttl)` leases, all in `slot` if
+    /// given; `bind_lineage`: the locks are bound to their lineage.
     pub(crate) fn new<'a>(
-        leases: impl Iterator<Item = (&'a str, &'a Token, u64)> + Clone,
+        leases: impl Iterator<Item = (&'a str, &'a str, Duration)> + Clone,
         slot: Option<u16>,
-        lineage_flag: &str,
+        bind_lineage: bool,
     ) -> Self {
-        let len = leases.clone().count();
-        let cmd = EXTEND_MANY.call(|cmd| {
-            cmd.arg(len);
-            for (key, _, _) in leases.clone() {
-                cmd.arg(key);
-            }
-            for (_, token, ttl_ms) in leases {
-                cmd.arg(token.as_str()).arg(ttl_ms);
-            }
-            cmd.arg(lineage_flag);
-        });
+        let (cmd, len) = ExtendManyRequest {
+            leases,
+            bind_lineage,
+        }
+        .call();
         ExtendMany {
             cmd: Arc::new(cmd),
             len,
@@ -246,10 +240,10 @@ impl Lane {
         call: &ExtendMany,
         patience: Duration,
     ) -> Result<Vec<bool>, NodeError> {
-        let (flags, replicas) = result.map_err(|e| self.node.redis_error(e, patience))?;
-        if flags.len() != call.len || flags.iter().any(|f| !matches!(f, b'0' | b'1')) {
+        let (Renewed(flags), replicas) = result.map_err(|e| self.node.redis_error(e, patience))?;
+        if flags.len() != call.len {
             return Err(self.node.error(NodeErrorKind::Protocol(format!(
-                "renew script returned {} flags for {} leases",
+                "the renewal script returned {} flags for {} leases",
                 flags.len(),
                 call.len
             ))));
@@ -262,13 +256,13 @@ impl Lane {
                 wanted,
             }));
         }
-        Ok(flags.into_iter().map(|f| f == b'1').collect())
+        Ok(flags)
     }
 }
 
 /// A call's answer: one flag per lease, and with durability on the replicas
 /// that acknowledged it.
-type Flags = (Vec<u8>, Option<u32>);
+type Flags = (Renewed, Option<u32>);
 
 /// Runs one call, loading the script first if the node lost it (a restart
 /// or `SCRIPT FLUSH`).

@@ -16,6 +16,7 @@ pub(crate) mod quorum;
 pub(crate) mod refusal;
 pub(crate) mod renew_schedule;
 pub(crate) mod retry;
+pub(crate) mod server_code;
 pub(crate) mod telemetry;
 pub(crate) mod token;
 pub(crate) mod validity;

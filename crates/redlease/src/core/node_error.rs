@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::server_code::{Refused, ServerErrorCode};
+
 /// One Redis node of a [`Locker`](crate::Locker): its position in the URL list
 /// and its address. Never carries credentials, so it is safe to log.
 ///
@@ -64,12 +66,12 @@ impl fmt::Display for NodeId {
 /// Why one node gave no usable answer.
 ///
 /// ```
-/// use redlease::NodeErrorKind;
+/// use redlease::{NodeErrorKind, ServerErrorCode};
 /// fn advice(kind: &NodeErrorKind) -> &'static str {
 ///     match kind {
 ///         NodeErrorKind::Timeout(_) => "the node is slow or unreachable",
 ///         NodeErrorKind::Connection(_) => "the node is down or refuses connections",
-///         NodeErrorKind::Redis { code, .. } if code == "WRONGTYPE" => "the key holds a non-lock value",
+///         NodeErrorKind::Redis { code: ServerErrorCode::WrongType, .. } => "the key holds a non-lock value",
 ///         NodeErrorKind::Redis { .. } => "Redis refused the command",
 ///         _ => "unexpected reply",
 ///     }
@@ -87,10 +89,12 @@ pub enum NodeErrorKind {
     /// `LOADING`, `NOPERM`. `code` is the first word of the reply; for an
     /// error that a command inside a lock script raised, it is that
     /// command's code on every server version (Redis before 7 wraps it as
-    /// `ERR Error running script ...: -OOM ...`, and this unwraps it).
+    /// `ERR Error running script ...: -OOM ...`, and this unwraps it), and
+    /// a refusal by the ACL inside a script is `NOPERM` (see
+    /// [`ServerErrorCode`]).
     Redis {
-        /// The error code, such as `"OOM"`.
-        code: String,
+        /// The error code, such as [`ServerErrorCode::Oom`].
+        code: ServerErrorCode,
         /// The rest of the error line.
         message: String,
     },
@@ -202,7 +206,13 @@ impl NodeErrorKind {
     /// }
     /// ```
     pub fn is_permission_refused(&self) -> bool {
-        matches!(self, Self::Redis { code, .. } if code == "NOPERM")
+        matches!(
+            self,
+            Self::Redis {
+                code: ServerErrorCode::NoPerm,
+                ..
+            }
+        )
     }
 
     /// For a permission refusal ([`is_permission_refused`](Self::is_permission_refused)),
@@ -213,30 +223,20 @@ impl NodeErrorKind {
     /// when the reply does not say.
     ///
     /// ```
-    /// use redlease::NodeErrorKind;
+    /// use redlease::{NodeErrorKind, ServerErrorCode};
     /// let refused = NodeErrorKind::Redis {
-    ///     code: "NOPERM".into(),
+    ///     code: ServerErrorCode::NoPerm,
     ///     message: "User app has no permissions to run the 'pttl' command".into(),
     /// };
     /// assert_eq!(refused.missing_permission().as_deref(), Some("+pttl"));
     /// ```
     pub fn missing_permission(&self) -> Option<String> {
-        let Self::Redis { code, message } = self else {
-            return None;
-        };
-        if code != "NOPERM" {
-            return None;
-        }
-        if let Some(command) = denied_command(message) {
-            return Some(format!("+{command}"));
-        }
-        let lower = message.to_ascii_lowercase();
-        if lower.contains("access a key") || lower.contains("one of the keys") {
-            Some("~<prefix>* (the lock keys' pattern)".to_string())
-        } else if lower.contains("access a channel") || lower.contains("one of the channels") {
-            Some("&<prefix>* (the release channels' pattern)".to_string())
-        } else {
-            None
+        match self {
+            Self::Redis {
+                code: ServerErrorCode::NoPerm,
+                message,
+            } => Refused::parse(message).map(|refused| refused.right()),
+            _ => None,
         }
     }
 
@@ -247,21 +247,15 @@ impl NodeErrorKind {
     }
 }
 
-/// The command a `NOPERM` reply names, as the ACL does (`pttl`,
-/// `pubsub|numsub`): Redis 6 and later say `... no permissions to run the
-/// 'pttl' command`.
-pub(crate) fn denied_command(message: &str) -> Option<String> {
-    let (_, rest) = message.split_once("permissions to run the '")?;
-    let (command, _) = rest.split_once('\'')?;
-    (!command.is_empty() && !command.contains(' ')).then(|| command.to_ascii_lowercase())
-}
-
 impl fmt::Display for NodeErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Timeout(after) => write!(f, "no reply within {after:?}"),
             Self::Connection(why) => write!(f, "connection failed: {why}"),
-            Self::Redis { code, message } if code == "NOPERM" => {
+            Self::Redis {
+                code: ServerErrorCode::NoPerm,
+                message,
+            } => {
                 write!(f, "Redis replied NOPERM {message}: ")?;
                 match self.missing_permission() {
                     Some(right) => write!(
@@ -428,7 +422,7 @@ pub(crate) mod tests {
 
     pub(crate) fn redis(code: &str, message: &str) -> NodeErrorKind {
         NodeErrorKind::Redis {
-            code: code.into(),
+            code: ServerErrorCode::from_code(code),
             message: message.into(),
         }
     }

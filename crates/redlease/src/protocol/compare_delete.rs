@@ -28,6 +28,9 @@
 
 use redis::{Cmd, RedisError};
 
+use crate::core::server_code::ServerErrorCode;
+use crate::protocol::server_error;
+
 /// `DELIFEQ key token`, with its buffers sized up front: one per release.
 pub(crate) fn delifeq(key: &str, token: &str) -> Cmd {
     let mut cmd = Cmd::with_capacity(3, 7 + key.len() + token.len());
@@ -56,8 +59,8 @@ pub(crate) enum Failure {
 /// `DELIFEQ` has no other `ERR` to give, and believing in the command
 /// after one would cost every later release a round trip.
 pub(crate) fn failure(e: &RedisError) -> Failure {
-    match e.code() {
-        Some("NOPERM" | "ERR") => Failure::Refused,
+    match server_error::code_of(e) {
+        Some(ServerErrorCode::NoPerm | ServerErrorCode::Err) => Failure::Refused,
         Some(_) => Failure::Other,
         None => Failure::NoAnswer,
     }

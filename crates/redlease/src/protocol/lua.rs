@@ -1,10 +1,16 @@
 //! The library's Lua scripts, each declared once: its text (the files
-//! beside this module), its SHA1 for `EVALSHA`, and its name in messages.
-//! Every exchange that runs one builds its call through [`Lua`].
+//! beside this module), its SHA1 for `EVALSHA`, and its name in messages;
+//! and how the scripts' arguments are encoded: a yes/no argument is a
+//! [`Flag`], the pub/sub commands a [`PubSub`], a duration whole
+//! milliseconds ([`millis`]). The typed requests that run the scripts
+//! (in [`acquire`](super::acquire) and [`lease`](super::lease)) declare
+//! each script's keys, arguments and reply, and build its call through
+//! [`Lua`].
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
-use redis::Cmd;
+use redis::{Cmd, RedisWrite, ToRedisArgs, Value};
 
 /// A Lua script run by its SHA1 (`EVALSHA`), with its text at hand for
 /// loading it where it is missing.
@@ -60,6 +66,69 @@ impl Lua {
     }
 }
 
+/// A yes/no argument of a script, which the script compares as
+/// `ARGV[n] == '1'`: written as the integer 1 or 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Flag(pub(crate) bool);
+
+impl ToRedisArgs for Flag {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        u8::from(self.0).write_redis_args(out)
+    }
+}
+
+/// A duration as the scripts and `PX` take it: whole milliseconds (a
+/// fraction is dropped).
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Which pub/sub a node's release channels are on: the classic one, or
+/// on a cluster the sharded one, so that a release's message stays in the
+/// lock's shard. Needs `+publish` (and `+pubsub|numsub`) in a standalone
+/// user's ACL rule, `+spublish` (and `+pubsub|shardnumsub`) in a
+/// cluster's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PubSub {
+    Classic,
+    Sharded,
+}
+
+impl PubSub {
+    /// The `PUBSUB` subcommand that counts a channel's subscribers.
+    pub(crate) fn numsub(self) -> &'static str {
+        match self {
+            PubSub::Classic => "NUMSUB",
+            PubSub::Sharded => "SHARDNUMSUB",
+        }
+    }
+
+    /// The command that publishes on a channel.
+    pub(crate) fn publish(self) -> &'static str {
+        match self {
+            PubSub::Classic => "PUBLISH",
+            PubSub::Sharded => "SPUBLISH",
+        }
+    }
+}
+
+/// The error of a script's reply that is not of the shape it declares.
+pub(crate) fn malformed(script: &str, reply: &Value) -> redis::ParsingError {
+    format!("the {script} script returned {reply:?}").into()
+}
+
+/// A reply of 1 (`true`) or 0 (`false`) from `script`.
+pub(crate) fn one_or_zero(script: &str, reply: &Value) -> Result<bool, redis::ParsingError> {
+    match reply {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        other => Err(malformed(script, other)),
+    }
+}
+
 // EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
 // SCRIPT FLUSH): `Conn::eval` does both, so NOSCRIPT never surfaces.
 pub(crate) static ACQUIRE: LazyLock<Lua> =
@@ -73,15 +142,14 @@ pub(crate) static ACQUIRE: LazyLock<Lua> =
 // (about half the release's cost); after a server lost its scripts (a
 // restart, SCRIPT FLUSH) the first one is retried whole, which may then
 // run after that next request: a delay, not an error.
-pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| Lua::new(RELEASE_CODE));
-const RELEASE_CODE: &str = include_str!("scripts/release.lua");
+pub(crate) static RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/release.lua")));
 // On a cluster the release is announced on the lock's shard channel: the
-// same script with SPUBLISH (a separate script, so that no release carries
-// the command's name as an argument). Built once per process.
-pub(crate) static RELEASE_SHARDED: LazyLock<Lua> = LazyLock::new(|| {
-    let code = RELEASE_CODE.replace("'PUBLISH'", "'SPUBLISH'");
-    Lua::new(code.leak())
-});
+// same script with SPUBLISH (a script of its own, so that no release
+// carries the command's name as an argument).
+pub(crate) static RELEASE_SHARDED: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/release_sharded.lua")));
+// Sent whole (EVAL): an operator's rare command.
 pub(crate) const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
 pub(crate) static RAISE_FENCE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
@@ -89,6 +157,9 @@ pub(crate) static REFUSED: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/refused.lua")));
 pub(crate) static EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/extend.lua")));
+// A batch of renewals: compare-and-`PEXPIRE` for many leases at once.
+pub(crate) static EXTEND_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/extend_many.lua")));
 
 /// The library's script with this SHA1, by its name in messages, and its
 /// text: an ACL refusal inside a script names only the script's SHA1 and
@@ -111,6 +182,38 @@ pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> 
         .map(|(name, lua)| (name, lua.code()))
 }
 
-// A batch of renewals: compare-and-`PEXPIRE` for many leases at once.
-pub(crate) static EXTEND_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/extend_many.lua")));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_is_the_integer_the_scripts_compare() {
+        let mut cmd = Cmd::new();
+        cmd.arg(Flag(true)).arg(Flag(false));
+        let args: Vec<_> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => b"?".to_vec(),
+            })
+            .collect();
+        assert_eq!(args, [b"1".to_vec(), b"0".to_vec()]);
+        assert_eq!(millis(Duration::from_micros(1_500_900)), 1_500);
+    }
+
+    #[test]
+    fn the_sharded_release_differs_only_by_its_publish_command() {
+        let (plain, sharded) = (RELEASE.code(), RELEASE_SHARDED.code());
+        let code = |text: &'static str| text.lines().filter(|l| !l.starts_with("--"));
+        let differing: Vec<_> = code(plain)
+            .zip(code(sharded))
+            .filter(|(a, b)| a != b)
+            .collect();
+        assert_eq!(code(plain).count(), code(sharded).count());
+        assert_eq!(differing.len(), 1, "{differing:?}");
+        let (a, b) = differing[0];
+        assert_eq!(a.replace("'PUBLISH'", "'SPUBLISH'"), b);
+        assert_ne!(RELEASE.hash(), RELEASE_SHARDED.hash());
+        assert_eq!(script_by_hash(RELEASE_SHARDED.hash()).unwrap().0, "release");
+    }
+}

@@ -9,7 +9,8 @@
 //!
 //! `GET` makes a refusal say who holds the lock (the holder's value, of
 //! which only a fingerprint is kept) in the same round trip; only then
-//! does a second one, a small script (refused.lua), ask for the holder's
+//! does a second one, a small script (refused.lua, see
+//! [`RefusedRequest`](super::acquire::RefusedRequest)), ask for the holder's
 //! remaining TTL and the number of waiting processes, which a refused
 //! acquire reports (see retry.rs), and, when the holder is not a task of
 //! this Locker and the acquire waits after a refusal, mark it for its
@@ -19,9 +20,10 @@
 //!
 //! Parsing only: no I/O here.
 
-use std::time::Duration;
-
 use redis::{Pipeline, Value};
+
+use super::server_error::ErrorReply;
+use crate::core::server_code::ServerErrorCode;
 
 /// What a node's pipelined `SET NX PX GET` (and `PEXPIRETIME`) answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,14 +84,13 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
             return Err(Reply::Shape("SET NX GET answered OK".into()))
         }
         Value::ServerError(e) => {
-            return match e.code() {
+            let reply = ErrorReply::of_value(e);
+            return match reply.code {
                 // Redis 6.2 (and older) refuse NX with GET this way.
-                "ERR" if e.details().is_some_and(|d| d.contains("syntax")) => {
-                    Ok(SetNx::Unsupported)
-                }
+                _ if reply.is_syntax_error() => Ok(SetNx::Unsupported),
                 // Another type's key under our name: held, but not by a lock.
-                "WRONGTYPE" => Ok(SetNx::Held { owner: 0 }),
-                _ => Err(Reply::server(e)),
+                ServerErrorCode::WrongType => Ok(SetNx::Held { owner: 0 }),
+                _ => Err(Reply::Server(reply)),
             };
         }
         other => return Err(Reply::Shape(format!("SET NX GET answered {other:?}"))),
@@ -106,7 +107,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
             "PEXPIRETIME answered {n}: the key just set was deleted or overwritten at once"
         ))),
         // The lock is ours all the same; the caller must undo it.
-        Value::ServerError(e) => Err(Reply::server(e)),
+        Value::ServerError(e) => Err(Reply::Server(ErrorReply::of_value(e))),
         other => Err(Reply::Shape(format!("PEXPIRETIME answered {other:?}"))),
     }
 }
@@ -115,49 +116,9 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Reply {
     /// The server answered with an error.
-    Server { code: String, message: String },
+    Server(ErrorReply),
     /// Not the reply these commands give.
     Shape(String),
-}
-
-impl Reply {
-    fn server(e: &redis::ServerError) -> Reply {
-        Reply::Server {
-            code: e.code().to_string(),
-            message: e.details().unwrap_or_default().to_string(),
-        }
-    }
-}
-
-/// What a refused node said about its holder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    /// `None`: the key has no expiry. A key gone meanwhile (PTTL -2) is
-    /// reported as expiring now.
-    pub(crate) expires_in: Option<Duration>,
-    pub(crate) waiting: u64,
-}
-
-/// Reads the reply of the refusal's follow-up (refused.lua): the key's
-/// `PTTL` and the number of waiting connections.
-pub(crate) fn parse_refusal(reply: &Value) -> Result<Refusal, Reply> {
-    let shape = || Reply::Shape(format!("the refusal script returned {reply:?}"));
-    let (pttl, waiting) = match reply {
-        Value::Array(pair) => match &pair[..] {
-            [Value::Int(pttl), Value::Int(waiting)] => (*pttl, *waiting),
-            _ => return Err(shape()),
-        },
-        Value::ServerError(e) => return Err(Reply::server(e)),
-        _ => return Err(shape()),
-    };
-    let expires_in = match pttl {
-        -1 => None,
-        ms => Some(Duration::from_millis(ms.max(0) as u64)),
-    };
-    Ok(Refusal {
-        expires_in,
-        waiting: waiting.max(0) as u64,
-    })
 }
 
 /// 28 bits of the SHA-1 of the holder's token, the part of the value before
@@ -226,10 +187,10 @@ mod tests {
         }
         assert_eq!(
             parse(&[Value::Nil, err("NOPERM no pexpiretime")], true),
-            Err(Reply::Server {
-                code: "NOPERM".into(),
+            Err(Reply::Server(ErrorReply {
+                code: ServerErrorCode::NoPerm,
                 message: "no pexpiretime".into()
-            })
+            }))
         );
     }
 
@@ -261,49 +222,11 @@ mod tests {
         );
         assert_eq!(
             parse(&[err("NOPERM no permissions")], false),
-            Err(Reply::Server {
-                code: "NOPERM".into(),
+            Err(Reply::Server(ErrorReply {
+                code: ServerErrorCode::NoPerm,
                 message: "no permissions".into()
-            })
+            }))
         );
         assert!(matches!(parse(&[Value::Nil], true), Err(Reply::Shape(_))));
-    }
-
-    #[test]
-    fn a_refusal_reads_ttl_and_waiters() {
-        let reply = |pttl, waiting| Value::Array(vec![Value::Int(pttl), Value::Int(waiting)]);
-        assert_eq!(
-            parse_refusal(&reply(1500, 3)),
-            Ok(Refusal {
-                expires_in: Some(Duration::from_millis(1500)),
-                waiting: 3
-            })
-        );
-        assert_eq!(
-            parse_refusal(&reply(-1, 0)),
-            Ok(Refusal {
-                expires_in: None,
-                waiting: 0
-            })
-        );
-        // Gone meanwhile: expiring now.
-        assert_eq!(
-            parse_refusal(&reply(-2, 0)),
-            Ok(Refusal {
-                expires_in: Some(Duration::ZERO),
-                waiting: 0
-            })
-        );
-        assert_eq!(
-            parse_refusal(&err("NOPERM no evalsha")),
-            Err(Reply::Server {
-                code: "NOPERM".into(),
-                message: "no evalsha".into()
-            })
-        );
-        assert!(matches!(
-            parse_refusal(&Value::Array(vec![Value::Int(5)])),
-            Err(Reply::Shape(_))
-        ));
     }
 }

@@ -33,8 +33,10 @@ use redis::{
 };
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::core::server_code::ServerErrorCode;
 use crate::core::vote_guard::{ServerFacts, ServerRegistry};
 use crate::protocol::lua::Lua;
+use crate::protocol::server_error::{self, ErrorReply};
 use crate::transport::node_url::{is_tls_server_url, NodeUrl};
 use crate::transport::server_conn::{Finder, SentinelTarget, ServerConn};
 use crate::transport::shard_conn::{self, ShardedCluster};
@@ -494,7 +496,9 @@ impl Conn {
             pipe
         };
         let mut replies: Vec<Value> = pipeline(cmd.clone()).query_async(self).await?;
-        if matches!(replies.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT") {
+        if matches!(replies.first(), Some(Value::ServerError(e))
+            if ErrorReply::of_value(e).code == ServerErrorCode::NoScript)
+        {
             replies = pipeline(lua.whole(cmd)).query_async(self).await?;
         }
         let expected = 1 + usize::from(wait.is_some()) + usize::from(ask_shard);
@@ -535,7 +539,7 @@ fn acknowledged(answer: &Value) -> RedisResult<u32> {
 }
 
 fn is_noscript(e: &RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    server_error::code_of(e) == Some(ServerErrorCode::NoScript)
 }
 
 impl ConnectionLike for Conn {

@@ -24,8 +24,10 @@ use redis::{
     RedisResult, Value,
 };
 
+use crate::core::server_code::ServerErrorCode;
 use crate::core::vote_guard::{parse_info_server, ClockSample, ServerFacts, ServerRegistry};
 use crate::protocol::capabilities::Capabilities;
+use crate::protocol::server_error::{self, ErrorReply};
 use crate::transport::node_url::SentinelUrl;
 use crate::transport::tls::{self, TlsConfig};
 
@@ -492,7 +494,7 @@ enum Outcome {
 
 impl Outcome {
     fn of_error(e: &RedisError) -> Outcome {
-        if e.code() == Some("READONLY") || e.detail().is_some_and(|d| d.contains("READONLY")) {
+        if server_error::code_of(e) == Some(ServerErrorCode::ReadOnly) {
             Outcome::Demoted
         } else if e.is_connection_dropped() || e.is_io_error() || e.is_connection_refusal() {
             Outcome::Broken
@@ -501,14 +503,11 @@ impl Outcome {
         }
     }
 
-    /// Error replies come back as values; a script's `READONLY` is wrapped
-    /// in its own message, so the code is looked for in both places.
+    /// Error replies come back as values; a script's `READONLY` is read
+    /// out of its wrapper (see `server_error`).
     fn of_value(value: &Value) -> Outcome {
         match value {
-            Value::ServerError(e)
-                if e.code() == "READONLY"
-                    || e.details().is_some_and(|d| d.contains("READONLY")) =>
-            {
+            Value::ServerError(e) if ErrorReply::of_value(e).code == ServerErrorCode::ReadOnly => {
                 Outcome::Demoted
             }
             _ => Outcome::Fine,

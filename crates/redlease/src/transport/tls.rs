@@ -369,20 +369,46 @@ fn io_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io:
 }
 
 /// A TLS handshake that timed out, or that got something else than TLS
-/// back (rustls: "received corrupt message"), or an early close.
+/// back (rustls: a corrupt message), or an early close.
 fn not_tls(e: &RedisError) -> bool {
     if e.is_timeout() || closed_early(e) {
         return true;
     }
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if text.contains("corrupt message") || text.contains("InvalidContentType") {
-            return true;
-        }
-        next = cause.source();
+    #[cfg(feature = "tls-rustls")]
+    if let Some(rustls::Error::InvalidMessage(_)) = rustls_error(e) {
+        return true;
     }
     false
+}
+
+/// What the TLS library said, if `e` is a failed TLS handshake (or a TLS
+/// alert the server sent right after it, such as a client certificate
+/// it wanted): redis-rs reports the failure as an I/O error around the
+/// TLS library's own.
+pub(crate) fn handshake_failure(e: &RedisError) -> Option<String> {
+    #[cfg(feature = "tls-rustls")]
+    return rustls_error(e).map(ToString::to_string);
+    #[cfg(not(feature = "tls-rustls"))]
+    {
+        let _ = e;
+        None
+    }
+}
+
+/// The rustls error behind `e`, if one is: the innermost.
+#[cfg(feature = "tls-rustls")]
+fn rustls_error(e: &RedisError) -> Option<&rustls::Error> {
+    let mut found = None;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = next {
+        // An I/O error's `source()` skips its own inner error.
+        let inner = io_error(cause)
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        found = inner.or(cause.downcast_ref::<rustls::Error>()).or(found);
+        next = cause.source();
+    }
+    found
 }
 
 /// Whether a Redis server answers plain text at `host:port`: `PING` gets
@@ -492,6 +518,25 @@ mod tests {
         let timed_out = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert!(not_tls(&timed_out));
         assert!(!carrying(timed_out, "use redis://".to_string()).is_timeout());
+    }
+
+    #[cfg(feature = "tls-rustls")]
+    #[test]
+    fn tls_failures_are_told_by_the_tls_librarys_error_type() {
+        use std::io::{Error as IoError, ErrorKind::InvalidData};
+        let bad_ca = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let shown = bad_ca.to_string();
+        let e = RedisError::from(IoError::new(InvalidData, bad_ca));
+        assert_eq!(handshake_failure(&e), Some(shown));
+        assert!(!not_tls(&e));
+        let corrupt = rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType);
+        let e = RedisError::from(IoError::new(InvalidData, corrupt));
+        assert!(not_tls(&e));
+        assert!(handshake_failure(&e).is_some());
+        // Words alone are no TLS failure.
+        let words = RedisError::from(IoError::other("certificate handshake tls corrupt message"));
+        assert_eq!(handshake_failure(&words), None);
+        assert!(!not_tls(&words));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use redis::aio::MultiplexedConnection;
 use redlease::acl::{AclRule, Deployment};
 use redlease::{
     Capabilities, Durability, Error, KeyState, Locker, LockerBuilder, NodeErrorKind, Op,
-    RetryPolicy, Verdict,
+    RetryPolicy, ServerErrorCode, Verdict,
 };
 use redlease_testkit::{RedisNode, RedisNodes};
 
@@ -523,7 +523,13 @@ async fn a_user_without_rights_to_the_keys_gets_noperm_and_writes_nothing() {
     for failure in failed {
         let node = nodes.node(failure.node().index());
         assert!(
-            matches!(failure.kind(), NodeErrorKind::Redis { code, .. } if code == "NOPERM"),
+            matches!(
+                failure.kind(),
+                NodeErrorKind::Redis {
+                    code: ServerErrorCode::NoPerm,
+                    ..
+                }
+            ),
             "{failure}"
         );
         assert_eq!(failure.node().addr(), node.addr());
@@ -537,9 +543,13 @@ async fn a_user_without_rights_to_the_keys_gets_noperm_and_writes_nothing() {
     // Waiting does not help: out of time, the last attempt's NOPERM shows.
     match locker.lock("job").wait(300 * MS).await {
         Err(Error::WaitTimeout { last, .. }) => {
-            assert!(last.node_errors().iter().all(
-                |e| matches!(e.kind(), NodeErrorKind::Redis { code, .. } if code == "NOPERM")
-            ));
+            assert!(last.node_errors().iter().all(|e| matches!(
+                e.kind(),
+                NodeErrorKind::Redis {
+                    code: ServerErrorCode::NoPerm,
+                    ..
+                }
+            )));
         }
         other => panic!("expected WaitTimeout: {other:?}"),
     }

@@ -151,8 +151,8 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         sent = order.iter().map(|&(_, k)| sent[k]).collect();
         entries = order.iter().map(|&(_, k)| entries[k]).collect();
     }
-    let lineage_flag = inner.nodes.first().map_or("0", |n| n.lineage_flag());
-    let calls = calls_of(&entries, inner.by_slot, lineage_flag);
+    let bind_lineage = inner.nodes.first().is_some_and(|n| n.binds_lineage());
+    let calls = calls_of(&entries, inner.by_slot, bind_lineage);
     let batch = Arc::new(Batch {
         sent,
         calls,
@@ -164,7 +164,8 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
 
 /// The script calls renewing `entries` in order: up to [`CHUNK`] leases
 /// each, and, `by_slot`, a new call wherever the hash slot changes.
-pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, lineage_flag: &str) -> Vec<ExtendMany> {
+/// `bind_lineage`: the nodes bind locks to their replication lineage.
+pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) -> Vec<ExtendMany> {
     let mut calls = Vec::new();
     let mut rest = entries;
     while !rest.is_empty() {
@@ -178,9 +179,10 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, lineage_flag: &str) ->
         }
         let (call, tail) = rest.split_at(len);
         calls.push(ExtendMany::new(
-            call.iter().map(|e| (&*e.key, &e.token, e.timing.ttl_ms())),
+            call.iter()
+                .map(|e| (&*e.key, e.token.as_str(), e.timing.ttl)),
             by_slot.then(|| hash_slot(&call[0].key)),
-            lineage_flag,
+            bind_lineage,
         ));
         rest = tail;
     }

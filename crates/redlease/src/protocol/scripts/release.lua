@@ -12,8 +12,9 @@
 -- The release is announced on KEYS[1] .. ':released' (keys.rs) with the
 -- first 16 hex digits of the token's SHA-1 as its id: the same on every
 -- node, so waiters can count the nodes that confirmed one release, and
--- nothing usable of the token. A cluster's copy of this script says
--- SPUBLISH instead (node.rs), so the message stays in the lock's shard.
+-- nothing usable of the token. A cluster runs release_sharded.lua
+-- instead, the same script with SPUBLISH, so that the message stays in
+-- the lock's shard.
 -- Every argument and every call costs Redis time on every release, so
 -- the common case (ours, unbound, unmarked) is one comparison, and the
 -- channel and the id are spelled here, only when published.

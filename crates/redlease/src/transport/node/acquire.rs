@@ -4,12 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
-
 use crate::core::keys::LockKeys;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::token::Token;
 use crate::core::vote_guard::{ClockSample, ServerFacts};
+use crate::protocol::acquire::{
+    AcquireRequest, AcquireScriptReply, FenceRaised, OnRefusal, RaiseFenceRequest, RefusedReply,
+    RefusedRequest,
+};
 use crate::protocol::lua::{ACQUIRE, RAISE_FENCE, REFUSED};
 use crate::transport::shard_conn;
 
@@ -20,7 +22,7 @@ enum Plain {
     /// Taken, with the new key's expiry when the clock guard asked for it.
     Taken(Option<u64>),
     /// Refused, with the follow-up's details and the holder's fingerprint.
-    Held(crate::protocol::set_nx::Refusal, u32),
+    Held(RefusedReply, u32),
     /// The server does not know `SET ... NX GET`: nothing was written.
     Unsupported,
 }
@@ -28,37 +30,22 @@ enum Plain {
 /// A node's answer to an acquire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Taken by us, with this node's fencing number (when one was drawn)
-    /// and, with durability on, how many replicas acknowledged it.
-    Acquired(Option<u64>, Option<u32>),
-    /// Held by another owner, who has this long left (`None`: no expiry),
-    /// with how many processes (subscriptions) wait for its release there,
-    /// and a fingerprint of the owner (see acquire.lua).
-    Held(Option<Duration>, u64, u32),
-}
-
-/// What a refused acquire does to the holder's value: mark it for waiters
-/// (crate docs, "A release is published only when another Locker waits")
-/// or leave it alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OnRefusal {
-    /// The acquire waits for the lock after a refusal: a holder of another
-    /// Locker is marked, so that its release is published to the waiter.
-    Mark,
-    /// The acquire gives up after a refusal (`try_lock`, the last attempt
-    /// of a bounded wait): nobody will listen for the release, so the
-    /// holder is left as it is and its release publishes nothing.
-    LeaveAlone,
-}
-
-impl OnRefusal {
-    /// The scripts' argument: `"1"` to mark.
-    fn flag(self) -> &'static str {
-        match self {
-            OnRefusal::Mark => "1",
-            OnRefusal::LeaveAlone => "0",
-        }
-    }
+    /// Taken by us.
+    Acquired {
+        /// This node's fencing counter, when a token was drawn.
+        fence: Option<u64>,
+        /// With durability on, how many replicas acknowledged it.
+        replicas: Option<u32>,
+    },
+    /// Held by another owner.
+    Held {
+        /// How long the owner has left (`None`: no expiry).
+        expires_in: Option<Duration>,
+        /// How many processes (subscriptions) wait for its release there.
+        waiting: u64,
+        /// A fingerprint of the owner (see acquire.lua).
+        owner: u32,
+    },
 }
 
 impl Node {
@@ -115,7 +102,7 @@ impl Node {
         if ask_shard {
             request.add_command(shard_conn::which_shard());
         }
-        let (key, numsub) = (keys.lock.clone(), self.numsub_command());
+        let (key, pubsub) = (keys.lock.clone(), self.pubsub());
         let tag = self.settings.tag;
         let mut conn = self.conn.clone();
         let sent = std::time::Instant::now();
@@ -131,15 +118,15 @@ impl Node {
                 Ok(SetNx::Held { owner }) => {
                     // Marks a holder of another Locker for our waiters
                     // if we wait (see refused.lua).
-                    let call = REFUSED.call(|c| {
-                        c.arg(1)
-                            .arg(&*key)
-                            .arg(tag.as_str())
-                            .arg(numsub)
-                            .arg(on_refusal.flag());
-                    });
-                    let reply: Value = conn.eval(&REFUSED, &call).await?;
-                    set_nx::parse_refusal(&reply).map(|refusal| Plain::Held(refusal, owner))
+                    let call = RefusedRequest {
+                        key: &key,
+                        tag: tag.as_str(),
+                        pubsub,
+                        on_refusal,
+                    }
+                    .call();
+                    let refusal: RefusedReply = conn.eval(&REFUSED, &call).await?;
+                    Ok(Plain::Held(refusal, owner))
                 }
                 Ok(SetNx::Taken(expiry)) => Ok(Plain::Taken(expiry)),
                 Ok(SetNx::Unsupported) => Ok(Plain::Unsupported),
@@ -155,13 +142,15 @@ impl Node {
                 expiry.map(|expiry| ClockSample::from_expiry(sent, received, expiry, ttl_ms))
             }
             Ok(Plain::Held(refusal, owner)) => {
-                let held = AcquireReply::Held(refusal.expires_in, refusal.waiting, owner);
+                let held = AcquireReply::Held {
+                    expires_in: refusal.expires_in,
+                    waiting: refusal.waiting,
+                    owner,
+                };
                 return self.judge_refusal(shard, held).map(Some);
             }
             Ok(Plain::Unsupported) => return Ok(None),
-            Err(set_nx::Reply::Server { code, message }) => {
-                return Err(self.error(NodeErrorKind::Redis { code, message }))
-            }
+            Err(set_nx::Reply::Server(reply)) => return Err(self.error(reply.into_kind())),
             Err(set_nx::Reply::Shape(what)) => {
                 return Err(self.error(NodeErrorKind::Protocol(what)))
             }
@@ -180,54 +169,50 @@ impl Node {
         fenced: bool,
         on_refusal: OnRefusal,
     ) -> Result<AcquireReply, NodeError> {
-        let watch_clock = self.watches_clock();
-        let call = ACQUIRE.call(|c| {
-            c.arg(2).arg(&*keys.lock).arg(keys.fence());
-            c.arg(token.as_str())
-                .arg(ttl_ms)
-                .arg(keys.fence_expiry_ms)
-                .arg(self.lineage_flag())
-                .arg(if watch_clock { "1" } else { "0" })
-                .arg(self.numsub_command())
-                .arg(if fenced { "1" } else { "0" })
-                .arg(self.settings.tag.as_str())
-                .arg(on_refusal.flag());
-        });
+        let fence_key = keys.fence();
+        let request = AcquireRequest {
+            key: &keys.lock,
+            fence_key: &fence_key,
+            token: token.as_str(),
+            ttl: Duration::from_millis(ttl_ms),
+            fence_expiry: Duration::from_millis(keys.fence_expiry_ms),
+            bind_lineage: self.binds_lineage(),
+            watch_clock: self.watches_clock(),
+            pubsub: self.pubsub(),
+            fenced,
+            tag: self.settings.tag.as_str(),
+            on_refusal,
+        };
+        let call = request.call();
         let sent = std::time::Instant::now();
         let mut conn = self.conn.clone();
         let durability = self.settings.durability;
-        let request = Box::pin(async move { conn.eval_voted(&ACQUIRE, &call, durability).await });
-        let (reply, replicas, shard): (Vec<i64>, _, _) = self
-            .bounded(timeout, Gate::New, &keys.lock, request)
+        let exchange = Box::pin(async move { conn.eval_voted(&ACQUIRE, &call, durability).await });
+        let (reply, replicas, shard) = self
+            .bounded(timeout, Gate::New, &keys.lock, exchange)
             .await?;
-        // A "yes" carries the server's clock when asked for.
-        let (acquired, value, clock, waiting, owner) = match reply[..] {
-            [0, pttl, waiting, owner] => (0, pttl, None, waiting.max(0) as u64, owner as u32),
-            [1, v] if !watch_clock => (1, v, None, 0, 0),
-            [1, v, secs, micros] if watch_clock && secs >= 0 && micros >= 0 => {
-                let received = std::time::Instant::now();
-                let clock = ClockSample::new(sent, received, secs as u64, micros as u64);
-                (1, v, Some(clock), 0, 0)
+        match request.check(reply) {
+            Ok(AcquireScriptReply::Taken { fence, clock }) => {
+                // A "yes" carries the server's clock when asked for.
+                let clock = clock.map(|t| {
+                    let received = std::time::Instant::now();
+                    ClockSample::new(sent, received, t.secs, t.micros)
+                });
+                self.judge_grant(shard, clock, fence, replicas)
             }
-            _ => {
-                return Err(self.error(NodeErrorKind::Protocol(format!(
-                    "acquire script returned {reply:?}"
-                ))))
-            }
-        };
-        match (acquired, value) {
-            (1, fence) if fence > 0 && fenced => {
-                self.judge_grant(shard, clock, Some(fence as u64), replicas)
-            }
-            (1, 0) if !fenced => self.judge_grant(shard, clock, None, replicas),
-            (0, pttl) if pttl >= 0 => self.judge_refusal(
+            Ok(AcquireScriptReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            }) => self.judge_refusal(
                 shard,
-                AcquireReply::Held(Some(Duration::from_millis(pttl as u64)), waiting, owner),
+                AcquireReply::Held {
+                    expires_in,
+                    waiting,
+                    owner,
+                },
             ),
-            (0, -1) => self.judge_refusal(shard, AcquireReply::Held(None, waiting, owner)),
-            other => Err(self.error(NodeErrorKind::Protocol(format!(
-                "acquire script returned {other:?}"
-            )))),
+            Err(what) => Err(self.error(NodeErrorKind::Protocol(what))),
         }
     }
 
@@ -245,7 +230,7 @@ impl Node {
             return Err(self.error(kind));
         }
         self.replicated(replicas)?;
-        Ok(AcquireReply::Acquired(fence, replicas))
+        Ok(AcquireReply::Acquired { fence, replicas })
     }
 
     /// A "no" counts, except from a node that is another node's server:
@@ -269,16 +254,16 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let fence_key = keys.fence();
-        let call = RAISE_FENCE.call(|c| {
-            c.arg(1)
-                .arg(&fence_key)
-                .arg(fence)
-                .arg(keys.fence_expiry_ms);
-        });
-        let (n, _) = self
+        let call = RaiseFenceRequest {
+            fence_key: &fence_key,
+            fence,
+            expiry: Duration::from_millis(keys.fence_expiry_ms),
+        }
+        .call();
+        let (FenceRaised, _) = self
             .run(&RAISE_FENCE, call, timeout, Gate::New, &fence_key)
             .await?;
-        self.as_flag(n, "raise-fence")
+        Ok(true)
     }
 
     /// Whether acquire replies carry the server's clock: with the guard

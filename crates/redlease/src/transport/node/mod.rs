@@ -8,7 +8,8 @@ mod acquire;
 mod health;
 mod ops;
 
-pub(crate) use acquire::{AcquireReply, OnRefusal};
+pub(crate) use crate::protocol::acquire::OnRefusal;
+pub(crate) use acquire::AcquireReply;
 pub(crate) use health::write_off_after;
 use health::{owe, Health, ServerHealth};
 
@@ -21,11 +22,13 @@ use redis::{Client, Cmd, ConnectionAddr, FromRedisValue, RedisError};
 use crate::core::error::Error;
 use crate::core::keys::hash_slot;
 use crate::core::node_error::{NodeError, NodeErrorKind, NodeId};
+use crate::core::server_code::ServerErrorCode;
 use crate::core::telemetry;
 use crate::core::token::LockerTag;
 use crate::core::validity::DriftModel;
 use crate::core::vote_guard::{ServerRegistry, VoteGuard};
-use crate::protocol::lua::Lua;
+use crate::protocol::lua::{Lua, PubSub};
+use crate::protocol::server_error::ErrorReply;
 use crate::transport::deadline::Deadlines;
 use crate::transport::deployment::{Conn, Deployment};
 use crate::transport::node_url::{redact_url, NodeUrl};
@@ -201,23 +204,13 @@ impl Node {
         self.deployment.connect(self.connect_timeout()).await
     }
 
-    /// The `PUBSUB` subcommand that counts a release channel's
-    /// subscribers: sharded on a cluster, like the channel.
-    fn numsub_command(&self) -> &'static str {
+    /// The pub/sub of the release channels: sharded on a cluster, so
+    /// that a release's message stays in the lock's shard.
+    fn pubsub(&self) -> PubSub {
         if self.deployment.is_cluster() {
-            "SHARDNUMSUB"
+            PubSub::Sharded
         } else {
-            "NUMSUB"
-        }
-    }
-
-    /// The command that announces a release: sharded on a cluster, so the
-    /// message stays in the lock's shard.
-    fn publish_command(&self) -> &'static str {
-        if self.deployment.is_cluster() {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
+            PubSub::Classic
         }
     }
 
@@ -280,16 +273,6 @@ impl Node {
         }
     }
 
-    fn as_flag(&self, n: i64, what: &str) -> Result<bool, NodeError> {
-        match n {
-            1 => Ok(true),
-            0 => Ok(false),
-            n => Err(self.error(NodeErrorKind::Protocol(format!(
-                "{what} script returned {n}"
-            )))),
-        }
-    }
-
     /// Runs `call`, an `EVALSHA` of `lua` whose first key is `key`, and
     /// the durability `WAIT` after it; the replicas that acknowledged.
     async fn run<T: FromRedisValue + Send + 'static>(
@@ -311,21 +294,12 @@ impl Node {
         .await
     }
 
-    /// `"1"` when durability is on: the scripts bind a lock to the
+    /// Whether this node's locks hold `token|lineage` rather than the bare
+    /// token: with durability on, the scripts bind a lock to the
     /// replication lineage (`master_replid`) of the server that took it,
     /// so a lease whose primary changed (a promoted replica, a restart that
     /// lost the data) is not ours there and is reported lost.
-    pub(crate) fn lineage_flag(&self) -> &'static str {
-        if self.binds_lineage() {
-            "1"
-        } else {
-            "0"
-        }
-    }
-
-    /// Whether this node's locks hold `token|lineage` (see
-    /// [`lineage_flag`](Self::lineage_flag)) rather than the bare token.
-    fn binds_lineage(&self) -> bool {
+    pub(crate) fn binds_lineage(&self) -> bool {
         self.settings.durability.wait().is_some()
     }
 
@@ -414,7 +388,6 @@ impl Node {
     }
 
     pub(crate) fn error(&self, kind: NodeErrorKind) -> NodeError {
-        let kind = crate::protocol::server_error::unwrap_script_error(kind);
         let error = NodeError::new(self.id.clone(), redirect_in_words(kind));
         telemetry::node_error(&error);
         error
@@ -424,26 +397,12 @@ impl Node {
     /// or protocol failure keeps the redis-rs error as its `source()` (the
     /// kind holds only its category, so a reporter that prints the chain
     /// does not print it twice); a Redis error reply is fully described by
-    /// its code and message, and a timeout by its duration.
+    /// its code and message (see [`ErrorReply`]), and a timeout by its
+    /// duration. A reply that could not be read says what was wrong with
+    /// it in the kind as well.
     pub(crate) fn redis_error(&self, e: RedisError, timeout: Duration) -> NodeError {
-        if let Some(code) = e.code() {
-            // A pipeline's error (a connection's INFO and TIME, inspect's
-            // reads) has no detail of its own: its first failed command's.
-            let message = match e.detail() {
-                Some(detail) => detail.to_string(),
-                None => e
-                    .clone()
-                    .into_server_errors()
-                    .and_then(|errors| {
-                        let (_, first) = errors.first()?;
-                        Some(first.details().unwrap_or_default().to_string())
-                    })
-                    .unwrap_or_default(),
-            };
-            return self.error(NodeErrorKind::Redis {
-                code: code.to_string(),
-                message,
-            });
+        if let Some(reply) = ErrorReply::of_error(&e) {
+            return self.error(reply.into_kind());
         }
         if let Some(why) = crate::transport::tls::WrongScheme::find(&e) {
             return self.error(NodeErrorKind::WrongScheme(why)).caused_by(e);
@@ -451,8 +410,15 @@ impl Node {
         if e.is_timeout() {
             return self.error(NodeErrorKind::Timeout(timeout));
         }
-        if let Some(why) = tls_failure(&e) {
+        if let Some(why) = crate::transport::tls::handshake_failure(&e) {
             return self.error(NodeErrorKind::Tls(why)).caused_by(e);
+        }
+        // A reply that could not be read (a typed reply of another shape,
+        // or no Redis protocol at all): what was wrong, in the kind too.
+        if e.kind() == redis::ErrorKind::Parse {
+            return self
+                .error(NodeErrorKind::Protocol(e.to_string()))
+                .caused_by(e);
         }
         let category = e.category().to_string();
         let kind = match e.kind() {
@@ -475,18 +441,21 @@ fn redirect_in_words(kind: NodeErrorKind) -> NodeErrorKind {
     let NodeErrorKind::Redis { code, message } = &kind else {
         return kind;
     };
+    if !matches!(code, ServerErrorCode::Moved | ServerErrorCode::Ask) {
+        return kind;
+    }
     let Some((slot, addr)) = message.trim().split_once(' ') else {
         return kind;
     };
     if slot.parse::<u16>().is_err() || addr.is_empty() || addr.contains(' ') {
         return kind;
     }
-    match code.as_str() {
-        "MOVED" => NodeErrorKind::Connection(format!(
+    match code {
+        ServerErrorCode::Moved => NodeErrorKind::Connection(format!(
             "the primary {addr} of slot {slot} does not answer (the cluster still names it: \
              MOVED; a failover may be under way)"
         )),
-        "ASK" => NodeErrorKind::Connection(format!(
+        ServerErrorCode::Ask => NodeErrorKind::Connection(format!(
             "slot {slot} is moving to {addr}, which does not answer (ASK)"
         )),
         _ => kind,
@@ -494,23 +463,6 @@ fn redirect_in_words(kind: NodeErrorKind) -> NodeErrorKind {
 }
 
 /// `host:port`, plus `/db` when not 0; never the credentials.
-/// The TLS library's words, if `e` is a failed TLS handshake: the
-/// innermost cause that speaks of certificates, a handshake or TLS (redis-rs
-/// reports the failure as an I/O error around the TLS library's).
-fn tls_failure(e: &RedisError) -> Option<String> {
-    let mut innermost = None;
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        let text = c.to_string();
-        let lower = text.to_lowercase();
-        if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls") {
-            innermost = Some(text);
-        }
-        cause = c.source();
-    }
-    innermost
-}
-
 fn describe(client: &Client) -> String {
     let info = client.get_connection_info();
     let db = info.redis_settings().db();
@@ -559,7 +511,7 @@ mod tests {
     #[test]
     fn a_redirection_given_up_on_says_which_primary_does_not_answer() {
         let moved = NodeErrorKind::Redis {
-            code: "MOVED".into(),
+            code: ServerErrorCode::Moved,
             message: "5598 127.0.0.1:8101".into(),
         };
         match redirect_in_words(moved) {
@@ -570,7 +522,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let ask = NodeErrorKind::Redis {
-            code: "ASK".into(),
+            code: ServerErrorCode::Ask,
             message: "12182 10.0.0.7:7001".into(),
         };
         assert_eq!(
@@ -584,7 +536,7 @@ mod tests {
             ("ERR", "5598 127.0.0.1:8101"),
         ] {
             let kind = NodeErrorKind::Redis {
-                code: code.into(),
+                code: ServerErrorCode::from_code(code),
                 message: message.into(),
             };
             assert_eq!(redirect_in_words(kind.clone()), kind);

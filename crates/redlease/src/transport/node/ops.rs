@@ -12,7 +12,11 @@ use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::token::Token;
 use crate::core::vote_guard::ServerFacts;
 use crate::protocol::compare_delete;
-use crate::protocol::lua::{Lua, EXTEND, FORCE_RELEASE, RELEASE, RELEASE_SHARDED};
+use crate::protocol::lease::{
+    ExtendReply, ExtendRequest, ForceReleaseReply, ForceReleaseRequest, ReleaseReply,
+    ReleaseRequest,
+};
+use crate::protocol::lua::{Lua, EXTEND};
 use crate::transport::deployment::Conn;
 use crate::transport::shard_conn;
 
@@ -33,46 +37,55 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         use std::sync::atomic::Ordering;
-        let script: &'static Lua = if self.deployment.is_cluster() {
-            &RELEASE_SHARDED
-        } else {
-            &RELEASE
+        let request = ReleaseRequest {
+            key,
+            token: token.as_str(),
+            announce,
+            pubsub: self.pubsub(),
         };
+        let script = request.script();
         let cached = self.release_cached.load(Ordering::Relaxed);
         let mut conn = self.conn.clone();
         // A durable lock's value always has its lineage after the token.
         let native = !self.binds_lineage() && conn.has_delifeq();
         // The reply, and whether the script ran (so is cached there now).
-        let request: Request<(i64, bool)> = if native {
+        let request: Request<(ReleaseReply, bool)> = if native {
             let delifeq = compare_delete::delifeq(key, token.as_str());
             let (key, token) = (key.clone(), token.clone());
+            let pubsub = request.pubsub;
             Box::pin(async move {
-                match conn.query::<i64>(&delifeq).await {
+                match conn.query::<ReleaseReply>(&delifeq).await {
                     // Not exactly our token: marked, bound, or not ours.
-                    Ok(0) => {}
-                    Ok(n) => return Ok((n, false)),
+                    Ok(ReleaseReply::NotOurs) => {}
+                    Ok(released) => return Ok((released, false)),
                     Err(e) => match compare_delete::failure(&e) {
                         compare_delete::Failure::NoAnswer => return Err(e),
                         compare_delete::Failure::Refused => conn.refuse_delifeq(),
                         compare_delete::Failure::Other => {}
                     },
                 }
-                let call = release_call(script, &key, &token, announce);
-                let n = release_by_script(&mut conn, script, &call, cached).await?;
-                Ok((n, true))
+                let call = ReleaseRequest {
+                    key: &key,
+                    token: token.as_str(),
+                    announce,
+                    pubsub,
+                }
+                .call();
+                let reply = release_by_script(&mut conn, script, &call, cached).await?;
+                Ok((reply, true))
             })
         } else {
-            let call = release_call(script, key, token, announce);
+            let call = request.call();
             Box::pin(async move {
-                let n = release_by_script(&mut conn, script, &call, cached).await?;
-                Ok((n, true))
+                let reply = release_by_script(&mut conn, script, &call, cached).await?;
+                Ok((reply, true))
             })
         };
-        let (n, scripted) = self.bounded(timeout, Gate::Cleanup, key, request).await?;
+        let (reply, scripted) = self.bounded(timeout, Gate::Cleanup, key, request).await?;
         if scripted {
             self.release_cached.store(true, Ordering::Relaxed);
         }
-        self.as_flag(n, "release")
+        Ok(reply == ReleaseReply::Released)
     }
 
     /// Deletes the lock key whatever it holds, and announces it on the
@@ -83,29 +96,19 @@ impl Node {
         release_id: &str,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(FORCE_RELEASE)
-            .arg(1)
-            .arg(key)
-            .arg(release_channel(key))
-            .arg(release_id)
-            .arg(self.publish_command());
-        self.cleanup(cmd, timeout, key, "force-release").await
-    }
-
-    /// Sends a whole `EVAL` that deletes (past the owed-request gate: see
-    /// [`Gate::Cleanup`]) and answers 1 or 0.
-    async fn cleanup(
-        &self,
-        cmd: redis::Cmd,
-        timeout: Duration,
-        key: &str,
-        what: &str,
-    ) -> Result<bool, NodeError> {
+        let channel = release_channel(key);
+        let cmd = ForceReleaseRequest {
+            key,
+            channel: &channel,
+            release_id,
+            pubsub: self.pubsub(),
+        }
+        .call();
         let mut conn = self.conn.clone();
+        // Past the owed-request gate (see [`Gate::Cleanup`]).
         let request = Box::pin(async move { cmd.query_async(&mut conn).await });
-        let n = self.bounded(timeout, Gate::Cleanup, key, request).await?;
-        self.as_flag(n, what)
+        let reply: ForceReleaseReply = self.bounded(timeout, Gate::Cleanup, key, request).await?;
+        Ok(reply == ForceReleaseReply::Deleted)
     }
 
     /// What this node holds of a lock: the key's TTL (never its value, the
@@ -122,7 +125,7 @@ impl Node {
             .cmd("GET")
             .arg(keys.fence())
             .cmd("PUBSUB")
-            .arg(self.numsub_command())
+            .arg(self.pubsub().numsub())
             .arg(release_channel(&keys.lock));
         let cluster = self.deployment.is_cluster();
         if cluster {
@@ -184,32 +187,21 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let call = EXTEND.call(|c| {
-            c.arg(1)
-                .arg(key)
-                .arg(token.as_str())
-                .arg(ttl_ms)
-                .arg(self.lineage_flag());
-        });
-        let (n, replicas) = self.run(&EXTEND, call, timeout, Gate::New, key).await?;
-        let extended = self.as_flag(n, "extend")?;
+        let call = ExtendRequest {
+            key,
+            token: token.as_str(),
+            ttl: Duration::from_millis(ttl_ms),
+            bind_lineage: self.binds_lineage(),
+        }
+        .call();
+        let (reply, replicas): (ExtendReply, _) =
+            self.run(&EXTEND, call, timeout, Gate::New, key).await?;
+        let extended = reply == ExtendReply::Extended;
         if extended {
             self.replicated(replicas)?;
         }
         Ok(extended)
     }
-}
-
-/// The release script's call: `EVALSHA`, its hash, 1, the key, the token,
-/// and, if `!announce`, a byte that asks for no announcement.
-fn release_call(script: &Lua, key: &str, token: &Token, announce: bool) -> Cmd {
-    let bytes = 7 + 40 + 1 + key.len() + token.as_str().len() + 1;
-    script.call_sized(5, bytes, |c| {
-        c.arg(1).arg(key).arg(token.as_str());
-        if !announce {
-            c.arg(0);
-        }
-    })
 }
 
 /// Runs the release script's `call`: by its hash once it is believed
@@ -219,7 +211,7 @@ async fn release_by_script(
     script: &Lua,
     call: &Cmd,
     cached: bool,
-) -> Result<i64, RedisError> {
+) -> Result<ReleaseReply, RedisError> {
     if cached {
         conn.eval(script, call).await
     } else {
