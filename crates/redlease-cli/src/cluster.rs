@@ -94,7 +94,7 @@ pub async fn gather(
     seeds: &[String],
     timeout: Duration,
     tls: Option<&redis::TlsCertificates>,
-) -> Result<ClusterFacts, String> {
+) -> Result<ClusterFacts, Failure> {
     let tries: Vec<_> = seeds
         .iter()
         .map(|seed| {
@@ -112,7 +112,7 @@ pub async fn gather(
         {
             Ok(probe) if asked.is_none() => asked = Some((addr, probe)),
             Ok(_) => {}
-            Err(e) => seeds_down.push((addr, e.to_string())),
+            Err(e) => seeds_down.push((addr, e)),
         }
     }
     let Some((seed, mut probe)) = asked else {
@@ -120,7 +120,15 @@ pub async fn gather(
             .iter()
             .map(|(seed, why)| format!("{seed}: {why}"))
             .collect();
-        return Err(format!("no seed answered ({})", why.join("; ")));
+        let why = format!("no seed answered ({})", why.join("; "));
+        // Every seed refused the handshake: the fix is the TLS settings.
+        let tls =
+            !seeds_down.is_empty() && seeds_down.iter().all(|(_, e)| matches!(e, Failure::Tls(_)));
+        return Err(if tls {
+            Failure::Tls(why)
+        } else {
+            Failure::Failed(why)
+        });
     };
     let info = probe
         .query::<InfoDict>(redis::cmd("CLUSTER").arg("INFO"))
@@ -149,7 +157,10 @@ pub async fn gather(
     Ok(ClusterFacts {
         seed,
         seeds: seeds.len(),
-        seeds_down,
+        seeds_down: seeds_down
+            .into_iter()
+            .map(|(seed, e)| (seed, e.to_string()))
+            .collect(),
         info,
         shards,
     })

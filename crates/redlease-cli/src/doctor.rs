@@ -229,7 +229,7 @@ enum Probed {
     /// A Redis Cluster: what a seed said of it, and each primary's facts
     /// (the seed's alone when the shards are unknown).
     Cluster {
-        cluster: Result<ClusterFacts, String>,
+        cluster: Result<ClusterFacts, Failure>,
         primaries: Vec<(String, Result<Facts, Failure>)>,
     },
     /// The sentinels' answers, and the primary they name, if any.
@@ -527,7 +527,7 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
             .to_string(),
         // The same advice as `run` and `status` give (the library's
         // NodeErrorKind::Tls).
-        Failure::Failed(why) if is_tls_failure(why) => "check the CA the client trusts \
+        Failure::Tls(_) => "check the CA the client trusts \
              (--tls-ca, else the system's trust store), the name in the server's certificate \
              (it must name the host in the URL), and the client certificate (--tls-cert, \
              --tls-key)"
@@ -545,13 +545,6 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
         ),
     };
     fail("reachable", format!("no: {why}"), fix)
-}
-
-/// Whether a connection failed in its TLS handshake, by the words of the
-/// TLS library's error (as the library tells `NodeErrorKind::Tls`).
-fn is_tls_failure(why: &str) -> bool {
-    let lower = why.to_lowercase();
-    lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls")
 }
 
 /// The checks of one server. `replicas`: how many replicas it has as the
@@ -597,7 +590,7 @@ fn node_checks(
 /// The checks of a cluster as a whole: it answers, its state and slot
 /// coverage, and its shards.
 fn cluster_checks(
-    cluster: Result<&ClusterFacts, &String>,
+    cluster: Result<&ClusterFacts, &Failure>,
     primaries: &[(String, Result<Facts, Failure>)],
     timeout: Duration,
 ) -> Vec<Row> {
@@ -605,7 +598,7 @@ fn cluster_checks(
         Ok(cluster) => cluster,
         Err(why) => {
             return vec![unreachable(
-                &Failure::Failed(why.clone()),
+                why,
                 "the cluster's servers",
                 "redis+cluster://:password@host:port,...",
                 timeout,
@@ -821,8 +814,18 @@ fn sentinel_checks(
                 "which primary the sentinels name",
             )];
         }
+        let why = format!("no sentinel answered ({})", silent.join("; "));
+        // Every sentinel refused the handshake: the fix is the TLS settings.
+        let tls = !answers.is_empty()
+            && answers
+                .iter()
+                .all(|a| matches!(a.told, Err(Failure::Tls(_))));
         return vec![unreachable(
-            &Failure::Failed(format!("no sentinel answered ({})", silent.join("; "))),
+            &if tls {
+                Failure::Tls(why)
+            } else {
+                Failure::Failed(why)
+            },
             "the sentinels",
             "?sentinel_password=... after the service name",
             timeout,

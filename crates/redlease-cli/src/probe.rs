@@ -33,6 +33,10 @@ pub enum Failure {
     /// The server refused our credentials, or what answered is no Redis
     /// server: the URL is wrong, and no ACL grant helps.
     Diagnosed(Diagnosis),
+    /// The TLS handshake failed: what the TLS library said (an unknown
+    /// issuer, a name the certificate does not hold, a client certificate
+    /// the server wanted).
+    Tls(String),
     /// Anything else: no connection, no reply in time, another error.
     Failed(String),
 }
@@ -41,6 +45,7 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Failure::Denied(why) | Failure::Unknown(why) | Failure::Failed(why) => f.write_str(why),
+            Failure::Tls(why) => write!(f, "TLS handshake failed: {why}"),
             Failure::Diagnosed(diagnosis) => diagnosis.fmt(f),
         }
     }
@@ -175,6 +180,9 @@ async fn wrong_scheme(
 pub fn classify(e: &RedisError) -> Failure {
     if let Some(diagnosis) = diagnose_redis(e) {
         return Failure::Diagnosed(diagnosis);
+    }
+    if let Some(why) = redlease::tls_handshake_failure(e) {
+        return Failure::Tls(why);
     }
     let text = describe_error(e);
     match e.code() {

@@ -127,7 +127,9 @@ pub use crate::protocol::commands as acl;
 pub use crate::transport::node_url::{redact_url, NodeUrl, SentinelUrl};
 pub use crate::transport::tls::TlsConfig;
 #[doc(hidden)]
-pub use crate::transport::tls::{scheme_mismatch, SchemeMismatch};
+pub use crate::transport::tls::{
+    handshake_failure as tls_handshake_failure, scheme_mismatch, SchemeMismatch,
+};
 
 /// The examples of README.md and docs/library.md, compiled with the
 /// doctests so they keep up with the API.

@@ -156,7 +156,8 @@ fn an_untrusted_certificate_is_told_once_with_the_certificate_advice() {
 
 /// `rediss+cluster://` with `--tls-ca`: the CA reaches every node of the
 /// cluster. Without it, `status` names the certificate problem, not a
-/// cluster connection that was not found.
+/// cluster connection that was not found, and `doctor` gives the
+/// certificate advice.
 #[test]
 fn run_and_status_work_on_a_tls_cluster_with_a_private_ca() {
     let pki = TestPki::generate();
@@ -197,6 +198,20 @@ fn run_and_status_work_on_a_tls_cluster_with_a_private_ca() {
     assert!(
         !shown.contains("ClusterConnectionNotFound"),
         "{untrusted:#?}"
+    );
+
+    // doctor gives the certificate advice for a cluster whose seeds all
+    // refuse the handshake, told by the TLS library's error type.
+    let doctor = run(
+        redlease().args(["doctor", "--nodes", &url, "--timeout", "2s"]),
+        LIMIT,
+    );
+    doctor.expect(1);
+    assert!(
+        doctor
+            .stdout
+            .contains("fix: check the CA the client trusts"),
+        "{doctor:#?}"
     );
 }
 

@@ -384,8 +384,16 @@ fn not_tls(e: &RedisError) -> bool {
 /// What the TLS library said, if `e` is a failed TLS handshake (or a TLS
 /// alert the server sent right after it, such as a client certificate
 /// it wanted): redis-rs reports the failure as an I/O error around the
-/// TLS library's own.
-pub(crate) fn handshake_failure(e: &RedisError) -> Option<String> {
+/// TLS library's own. Told by the TLS library's error type, never by
+/// words; `None` without the `tls-rustls` feature. For tools that make
+/// their own connections (the CLI's doctor), as the library tells
+/// [`NodeErrorKind::Tls`](crate::NodeErrorKind::Tls).
+///
+/// ```
+/// let refused = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+/// assert_eq!(redlease::tls_handshake_failure(&refused), None);
+/// ```
+pub fn handshake_failure(e: &RedisError) -> Option<String> {
     #[cfg(feature = "tls-rustls")]
     return rustls_error(e).map(ToString::to_string);
     #[cfg(not(feature = "tls-rustls"))]
