@@ -40,6 +40,9 @@ mod panics;
 mod replicated;
 mod report;
 mod rig;
+// The read-write scenario will call it.
+#[cfg_attr(not(test), allow(dead_code))]
+mod rw_checker;
 mod scenarios;
 mod store;
 mod watchdog;
