@@ -83,6 +83,15 @@ pub async fn try_all(
             "pexpire" => vec!["PEXPIRE", key, "10000"],
             "pexpiretime" => vec!["PEXPIRETIME", key],
             "pttl" => vec!["PTTL", key],
+            // A read lock's commands: on the probe key, a string by now
+            // (WRONGTYPE, past the ACL), or else a set they empty.
+            "pexpireat" => vec!["PEXPIREAT", key, "4102444800000"],
+            "zadd" => vec!["ZADD", key, "0", "doctor-probe"],
+            "zrange" => vec!["ZRANGE", key, "0", "-1"],
+            "zscore" => vec!["ZSCORE", key, "doctor-probe"],
+            "zcount" => vec!["ZCOUNT", key, "-inf", "+inf"],
+            "zrem" => vec!["ZREM", key, "doctor-probe"],
+            "zremrangebyscore" => vec!["ZREMRANGEBYSCORE", key, "-inf", "+inf"],
             // Last of the key's commands, by the declaration's order.
             "del" => vec!["DEL", key],
             "pubsub|numsub" => vec!["PUBSUB", "NUMSUB", channel],

@@ -132,6 +132,13 @@ pub const COMMANDS: &[Command] = &[
     need("pexpire", When::Always, "no extend or renewal: `run` loses its lock after one TTL"),
     need("pexpiretime", When::Always, "a plain acquire (fencing off) reads the new key's expiry for the clock guard: it fails"),
     need("pttl", When::Always, "`redlease status` and a refused acquire's follow-up read the holder's time left: they fail"),
+    need("pexpireat", When::Always, "read locks cannot set the lock's expiry to their latest reader's: they fail"),
+    need("zadd", When::Always, "no read lock can be taken or extended"),
+    need("zrange", When::Always, "read locks cannot find their latest reader: they fail"),
+    need("zscore", When::Always, "no read lock can be extended"),
+    need("zcount", When::Always, "`inspect` cannot count a lock's readers: it fails"),
+    need("zrem", When::Always, "no read lock can be released: each stays held until its TTL runs out"),
+    need("zremrangebyscore", When::Always, "read locks cannot prune expired readers: they fail"),
     need("del", When::Always, "no release: every lock stays held until its TTL runs out"),
     need("pubsub|numsub", When::NotCluster, "`redlease status` counts the waiters with it: it fails"),
     optional("publish", When::NotCluster, "releases cannot wake other processes' waiters: they poll"),
@@ -398,6 +405,13 @@ mod tests {
             "pexpire",
             "pexpiretime",
             "pttl",
+            "pexpireat",
+            "zadd",
+            "zrange",
+            "zscore",
+            "zcount",
+            "zrem",
+            "zremrangebyscore",
             "del",
         ];
         let plain = ["pubsub|numsub", "publish", "subscribe", "unsubscribe"];
@@ -447,7 +461,8 @@ mod tests {
         assert_eq!(
             rule.to_string(),
             "ACL SETUSER redlease on >PASSWORD resetkeys resetchannels ~redlease:* &redlease:* \
-             -@all +info +time +eval +evalsha +set +get +incr +pexpire +pexpiretime +pttl +del \
+             -@all +info +time +eval +evalsha +set +get +incr +pexpire +pexpiretime +pttl \
+             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +del \
              +pubsub|numsub +publish +subscribe +unsubscribe"
         );
         let odd = AclRule::new(Deployment::Standalone).key_prefix(r"a*b?[c]\:");
@@ -497,6 +512,12 @@ mod tests {
             include_str!("scripts/raise_fence.lua"),
             include_str!("scripts/refused.lua"),
             include_str!("scripts/release.lua"),
+            include_str!("scripts/read_acquire.lua"),
+            include_str!("scripts/read_release.lua"),
+            include_str!("scripts/read_extend.lua"),
+            include_str!("scripts/writer_waits.lua"),
+            include_str!("scripts/writer_clear.lua"),
+            include_str!("scripts/read_inspect.lua"),
         ];
         let declared = |name: &str| COMMANDS.iter().any(|c| c.name == name);
         let mut called = Vec::new();
@@ -525,8 +546,11 @@ mod tests {
                 ),
             }
         }
-        // force_release.lua publishes with the command it is given.
+        // force_release.lua, read_release.lua and writer_clear.lua
+        // publish with the command they are given.
         assert!(scripts[3].contains("redis.pcall(ARGV[3]"));
+        assert!(scripts[8].contains("redis.pcall(ARGV[4]"));
+        assert!(scripts[11].contains("redis.pcall(ARGV[2]"));
         assert!(declared("publish") && declared("spublish"));
     }
 

@@ -1,5 +1,5 @@
 //! A held lock's scripts as typed requests and replies: release, force
-//! release, extend, and the renewal lanes' batched extend. Each request
+//! release (of either mode), extend, and the renewal lanes' batched extend. Each request
 //! declares its script's keys, arguments and reply, and builds its call;
 //! each reply is read with [`FromRedisValue`], and a reply of another
 //! shape is an error, never a guess.
@@ -12,6 +12,7 @@ use super::lua::{
     malformed, millis, one_or_zero, Flag, Lua, PubSub, EXTEND, EXTEND_MANY, FORCE_RELEASE, RELEASE,
     RELEASE_SHARDED,
 };
+use super::shared::SharedKeys;
 
 /// The release (release.lua, or on a cluster release_sharded.lua, which
 /// publishes with `SPUBLISH`): delete the lock only if it holds our token,
@@ -75,13 +76,14 @@ impl FromRedisValue for ReleaseReply {
 }
 
 /// The operator's force release (force_release.lua, sent whole): delete
-/// the lock whoever holds it, and announce it.
+/// the lock whoever holds it, in either mode, and announce it.
 ///
-/// - `KEYS[1]` the lock key.
+/// - `KEYS[1]` the lock key; `KEYS[2]`, `KEYS[3]` its readers and its
+///   writer-waiting mark ([`SharedKeys`], spelled from the lock key).
 /// - `ARGV[1]` the release channel; `ARGV[2]` an id of this release;
 ///   `ARGV[3]` `PUBLISH` or `SPUBLISH` ([`PubSub`]).
-/// - Reply ([`ForceReleaseReply`]): 1 if a key was deleted, 0 if there
-///   was none.
+/// - Reply ([`ForceReleaseReply`]): 1 if a key of the lock was deleted,
+///   0 if there was none.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ForceReleaseRequest<'a> {
     pub(crate) key: &'a str,
@@ -93,10 +95,13 @@ pub(crate) struct ForceReleaseRequest<'a> {
 impl ForceReleaseRequest<'_> {
     /// The script's call (`EVAL` of its text).
     pub(crate) fn call(&self) -> Cmd {
+        let shared = SharedKeys::of(self.key);
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(FORCE_RELEASE)
-            .arg(1)
+            .arg(3)
             .arg(self.key)
+            .arg(shared.readers)
+            .arg(shared.writer)
             .arg(self.channel)
             .arg(self.release_id)
             .arg(self.pubsub.publish());
@@ -265,7 +270,15 @@ mod tests {
         };
         assert_eq!(
             args(&force.call())[2..],
-            ["1", "k", "k:released", "id", "SPUBLISH"]
+            [
+                "3",
+                "k",
+                "k:readers",
+                "k:writer",
+                "k:released",
+                "id",
+                "SPUBLISH"
+            ]
         );
         let extend = ExtendRequest {
             key: "k",

@@ -3,7 +3,8 @@
 //! and how the scripts' arguments are encoded: a yes/no argument is a
 //! [`Flag`], the pub/sub commands a [`PubSub`], a duration whole
 //! milliseconds ([`millis`]). The typed requests that run the scripts
-//! (in [`acquire`](super::acquire) and [`lease`](super::lease)) declare
+//! (in [`acquire`](super::acquire), [`lease`](super::lease) and
+//! [`shared`](super::shared)) declare
 //! each script's keys, arguments and reply, and build its call through
 //! [`Lua`].
 
@@ -160,13 +161,27 @@ pub(crate) static EXTEND: LazyLock<Lua> =
 // A batch of renewals: compare-and-`PEXPIRE` for many leases at once.
 pub(crate) static EXTEND_MANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/extend_many.lua")));
+// The read (shared) side of a lock and its writer-waiting mark (see
+// `shared`).
+pub(crate) static READ_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/read_acquire.lua")));
+pub(crate) static READ_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/read_release.lua")));
+pub(crate) static READ_EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/read_extend.lua")));
+pub(crate) static WRITER_WAITS: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/writer_waits.lua")));
+pub(crate) static WRITER_CLEAR: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/writer_clear.lua")));
+pub(crate) static READ_INSPECT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/read_inspect.lua")));
 
 /// The library's script with this SHA1, by its name in messages, and its
 /// text: an ACL refusal inside a script names only the script's SHA1 and
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 8] = [
+    let scripts: [(&str, &Lua); 14] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
         ("release", &RELEASE_SHARDED),
@@ -175,6 +190,12 @@ pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> 
         ("refused-acquire follow-up", &REFUSED),
         ("extend", &EXTEND),
         ("renewal", &EXTEND_MANY),
+        ("read acquire", &READ_ACQUIRE),
+        ("read release", &READ_RELEASE),
+        ("read extend", &READ_EXTEND),
+        ("writer-waiting mark", &WRITER_WAITS),
+        ("writer-waiting clear", &WRITER_CLEAR),
+        ("read inspect", &READ_INSPECT),
     ];
     scripts
         .into_iter()

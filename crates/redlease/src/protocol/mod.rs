@@ -15,3 +15,4 @@ pub(crate) mod lease;
 pub(crate) mod lua;
 pub(crate) mod server_error;
 pub(crate) mod set_nx;
+pub(crate) mod shared;

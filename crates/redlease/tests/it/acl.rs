@@ -442,7 +442,7 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
             .collect();
         assert!(refused.is_empty(), "{}: refused {refused:?}", node.addr());
         let calls = command_calls(node).await;
-        for command in &granted {
+        for command in granted.iter().filter(|c| !READ_SIDE_ONLY.contains(c)) {
             // A subcommand may be counted under its parent (Redis 6.0).
             let parent = command.split('|').next().unwrap_or(command);
             let used = calls.get(*command).or_else(|| calls.get(parent));
@@ -454,6 +454,20 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
         }
     }
 }
+
+/// The commands only the read-write lock's read side sends (issue 32),
+/// which no public call reaches yet: the crate's own tests prove a user
+/// with exactly the rule runs its scripts
+/// (`protocol::shared::servers::the_least_privilege_user_runs_the_read_side`).
+const READ_SIDE_ONLY: [&str; 7] = [
+    "pexpireat",
+    "zadd",
+    "zrange",
+    "zscore",
+    "zcount",
+    "zrem",
+    "zremrangebyscore",
+];
 
 /// A user without `+delifeq` on a server that has it (the rule made
 /// without it): the first release on a connection is refused

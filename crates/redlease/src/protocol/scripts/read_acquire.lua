@@ -1,0 +1,76 @@
+-- Take a read (shared) hold on a lock if no writer holds it or waits for
+-- it: one round trip whether it succeeds or not (see shared.rs).
+-- KEYS[1] lock key, which holds a writer's token, or ARGV[3] (the readers
+-- marker) while readers hold; KEYS[2] the readers (a sorted set: member
+-- the reader's token, score its expiry in this server's milliseconds);
+-- KEYS[3] fencing counter; KEYS[4] writer-waiting mark. All in one hash
+-- slot.
+-- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] the readers marker, a value no
+-- token can be; ARGV[4] '1' to append the server clock (TIME: seconds,
+-- microseconds) to a "yes", as acquire.lua does; ARGV[5] '1' to bind the
+-- hold to this server's replication lineage (the member is
+-- 'token|master_replid', as acquire.lua's value); ARGV[6] NUMSUB, or
+-- SHARDNUMSUB on a cluster; ARGV[7] the Locker's tag and ARGV[8] '1' to
+-- mark a writer of another Locker for its waiters, as acquire.lua does.
+-- Every expiry is this server's clock (TIME), never a client's: a
+-- reader's hold ends at its own score, whatever other readers do. Members
+-- whose score has passed are pruned; the lock key and the readers expire
+-- at the latest live reader's expiry (PEXPIREAT), so nothing outlives
+-- its last reader, and a plain exclusive acquire (SET NX) is refused
+-- while any reader holds.
+-- Returns {1, generation[, seconds, microseconds]} when held by us,
+-- generation being the fencing counter's value (0 if there is none: no
+-- fenced write, or the counter expired idle), which a read never draws;
+-- {0, pttl, waiting, owner} when a writer holds the lock (as acquire.lua
+-- answers); {2, pttl, waiting} when a writer waits for it (pttl is the
+-- writer-waiting mark's), so that a stream of readers cannot starve it.
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local function waiting()
+  -- pcall: an ACL user without the PUBSUB command still gets its answer.
+  local n = redis.pcall('PUBSUB', ARGV[6], KEYS[1] .. ':released')
+  if type(n) == 'table' and type(n[2]) == 'number' then
+    return n[2]
+  end
+  return 0
+end
+local holder = redis.pcall('GET', KEYS[1])
+if holder and holder ~= ARGV[3] then
+  if ARGV[8] == '1' and type(holder) == 'string'
+      and string.sub(holder, 1, #ARGV[7]) ~= ARGV[7]
+      and string.byte(holder, -1) ~= 42 then
+    local hex = string.match(holder, '^%x*')
+    if #hex == 48 and (#holder == 48 or string.byte(holder, 49) == 124) then
+      redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
+    end
+  end
+  local owner = 0
+  if type(holder) == 'string' then
+    owner = tonumber(string.sub(redis.sha1hex(string.match(holder, '^[^|*]*')), 1, 7), 16)
+  end
+  return {0, redis.call('PTTL', KEYS[1]), waiting(), owner}
+end
+local writer = redis.call('PTTL', KEYS[4])
+if writer ~= -2 then
+  return {2, writer, waiting()}
+end
+local generation = tonumber(redis.call('GET', KEYS[3]) or '0')
+if not generation then
+  return redis.error_reply('ERR the fencing counter is not a number')
+end
+local member = ARGV[1]
+if ARGV[5] == '1' then
+  member = member .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
+redis.call('ZADD', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])), member)
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[3])
+end
+redis.call('PEXPIREAT', KEYS[1], last)
+redis.call('PEXPIREAT', KEYS[2], last)
+if ARGV[4] == '1' then
+  return {1, generation, tonumber(clock[1]), tonumber(clock[2])}
+end
+return {1, generation}

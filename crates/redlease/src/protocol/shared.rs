@@ -1,0 +1,498 @@
+//! A lock's read (shared) side as typed requests and replies: many
+//! readers, or one writer, on one name. The write side is the exclusive
+//! lock itself: while readers hold, the lock key holds [`READERS`], so an
+//! exclusive acquire (plain `SET NX`, or the acquire script) is refused
+//! with no change to its path.
+//!
+//! The keys of lock key `p{X}` (all in the hash slot of `{X}`):
+//!
+//! - `p{X}`: a writer's token (as an exclusive lock's), or [`READERS`]
+//!   while readers hold, expiring at the latest live reader's expiry;
+//! - `p{X}:readers` ([`SharedKeys::readers`]): a sorted set, member a
+//!   reader's token (`token|lineage` when bound to a lineage), score its
+//!   expiry in the server's milliseconds (`TIME`, never a client's
+//!   clock); members whose score has passed are pruned by every script
+//!   that writes the set, which expires with its latest member;
+//! - `p{X}:writer` ([`SharedKeys::writer`]): the writer-waiting mark, the
+//!   token of a writer that readers refused, with the writer's TTL, so
+//!   that new readers wait behind it;
+//! - `p{X}:fence`: the fencing counter, drawn by writers; a reader reads
+//!   it as its generation, never draws it.
+//!
+//! Each request declares its script's keys, arguments and reply, and
+//! builds its call; each reply is read with [`FromRedisValue`], and a
+//! reply of another shape is an error, never a guess.
+
+// The coordination layer will send these requests (read leases, the
+// writer's mark, admin); until then only the tests do.
+#![cfg_attr(not(test), allow(dead_code))]
+
+use std::time::Duration;
+
+use redis::{Cmd, FromRedisValue, ParsingError, Value};
+
+use super::acquire::{OnRefusal, ServerTime};
+use super::lua::{
+    malformed, millis, one_or_zero, Flag, PubSub, READ_ACQUIRE, READ_EXTEND, READ_INSPECT,
+    READ_RELEASE, WRITER_CLEAR, WRITER_WAITS,
+};
+
+/// The lock key's value while readers hold it: not hexadecimal, so no
+/// token (48 hex digits, then perhaps `|lineage` or `*`) can equal it,
+/// and no refused acquire marks it for waiters (refused.lua marks only a
+/// token). Every script that needs it is given it as an argument.
+pub(crate) const READERS: &str = "readers";
+
+const READERS_SUFFIX: &str = ":readers";
+const WRITER_SUFFIX: &str = ":writer";
+
+/// The keys a lock's read side adds beside its lock key, spelled from it:
+/// the same hash tag, so the same slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SharedKeys {
+    pub(crate) readers: String,
+    pub(crate) writer: String,
+}
+
+impl SharedKeys {
+    /// The read side's keys of lock key `lock`.
+    pub(crate) fn of(lock: &str) -> SharedKeys {
+        SharedKeys {
+            readers: format!("{lock}{READERS_SUFFIX}"),
+            writer: format!("{lock}{WRITER_SUFFIX}"),
+        }
+    }
+}
+
+/// The read acquire (read_acquire.lua): take a read hold if no writer
+/// holds the lock or waits for it.
+///
+/// - `KEYS[1]` the lock key; `KEYS[2]` the readers; `KEYS[3]` the fencing
+///   counter; `KEYS[4]` the writer-waiting mark.
+/// - `ARGV[1]` token; `ARGV[2]` TTL (ms); `ARGV[3]` [`READERS`];
+///   `ARGV[4]` [`Flag`]: append the server's clock to a "yes"; `ARGV[5]`
+///   [`Flag`]: bind the hold to the server's replication lineage;
+///   `ARGV[6]` `NUMSUB` or `SHARDNUMSUB` ([`PubSub`]); `ARGV[7]` the
+///   Locker's tag; `ARGV[8]` [`Flag`]: mark a writer of another Locker
+///   for its waiters ([`OnRefusal`]).
+/// - Reply ([`ReadAcquireReply`]): taken, `{1, generation}` and `seconds,
+///   microseconds` of `TIME` when the clock was asked for; held by a
+///   writer, `{0, pttl, waiting, owner}` as the acquire script answers; a
+///   writer waits, `{2, pttl of its mark, waiting}`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadAcquireRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) readers_key: &'a str,
+    pub(crate) fence_key: &'a str,
+    pub(crate) writer_key: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) watch_clock: bool,
+    pub(crate) bind_lineage: bool,
+    pub(crate) pubsub: PubSub,
+    pub(crate) tag: &'a str,
+    pub(crate) on_refusal: OnRefusal,
+}
+
+impl ReadAcquireRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        READ_ACQUIRE.call(|c| {
+            c.arg(4)
+                .arg(self.key)
+                .arg(self.readers_key)
+                .arg(self.fence_key)
+                .arg(self.writer_key);
+            c.arg(self.token)
+                .arg(millis(self.ttl))
+                .arg(READERS)
+                .arg(Flag(self.watch_clock))
+                .arg(Flag(self.bind_lineage))
+                .arg(self.pubsub.numsub())
+                .arg(self.tag)
+                .arg(Flag(self.on_refusal == OnRefusal::Mark));
+        })
+    }
+
+    /// `reply`, if it answers this request: a "yes" carries the server's
+    /// clock exactly when it was watched.
+    pub(crate) fn check(&self, reply: ReadAcquireReply) -> Result<ReadAcquireReply, String> {
+        match reply {
+            ReadAcquireReply::Taken { clock, .. } if clock.is_some() != self.watch_clock => {
+                Err(format!(
+                    "the read acquire script returned {reply:?} to a request {} the clock",
+                    if self.watch_clock { "with" } else { "without" },
+                ))
+            }
+            reply => Ok(reply),
+        }
+    }
+}
+
+/// The read acquire's reply (see [`ReadAcquireRequest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadAcquireReply {
+    /// Held by us among any other readers. `generation` is the fencing
+    /// counter's value, the token of the last fenced write this node has
+    /// seen (0: none, or the counter expired idle).
+    Taken {
+        generation: u64,
+        clock: Option<ServerTime>,
+    },
+    /// A writer holds the lock: for this long (`None`: its key has no
+    /// expiry), with this many connections waiting for its release, and
+    /// the writer's fingerprint (as the acquire script's refusal).
+    HeldByWriter {
+        expires_in: Option<Duration>,
+        waiting: u64,
+        owner: u32,
+    },
+    /// Readers may hold the lock, but a writer waits for it: its mark
+    /// lasts this long (`None`: no expiry), with this many connections
+    /// waiting for a release.
+    WriterWaits {
+        expires_in: Option<Duration>,
+        waiting: u64,
+    },
+}
+
+impl FromRedisValue for ReadAcquireReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
+    }
+
+    fn from_redis_value_ref(v: &Value) -> Result<Self, ParsingError> {
+        let bad = || malformed("read acquire", v);
+        let Value::Array(items) = v else {
+            return Err(bad());
+        };
+        let mut ints = [0i64; 4];
+        let n = items.len();
+        if !(2..=4).contains(&n) {
+            return Err(bad());
+        }
+        for (slot, item) in ints.iter_mut().zip(items) {
+            let Value::Int(i) = item else {
+                return Err(bad());
+            };
+            *slot = *i;
+        }
+        let natural = |i: i64| u64::try_from(i).map_err(|_| bad());
+        let ttl = |pttl: i64| match pttl {
+            -1 => Ok(None),
+            ms => natural(ms).map(|ms| Some(Duration::from_millis(ms))),
+        };
+        match (n, ints) {
+            (2 | 4, [1, generation, secs, micros]) => Ok(ReadAcquireReply::Taken {
+                generation: natural(generation)?,
+                clock: match n {
+                    4 => Some(ServerTime {
+                        secs: natural(secs)?,
+                        micros: natural(micros)?,
+                    }),
+                    _ => None,
+                },
+            }),
+            (4, [0, pttl, waiting, owner]) => Ok(ReadAcquireReply::HeldByWriter {
+                expires_in: ttl(pttl)?,
+                // Counted by the server: never below zero in fact.
+                waiting: waiting.max(0) as u64,
+                owner: u32::try_from(owner).map_err(|_| bad())?,
+            }),
+            (3, [2, pttl, waiting, _]) => Ok(ReadAcquireReply::WriterWaits {
+                expires_in: ttl(pttl)?,
+                waiting: waiting.max(0) as u64,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// The read release (read_release.lua): remove our reader, and when none
+/// is left, delete the lock key and announce the release (as release.lua
+/// does) so that waiting writers go at once.
+///
+/// - `KEYS[1]` the lock key; `KEYS[2]` the readers.
+/// - `ARGV[1]` the token; `ARGV[2]` [`READERS`]; `ARGV[3]` [`Flag`]: the
+///   hold was bound to a lineage (ours in any lineage, at the cost of one
+///   read of the set); `ARGV[4]` `PUBLISH` or `SPUBLISH` ([`PubSub`]);
+///   `ARGV[5]` [`Flag`]: announce a freed lock (not for the cleanup of a
+///   failed attempt).
+/// - Reply ([`ReadReleaseReply`]): 1 if our token was a live reader, 0
+///   if not.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadReleaseRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) readers_key: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) bind_lineage: bool,
+    pub(crate) pubsub: PubSub,
+    pub(crate) announce: bool,
+}
+
+impl ReadReleaseRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        READ_RELEASE.call(|c| {
+            c.arg(2).arg(self.key).arg(self.readers_key);
+            c.arg(self.token)
+                .arg(READERS)
+                .arg(Flag(self.bind_lineage))
+                .arg(self.pubsub.publish())
+                .arg(Flag(self.announce));
+        })
+    }
+}
+
+/// A read release's reply (see [`ReadReleaseRequest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadReleaseReply {
+    /// Our token was a live reader and is removed.
+    Released,
+    /// Our token was no live reader (expired, or never ours).
+    NotOurs,
+}
+
+impl FromRedisValue for ReadReleaseReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        Ok(match one_or_zero("read release", &v)? {
+            true => ReadReleaseReply::Released,
+            false => ReadReleaseReply::NotOurs,
+        })
+    }
+}
+
+/// The read extend (read_extend.lua): a new TTL for a live reader only,
+/// never resurrecting an expired or foreign one.
+///
+/// - `KEYS[1]` the lock key; `KEYS[2]` the readers.
+/// - `ARGV[1]` the token; `ARGV[2]` the new TTL (ms); `ARGV[3]`
+///   [`READERS`]; `ARGV[4]` [`Flag`]: the hold is bound to the lineage it
+///   was taken in.
+/// - Reply ([`ReadExtendReply`]): 1 if extended, 0 if not ours.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadExtendRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) readers_key: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) bind_lineage: bool,
+}
+
+impl ReadExtendRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        READ_EXTEND.call(|c| {
+            c.arg(2).arg(self.key).arg(self.readers_key);
+            c.arg(self.token)
+                .arg(millis(self.ttl))
+                .arg(READERS)
+                .arg(Flag(self.bind_lineage));
+        })
+    }
+}
+
+/// A read extend's reply (see [`ReadExtendRequest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadExtendReply {
+    Extended,
+    NotOurs,
+}
+
+impl FromRedisValue for ReadExtendReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        Ok(match one_or_zero("read extend", &v)? {
+            true => ReadExtendReply::Extended,
+            false => ReadExtendReply::NotOurs,
+        })
+    }
+}
+
+/// The writer-waiting mark (writer_waits.lua): after readers refused a
+/// writer that will wait, mark the lock so new readers wait behind it.
+/// Worth sending only when the refusal's owner is the readers' (the
+/// fingerprint of [`READERS`]): a lock without readers never pays for it.
+///
+/// - `KEYS[1]` the lock key; `KEYS[2]` the writer-waiting mark.
+/// - `ARGV[1]` the writer's token; `ARGV[2]` how long the mark lasts
+///   (ms): the writer's TTL, refreshed by each refused attempt, so that a
+///   writer that gives up or vanishes leaves no mark for longer;
+///   `ARGV[3]` [`READERS`].
+/// - Reply ([`WriterMarkReply`]): 1 if marked, 0 if readers no longer
+///   hold the lock.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriterWaitsRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) writer_key: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+}
+
+impl WriterWaitsRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        WRITER_WAITS.call(|c| {
+            c.arg(2).arg(self.key).arg(self.writer_key);
+            c.arg(self.token).arg(millis(self.ttl)).arg(READERS);
+        })
+    }
+}
+
+/// The writer-waiting mark's reply (see [`WriterWaitsRequest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriterMarkReply {
+    /// The mark holds the writer's token, for its TTL.
+    Marked,
+    /// Readers no longer hold the lock (free, or a writer's): nothing
+    /// was marked; the writer may retry at once.
+    NotShared,
+}
+
+impl FromRedisValue for WriterMarkReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        Ok(match one_or_zero("writer-waiting mark", &v)? {
+            true => WriterMarkReply::Marked,
+            false => WriterMarkReply::NotShared,
+        })
+    }
+}
+
+/// The clear of a writer-waiting mark (writer_clear.lua): delete it only
+/// if it holds our token, when the writer took the lock or gives up.
+///
+/// - `KEYS[1]` the lock key; `KEYS[2]` the writer-waiting mark.
+/// - `ARGV[1]` the writer's token; `ARGV[2]` `PUBLISH` or `SPUBLISH`
+///   ([`PubSub`]); `ARGV[3]` [`Flag`]: announce it on the release
+///   channel (a writer giving up, so the readers behind it go on).
+/// - Reply ([`WriterClearReply`]): 1 if the mark was ours and is
+///   deleted, 0 if not.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WriterClearRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) writer_key: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) pubsub: PubSub,
+    pub(crate) announce: bool,
+}
+
+impl WriterClearRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        WRITER_CLEAR.call(|c| {
+            c.arg(2).arg(self.key).arg(self.writer_key);
+            c.arg(self.token)
+                .arg(self.pubsub.publish())
+                .arg(Flag(self.announce));
+        })
+    }
+}
+
+/// A writer-waiting clear's reply (see [`WriterClearRequest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriterClearReply {
+    Cleared,
+    /// The mark is gone or another writer's: left alone.
+    NotOurs,
+}
+
+impl FromRedisValue for WriterClearReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        Ok(match one_or_zero("writer-waiting clear", &v)? {
+            true => WriterClearReply::Cleared,
+            false => WriterClearReply::NotOurs,
+        })
+    }
+}
+
+/// What a node's keys say of a lock's two modes (read_inspect.lua),
+/// writing nothing: for the operator.
+///
+/// - `KEYS[1]` the lock key; `KEYS[2]` the readers; `KEYS[3]` the
+///   writer-waiting mark.
+/// - `ARGV[1]` [`READERS`].
+/// - Reply ([`SharedState`]): `{mode, pttl, readers, writer}`, mode 0
+///   free, 1 a writer's, 2 readers'; the lock key's `PTTL`; the live
+///   readers by the server's clock; the mark's `PTTL` (-2: none).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadInspectRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) readers_key: &'a str,
+    pub(crate) writer_key: &'a str,
+}
+
+impl ReadInspectRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        READ_INSPECT.call(|c| {
+            c.arg(3)
+                .arg(self.key)
+                .arg(self.readers_key)
+                .arg(self.writer_key)
+                .arg(READERS);
+        })
+    }
+}
+
+/// Who holds a lock on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Free,
+    /// A writer (an exclusive lock), or a value that is not a lock's.
+    Exclusive,
+    /// Readers.
+    Shared,
+}
+
+/// A node's view of a lock's two modes (see [`ReadInspectRequest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SharedState {
+    pub(crate) mode: Mode,
+    /// The lock key's time left (`None`: free, or no expiry).
+    pub(crate) expires_in: Option<Duration>,
+    /// Live readers, by the server's clock.
+    pub(crate) readers: u64,
+    /// A waiting writer's mark, and its time left (`Some(None)`: no
+    /// expiry).
+    pub(crate) writer_waits: Option<Option<Duration>>,
+}
+
+impl FromRedisValue for SharedState {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let bad = || malformed("read inspect", &v);
+        let Value::Array(items) = &v else {
+            return Err(bad());
+        };
+        let [Value::Int(mode), Value::Int(pttl), Value::Int(readers), Value::Int(writer)] =
+            items[..]
+        else {
+            return Err(bad());
+        };
+        let ttl = |pttl: i64| match pttl {
+            -2 | -1 => Ok(None),
+            ms => u64::try_from(ms)
+                .map(|ms| Some(Duration::from_millis(ms)))
+                .map_err(|_| bad()),
+        };
+        let mode = match (mode, pttl) {
+            (0, -2) => Mode::Free,
+            (1, -1 | 0..) => Mode::Exclusive,
+            (2, -1 | 0..) => Mode::Shared,
+            _ => return Err(bad()),
+        };
+        Ok(SharedState {
+            mode,
+            expires_in: ttl(pttl)?,
+            readers: u64::try_from(readers).map_err(|_| bad())?,
+            writer_waits: match writer {
+                -2 => None,
+                -1 => Some(None),
+                ms => Some(ttl(ms)?),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod replies;
+#[cfg(test)]
+mod servers;
