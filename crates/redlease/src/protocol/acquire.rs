@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, ParsingError, Value};
 
-use super::lua::{malformed, millis, Flag, PubSub, ACQUIRE, RAISE_FENCE, REFUSED};
+use super::lua::{malformed, millis, small_int_array, Flag, PubSub, ACQUIRE, RAISE_FENCE, REFUSED};
 
 /// What a refused acquire does to the holder's value: mark it for waiters
 /// (crate docs, "A release is published only when another Locker waits")
@@ -131,20 +131,7 @@ impl FromRedisValue for AcquireScriptReply {
 
     fn from_redis_value_ref(v: &Value) -> Result<Self, ParsingError> {
         let bad = || malformed("acquire", v);
-        let Value::Array(items) = v else {
-            return Err(bad());
-        };
-        let mut ints = [0i64; 4];
-        let n = items.len();
-        if !(2..=4).contains(&n) {
-            return Err(bad());
-        }
-        for (slot, item) in ints.iter_mut().zip(items) {
-            let Value::Int(i) = item else {
-                return Err(bad());
-            };
-            *slot = *i;
-        }
+        let (ints, n) = small_int_array("acquire", v)?;
         let natural = |i: i64| u64::try_from(i).map_err(|_| bad());
         match (n, ints) {
             (2 | 4, [1, fence, secs, micros]) => Ok(AcquireScriptReply::Taken {

@@ -121,6 +121,30 @@ pub(crate) fn malformed(script: &str, reply: &Value) -> redis::ParsingError {
     format!("the {script} script returned {reply:?}").into()
 }
 
+/// The integers of a script's reply that is an array of two to four of
+/// them, as the acquire scripts answer: the first four slots (zero past the
+/// end) and how many there were. Anything else is [`malformed`].
+pub(crate) fn small_int_array(
+    script: &str,
+    reply: &Value,
+) -> Result<([i64; 4], usize), redis::ParsingError> {
+    let bad = || malformed(script, reply);
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    if !(2..=4).contains(&items.len()) {
+        return Err(bad());
+    }
+    let mut ints = [0i64; 4];
+    for (slot, item) in ints.iter_mut().zip(items) {
+        let Value::Int(i) = item else {
+            return Err(bad());
+        };
+        *slot = *i;
+    }
+    Ok((ints, items.len()))
+}
+
 /// A reply of 1 (`true`) or 0 (`false`) from `script`.
 pub(crate) fn one_or_zero(script: &str, reply: &Value) -> Result<bool, redis::ParsingError> {
     match reply {

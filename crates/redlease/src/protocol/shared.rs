@@ -33,8 +33,8 @@ use redis::{Cmd, FromRedisValue, ParsingError, Value};
 
 use super::acquire::{OnRefusal, ServerTime};
 use super::lua::{
-    malformed, millis, one_or_zero, Flag, PubSub, READ_ACQUIRE, READ_EXTEND, READ_INSPECT,
-    READ_RELEASE, WRITER_CLEAR, WRITER_WAITS,
+    malformed, millis, one_or_zero, small_int_array, Flag, PubSub, READ_ACQUIRE, READ_EXTEND,
+    READ_INSPECT, READ_RELEASE, WRITER_CLEAR, WRITER_WAITS,
 };
 
 /// The lock key's value while readers hold it: not hexadecimal, so no
@@ -163,20 +163,7 @@ impl FromRedisValue for ReadAcquireReply {
 
     fn from_redis_value_ref(v: &Value) -> Result<Self, ParsingError> {
         let bad = || malformed("read acquire", v);
-        let Value::Array(items) = v else {
-            return Err(bad());
-        };
-        let mut ints = [0i64; 4];
-        let n = items.len();
-        if !(2..=4).contains(&n) {
-            return Err(bad());
-        }
-        for (slot, item) in ints.iter_mut().zip(items) {
-            let Value::Int(i) = item else {
-                return Err(bad());
-            };
-            *slot = *i;
-        }
+        let (ints, n) = small_int_array("read acquire", v)?;
         let natural = |i: i64| u64::try_from(i).map_err(|_| bad());
         let ttl = |pttl: i64| match pttl {
             -1 => Ok(None),
