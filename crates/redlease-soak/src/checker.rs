@@ -103,7 +103,7 @@ pub struct Verdict {
 }
 
 /// How many examples per category are kept.
-const EXAMPLES: usize = 5;
+pub(crate) const EXAMPLES: usize = 5;
 
 impl Verdict {
     pub fn total(&self) -> u64 {
@@ -132,10 +132,20 @@ impl Verdict {
     }
 
     fn example(&mut self, category: &'static str, text: impl FnOnce() -> String) {
-        let list = self.examples.entry(category).or_default();
-        if list.len() < EXAMPLES {
-            list.push(text());
-        }
+        keep_example(&mut self.examples, category, text);
+    }
+}
+
+/// Adds `text` to `category`'s examples unless it has [`EXAMPLES`]
+/// already (`text` is only spelled then).
+pub(crate) fn keep_example(
+    examples: &mut BTreeMap<&'static str, Vec<String>>,
+    category: &'static str,
+    text: impl FnOnce() -> String,
+) {
+    let list = examples.entry(category).or_default();
+    if list.len() < EXAMPLES {
+        list.push(text());
     }
 }
 
@@ -179,7 +189,7 @@ fn who_when(op: &Op) -> String {
     )
 }
 
-fn fmt_ms(d: Duration) -> String {
+pub(crate) fn fmt_ms(d: Duration) -> String {
     format!("{:.1}ms", d.as_secs_f64() * 1e3)
 }
 

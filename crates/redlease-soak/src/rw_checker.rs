@@ -56,6 +56,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::checker::{fmt_ms, keep_example};
 use crate::history::LeaseId;
 
 /// The mode of a read-write lease.
@@ -161,9 +162,6 @@ pub struct RwVerdict {
     pub examples: BTreeMap<&'static str, Vec<String>>,
 }
 
-/// How many examples per category are kept.
-const EXAMPLES: usize = 5;
-
 impl RwVerdict {
     pub fn total(&self) -> u64 {
         self.counts().iter().map(|(_, n)| n).sum()
@@ -181,10 +179,7 @@ impl RwVerdict {
     }
 
     fn example(&mut self, category: &'static str, text: impl FnOnce() -> String) {
-        let list = self.examples.entry(category).or_default();
-        if list.len() < EXAMPLES {
-            list.push(text());
-        }
+        keep_example(&mut self.examples, category, text);
     }
 }
 
@@ -229,10 +224,6 @@ impl<'a> Span<'a> {
             fmt_ms(self.end)
         )
     }
-}
-
-fn fmt_ms(d: Duration) -> String {
-    format!("{:.1}ms", d.as_secs_f64() * 1e3)
 }
 
 /// Runs every check.

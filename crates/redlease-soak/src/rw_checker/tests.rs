@@ -1,4 +1,5 @@
 use super::*;
+use crate::checker::EXAMPLES;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
