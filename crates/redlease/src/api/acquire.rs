@@ -13,6 +13,7 @@ use crate::coord::engine::Engine;
 use crate::coord::wait;
 use crate::core::error::{Error, Op};
 use crate::core::lease_state::LostReason;
+use crate::core::mode::LockMode;
 use crate::core::retry::RetryPolicy;
 use crate::core::telemetry;
 
@@ -36,6 +37,7 @@ pub struct Acquire<'a> {
     ttl: Option<Duration>,
     retry: RetryPolicy,
     keep_alive: bool,
+    mode: LockMode,
 }
 
 impl std::fmt::Debug for Acquire<'_> {
@@ -45,18 +47,25 @@ impl std::fmt::Debug for Acquire<'_> {
             .field("ttl", &self.ttl)
             .field("retry", &self.retry)
             .field("keep_alive", &self.keep_alive)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
 
 impl<'a> Acquire<'a> {
-    pub(crate) fn new(engine: &'a Arc<Engine>, resource: String, retry: RetryPolicy) -> Self {
+    pub(crate) fn new(
+        engine: &'a Arc<Engine>,
+        resource: String,
+        retry: RetryPolicy,
+        mode: LockMode,
+    ) -> Self {
         Acquire {
             engine,
             resource,
             ttl: None,
             retry,
             keep_alive: false,
+            mode,
         }
     }
 
@@ -197,7 +206,15 @@ impl<'a> Acquire<'a> {
             return Err(Error::Closed);
         }
         let keys = engine.keys(&self.resource);
-        let grant = wait::lock(engine, &self.resource, &keys, timing, &self.retry).await?;
+        let grant = wait::lock(
+            engine,
+            &self.resource,
+            &keys,
+            timing,
+            &self.retry,
+            self.mode,
+        )
+        .await?;
         let mut lease = match Lease::new(grant, self.resource) {
             Ok(lease) => lease,
             // Boxed: rare, and its state need not weigh on every lock.
@@ -219,6 +236,7 @@ impl<'a> IntoFuture for Acquire<'a> {
             "redlease.acquire",
             resource = %self.resource,
             keep_alive = self.keep_alive,
+            mode = ?self.mode,
             outcome = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
             fencing_token = tracing::field::Empty,

@@ -17,6 +17,7 @@ use crate::coord::renew::ExtendFailure;
 use crate::core::error::{Error, Op, Shortfall};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
+use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::quorum::Decision;
 use crate::core::refusal::Refusal;
@@ -120,6 +121,7 @@ impl Lease {
         let id = engine.renewer().add(
             self.guard.ownership.key.clone(),
             self.guard.ownership.token.clone(),
+            self.guard.ownership.mode,
             self.guard.timing,
             bounds,
             self.late.take(),
@@ -160,6 +162,13 @@ impl Lease {
     /// away (see "Fencing tokens" in the crate docs). `None` with fencing
     /// off.
     ///
+    /// A read lease ([`Locker::read_lock`](crate::Locker::read_lock))
+    /// draws no token: it carries the newest write generation it can see,
+    /// at least the token of every write lease granted before it (0: no
+    /// fenced write within the [fence expiry](crate::Advanced::fence_expiry)).
+    /// A reader can tell by it which write it reads after; readers share
+    /// it, so it does not tell two readers apart.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), redlease::Error> {
@@ -192,6 +201,23 @@ impl Lease {
     /// ```
     pub fn replicas_acknowledged(&self) -> Option<u32> {
         self.replicas
+    }
+
+    /// Whether this lease holds the lock alone (a writer's, from
+    /// [`lock`](crate::Locker::lock) or [`write_lock`](crate::Locker::write_lock))
+    /// or shares it with other readers ([`read_lock`](crate::Locker::read_lock)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let lease = locker.lock("ledger").await?;
+    /// assert_eq!(lease.mode(), redlease::LockMode::Exclusive);
+    /// # lease.release().await }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        self.guard.ownership.mode
     }
 
     /// Until when the lock is ours: `start + ttl - drift`, where `start` is
@@ -368,8 +394,8 @@ impl Lease {
         let mut replies = fanout::until_decided(engine.nodes(), |node| {
             let ownership = ownership.clone();
             async move {
-                let (key, token) = (&ownership.key, &ownership.token);
-                node.extend(key, token, timing.ttl_ms(), timing.node_timeout)
+                ownership
+                    .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
                     .await
             }
         })
@@ -526,8 +552,7 @@ impl Lease {
                 if !ownership.written.may_hold(node.id().index()) {
                     return Ok(false);
                 }
-                let (key, token) = (&ownership.key, &ownership.token);
-                node.release(key, token, true, timeout).await
+                ownership.release_on_node(&node, true, timeout).await
             }
         });
         let mut decided = std::pin::pin!(decided);

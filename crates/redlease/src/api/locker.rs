@@ -7,6 +7,7 @@ use crate::api::acquire::Acquire;
 use crate::api::admin::Admin;
 use crate::api::try_acquire::TryAcquire;
 use crate::coord::engine::Engine;
+use crate::core::mode::LockMode;
 use crate::core::quorum::quorum;
 
 /// The longest Redis key a lock may have, in bytes: the key prefix, the
@@ -117,11 +118,68 @@ impl Locker {
     /// flight is undone in the background, the task leaves the queue of
     /// waiters (unsubscribing if it was the last), and no lease is leaked.
     pub fn lock(&self, resource: impl Into<String>) -> Acquire<'_> {
-        Acquire::new(
-            &self.engine,
-            resource.into(),
-            self.engine.settings().retry.clone(),
-        )
+        self.acquire(resource.into(), LockMode::Exclusive)
+    }
+
+    /// Takes the lock as a writer: the same request as [`lock`](Self::lock),
+    /// under the name that says what it excludes. A writer holds the lock
+    /// alone, with no reader; once readers keep it waiting, new readers
+    /// wait behind it, so a stream of readers cannot starve it (see
+    /// [`read_lock`](Self::read_lock)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let lease = locker.write_lock("catalog").await?;
+    /// // ... rewrite the catalog: no reader and no other writer meanwhile ...
+    /// # lease.release().await }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock)'s; a writer that stops waiting also clears
+    /// its writer-waiting mark (in the background), so the readers behind
+    /// it go on at once.
+    pub fn write_lock(&self, resource: impl Into<String>) -> Acquire<'_> {
+        self.acquire(resource.into(), LockMode::Exclusive)
+    }
+
+    /// Takes a read (shared) hold on the lock, waiting as
+    /// [`lock`](Self::lock) does. Any number of readers hold a name
+    /// together, and no writer meanwhile; each reader's hold expires on
+    /// its own, by the servers' clocks, whatever the other readers do.
+    /// A reader waits while a writer holds the lock, and while a writer
+    /// waits for it (writer preference: see [`write_lock`](Self::write_lock)).
+    /// The lease is the same [`Lease`](crate::Lease) as a writer's (keep
+    /// it alive, extend it, release it), in [`LockMode::Shared`]; its
+    /// [`fencing_token`](crate::Lease::fencing_token) is the newest write
+    /// generation it can see (see "Read-write locks" in the crate docs).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let a = locker.read_lock("catalog").await?;
+    /// let b = locker.read_lock("catalog").await?; // readers share it
+    /// assert!(locker.try_lock("catalog").await.is_err()); // a writer does not
+    /// a.release().await?;
+    /// b.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock)'s.
+    pub fn read_lock(&self, resource: impl Into<String>) -> Acquire<'_> {
+        self.acquire(resource.into(), LockMode::Shared)
+    }
+
+    fn acquire(&self, resource: String, mode: LockMode) -> Acquire<'_> {
+        let retry = self.engine.settings().retry.clone();
+        Acquire::new(&self.engine, resource, retry, mode)
     }
 
     /// Makes exactly one attempt: returns the lease, or why it could not be
@@ -142,7 +200,28 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn try_lock(&self, resource: impl Into<String>) -> TryAcquire<'_> {
-        TryAcquire::new(&self.engine, resource.into())
+        TryAcquire::new(&self.engine, resource.into(), LockMode::Exclusive)
+    }
+
+    /// Makes exactly one attempt at a read hold, as
+    /// [`try_lock`](Self::try_lock) does for the lock alone: refused
+    /// ([`Error::Taken`](crate::Error::Taken)) while a writer holds the
+    /// lock or waits for it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let writer = locker.lock("catalog").await?;
+    /// assert!(matches!(
+    ///     locker.try_read_lock("catalog").await,
+    ///     Err(redlease::Error::Taken { .. })
+    /// ));
+    /// # writer.release().await }
+    /// ```
+    pub fn try_read_lock(&self, resource: impl Into<String>) -> TryAcquire<'_> {
+        TryAcquire::new(&self.engine, resource.into(), LockMode::Shared)
     }
 
     /// Gives back every lease this Locker still holds, stops taking locks,

@@ -10,6 +10,7 @@ use crate::api::lease::Lease;
 use crate::api::lease_handle::LeaseHandle;
 use crate::coord::engine::Engine;
 use crate::core::error::Error;
+use crate::core::mode::LockMode;
 use crate::core::retry::RetryPolicy;
 
 /// A lock request from [`Locker::try_lock`](crate::Locker::try_lock): one
@@ -43,9 +44,10 @@ impl std::fmt::Debug for TryAcquire<'_> {
 }
 
 impl<'a> TryAcquire<'a> {
-    pub(crate) fn new(engine: &'a Arc<Engine>, resource: String) -> Self {
+    pub(crate) fn new(engine: &'a Arc<Engine>, resource: String, mode: LockMode) -> Self {
+        let once = RetryPolicy::attempts(NonZeroU32::MIN);
         TryAcquire {
-            once: Acquire::new(engine, resource, RetryPolicy::attempts(NonZeroU32::MIN)),
+            once: Acquire::new(engine, resource, once, mode),
         }
     }
 

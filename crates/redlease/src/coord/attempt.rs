@@ -12,16 +12,39 @@ use crate::coord::{fanout, fence};
 use crate::core::error::{Failure, Op};
 use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
+use crate::core::mode::LockMode;
 use crate::core::quorum::Decision;
+use crate::core::token::Token;
 use crate::core::validity::Timing;
 use crate::transport::node::{AcquireReply, OnRefusal};
+
+/// Which side of a lock an attempt asks for.
+#[derive(Clone, Copy)]
+pub(crate) enum Side<'a> {
+    /// The lock alone. `mark`: the waiting writer's name in a
+    /// writer-waiting mark, if it has one, set where readers refuse it
+    /// and the attempt marks holders for waiters (see [`OnRefusal`]).
+    Write { mark: Option<&'a Token> },
+    /// A read hold among other readers.
+    Read,
+}
+
+impl Side<'_> {
+    pub(crate) fn mode(&self) -> LockMode {
+        match self {
+            Side::Write { .. } => LockMode::Exclusive,
+            Side::Read => LockMode::Shared,
+        }
+    }
+}
 
 /// A lock a quorum granted, not yet a [`Lease`](crate::Lease).
 pub(crate) struct Grant {
     /// Releases the lock if the grant is dropped.
     pub(crate) guard: ReleaseOnDrop,
     pub(crate) valid_until: Instant,
-    /// The fencing token, if the Locker draws them.
+    /// The fencing token, if the Locker draws them: a writer's own, or
+    /// the last write generation a reader can see.
     pub(crate) fence: Option<u64>,
     /// The nodes that granted it before the quorum was reached.
     pub(crate) granted_by: Vec<usize>,
@@ -32,9 +55,9 @@ pub(crate) struct Grant {
     pub(crate) replicas: Option<u32>,
 }
 
-/// One attempt on `keys` with `timing`. `on_refusal`: whether the caller
-/// waits for the lock if this attempt is refused, and so marks the holder
-/// for waiters (see [`OnRefusal`]).
+/// One attempt on `keys` with `timing`, for `side`. `on_refusal`: whether
+/// the caller waits for the lock if this attempt is refused, and so marks
+/// the holder for waiters (see [`OnRefusal`]).
 ///
 /// Cancel safe: if the future is dropped mid-flight, the nodes that may
 /// hold the new token are released in the background.
@@ -43,6 +66,7 @@ pub(crate) async fn attempt(
     resource: &str,
     keys: &LockKeys,
     timing: Timing,
+    side: Side<'_>,
     on_refusal: OnRefusal,
 ) -> Result<Grant, Failure> {
     // One server under two names: refused before anything is written.
@@ -53,23 +77,30 @@ pub(crate) async fn attempt(
         keys.lock.clone(),
         engine.nodes().len(),
         &engine.settings().tag,
+        side.mode(),
     ));
+    let mark = match side {
+        Side::Write { mark } => Some(mark.cloned()),
+        Side::Read => None,
+    };
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
     let fenced = engine.settings().fencing;
     let start = Instant::now();
     let mut replies = fanout::until_decided(engine.nodes(), |node| {
-        let (keys, ownership) = (keys.clone(), ownership.clone());
+        let (keys, ownership, mark) = (keys.clone(), ownership.clone(), mark.clone());
         async move {
-            let reply = node
-                .acquire(
-                    &keys,
-                    &ownership.token,
-                    timing.ttl_ms(),
-                    timing.node_timeout,
-                    fenced,
-                    on_refusal,
-                )
-                .await;
+            let (token, ttl_ms, timeout) = (&ownership.token, timing.ttl_ms(), timing.node_timeout);
+            let reply = match &mark {
+                Some(mark) => {
+                    let mark = mark.as_ref();
+                    node.acquire(&keys, token, ttl_ms, timeout, fenced, on_refusal, mark)
+                        .await
+                }
+                None => {
+                    node.read_acquire(&keys, token, ttl_ms, timeout, on_refusal)
+                        .await
+                }
+            };
             let unwritten = match &reply {
                 Ok(AcquireReply::Held { .. }) => true,
                 Err(e) => e.kind().never_sent(),
@@ -125,13 +156,20 @@ pub(crate) async fn attempt(
                     };
                 }
             }
-            let settled = match fenced {
-                true => Box::pin(fence::settle(
+            let settled = match (fenced, side) {
+                // A reader draws nothing: its token is the newest write
+                // generation a granting node saw. Any quorum shares a
+                // node with the quorum that granted (or was raised to)
+                // each earlier writer's token, so none is missed.
+                (true, Side::Read) => timing
+                    .check_usable(Op::Acquire, resource, start)
+                    .map(|()| fences.iter().copied().max()),
+                (true, Side::Write { .. }) => Box::pin(fence::settle(
                     engine, resource, keys, &fences, timing, start,
                 ))
                 .await
                 .map(Some),
-                false => timing
+                (false, _) => timing
                     .check_usable(Op::Acquire, resource, start)
                     .map(|()| None),
             };

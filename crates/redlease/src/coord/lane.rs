@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::protocol::lease::{ExtendManyRequest, Renewed};
-use crate::protocol::lua::EXTEND_MANY;
+use crate::protocol::lua::{Lua, EXTEND_MANY, READ_EXTEND_MANY};
+use crate::protocol::shared::ReadExtendManyRequest;
 use crate::transport::deployment::Conn;
 use crate::transport::node::{write_off_after, Node};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -40,6 +41,8 @@ pub(crate) struct ExtendMany {
     len: usize,
     /// The hash slot of every key, when calls are split by slot (a cluster).
     slot: Option<u16>,
+    /// The script called, to load it where the node lost it.
+    lua: &'static Lua,
 }
 
 impl ExtendMany {
@@ -59,6 +62,28 @@ impl ExtendMany {
             cmd: Arc::new(cmd),
             len,
             slot,
+            lua: &EXTEND_MANY,
+        }
+    }
+
+    /// A call renewing `(key, token, ttl)` read holds (see
+    /// [`ReadExtendManyRequest`]), as [`new`](Self::new) for leases held
+    /// alone.
+    pub(crate) fn read<'a>(
+        leases: impl Iterator<Item = (&'a str, &'a str, Duration)> + Clone,
+        slot: Option<u16>,
+        bind_lineage: bool,
+    ) -> Self {
+        let (cmd, len) = ReadExtendManyRequest {
+            leases,
+            bind_lineage,
+        }
+        .call();
+        ExtendMany {
+            cmd: Arc::new(cmd),
+            len,
+            slot,
+            lua: &READ_EXTEND_MANY,
         }
     }
 
@@ -135,7 +160,8 @@ impl Lane {
             .enumerate()
             .filter(|&(k, _)| sent[k])
             .map(|(k, call)| {
-                let request = run(conn.clone(), call.cmd.clone(), self.node.durability());
+                let durability = self.node.durability();
+                let request = run(conn.clone(), call.lua, call.cmd.clone(), durability);
                 async move { (k, request.await) }
             })
             .collect();
@@ -268,10 +294,11 @@ type Flags = (Renewed, Option<u32>);
 /// or `SCRIPT FLUSH`).
 async fn run(
     mut conn: Conn,
+    lua: &'static Lua,
     cmd: Arc<redis::Cmd>,
     durability: crate::core::durability::Durability,
 ) -> redis::RedisResult<Flags> {
-    conn.eval_waited(&EXTEND_MANY, &cmd, durability).await
+    conn.eval_waited(lua, &cmd, durability).await
 }
 
 fn lock(slots: &Mutex<HashSet<u16>>) -> std::sync::MutexGuard<'_, HashSet<u16>> {

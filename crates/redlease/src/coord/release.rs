@@ -8,24 +8,59 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use crate::core::mode::LockMode;
+use crate::core::node_error::NodeError;
 use crate::core::token::{LockerTag, Token};
 use crate::transport::node::Node;
 
-/// One acquisition's claim on a lock: the key, the token, and which nodes
-/// may hold it.
+/// One acquisition's claim on a lock: the key, the token, the mode it
+/// holds the lock in, and which nodes may hold it.
 pub(crate) struct Ownership {
     pub(crate) key: Arc<str>,
     pub(crate) token: Token,
+    pub(crate) mode: LockMode,
     pub(crate) written: Written,
 }
 
 impl Ownership {
     /// A claim with a fresh token, not yet sent to any of `nodes` nodes.
-    pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag) -> Self {
+    pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag, mode: LockMode) -> Self {
         Ownership {
             key,
             token: Token::generate(tag),
+            mode,
             written: Written::new(nodes),
+        }
+    }
+
+    /// Gives our hold back on `node`, as its mode is given back (a
+    /// writer's compare-and-delete, or a reader's removal); `Ok(false)` if
+    /// the node did not hold it. `announce`: tell the lock's waiters.
+    pub(crate) async fn release_on_node(
+        &self,
+        node: &Node,
+        announce: bool,
+        timeout: std::time::Duration,
+    ) -> Result<bool, NodeError> {
+        let (key, token) = (&self.key, &self.token);
+        match self.mode {
+            LockMode::Exclusive => node.release(key, token, announce, timeout).await,
+            LockMode::Shared => node.read_release(key, token, announce, timeout).await,
+        }
+    }
+
+    /// Sets a new TTL on our hold on `node`; `Ok(false)` if it is not ours
+    /// there any more.
+    pub(crate) async fn extend_on_node(
+        &self,
+        node: &Node,
+        ttl_ms: u64,
+        timeout: std::time::Duration,
+    ) -> Result<bool, NodeError> {
+        let (key, token) = (&self.key, &self.token);
+        match self.mode {
+            LockMode::Exclusive => node.extend(key, token, ttl_ms, timeout).await,
+            LockMode::Shared => node.read_extend(key, token, ttl_ms, timeout).await,
         }
     }
 }
@@ -79,17 +114,12 @@ pub(crate) async fn release_on(
     timeout: Duration,
     announce: Announce,
 ) -> bool {
-    let Ownership {
-        key,
-        token,
-        written,
-    } = ownership;
     let announce = announce == Announce::Waiters;
     let results = join_all(
         nodes
             .iter()
-            .filter(|n| written.may_hold(n.id().index()))
-            .map(|n| n.release(key, token, announce, timeout)),
+            .filter(|n| ownership.written.may_hold(n.id().index()))
+            .map(|n| ownership.release_on_node(n, announce, timeout)),
     )
     .await;
     let mut deleted = false;

@@ -28,6 +28,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::coord::background::RuntimeTasks;
+use crate::core::mode::LockMode;
 use crate::core::token::ReleaseId;
 use crate::transport::deployment::{Deployment, Subscriber};
 use crate::transport::node::Node;
@@ -76,8 +77,9 @@ struct Channel {
     /// Tells a node's confirmation apart from one meant for an earlier
     /// subscription of the same name.
     generation: u64,
-    /// Waiters in arrival order; the head is the one a release wakes.
-    waiters: VecDeque<(u64, Arc<Notify>)>,
+    /// Waiters in arrival order, with the mode each wants; a release
+    /// wakes the front (see [`Channel::front`]).
+    waiters: VecDeque<(u64, Arc<Notify>, LockMode)>,
     /// Which nodes confirmed the SUBSCRIBE, and their connection has not
     /// broken since.
     confirmed: watch::Sender<Vec<bool>>,
@@ -155,7 +157,7 @@ impl Notifier {
         tasks.handles.abort();
         tasks.senders.clear();
         for channel in channels.values() {
-            for (_, notify) in &channel.waiters {
+            for (_, notify, _) in &channel.waiters {
                 notify.notify_one();
             }
         }
@@ -175,9 +177,9 @@ impl Notifier {
             .is_some_and(|c| !c.waiters.is_empty())
     }
 
-    /// Queues a waiter on `channel`, subscribing on every node if it is the
-    /// first.
-    pub(crate) fn join(self: &Arc<Self>, channel: &str) -> Waiter {
+    /// Queues a waiter for `mode` on `channel`, subscribing on every node
+    /// if it is the first.
+    pub(crate) fn join(self: &Arc<Self>, channel: &str, mode: LockMode) -> Waiter {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
         let mut channels = self.channels();
@@ -195,7 +197,7 @@ impl Notifier {
                 taken_until: None,
             }
         });
-        entry.waiters.push_back((id, notify.clone()));
+        entry.waiters.push_back((id, notify.clone(), mode));
         Waiter {
             notifier: self.clone(),
             channel: channel.to_string(),
@@ -288,14 +290,15 @@ impl Notifier {
     }
 
     /// Waiter `id` leaves the queue: `acquired` with its lease's validity
-    /// if it took the lock.
+    /// if it took the lock alone (a reader that took a read hold leaves
+    /// as one that gave up: the lock is not closed to the next in line).
     fn leave(&self, channel: &str, id: u64, acquired: Option<Instant>) {
         let mut channels = self.channels();
         let Some(c) = channels.get_mut(channel) else {
             return;
         };
-        let was_head = c.waiters.front().is_some_and(|(w, _)| *w == id);
-        c.waiters.retain(|(w, _)| *w != id);
+        let was_front = c.front().any(|(w, _, _)| *w == id);
+        c.waiters.retain(|(w, _, _)| *w != id);
         if let Some(valid_until) = acquired {
             // This release is used up: later echoes of it must not wake the
             // next waiter for a lock that is now ours.
@@ -307,9 +310,10 @@ impl Notifier {
             // holder's expiry (waiters behind the first keep none), which
             // `taken_until` gives without a look at the lock.
             c.wake_head();
-        } else if was_head {
-            // The head gave up (dropped, out of time) and may have swallowed
-            // a wake-up: pass it on rather than lose it.
+        } else if was_front {
+            // A waiter at the front gave up (dropped, out of time), and may
+            // have swallowed a wake-up, or took a read hold (the next in
+            // line may be a writer, which must now look): pass it on.
             c.wake_head();
         }
         if c.waiters.is_empty() {
@@ -322,9 +326,28 @@ impl Notifier {
 }
 
 impl Channel {
+    /// The waiters a release lets try: the first in line, and if it
+    /// wants a read hold, every reader after it up to the first writer
+    /// (readers share the lock, so they go together).
+    fn front(&self) -> impl Iterator<Item = &(u64, Arc<Notify>, LockMode)> {
+        let shared = self
+            .waiters
+            .front()
+            .is_some_and(|(_, _, mode)| *mode == LockMode::Shared);
+        let run = match shared {
+            true => self
+                .waiters
+                .iter()
+                .take_while(|(_, _, mode)| *mode == LockMode::Shared)
+                .count(),
+            false => 1,
+        };
+        self.waiters.iter().take(run)
+    }
+
     fn wake_head(&self) {
-        if let Some((_, notify)) = self.waiters.front() {
-            // Stores a permit if the head is busy retrying: not lost.
+        for (_, notify, _) in self.front() {
+            // Stores a permit if the waiter is busy retrying: not lost.
             notify.notify_one();
         }
     }
@@ -357,22 +380,23 @@ impl Waiter {
         confirmations(&self.confirmed.borrow()) >= self.notifier.quorum
     }
 
-    /// Whether this waiter is first in line.
+    /// Whether this waiter is at the front of the line: first, or a
+    /// reader among the readers first in line.
     pub(crate) fn is_head(&self) -> bool {
         let channels = self.notifier.channels();
         channels
             .get(&self.channel)
-            .and_then(|c| c.waiters.front())
-            .is_some_and(|(id, _)| *id == self.id)
+            .is_some_and(|c| c.front().any(|(id, _, _)| *id == self.id))
     }
 
-    /// Resolves when a release wakes this waiter (only ever the head).
+    /// Resolves when a release wakes this waiter (only ever at the front).
     pub(crate) async fn woken(&self) {
         self.notify.notified().await;
     }
 
-    /// Leaves the queue because the lock is ours, with a lease valid until
-    /// `valid_until`.
+    /// Leaves the queue because the lock is ours alone, with a lease
+    /// valid until `valid_until`. (A reader that took a read hold just
+    /// leaves: dropped.)
     pub(crate) fn acquired(mut self, valid_until: Instant) {
         self.acquired = Some(valid_until);
     }

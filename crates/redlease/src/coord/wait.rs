@@ -7,27 +7,36 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::coord::attempt::{attempt, Grant};
+use crate::coord::attempt::{attempt, Grant, Side};
 use crate::coord::engine::Engine;
 use crate::coord::subscription::Waiter;
 use crate::core::error::{Error, Failure};
 use crate::core::keys::{release_channel, LockKeys};
+use crate::core::mode::LockMode;
 use crate::core::retry::{RetryPolicy, Waiting};
+use crate::core::token::Token;
 use crate::core::validity::Timing;
 use crate::transport::node::OnRefusal;
 
-/// Tries to take the lock until it succeeds, fails for good (bad input, a
-/// closed Locker), or the policy's attempts or deadline run out. Out of attempts: the last
-/// error as it is. Past the deadline: [`Error::WaitTimeout`] wrapping it.
+/// Tries to take the lock in `mode` until it succeeds, fails for good (bad
+/// input, a closed Locker), or the policy's attempts or deadline run out.
+/// Out of attempts: the last error as it is. Past the deadline:
+/// [`Error::WaitTimeout`] wrapping it.
 ///
-/// Cancel safe: a dropped attempt undoes itself, and a dropped [`Waiter`]
-/// leaves the queue and, if it was the last, unsubscribes.
+/// A writer that readers refused marks itself waiting from its next
+/// attempt on (see [`WriterMark`]), so that new readers queue behind it,
+/// and clears the mark when it stops waiting.
+///
+/// Cancel safe: a dropped attempt undoes itself, a dropped [`Waiter`]
+/// leaves the queue and, if it was the last, unsubscribes, and a dropped
+/// writer's mark is cleared in the background.
 pub(crate) async fn lock(
     engine: &Arc<Engine>,
     resource: &str,
     keys: &LockKeys,
     timing: Timing,
     policy: &RetryPolicy,
+    mode: LockMode,
 ) -> Result<Grant, Error> {
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
@@ -36,6 +45,7 @@ pub(crate) async fn lock(
     // Named only once needed: most locks are taken at the first attempt.
     let channel = || release_channel(&keys.lock);
     let mut waiter: Option<Waiter> = None;
+    let mut mark = WriterMark::default();
     let mut last: Option<Failure> = None;
     let mut attempts: u32 = 0;
 
@@ -45,7 +55,7 @@ pub(crate) async fn lock(
         if let Some(notifier) = engine.started_notifier() {
             let channel = channel();
             if notifier.has_waiters(&channel) {
-                waiter = Some(notifier.join(&channel));
+                waiter = Some(notifier.join(&channel, mode));
             }
         }
     }
@@ -117,10 +127,18 @@ pub(crate) async fn lock(
         } else {
             OnRefusal::Mark
         };
-        let failure = match attempt(engine, resource, keys, timing, on_refusal).await {
+        let side = match mode {
+            LockMode::Exclusive => Side::Write { mark: mark.token() },
+            LockMode::Shared => Side::Read,
+        };
+        let failure = match attempt(engine, resource, keys, timing, side, on_refusal).await {
             Ok(grant) => {
-                if let Some(w) = waiter.take() {
-                    w.acquired(grant.valid_until);
+                // Boxed: only a writer that readers kept waiting has a
+                // mark to clear.
+                Box::pin(mark.took_the_lock()).await;
+                match (waiter.take(), mode) {
+                    (Some(w), LockMode::Exclusive) => w.acquired(grant.valid_until),
+                    (w, _) => drop(w),
                 }
                 return Ok(grant);
             }
@@ -128,6 +146,9 @@ pub(crate) async fn lock(
             Err(f) => f,
         };
         tracing::debug!(resource, attempts, error = %failure.error, "lock busy");
+        if mode == LockMode::Exclusive && failure.busy.readers {
+            mark.wanted(engine, keys, timing);
+        }
         if policy.attempts.is_some_and(|max| attempts >= max) {
             return Err(failure.error);
         }
@@ -143,7 +164,7 @@ pub(crate) async fn lock(
         last = Some(failure);
         wait_first = true;
         if waiter.is_none() {
-            let mut w = engine.notifier().join(&channel());
+            let mut w = engine.notifier().join(&channel(), mode);
             Box::pin(w.subscribed(timing.node_timeout)).await;
             // A release between the failed attempt and the subscription went
             // unheard: the first in line tries again at once.
@@ -165,4 +186,82 @@ fn taken_by_sibling(w: &Waiter, counts_attempts: bool, now: Instant) -> Option<D
     w.taken_until()
         .and_then(|until| until.checked_duration_since(now))
         .filter(|left| !left.is_zero())
+}
+
+/// A waiting writer's mark (see `protocol::shared`): named by a token of
+/// its own, drawn once readers refused the writer, so that every later
+/// attempt refreshes the same mark and the writer can clear it. Cleared
+/// when the writer takes the lock (its release then wakes the readers
+/// behind it), and, announced, when it stops waiting (dropped: in the
+/// background). Costs nothing until readers refuse the writer.
+#[derive(Default)]
+struct WriterMark(Option<Marked>);
+
+struct Marked {
+    engine: Arc<Engine>,
+    key: Arc<str>,
+    timeout: std::time::Duration,
+    token: Token,
+}
+
+impl WriterMark {
+    /// The mark's token, once there is one.
+    fn token(&self) -> Option<&Token> {
+        self.0.as_ref().map(|m| &m.token)
+    }
+
+    /// Readers refused the writer: mark it from the next attempt on.
+    fn wanted(&mut self, engine: &Arc<Engine>, keys: &LockKeys, timing: Timing) {
+        if self.0.is_none() {
+            self.0 = Some(Marked {
+                engine: engine.clone(),
+                key: keys.lock.clone(),
+                timeout: timing.node_timeout,
+                token: Token::generate(&engine.settings().tag),
+            });
+        }
+    }
+
+    /// The writer took the lock: clear the mark, before the lease is
+    /// handed out (so its release cannot come first).
+    async fn took_the_lock(&mut self) {
+        if let Some(m) = self.0.take() {
+            clear(&m.engine, &m.key, &m.token, false, m.timeout).await;
+        }
+    }
+}
+
+impl Drop for WriterMark {
+    fn drop(&mut self) {
+        let Some(m) = self.0.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return; // The mark expires with the writer's TTL.
+        }
+        let background = m.engine.background().clone();
+        background.spawn(async move {
+            clear(&m.engine, &m.key, &m.token, true, m.timeout).await;
+        });
+    }
+}
+
+/// Clears the mark `token` names on every node; `gave_up` announces it.
+/// Failures are only logged: the mark expires with the writer's TTL.
+async fn clear(
+    engine: &Engine,
+    key: &str,
+    token: &Token,
+    gave_up: bool,
+    timeout: std::time::Duration,
+) {
+    let clears = engine
+        .nodes()
+        .iter()
+        .map(|node| node.writer_clear(key, token, gave_up, timeout));
+    for result in futures_util::future::join_all(clears).await {
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "clearing the writer-waiting mark failed; it expires");
+        }
+    }
 }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeId, Quarantine};
 use crate::core::quorum::quorum;
 
@@ -68,6 +69,15 @@ pub struct NodeLockState {
     /// # }
     /// ```
     pub quarantine: Option<NodeQuarantine>,
+    /// Who holds the key: a writer ([`LockMode::Exclusive`], or a value
+    /// that is not a lock's) or readers ([`LockMode::Shared`]); `None`
+    /// when free.
+    pub mode: Option<LockMode>,
+    /// Live readers there, by the server's clock (0 unless readers hold).
+    pub readers: u64,
+    /// A writer waits for the readers to leave, and new readers wait
+    /// behind it (see [`Locker::write_lock`](crate::Locker::write_lock)).
+    pub writer_waits: bool,
 }
 
 /// A node whose "yes" to an acquire does not count yet
@@ -244,6 +254,58 @@ impl LockStatus {
         self.answers().map(|s| s.waiting).max().unwrap_or(0)
     }
 
+    /// Who holds the lock when a quorum has its key: readers if a quorum
+    /// of nodes holds it for readers, else a writer. `None` when it is
+    /// not held on a quorum ([`verdict`](Self::verdict) says more).
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// match status.mode() {
+    ///     Some(redlease::LockMode::Shared) => println!("{} readers", status.readers()),
+    ///     Some(redlease::LockMode::Exclusive) => println!("a writer"),
+    ///     None => println!("not held"),
+    /// }
+    /// # }
+    /// ```
+    pub fn mode(&self) -> Option<LockMode> {
+        let quorum = quorum(self.nodes.len());
+        let count = |mode| self.answers().filter(|s| s.mode == Some(mode)).count();
+        let shared = count(LockMode::Shared);
+        if shared >= quorum {
+            Some(LockMode::Shared)
+        } else if shared + count(LockMode::Exclusive) >= quorum {
+            Some(LockMode::Exclusive)
+        } else {
+            None
+        }
+    }
+
+    /// How many readers hold the lock: the most any node counts (a
+    /// reader holds on a quorum, not on every node).
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// println!("{} readers", status.readers());
+    /// # }
+    /// ```
+    pub fn readers(&self) -> u64 {
+        self.answers().map(|s| s.readers).max().unwrap_or(0)
+    }
+
+    /// Whether a writer waits for the readers, on any node (new readers
+    /// wait behind it there).
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// if status.writer_waits() {
+    ///     println!("a writer waits; new readers queue behind it");
+    /// }
+    /// # }
+    /// ```
+    pub fn writer_waits(&self) -> bool {
+        self.answers().any(|s| s.writer_waits)
+    }
+
     fn answers(&self) -> impl Iterator<Item = &NodeLockState> {
         self.nodes.iter().filter_map(|(_, s)| s.as_ref().ok())
     }
@@ -269,6 +331,12 @@ mod tests {
                             fencing_counter: Some(i as u64),
                             waiting: i as u64,
                             quarantine: None,
+                            mode: match key {
+                                KeyState::Free => None,
+                                KeyState::Held { .. } => Some(LockMode::Exclusive),
+                            },
+                            readers: 0,
+                            writer_waits: false,
                         }),
                         None => Err(NodeError::new(
                             id.clone(),

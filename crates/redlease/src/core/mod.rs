@@ -11,6 +11,7 @@ pub(crate) mod fencing;
 pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod lock_status;
+pub(crate) mod mode;
 pub(crate) mod node_error;
 pub(crate) mod quorum;
 pub(crate) mod refusal;

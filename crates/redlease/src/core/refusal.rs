@@ -61,6 +61,11 @@ impl Refusal {
     }
 }
 
+/// The owner fingerprint of a lock held by readers: that of the value its
+/// key holds meanwhile (`READERS` in `protocol::shared`), the same on
+/// every node, so readers on a quorum are "one owner" to a waiting writer.
+pub(crate) const READERS_OWNER: u32 = 0x61b_7c8f;
+
 /// What a failed acquire's refusals said of the lock's holder.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Busy {
@@ -71,6 +76,10 @@ pub(crate) struct Busy {
     /// The most processes any refusing node counted as waiting for it
     /// (every waiter subscribes on every node).
     pub(crate) crowd: u64,
+    /// Readers refused it on some node: a writer that waits has marked
+    /// itself there (see `protocol::shared`), and clears the mark when it
+    /// stops waiting.
+    pub(crate) readers: bool,
 }
 
 impl Busy {
@@ -84,6 +93,7 @@ impl Busy {
         Busy {
             one_owner,
             crowd: refusals.iter().map(|r| r.waiting).max().unwrap_or(0),
+            readers: refusals.iter().any(|r| r.owner == READERS_OWNER),
         }
     }
 }

@@ -515,6 +515,7 @@ mod tests {
             include_str!("scripts/read_acquire.lua"),
             include_str!("scripts/read_release.lua"),
             include_str!("scripts/read_extend.lua"),
+            include_str!("scripts/read_extend_many.lua"),
             include_str!("scripts/writer_waits.lua"),
             include_str!("scripts/writer_clear.lua"),
             include_str!("scripts/read_inspect.lua"),

@@ -193,6 +193,9 @@ pub(crate) static READ_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_release.lua")));
 pub(crate) static READ_EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_extend.lua")));
+// A batch of read renewals, as `EXTEND_MANY` for exclusive leases.
+pub(crate) static READ_EXTEND_MANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/read_extend_many.lua")));
 pub(crate) static WRITER_WAITS: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/writer_waits.lua")));
 pub(crate) static WRITER_CLEAR: LazyLock<Lua> =
@@ -205,7 +208,7 @@ pub(crate) static READ_INSPECT: LazyLock<Lua> =
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 14] = [
+    let scripts: [(&str, &Lua); 15] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
         ("release", &RELEASE_SHARDED),
@@ -217,6 +220,7 @@ pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> 
         ("read acquire", &READ_ACQUIRE),
         ("read release", &READ_RELEASE),
         ("read extend", &READ_EXTEND),
+        ("read renewal", &READ_EXTEND_MANY),
         ("writer-waiting mark", &WRITER_WAITS),
         ("writer-waiting clear", &WRITER_CLEAR),
         ("read inspect", &READ_INSPECT),

@@ -23,10 +23,6 @@
 //! builds its call; each reply is read with [`FromRedisValue`], and a
 //! reply of another shape is an error, never a guess.
 
-// The coordination layer will send these requests (read leases, the
-// writer's mark, admin); until then only the tests do.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, ParsingError, Value};
@@ -34,7 +30,7 @@ use redis::{Cmd, FromRedisValue, ParsingError, Value};
 use super::acquire::{OnRefusal, ServerTime};
 use super::lua::{
     malformed, millis, one_or_zero, small_int_array, Flag, PubSub, READ_ACQUIRE, READ_EXTEND,
-    READ_INSPECT, READ_RELEASE, WRITER_CLEAR, WRITER_WAITS,
+    READ_EXTEND_MANY, READ_INSPECT, READ_RELEASE, WRITER_CLEAR, WRITER_WAITS,
 };
 
 /// The lock key's value while readers hold it: not hexadecimal, so no
@@ -78,7 +74,8 @@ impl SharedKeys {
 /// - Reply ([`ReadAcquireReply`]): taken, `{1, generation}` and `seconds,
 ///   microseconds` of `TIME` when the clock was asked for; held by a
 ///   writer, `{0, pttl, waiting, owner}` as the acquire script answers; a
-///   writer waits, `{2, pttl of its mark, waiting}`.
+///   writer waits, `{2, pttl of its mark, waiting, owner}` (the waiting
+///   writer's fingerprint).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadAcquireRequest<'a> {
     pub(crate) key: &'a str,
@@ -149,10 +146,11 @@ pub(crate) enum ReadAcquireReply {
     },
     /// Readers may hold the lock, but a writer waits for it: its mark
     /// lasts this long (`None`: no expiry), with this many connections
-    /// waiting for a release.
+    /// waiting for a release, and the waiting writer's fingerprint.
     WriterWaits {
         expires_in: Option<Duration>,
         waiting: u64,
+        owner: u32,
     },
 }
 
@@ -186,9 +184,10 @@ impl FromRedisValue for ReadAcquireReply {
                 waiting: waiting.max(0) as u64,
                 owner: u32::try_from(owner).map_err(|_| bad())?,
             }),
-            (3, [2, pttl, waiting, _]) => Ok(ReadAcquireReply::WriterWaits {
+            (4, [2, pttl, waiting, owner]) => Ok(ReadAcquireReply::WriterWaits {
                 expires_in: ttl(pttl)?,
                 waiting: waiting.max(0) as u64,
+                owner: u32::try_from(owner).map_err(|_| bad())?,
             }),
             _ => Err(bad()),
         }
@@ -292,6 +291,43 @@ impl FromRedisValue for ReadExtendReply {
             true => ReadExtendReply::Extended,
             false => ReadExtendReply::NotOurs,
         })
+    }
+}
+
+/// A batch of read renewals (read_extend_many.lua): the read extend for
+/// many holds in one call, as [`ExtendManyRequest`](super::lease::ExtendManyRequest)
+/// for exclusive leases.
+///
+/// - `KEYS[2i-1]` lease i's lock key, `KEYS[2i]` its readers.
+/// - `ARGV[2i-1]` its token, `ARGV[2i]` its new TTL (ms); `ARGV[2n+1]`
+///   [`READERS`]; `ARGV[2n+2]` [`Flag`]: the holds are bound to their
+///   lineage.
+/// - Reply ([`Renewed`](super::lease::Renewed)): one `'1'` or `'0'` per
+///   lease.
+pub(crate) struct ReadExtendManyRequest<I> {
+    /// `(lock key, token, ttl)` of each read hold.
+    pub(crate) leases: I,
+    pub(crate) bind_lineage: bool,
+}
+
+impl<'a, I> ReadExtendManyRequest<I>
+where
+    I: Iterator<Item = (&'a str, &'a str, Duration)> + Clone,
+{
+    /// The script's call (`EVALSHA`), and how many holds it renews.
+    pub(crate) fn call(self) -> (Cmd, usize) {
+        let len = self.leases.clone().count();
+        let cmd = READ_EXTEND_MANY.call(|cmd| {
+            cmd.arg(2 * len);
+            for (key, _, _) in self.leases.clone() {
+                cmd.arg(key).arg(SharedKeys::of(key).readers);
+            }
+            for (_, token, ttl) in self.leases {
+                cmd.arg(token).arg(millis(ttl));
+            }
+            cmd.arg(READERS).arg(Flag(self.bind_lineage));
+        });
+        (cmd, len)
     }
 }
 

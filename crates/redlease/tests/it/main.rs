@@ -22,6 +22,7 @@ mod ownership;
 mod plain_acquire;
 mod renewal;
 mod restarts;
+mod rw;
 mod sentinel;
 mod slow_nodes;
 mod tls;

@@ -141,15 +141,21 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
             entries.push(e);
         }
     }
-    if inner.by_slot {
-        let mut order: Vec<(u16, usize)> = entries
+    // Read holds have a script of their own: they go after the writers'
+    // leases (and by slot on a cluster), in calls of their own.
+    let shared = |e: &Entry| e.mode == LockMode::Shared;
+    if inner.by_slot || entries.iter().any(|e| shared(e)) {
+        let mut order: Vec<(bool, u16, usize)> = entries
             .iter()
             .enumerate()
-            .map(|(k, e)| (hash_slot(&e.key), k))
+            .map(|(k, e)| {
+                let slot = if inner.by_slot { hash_slot(&e.key) } else { 0 };
+                (shared(e), slot, k)
+            })
             .collect();
         order.sort_unstable();
-        sent = order.iter().map(|&(_, k)| sent[k]).collect();
-        entries = order.iter().map(|&(_, k)| entries[k]).collect();
+        sent = order.iter().map(|&(_, _, k)| sent[k]).collect();
+        entries = order.iter().map(|&(_, _, k)| entries[k]).collect();
     }
     let bind_lineage = inner.nodes.first().is_some_and(|n| n.binds_lineage());
     let calls = calls_of(&entries, inner.by_slot, bind_lineage);
@@ -163,27 +169,28 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
 }
 
 /// The script calls renewing `entries` in order: up to [`CHUNK`] leases
-/// each, and, `by_slot`, a new call wherever the hash slot changes.
+/// each, a new call wherever the mode changes, and, `by_slot`, wherever
+/// the hash slot changes.
 /// `bind_lineage`: the nodes bind locks to their replication lineage.
 pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) -> Vec<ExtendMany> {
     let mut calls = Vec::new();
     let mut rest = entries;
     while !rest.is_empty() {
         let mut len = rest.len().min(CHUNK);
-        if by_slot {
-            let slot = hash_slot(&rest[0].key);
-            len = rest[..len]
-                .iter()
-                .position(|e| hash_slot(&e.key) != slot)
-                .unwrap_or(len);
-        }
+        let (slot, mode) = (hash_slot(&rest[0].key), rest[0].mode);
+        len = rest[..len]
+            .iter()
+            .position(|e| e.mode != mode || (by_slot && hash_slot(&e.key) != slot))
+            .unwrap_or(len);
         let (call, tail) = rest.split_at(len);
-        calls.push(ExtendMany::new(
-            call.iter()
-                .map(|e| (&*e.key, e.token.as_str(), e.timing.ttl)),
-            by_slot.then(|| hash_slot(&call[0].key)),
-            bind_lineage,
-        ));
+        let leases = call
+            .iter()
+            .map(|e| (&*e.key, e.token.as_str(), e.timing.ttl));
+        let slot = by_slot.then_some(slot);
+        calls.push(match mode {
+            LockMode::Exclusive => ExtendMany::new(leases, slot, bind_lineage),
+            LockMode::Shared => ExtendMany::read(leases, slot, bind_lineage),
+        });
         rest = tail;
     }
     calls

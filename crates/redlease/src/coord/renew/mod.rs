@@ -28,6 +28,7 @@ use crate::coord::background::RuntimeTasks;
 use crate::coord::lane::{ExtendMany, CHUNK};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
+use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::renew_schedule::{coalesce, next_due, retry_at};
 use crate::core::telemetry;
@@ -82,6 +83,8 @@ pub(crate) enum ExtendFailure {
 struct Entry {
     key: Arc<str>,
     token: Token,
+    /// Renewed as a writer's lock or as a read hold.
+    mode: LockMode,
     timing: Timing,
     interval: Duration,
     bounds: ExpiryBounds,
@@ -399,10 +402,12 @@ impl Renewer {
 
     /// Keeps a lease alive from now on; returns its registration. Needs a
     /// Tokio runtime.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add(
         &self,
         key: Arc<str>,
         token: Token,
+        mode: LockMode,
         timing: Timing,
         bounds: ExpiryBounds,
         late: Option<Arc<LateGrants>>,
@@ -416,6 +421,7 @@ impl Renewer {
         let mut entry = Entry {
             key,
             token,
+            mode,
             timing,
             interval,
             bounds,

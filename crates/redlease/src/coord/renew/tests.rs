@@ -16,6 +16,7 @@ fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
     Entry {
         key: "k".into(),
         token: Token::generate(&LockerTag::generate()),
+        mode: LockMode::Exclusive,
         timing,
         interval: timing.renew_interval(1.0 / 3.0),
         bounds: ExpiryBounds::new(nodes, granted.iter().copied(), until),
@@ -100,4 +101,17 @@ fn a_late_yes_to_the_acquire_counts_for_the_quorum() {
     confirm(&mut e, 2, t0 + 500 * MS);
     assert!(e.evaluate(t0 + 700 * MS));
     assert_eq!(e.view.confirmed_round, 1);
+}
+
+#[test]
+fn read_holds_go_in_calls_of_their_own() {
+    let t0 = Instant::now();
+    let (a, b) = (entry(1, &[0], t0), entry(1, &[0], t0));
+    let mut c = entry(1, &[0], t0);
+    c.mode = LockMode::Shared;
+    let calls = lanes::calls_of(&[&a, &b, &c], false, false);
+    let lens: Vec<usize> = calls.iter().map(ExtendMany::len).collect();
+    assert_eq!(lens, [2, 1]);
+    let calls = lanes::calls_of(&[&c, &c], false, false);
+    assert_eq!(calls.len(), 1);
 }

@@ -22,8 +22,12 @@
 -- generation being the fencing counter's value (0 if there is none: no
 -- fenced write, or the counter expired idle), which a read never draws;
 -- {0, pttl, waiting, owner} when a writer holds the lock (as acquire.lua
--- answers); {2, pttl, waiting} when a writer waits for it (pttl is the
--- writer-waiting mark's), so that a stream of readers cannot starve it.
+-- answers); {2, pttl, waiting, owner} when a writer waits for it (pttl is
+-- the writer-waiting mark's, owner the waiting writer's fingerprint), so
+-- that a stream of readers cannot starve it. With ARGV[8] '1', a mark of
+-- another Locker's writer gets a final '*', as a holder does: the writer
+-- then makes its own release heard by the readers waiting behind it
+-- (writer_clear.lua).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local function waiting()
@@ -50,9 +54,14 @@ if holder and holder ~= ARGV[3] then
   end
   return {0, redis.call('PTTL', KEYS[1]), waiting(), owner}
 end
-local writer = redis.call('PTTL', KEYS[4])
-if writer ~= -2 then
-  return {2, writer, waiting()}
+local mark = redis.call('GET', KEYS[4])
+if mark then
+  if ARGV[8] == '1' and string.sub(mark, 1, #ARGV[7]) ~= ARGV[7]
+      and string.byte(mark, -1) ~= 42 then
+    redis.call('SET', KEYS[4], mark .. '*', 'KEEPTTL')
+  end
+  local owner = tonumber(string.sub(redis.sha1hex(string.match(mark, '^[^*]*')), 1, 7), 16)
+  return {2, redis.call('PTTL', KEYS[4]), waiting(), owner}
 end
 local generation = tonumber(redis.call('GET', KEYS[3]) or '0')
 if not generation then

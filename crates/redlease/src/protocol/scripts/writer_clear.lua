@@ -2,16 +2,26 @@
 -- when the writer took the lock, or gives up waiting.
 -- KEYS[1] lock key; KEYS[2] writer-waiting mark.
 -- ARGV[1] the writer's token; ARGV[2] PUBLISH, or SPUBLISH on a cluster;
--- ARGV[3] '1' to announce it (a writer giving up: the readers waiting
--- behind its mark may go on at once), '0' not to (a writer that took the
--- lock: its release is what they wait for). The announcement is
--- release.lua's, on KEYS[1] .. ':released'.
+-- ARGV[3] '1' for a writer giving up: the clear is announced on the
+-- release channel (as release.lua's, on KEYS[1] .. ':released'), so the
+-- readers waiting behind the mark go on at once; '0' for a writer that
+-- took the lock: its release is what they wait for, so if readers of
+-- another Locker marked the mark (a final '*', read_acquire.lua), the
+-- writer's own value in KEYS[1] gets the '*' too, as refused.lua marks a
+-- holder, and its release is published.
 -- Returns 1 if the mark was ours and is deleted, 0 if not.
-if redis.call('GET', KEYS[2]) == ARGV[1] then
-  redis.call('DEL', KEYS[2])
-  if ARGV[3] == '1' then
-    redis.pcall(ARGV[2], KEYS[1] .. ':released', string.sub(redis.sha1hex(ARGV[1]), 1, 16))
-  end
-  return 1
+local mark = redis.call('GET', KEYS[2])
+if mark ~= ARGV[1] and mark ~= ARGV[1] .. '*' then
+  return 0
 end
-return 0
+redis.call('DEL', KEYS[2])
+if ARGV[3] == '1' then
+  redis.pcall(ARGV[2], KEYS[1] .. ':released', string.sub(redis.sha1hex(ARGV[1]), 1, 16))
+elseif mark ~= ARGV[1] then
+  local value = redis.pcall('GET', KEYS[1])
+  if type(value) == 'string' and string.sub(value, 1, #ARGV[1]) == ARGV[1]
+      and string.byte(value, -1) ~= 42 then
+    redis.call('SET', KEYS[1], value .. '*', 'KEEPTTL')
+  end
+end
+return 1

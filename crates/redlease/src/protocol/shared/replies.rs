@@ -42,6 +42,13 @@ fn the_keys_share_the_lock_keys_slot() {
 }
 
 #[test]
+fn readers_have_one_fingerprint_on_every_node() {
+    use crate::core::refusal::READERS_OWNER;
+    use crate::protocol::set_nx::owner_fingerprint;
+    assert_eq!(owner_fingerprint(READERS.as_bytes()), READERS_OWNER);
+}
+
+#[test]
 fn calls_are_laid_out_as_the_scripts_read_them() {
     let read = read_request().call();
     assert_eq!(args(&read)[1], READ_ACQUIRE.hash());
@@ -155,10 +162,11 @@ fn read_acquire_replies_are_read_by_their_shape() {
         })
     );
     assert_eq!(
-        read(&[2, 800, 2]),
+        read(&[2, 800, 2, 0x61b7c8f]),
         Ok(ReadAcquireReply::WriterWaits {
             expires_in: Some(Duration::from_millis(800)),
-            waiting: 2
+            waiting: 2,
+            owner: 0x61b7c8f,
         })
     );
 }
@@ -176,8 +184,9 @@ fn a_malformed_read_acquire_reply_is_an_error() {
         ints(&[0, -2, 0, 0]),
         ints(&[0, 5, 0, -1]),
         ints(&[2, 800]),
-        ints(&[2, -2, 0]),
-        ints(&[2, 800, 0, 0]),
+        ints(&[2, -2, 0, 0]),
+        ints(&[2, 800, 0]),
+        ints(&[2, 800, 0, -1]),
         ints(&[3, 0]),
         ints(&[1, 0, 0, 0, 0]),
         Value::Array(vec![Value::Int(1), Value::BulkString(b"7".to_vec())]),
@@ -212,6 +221,7 @@ fn a_yes_must_answer_what_was_asked() {
     let waits = ReadAcquireReply::WriterWaits {
         expires_in: None,
         waiting: 0,
+        owner: 0,
     };
     assert_eq!(plain.check(waits), Ok(waits));
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::core::keys::LockKeys;
 use crate::core::node_error::{NodeError, NodeErrorKind};
+use crate::core::refusal::READERS_OWNER;
 use crate::core::token::Token;
 use crate::core::vote_guard::{ClockSample, ServerFacts};
 use crate::protocol::acquire::{
@@ -56,7 +57,10 @@ impl Node {
     /// `fenced`: also draw a fencing token. With it, or with durability on,
     /// or on a server older than Redis 7.0, this is the acquire script;
     /// otherwise plain commands (see [`set_nx`](crate::protocol::set_nx)).
-    /// `on_refusal`: whether a refusal marks the holder for waiters.
+    /// `on_refusal`: whether a refusal marks the holder for waiters; if
+    /// it does and readers refused, `mark` (the waiting writer's name) is
+    /// set as the writer-waiting mark, so that new readers wait behind it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
@@ -65,23 +69,51 @@ impl Node {
         timeout: Duration,
         fenced: bool,
         on_refusal: OnRefusal,
+        mark: Option<&Token>,
     ) -> Result<AcquireReply, NodeError> {
         use std::sync::atomic::Ordering;
         let plain = !fenced
             && self.settings.durability.wait().is_none()
             && self.set_nx_get.load(Ordering::Relaxed);
+        let mut reply = None;
         if plain {
             match self
                 .acquire_plain(keys, token, ttl_ms, timeout, on_refusal)
                 .await?
             {
-                Some(reply) => return Ok(reply),
+                Some(answer) => reply = Some(answer),
                 // Nothing was written: the script does it the old way.
                 None => self.set_nx_get.store(false, Ordering::Relaxed),
             }
         }
-        // Boxed, so that the plain path's futures do not carry its state.
-        Box::pin(self.acquire_scripted(keys, token, ttl_ms, timeout, fenced, on_refusal)).await
+        let reply = match reply {
+            Some(reply) => reply,
+            // Boxed, so that the plain path's futures do not carry its state.
+            None => {
+                Box::pin(self.acquire_scripted(keys, token, ttl_ms, timeout, fenced, on_refusal))
+                    .await?
+            }
+        };
+        if let AcquireReply::Held {
+            owner: READERS_OWNER,
+            ..
+        } = reply
+        {
+            if let Some(mark) = mark.filter(|_| on_refusal == OnRefusal::Mark) {
+                Box::pin(self.mark_writer(keys, mark, ttl_ms, timeout)).await;
+            }
+        }
+        Ok(reply)
+    }
+
+    /// After readers refused a writer that will wait: mark it waiting, so
+    /// that new readers queue behind it (see `protocol::shared`). A mark
+    /// that fails only lets readers in meanwhile; it is logged.
+    async fn mark_writer(&self, keys: &LockKeys, mark: &Token, ttl_ms: u64, timeout: Duration) {
+        let ttl = Duration::from_millis(ttl_ms);
+        if let Err(e) = self.writer_waits(&keys.lock, mark, ttl, timeout).await {
+            tracing::debug!(error = %e, "the writer-waiting mark failed");
+        }
     }
 
     /// The acquire with plain commands; `None` if the server does not know
@@ -219,7 +251,7 @@ impl Node {
     /// A "yes", unless this server may not vote (see [`VoteGuard`]) or
     /// too few replicas acknowledged it: then an error (the key was
     /// written, so a failed attempt still undoes it).
-    fn judge_grant(
+    pub(super) fn judge_grant(
         &self,
         shard: Option<Arc<ServerFacts>>,
         clock: Option<ClockSample>,
@@ -235,7 +267,7 @@ impl Node {
 
     /// A "no" counts, except from a node that is another node's server:
     /// its answer is that node's.
-    fn judge_refusal(
+    pub(super) fn judge_refusal(
         &self,
         shard: Option<Arc<ServerFacts>>,
         held: AcquireReply,
@@ -268,7 +300,7 @@ impl Node {
 
     /// Whether acquire replies carry the server's clock: with the guard
     /// on (a cluster's replies say which shard's server sent them).
-    fn watches_clock(&self) -> bool {
+    pub(super) fn watches_clock(&self) -> bool {
         self.settings.clock_suspension.is_some()
     }
 

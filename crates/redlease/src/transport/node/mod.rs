@@ -7,6 +7,7 @@
 mod acquire;
 mod health;
 mod ops;
+mod shared;
 
 pub(crate) use crate::protocol::acquire::OnRefusal;
 pub(crate) use acquire::AcquireReply;

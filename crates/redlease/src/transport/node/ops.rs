@@ -8,6 +8,7 @@ use redis::{Cmd, RedisError, Value};
 
 use crate::core::keys::{release_channel, LockKeys};
 use crate::core::lock_status::{KeyState, NodeLockState, NodeQuarantine};
+use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::token::Token;
 use crate::core::vote_guard::ServerFacts;
@@ -16,7 +17,8 @@ use crate::protocol::lease::{
     ExtendReply, ExtendRequest, ForceReleaseReply, ForceReleaseRequest, ReleaseReply,
     ReleaseRequest,
 };
-use crate::protocol::lua::{Lua, EXTEND};
+use crate::protocol::lua::{Lua, EXTEND, READ_INSPECT};
+use crate::protocol::shared::{Mode, ReadInspectRequest, SharedKeys, SharedState};
 use crate::transport::deployment::Conn;
 use crate::transport::shard_conn;
 
@@ -127,6 +129,15 @@ impl Node {
             .cmd("PUBSUB")
             .arg(self.pubsub().numsub())
             .arg(release_channel(&keys.lock));
+        // The two modes, in the same round trip: sent whole (EVAL), an
+        // operator's rare request need not be cached on the server.
+        let shared = SharedKeys::of(&keys.lock);
+        let modes = ReadInspectRequest {
+            key: &keys.lock,
+            readers_key: &shared.readers,
+            writer_key: &shared.writer,
+        };
+        pipe.add_command(READ_INSPECT.whole(&modes.call()));
         let cluster = self.deployment.is_cluster();
         if cluster {
             // Which shard answered, for its quarantine (see `shard_conn`).
@@ -141,9 +152,13 @@ impl Node {
             true => replies.pop().as_ref().and_then(shard_conn::facts_of),
             false => self.conn.server_facts(),
         };
-        let (pttl, fence, subscribers): (i64, Option<String>, Vec<(String, u64)>) =
-            redis::from_redis_value(Value::Array(replies))
-                .map_err(|e| self.error(NodeErrorKind::Protocol(format!("inspect replied {e}"))))?;
+        let (pttl, fence, subscribers, modes): (
+            i64,
+            Option<String>,
+            Vec<(String, u64)>,
+            SharedState,
+        ) = redis::from_redis_value(Value::Array(replies))
+            .map_err(|e| self.error(NodeErrorKind::Protocol(format!("inspect replied {e}"))))?;
         let key = match pttl {
             -2 => KeyState::Free,
             -1 => KeyState::Held { expires_in: None },
@@ -168,6 +183,13 @@ impl Node {
             fencing_counter,
             waiting: subscribers.iter().map(|(_, n)| n).sum(),
             quarantine: shard.and_then(|facts| self.quarantine(&facts)),
+            mode: match modes.mode {
+                Mode::Free => None,
+                Mode::Exclusive => Some(LockMode::Exclusive),
+                Mode::Shared => Some(LockMode::Shared),
+            },
+            readers: modes.readers,
+            writer_waits: modes.writer_waits.is_some(),
         })
     }
 

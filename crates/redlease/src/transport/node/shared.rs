@@ -1,0 +1,192 @@
+//! A node's requests for a lock's read side: the read acquire, release
+//! and extend, and the writer-waiting mark (see
+//! [`shared`](crate::protocol::shared)).
+
+use std::time::Duration;
+
+use crate::core::keys::LockKeys;
+use crate::core::node_error::{NodeError, NodeErrorKind};
+use crate::core::token::Token;
+use crate::core::vote_guard::ClockSample;
+use crate::protocol::acquire::OnRefusal;
+use crate::protocol::lua::{READ_ACQUIRE, READ_EXTEND, READ_RELEASE};
+use crate::protocol::lua::{WRITER_CLEAR, WRITER_WAITS};
+use crate::protocol::shared::{
+    ReadAcquireReply, ReadAcquireRequest, ReadExtendReply, ReadExtendRequest, ReadReleaseReply,
+    ReadReleaseRequest, SharedKeys, WriterClearReply, WriterClearRequest, WriterMarkReply,
+    WriterWaitsRequest,
+};
+
+use super::{AcquireReply, Gate, Node};
+
+impl Node {
+    /// Takes a read hold on the lock, or says who keeps it from us: a
+    /// writer holding it, or a writer waiting for it (both a
+    /// [`AcquireReply::Held`], the latter with the mark's expiry and its
+    /// writer's fingerprint). A "yes" carries, as its fence, the node's
+    /// fencing counter (the last write generation it saw), and is judged
+    /// like an exclusive acquire's (vote guard, durability).
+    pub(crate) async fn read_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        ttl_ms: u64,
+        timeout: Duration,
+        on_refusal: OnRefusal,
+    ) -> Result<AcquireReply, NodeError> {
+        let shared = SharedKeys::of(&keys.lock);
+        let fence_key = keys.fence();
+        let request = ReadAcquireRequest {
+            key: &keys.lock,
+            readers_key: &shared.readers,
+            fence_key: &fence_key,
+            writer_key: &shared.writer,
+            token: token.as_str(),
+            ttl: Duration::from_millis(ttl_ms),
+            watch_clock: self.watches_clock(),
+            bind_lineage: self.binds_lineage(),
+            pubsub: self.pubsub(),
+            tag: self.settings.tag.as_str(),
+            on_refusal,
+        };
+        let call = request.call();
+        let sent = std::time::Instant::now();
+        let mut conn = self.conn.clone();
+        let durability = self.settings.durability;
+        let exchange =
+            Box::pin(async move { conn.eval_voted(&READ_ACQUIRE, &call, durability).await });
+        let (reply, replicas, shard) = self
+            .bounded(timeout, Gate::New, &keys.lock, exchange)
+            .await?;
+        match request.check(reply) {
+            Ok(ReadAcquireReply::Taken { generation, clock }) => {
+                let clock = clock.map(|t| {
+                    let received = std::time::Instant::now();
+                    ClockSample::new(sent, received, t.secs, t.micros)
+                });
+                self.judge_grant(shard, clock, Some(generation), replicas)
+            }
+            Ok(
+                ReadAcquireReply::HeldByWriter {
+                    expires_in,
+                    waiting,
+                    owner,
+                }
+                | ReadAcquireReply::WriterWaits {
+                    expires_in,
+                    waiting,
+                    owner,
+                },
+            ) => self.judge_refusal(
+                shard,
+                AcquireReply::Held {
+                    expires_in,
+                    waiting,
+                    owner,
+                },
+            ),
+            Err(what) => Err(self.error(NodeErrorKind::Protocol(what))),
+        }
+    }
+
+    /// Removes our read hold; `Ok(false)` if it was not live. `announce`:
+    /// if it was the last reader, tell the lock's waiters.
+    pub(crate) async fn read_release(
+        &self,
+        key: &str,
+        token: &Token,
+        announce: bool,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let shared = SharedKeys::of(key);
+        let call = ReadReleaseRequest {
+            key,
+            readers_key: &shared.readers,
+            token: token.as_str(),
+            bind_lineage: self.binds_lineage(),
+            pubsub: self.pubsub(),
+            announce,
+        }
+        .call();
+        let (reply, _): (ReadReleaseReply, _) = self
+            .run(&READ_RELEASE, call, timeout, Gate::Cleanup, key)
+            .await?;
+        Ok(reply == ReadReleaseReply::Released)
+    }
+
+    /// A new TTL for our read hold if it is still live; `Ok(false)` if not.
+    pub(crate) async fn read_extend(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let shared = SharedKeys::of(key);
+        let call = ReadExtendRequest {
+            key,
+            readers_key: &shared.readers,
+            token: token.as_str(),
+            ttl: Duration::from_millis(ttl_ms),
+            bind_lineage: self.binds_lineage(),
+        }
+        .call();
+        let (reply, replicas): (ReadExtendReply, _) = self
+            .run(&READ_EXTEND, call, timeout, Gate::New, key)
+            .await?;
+        let extended = reply == ReadExtendReply::Extended;
+        if extended {
+            self.replicated(replicas)?;
+        }
+        Ok(extended)
+    }
+
+    /// Marks a writer refused by readers as waiting, for `ttl`, so that
+    /// new readers wait behind it; `Ok(false)` if readers no longer hold
+    /// the lock.
+    pub(crate) async fn writer_waits(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let shared = SharedKeys::of(key);
+        let call = WriterWaitsRequest {
+            key,
+            writer_key: &shared.writer,
+            token: token.as_str(),
+            ttl,
+        }
+        .call();
+        let (reply, _): (WriterMarkReply, _) = self
+            .run(&WRITER_WAITS, call, timeout, Gate::New, key)
+            .await?;
+        Ok(reply == WriterMarkReply::Marked)
+    }
+
+    /// Removes our writer-waiting mark, if it is ours: `gave_up` (announced,
+    /// so the readers behind it go on) or because the writer took the lock
+    /// (its release is what they wait for).
+    pub(crate) async fn writer_clear(
+        &self,
+        key: &str,
+        token: &Token,
+        gave_up: bool,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let shared = SharedKeys::of(key);
+        let call = WriterClearRequest {
+            key,
+            writer_key: &shared.writer,
+            token: token.as_str(),
+            pubsub: self.pubsub(),
+            announce: gave_up,
+        }
+        .call();
+        let (reply, _): (WriterClearReply, _) = self
+            .run(&WRITER_CLEAR, call, timeout, Gate::Cleanup, key)
+            .await?;
+        Ok(reply == WriterClearReply::Cleared)
+    }
+}

@@ -1,0 +1,210 @@
+//! Read-write locks on real servers: readers together, a writer alone,
+//! writer preference, each reader expiring on its own, the quorum with a
+//! node down, renewal in the shared batches, waiting without polling.
+
+use std::time::{Duration, Instant};
+
+use redlease::{Error, LockMode};
+use redlease_testkit::RedisNodes;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn readers_hold_together_and_a_writer_alone() {
+    let nodes = RedisNodes::start(1);
+    let (a, b) = (locker(&nodes), locker(&nodes));
+    let r1 = a.try_read_lock("doc").await.unwrap();
+    let r2 = b.try_read_lock("doc").await.unwrap();
+    assert_eq!(r1.mode(), LockMode::Shared);
+    let refused = b.try_lock("doc").await;
+    assert!(matches!(refused, Err(Error::Taken { .. })), "{refused:?}");
+    let status = a.admin().inspect("doc").await.unwrap();
+    assert_eq!(status.mode(), Some(LockMode::Shared));
+    assert_eq!(status.readers(), 2);
+    r1.release().await.unwrap();
+    assert!(b.try_lock("doc").await.is_err(), "one reader is left");
+    r2.release().await.unwrap();
+    let w = b.try_lock("doc").await.unwrap();
+    assert_eq!(w.mode(), LockMode::Exclusive);
+    let refused = a.try_read_lock("doc").await;
+    assert!(matches!(refused, Err(Error::Taken { .. })), "{refused:?}");
+    let status = a.admin().inspect("doc").await.unwrap();
+    assert_eq!(status.mode(), Some(LockMode::Exclusive));
+    w.release().await.unwrap();
+    // Nothing is left behind.
+    assert_eq!(dbsize(nodes.node(0)).await, 0);
+}
+
+#[tokio::test]
+async fn a_crashed_reader_expires_alone() {
+    let nodes = RedisNodes::start(1);
+    let locker = locker(&nodes);
+    let short = locker
+        .try_read_lock("doc")
+        .ttl(Duration::from_millis(600))
+        .await
+        .unwrap();
+    let long = locker.try_read_lock("doc").keep_alive().await.unwrap();
+    std::mem::forget(short); // crashed: never released, never renewed
+    let writer = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let started = Instant::now();
+            let w = locker.write_lock("doc").wait(Duration::from_secs(3)).await;
+            (w.map(|w| w.mode()), started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = locker.admin().inspect("doc").await.unwrap();
+    assert_eq!(status.readers(), 1, "the crashed reader expired alone");
+    assert!(
+        status.writer_waits(),
+        "the writer waits behind the live one"
+    );
+    assert!(!long.is_lost());
+    long.release().await.unwrap();
+    let (taken, waited) = writer.await.unwrap();
+    assert_eq!(taken.unwrap(), LockMode::Exclusive);
+    assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+}
+
+#[tokio::test]
+async fn a_waiting_writer_keeps_new_readers_out() {
+    let nodes = RedisNodes::start(1);
+    let (a, b) = (locker(&nodes), locker(&nodes));
+    let reader = a.read_lock("doc").await.unwrap();
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.write_lock("doc").wait(Duration::from_secs(5)).await }
+    });
+    // Bounded: the writer marks itself within its first attempts.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !a.admin().inspect("doc").await.unwrap().writer_waits() {
+        assert!(Instant::now() < deadline, "the writer never marked itself");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let late = a.try_read_lock("doc").await;
+    assert!(matches!(late, Err(Error::Taken { .. })), "{late:?}");
+    let late = tokio::spawn({
+        let a = a.clone();
+        async move { a.read_lock("doc").wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    reader.release().await.unwrap();
+    let w = writer.await.unwrap().unwrap();
+    // The mark is gone with the writer's acquire: readers now wait only
+    // for its release, which wakes them.
+    assert!(!a.admin().inspect("doc").await.unwrap().writer_waits());
+    assert!(!late.is_finished());
+    let released = Instant::now();
+    w.release().await.unwrap();
+    let r = late.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "woken by the release, not a timer: {:?}",
+        released.elapsed()
+    );
+    r.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_writer_that_gives_up_leaves_no_mark() {
+    let nodes = RedisNodes::start(1);
+    let (a, b) = (locker(&nodes), locker(&nodes));
+    let reader = a.read_lock("doc").await.unwrap();
+    let gave_up = b.write_lock("doc").wait(Duration::from_millis(400)).await;
+    assert!(
+        matches!(gave_up, Err(Error::WaitTimeout { .. })),
+        "{gave_up:?}"
+    );
+    b.admin().wait_for_background().await;
+    let status = a.admin().inspect("doc").await.unwrap();
+    assert!(!status.writer_waits());
+    a.try_read_lock("doc")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    reader.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn readers_behind_a_writer_go_in_together() {
+    let nodes = RedisNodes::start(1);
+    let (a, b) = (locker(&nodes), locker(&nodes));
+    let writer = a.lock("doc").await.unwrap();
+    let mut readers = Vec::new();
+    for i in 0..6 {
+        let locker = if i % 2 == 0 { a.clone() } else { b.clone() };
+        readers.push(tokio::spawn(async move {
+            locker.read_lock("doc").wait(Duration::from_secs(5)).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    writer.release().await.unwrap();
+    let mut held = Vec::new();
+    for r in readers {
+        held.push(r.await.unwrap().unwrap());
+    }
+    let status = a.admin().inspect("doc").await.unwrap();
+    assert_eq!(status.readers(), 6);
+    for r in held {
+        r.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn kept_alive_readers_outlive_their_ttl_and_leave_cleanly() {
+    let nodes = RedisNodes::start(1);
+    let locker = locker_with_timeout(&nodes, Duration::from_millis(200));
+    let ttl = Duration::from_millis(600);
+    let a = locker.read_lock("doc").ttl(ttl).keep_alive().await.unwrap();
+    let b = locker.read_lock("doc").ttl(ttl).keep_alive().await.unwrap();
+    let w = locker.lock("other").ttl(ttl).keep_alive().await.unwrap();
+    tokio::time::sleep(4 * ttl).await;
+    assert!(!a.is_lost() && !b.is_lost() && !w.is_lost());
+    assert_eq!(locker.admin().inspect("doc").await.unwrap().readers(), 2);
+    let mut a = a;
+    a.extend(Duration::from_secs(2)).await.unwrap();
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    w.release().await.unwrap();
+    assert_eq!(dbsize(nodes.node(0)).await, 0);
+}
+
+#[tokio::test]
+async fn over_a_quorum_with_a_node_down() {
+    let mut nodes = RedisNodes::start(3);
+    let locker = fenced_locker(&nodes);
+    let w = locker.lock("doc").await.unwrap();
+    let written = token(&w);
+    w.release().await.unwrap();
+    nodes.node_mut(2).kill();
+    let r = locker.read_lock("doc").await.unwrap();
+    assert!(
+        r.fencing_token().unwrap() >= written,
+        "a reader sees the last write"
+    );
+    let refused = locker.try_lock("doc").await;
+    assert!(matches!(refused, Err(Error::Taken { .. })), "{refused:?}");
+    r.release().await.unwrap();
+    let w2 = locker.lock("doc").await.unwrap();
+    assert!(token(&w2) > written);
+    w2.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn force_release_clears_both_modes() {
+    let nodes = RedisNodes::start(1);
+    let (a, b) = (locker(&nodes), locker(&nodes));
+    let r = a.read_lock("doc").keep_alive().await.unwrap();
+    let waiting = b.write_lock("doc").wait(Duration::from_millis(300)).await;
+    assert!(waiting.is_err());
+    a.admin().force_release("doc").await.unwrap();
+    let w = b.try_lock("doc").await.unwrap();
+    w.release().await.unwrap();
+    // The reader finds its hold gone at its next renewal.
+    let lost = tokio::time::timeout(Duration::from_secs(10), r.lost()).await;
+    assert!(lost.is_ok());
+}
