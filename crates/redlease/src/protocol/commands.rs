@@ -551,7 +551,7 @@ mod tests {
         // publish with the command they are given.
         assert!(scripts[3].contains("redis.pcall(ARGV[3]"));
         assert!(scripts[8].contains("redis.pcall(ARGV[4]"));
-        assert!(scripts[11].contains("redis.pcall(ARGV[2]"));
+        assert!(scripts[12].contains("redis.pcall(ARGV[2]"));
         assert!(declared("publish") && declared("spublish"));
     }
 
