@@ -103,8 +103,52 @@ async fn lock_cycle(url: &str, durability: Durability) {
         "woken by the release, not its 5 s timer: {:?}",
         acquired - released
     );
-    waiter_side.close().await;
+    read_cycle(&holder, waiter_side).await;
     holder.close().await;
+}
+
+/// The read side through the same deployment: a kept-alive reader
+/// renewed twice over beside a second reader, a writer that waits behind
+/// them (marked, so a new reader is refused) and is woken by the last
+/// release (its timer being 5 s).
+async fn read_cycle(holder: &Locker, writer_side: Locker) {
+    let reader = holder.read_lock("doc").keep_alive().await.expect("read");
+    let other = holder
+        .try_read_lock("doc")
+        .keep_alive()
+        .await
+        .expect("a second reader");
+    let writer = tokio::spawn(async move {
+        let lease = writer_side.write_lock("doc").await;
+        (Instant::now(), lease, writer_side)
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !holder.admin().inspect("doc").await.unwrap().writer_waits() {
+        assert!(Instant::now() < deadline, "the writer never marked itself");
+        tokio::time::sleep(10 * MS).await;
+    }
+    let late = holder.try_read_lock("doc").await;
+    assert!(late.is_err(), "a new reader waits behind the writer");
+    other.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!reader.is_lost(), "{:?}", reader.lost_reason());
+    let status = holder.admin().inspect("doc").await.unwrap();
+    assert_eq!(status.mode(), Some(redlease::LockMode::Shared));
+    assert_eq!(status.readers(), 1);
+    let released = Instant::now();
+    reader.release().await.unwrap();
+    let (acquired, written, writer_side) = writer.await.unwrap();
+    written
+        .expect("the writer gets it")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        acquired - released < Duration::from_millis(500),
+        "woken by the last reader's release, not its 5 s timer: {:?}",
+        acquired - released
+    );
+    writer_side.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -108,8 +108,8 @@ impl Node {
             announce,
         }
         .call();
-        let (reply, _): (ReadReleaseReply, _) = self
-            .run(&READ_RELEASE, call, timeout, Gate::Cleanup, key)
+        let reply: ReadReleaseReply = self
+            .unwaited(&READ_RELEASE, call, timeout, Gate::Cleanup, key)
             .await?;
         Ok(reply == ReadReleaseReply::Released)
     }
@@ -159,8 +159,8 @@ impl Node {
             ttl,
         }
         .call();
-        let (reply, _): (WriterMarkReply, _) = self
-            .run(&WRITER_WAITS, call, timeout, Gate::New, key)
+        let reply: WriterMarkReply = self
+            .unwaited(&WRITER_WAITS, call, timeout, Gate::New, key)
             .await?;
         Ok(reply == WriterMarkReply::Marked)
     }
@@ -184,9 +184,26 @@ impl Node {
             announce: gave_up,
         }
         .call();
-        let (reply, _): (WriterClearReply, _) = self
-            .run(&WRITER_CLEAR, call, timeout, Gate::Cleanup, key)
+        let reply: WriterClearReply = self
+            .unwaited(&WRITER_CLEAR, call, timeout, Gate::Cleanup, key)
             .await?;
         Ok(reply == WriterClearReply::Cleared)
+    }
+
+    /// Runs `call`, an `EVALSHA` of `lua` whose first key is `key`, with
+    /// no durability `WAIT` after it: for requests that give something
+    /// back or only steer waiters, which a failover may lose without
+    /// harm (as an exclusive release is sent).
+    async fn unwaited<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        lua: &'static crate::protocol::lua::Lua,
+        call: redis::Cmd,
+        timeout: Duration,
+        gate: Gate,
+        key: &str,
+    ) -> Result<T, NodeError> {
+        let mut conn = self.conn.clone();
+        let request = Box::pin(async move { conn.eval(lua, &call).await });
+        self.bounded(timeout, gate, key, request).await
     }
 }
