@@ -128,7 +128,8 @@ async fn a_restarted_server_votes_again_only_after_its_quarantine() {
 /// client cannot take the lock; without it (the control), it can.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
-    for guarded in [true, false] {
+    // The holder a writer (as any exclusive lock), then readers.
+    for (guarded, reads) in [(true, false), (false, false), (true, true), (false, true)] {
         let mut nodes = RedisNodes::start(3);
         let started = Instant::now();
         let ttl = Duration::from_secs(2);
@@ -147,10 +148,15 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
             until_it_votes(&holder, started, 3 * ttl).await;
         }
         // The holder has the lock on nodes 0 and 1 only (say its SET never
-        // reached node 2): a bare majority.
-        let lease = holder.try_lock("job").await.expect("3 of 3");
+        // reached node 2): a bare majority. A writer then comes.
+        let lease = match reads {
+            false => holder.try_lock("job").await,
+            true => holder.try_read_lock("job").await,
+        };
+        let lease = lease.expect("3 of 3");
         let key = holder.admin().key("job");
-        crate::support::command(nodes.node(2), &["DEL", &key]).await;
+        let readers = format!("{key}:readers");
+        crate::support::command(nodes.node(2), &["DEL", &key, &readers]).await;
         restart_empty(&mut nodes, 1);
 
         // Node 1 forgot the lock: only node 0 still has it.
@@ -186,7 +192,7 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
                 // The overlap the quarantine prevents.
                 assert!(token(&second) > token(&lease));
             }
-            (guarded, other) => panic!("quarantine {guarded}: {other:?}"),
+            (guarded, other) => panic!("quarantine {guarded}, reads {reads}: {other:?}"),
         }
     }
 }
