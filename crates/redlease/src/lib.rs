@@ -7,6 +7,8 @@
 //! with [`Lease::release`]. [`Locker::close`] shuts a Locker down. Expert
 //! settings sit behind [`LockerBuilder::advanced`], the operator's tools
 //! (inspection, force release, key names) behind [`Locker::admin`].
+//! [`Locker::read_lock`] and [`Locker::write_lock`] make it a read-write
+//! lock: any number of readers, or one writer, with writer preference.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -33,15 +35,17 @@
 //! ```
 //!
 //! How the lock works (the algorithm, waiting, renewal, slow nodes,
-//! restarts and clock jumps, fencing, Cluster, Sentinel and durability,
-//! TLS, observability) is told in `docs/library.md` in the repository;
+//! restarts and clock jumps, fencing, read-write locks, Cluster, Sentinel
+//! and durability, TLS, observability) is told in `docs/library.md` in
+//! the repository;
 //! the deployments guide and the fault figures are beside it.
 //!
 //! # Guarantees and limits
 //!
 //! While every assumption below holds, no two leases on the same resource
-//! are valid at the same instant, and a lease that could not be made valid
-//! is never returned. The assumptions:
+//! are valid at the same instant, except read leases together (a write
+//! lease shares its time with no other lease), and a lease that could not
+//! be made valid is never returned. The assumptions:
 //!
 //! - **Bounded clock drift.** Each node expires keys with its own clock. The
 //!   validity is cut by the drift allowance so that a node whose clock runs

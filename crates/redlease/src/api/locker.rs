@@ -155,7 +155,8 @@ impl Locker {
     /// The lease is the same [`Lease`](crate::Lease) as a writer's (keep
     /// it alive, extend it, release it), in [`LockMode::Shared`]; its
     /// [`fencing_token`](crate::Lease::fencing_token) is the newest write
-    /// generation it can see (see "Read-write locks" in the crate docs).
+    /// generation it can see (see "Read-write locks" in the library
+    /// manual, `docs/library.md`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
