@@ -115,6 +115,7 @@ pub use crate::api::builder::LockerBuilder;
 pub use crate::api::lease::Lease;
 pub use crate::api::lease_handle::LeaseHandle;
 pub use crate::api::locker::{Locker, MAX_KEY_LEN};
+pub use crate::api::semaphore::Semaphore;
 pub use crate::api::try_acquire::TryAcquire;
 pub use crate::coord::renew::RenewalStats;
 pub use crate::core::durability::Durability;

@@ -13,7 +13,7 @@ use crate::coord::engine::Engine;
 use crate::coord::wait;
 use crate::core::error::{Error, Op};
 use crate::core::lease_state::LostReason;
-use crate::core::mode::LockMode;
+use crate::core::mode::Hold;
 use crate::core::retry::RetryPolicy;
 use crate::core::telemetry;
 
@@ -37,7 +37,10 @@ pub struct Acquire<'a> {
     ttl: Option<Duration>,
     retry: RetryPolicy,
     keep_alive: bool,
-    mode: LockMode,
+    hold: Hold,
+    /// Why the request cannot be sent, found when it was made (a
+    /// semaphore whose settings cannot work): returned before any I/O.
+    refused: Option<Error>,
 }
 
 impl std::fmt::Debug for Acquire<'_> {
@@ -47,7 +50,7 @@ impl std::fmt::Debug for Acquire<'_> {
             .field("ttl", &self.ttl)
             .field("retry", &self.retry)
             .field("keep_alive", &self.keep_alive)
-            .field("mode", &self.mode)
+            .field("hold", &self.hold)
             .finish_non_exhaustive()
     }
 }
@@ -57,7 +60,7 @@ impl<'a> Acquire<'a> {
         engine: &'a Arc<Engine>,
         resource: String,
         retry: RetryPolicy,
-        mode: LockMode,
+        hold: Hold,
     ) -> Self {
         Acquire {
             engine,
@@ -65,8 +68,15 @@ impl<'a> Acquire<'a> {
             ttl: None,
             retry,
             keep_alive: false,
-            mode,
+            hold,
+            refused: None,
         }
+    }
+
+    /// A request that fails with `why` before any I/O when awaited.
+    pub(crate) fn refused(mut self, why: Option<Error>) -> Self {
+        self.refused = why;
+        self
     }
 
     /// Use this TTL instead of the Locker's.
@@ -195,6 +205,9 @@ impl<'a> Acquire<'a> {
     }
 
     async fn run(self) -> Result<Lease, Error> {
+        if let Some(why) = self.refused {
+            return Err(why);
+        }
         let engine = self.engine;
         let settings = engine.settings();
         crate::core::keys::check_resource(&settings.prefix, &self.resource)?;
@@ -212,7 +225,7 @@ impl<'a> Acquire<'a> {
             &keys,
             timing,
             &self.retry,
-            self.mode,
+            self.hold,
         )
         .await?;
         let mut lease = match Lease::new(grant, self.resource) {
@@ -236,7 +249,7 @@ impl<'a> IntoFuture for Acquire<'a> {
             "redlease.acquire",
             resource = %self.resource,
             keep_alive = self.keep_alive,
-            mode = ?self.mode,
+            mode = ?self.hold.mode(),
             outcome = tracing::field::Empty,
             elapsed_ms = tracing::field::Empty,
             fencing_token = tracing::field::Empty,

@@ -113,15 +113,17 @@ impl Lease {
     /// Hands the lease to its Locker's renewer.
     pub(crate) fn keep_alive(&mut self) {
         let engine = &self.guard.engine;
+        let nodes = engine.nodes().len();
         let bounds = ExpiryBounds::new(
-            engine.nodes().len(),
+            nodes,
+            self.guard.ownership.hold.quorum(nodes),
             std::mem::take(&mut self.granted),
             self.valid_until_now(),
         );
         let id = engine.renewer().add(
             self.guard.ownership.key.clone(),
             self.guard.ownership.token.clone(),
-            self.guard.ownership.mode,
+            self.guard.ownership.hold,
             self.guard.timing,
             bounds,
             self.late.take(),
@@ -217,7 +219,7 @@ impl Lease {
     /// # lease.release().await }
     /// ```
     pub fn mode(&self) -> LockMode {
-        self.guard.ownership.mode
+        self.guard.ownership.hold.mode()
     }
 
     /// Until when the lock is ours: `start + ttl - drift`, where `start` is
@@ -391,7 +393,8 @@ impl Lease {
         }
 
         let ownership = self.guard.ownership.clone();
-        let mut replies = fanout::until_decided(engine.nodes(), |node| {
+        let quorum = ownership.hold.quorum(engine.nodes().len());
+        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
             async move {
                 ownership
@@ -475,6 +478,7 @@ impl Lease {
                     op: Op::Extend,
                     succeeded: nodes - failed.len() - refused_on.len(),
                     nodes,
+                    quorum: self.guard.ownership.hold.quorum(nodes),
                     refused: refused_on.into_iter().map(Refusal::bare).collect(),
                     failed,
                 };
@@ -546,7 +550,8 @@ impl Lease {
         // Worked out only if a task of this Locker waits, and then once.
         let release_id = std::sync::OnceLock::new();
         let release_id = || *release_id.get_or_init(|| ReleaseId::of(&ownership.token));
-        let decided = fanout::until_decided(engine.nodes(), |node| {
+        let quorum = ownership.hold.quorum(engine.nodes().len());
+        let decided = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
             async move {
                 if !ownership.written.may_hold(node.id().index()) {

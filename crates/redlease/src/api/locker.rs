@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use crate::api::acquire::Acquire;
 use crate::api::admin::Admin;
+use crate::api::semaphore::Semaphore;
 use crate::api::try_acquire::TryAcquire;
 use crate::coord::engine::Engine;
-use crate::core::mode::LockMode;
+use crate::core::mode::Hold;
 use crate::core::quorum::quorum;
 
 /// The longest Redis key a lock may have, in bytes: the key prefix, the
@@ -118,7 +119,7 @@ impl Locker {
     /// flight is undone in the background, the task leaves the queue of
     /// waiters (unsubscribing if it was the last), and no lease is leaked.
     pub fn lock(&self, resource: impl Into<String>) -> Acquire<'_> {
-        self.acquire(resource.into(), LockMode::Exclusive)
+        self.acquire(resource.into(), Hold::Exclusive)
     }
 
     /// Takes the lock as a writer: the same request as [`lock`](Self::lock),
@@ -143,7 +144,7 @@ impl Locker {
     /// its writer-waiting mark (in the background), so the readers behind
     /// it go on at once.
     pub fn write_lock(&self, resource: impl Into<String>) -> Acquire<'_> {
-        self.acquire(resource.into(), LockMode::Exclusive)
+        self.acquire(resource.into(), Hold::Exclusive)
     }
 
     /// Takes a read (shared) hold on the lock, waiting as
@@ -175,12 +176,35 @@ impl Locker {
     ///
     /// As [`lock`](Self::lock)'s.
     pub fn read_lock(&self, resource: impl Into<String>) -> Acquire<'_> {
-        self.acquire(resource.into(), LockMode::Shared)
+        self.acquire(resource.into(), Hold::Shared)
     }
 
-    fn acquire(&self, resource: String, mode: LockMode) -> Acquire<'_> {
+    /// A counting semaphore named `resource` with `permits` permits: at
+    /// most that many holders at once, fleet-wide, each permit a
+    /// [`Lease`](crate::Lease) that expires with its holder. See
+    /// [`Semaphore`](crate::Semaphore) for the quorum a permit needs over
+    /// several nodes. Building it does no I/O.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let workers = locker.semaphore("api-workers", 2);
+    /// let a = workers.acquire().await?;
+    /// let b = workers.acquire().await?;
+    /// assert!(workers.try_acquire().await.is_err()); // both permits are held
+    /// a.release().await?;
+    /// b.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, resource: impl Into<String>, permits: u32) -> Semaphore<'_> {
+        Semaphore::new(&self.engine, resource.into(), permits)
+    }
+
+    fn acquire(&self, resource: String, hold: Hold) -> Acquire<'_> {
         let retry = self.engine.settings().retry.clone();
-        Acquire::new(&self.engine, resource, retry, mode)
+        Acquire::new(&self.engine, resource, retry, hold)
     }
 
     /// Makes exactly one attempt: returns the lease, or why it could not be
@@ -201,7 +225,7 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub fn try_lock(&self, resource: impl Into<String>) -> TryAcquire<'_> {
-        TryAcquire::new(&self.engine, resource.into(), LockMode::Exclusive)
+        TryAcquire::new(&self.engine, resource.into(), Hold::Exclusive)
     }
 
     /// Makes exactly one attempt at a read hold, as
@@ -222,7 +246,7 @@ impl Locker {
     /// # writer.release().await }
     /// ```
     pub fn try_read_lock(&self, resource: impl Into<String>) -> TryAcquire<'_> {
-        TryAcquire::new(&self.engine, resource.into(), LockMode::Shared)
+        TryAcquire::new(&self.engine, resource.into(), Hold::Shared)
     }
 
     /// Gives back every lease this Locker still holds, stops taking locks,

@@ -1,6 +1,7 @@
 //! What users hold: the [`Locker`](crate::Locker), its builder and expert
 //! settings, the lock requests, the [`Lease`](crate::Lease) and its
-//! handle, and the operator's [`Admin`](crate::Admin) handle.
+//! handle, a [`Semaphore`](crate::Semaphore)'s permits, and the
+//! operator's [`Admin`](crate::Admin) handle.
 
 pub(crate) mod acquire;
 pub(crate) mod admin;
@@ -9,4 +10,5 @@ pub(crate) mod builder;
 pub(crate) mod lease;
 pub(crate) mod lease_handle;
 pub(crate) mod locker;
+pub(crate) mod semaphore;
 pub(crate) mod try_acquire;

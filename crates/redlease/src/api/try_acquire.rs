@@ -10,7 +10,7 @@ use crate::api::lease::Lease;
 use crate::api::lease_handle::LeaseHandle;
 use crate::coord::engine::Engine;
 use crate::core::error::Error;
-use crate::core::mode::LockMode;
+use crate::core::mode::Hold;
 use crate::core::retry::RetryPolicy;
 
 /// A lock request from [`Locker::try_lock`](crate::Locker::try_lock): one
@@ -44,10 +44,17 @@ impl std::fmt::Debug for TryAcquire<'_> {
 }
 
 impl<'a> TryAcquire<'a> {
-    pub(crate) fn new(engine: &'a Arc<Engine>, resource: String, mode: LockMode) -> Self {
+    pub(crate) fn new(engine: &'a Arc<Engine>, resource: String, hold: Hold) -> Self {
         let once = RetryPolicy::attempts(NonZeroU32::MIN);
         TryAcquire {
-            once: Acquire::new(engine, resource, once, mode),
+            once: Acquire::new(engine, resource, once, hold),
+        }
+    }
+
+    /// A request that fails with `why` before any I/O when awaited.
+    pub(crate) fn refused(self, why: Option<Error>) -> Self {
+        TryAcquire {
+            once: self.once.refused(why),
         }
     }
 

@@ -9,10 +9,10 @@ use crate::coord::engine::Engine;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::release::{release_on, Announce, Ownership};
 use crate::coord::{fanout, fence};
-use crate::core::error::{Failure, Op};
+use crate::core::error::{Error, Failure, Op};
 use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
-use crate::core::mode::LockMode;
+use crate::core::mode::Hold;
 use crate::core::quorum::Decision;
 use crate::core::token::Token;
 use crate::core::validity::Timing;
@@ -27,13 +27,16 @@ pub(crate) enum Side<'a> {
     Write { mark: Option<&'a Token> },
     /// A read hold among other readers.
     Read,
+    /// One of a semaphore's `permits`.
+    Permit { permits: std::num::NonZeroU32 },
 }
 
 impl Side<'_> {
-    pub(crate) fn mode(&self) -> LockMode {
-        match self {
-            Side::Write { .. } => LockMode::Exclusive,
-            Side::Read => LockMode::Shared,
+    pub(crate) fn hold(&self) -> Hold {
+        match *self {
+            Side::Write { .. } => Hold::Exclusive,
+            Side::Read => Hold::Shared,
+            Side::Permit { permits } => Hold::Permit { permits },
         }
     }
 }
@@ -73,36 +76,43 @@ pub(crate) async fn attempt(
     if let Some(e) = engine.same_server() {
         return Err(e.into());
     }
+    let hold = side.hold();
+    let nodes = engine.nodes().len();
     let ownership = Arc::new(Ownership::new(
         keys.lock.clone(),
-        engine.nodes().len(),
+        nodes,
         &engine.settings().tag,
-        side.mode(),
+        hold,
     ));
     let mark = match side {
-        Side::Write { mark } => Some(mark.cloned()),
-        Side::Read => None,
+        Side::Write { mark } => mark.cloned(),
+        Side::Read | Side::Permit { .. } => None,
     };
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
     let fenced = engine.settings().fencing;
     let start = Instant::now();
-    let mut replies = fanout::until_decided(engine.nodes(), |node| {
+    let quorum = hold.quorum(nodes);
+    let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
         let (keys, ownership, mark) = (keys.clone(), ownership.clone(), mark.clone());
         async move {
             let (token, ttl_ms, timeout) = (&ownership.token, timing.ttl_ms(), timing.node_timeout);
-            let reply = match &mark {
-                Some(mark) => {
+            let reply = match hold {
+                Hold::Exclusive => {
                     let mark = mark.as_ref();
                     node.acquire(&keys, token, ttl_ms, timeout, fenced, on_refusal, mark)
                         .await
                 }
-                None => {
+                Hold::Shared => {
                     node.read_acquire(&keys, token, ttl_ms, timeout, on_refusal)
+                        .await
+                }
+                Hold::Permit { permits } => {
+                    node.permit_acquire(&keys, token, permits, ttl_ms, timeout, fenced)
                         .await
                 }
             };
             let unwritten = match &reply {
-                Ok(AcquireReply::Held { .. }) => true,
+                Ok(AcquireReply::Held { .. } | AcquireReply::PermitsDiffer { .. }) => true,
                 Err(e) => e.kind().never_sent(),
                 Ok(AcquireReply::Acquired { .. }) => false,
             };
@@ -126,7 +136,29 @@ pub(crate) async fn attempt(
     {
         replies.finish().await;
     }
+    // A semaphore of another size on some node: refused whatever the
+    // others say (its holders count against another limit).
+    let differs = |replies: &fanout::Replies<AcquireReply>| {
+        replies.answers.iter().find_map(|(i, answer)| match answer {
+            Ok(AcquireReply::PermitsDiffer { permits }) => Some((*i, *permits)),
+            _ => None,
+        })
+    };
     let failure: Failure = match replies.tally.decision() {
+        _ if differs(&replies).is_some() => {
+            replies.finish().await;
+            let (node, held) = differs(&replies).expect("seen above");
+            let asked = match hold {
+                Hold::Permit { permits } => permits.get(),
+                _ => unreachable!("only a permit's acquire meets a semaphore's size"),
+            };
+            Failure::from(Error::PermitsDiffer {
+                resource: resource.to_string(),
+                asked,
+                held,
+                node: engine.nodes()[node].id().clone(),
+            })
+        }
         // One server configured twice: refuse outright rather than take
         // locks on what is not the majority it looks like. Every node that
         // connected has claimed the server it reached by now, whether or
@@ -164,7 +196,7 @@ pub(crate) async fn attempt(
                 (true, Side::Read) => timing
                     .check_usable(Op::Acquire, resource, start)
                     .map(|()| fences.iter().copied().max()),
-                (true, Side::Write { .. }) => Box::pin(fence::settle(
+                (true, Side::Write { .. } | Side::Permit { .. }) => Box::pin(fence::settle(
                     engine, resource, keys, &fences, timing, start,
                 ))
                 .await

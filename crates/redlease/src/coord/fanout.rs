@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use crate::coord::background::Background;
 use crate::core::error::{Op, Shortfall};
 use crate::core::node_error::{NodeError, NodeId};
-use crate::core::quorum::{Decision, Tally, Vote};
+use crate::core::quorum::{quorum, Decision, Tally, Vote};
 use crate::core::refusal::Refusal;
 use crate::transport::node::{AcquireReply, Node};
 
@@ -120,7 +120,9 @@ impl Answer for AcquireReply {
                 waiting,
                 owner,
             } => Refusal::new(node, expires_in, waiting, owner),
-            AcquireReply::Acquired { .. } => Refusal::bare(node),
+            AcquireReply::Acquired { .. } | AcquireReply::PermitsDiffer { .. } => {
+                Refusal::bare(node)
+            }
         }
     }
 }
@@ -151,12 +153,27 @@ where
     F: Fn(Arc<Node>) -> Fut,
     Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
 {
+    until_decided_at(nodes, quorum(nodes.len()), request).await
+}
+
+/// [`until_decided`] with a quorum of `quorum` nodes instead of the
+/// majority (a semaphore's permit: see [`permit_quorum`](crate::core::quorum::permit_quorum)).
+pub(crate) async fn until_decided_at<R, F, Fut>(
+    nodes: &[Arc<Node>],
+    quorum: usize,
+    request: F,
+) -> Replies<R>
+where
+    R: Answer,
+    F: Fn(Arc<Node>) -> Fut,
+    Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
+{
     let mut in_flight = InFlight::new(
         nodes
             .iter()
             .map(|node| Box::pin(request(node.clone())) as Pending<R>),
     );
-    let mut tally = Tally::new(nodes.len());
+    let mut tally = Tally::with_quorum(nodes.len(), quorum);
     let mut answers = Vec::with_capacity(nodes.len());
     while tally.decision() == Decision::Pending {
         let Some((i, answer)) = in_flight.next().await else {
@@ -226,6 +243,7 @@ impl<R: Answer> Replies<R> {
             op,
             succeeded: self.tally.yes,
             nodes: self.tally.nodes,
+            quorum: self.tally.quorum,
             refused: self
                 .answers
                 .iter()

@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::protocol::lease::{ExtendManyRequest, Renewed};
 use crate::protocol::lua::{Lua, EXTEND_MANY, READ_EXTEND_MANY};
-use crate::protocol::shared::ReadExtendManyRequest;
+use crate::protocol::shared::{Members, ReadExtendManyRequest};
 use crate::transport::deployment::Conn;
 use crate::transport::node::{write_off_after, Node};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -66,16 +66,18 @@ impl ExtendMany {
         }
     }
 
-    /// A call renewing `(key, token, ttl)` read holds (see
-    /// [`ReadExtendManyRequest`]), as [`new`](Self::new) for leases held
-    /// alone.
-    pub(crate) fn read<'a>(
+    /// A call renewing `(key, token, ttl)` holds among `members` (read
+    /// holds, or a semaphore's permits: see [`ReadExtendManyRequest`]), as
+    /// [`new`](Self::new) for leases held alone.
+    pub(crate) fn members<'a>(
         leases: impl Iterator<Item = (&'a str, &'a str, Duration)> + Clone,
+        members: Members,
         slot: Option<u16>,
         bind_lineage: bool,
     ) -> Self {
         let (cmd, len) = ReadExtendManyRequest {
             leases,
+            members,
             bind_lineage,
         }
         .call();

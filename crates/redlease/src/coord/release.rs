@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::core::mode::LockMode;
+use crate::core::mode::Hold;
 use crate::core::node_error::NodeError;
 use crate::core::token::{LockerTag, Token};
 use crate::transport::node::Node;
@@ -18,17 +18,17 @@ use crate::transport::node::Node;
 pub(crate) struct Ownership {
     pub(crate) key: Arc<str>,
     pub(crate) token: Token,
-    pub(crate) mode: LockMode,
+    pub(crate) hold: Hold,
     pub(crate) written: Written,
 }
 
 impl Ownership {
     /// A claim with a fresh token, not yet sent to any of `nodes` nodes.
-    pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag, mode: LockMode) -> Self {
+    pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag, hold: Hold) -> Self {
         Ownership {
             key,
             token: Token::generate(tag),
-            mode,
+            hold,
             written: Written::new(nodes),
         }
     }
@@ -43,9 +43,12 @@ impl Ownership {
         timeout: std::time::Duration,
     ) -> Result<bool, NodeError> {
         let (key, token) = (&self.key, &self.token);
-        match self.mode {
-            LockMode::Exclusive => node.release(key, token, announce, timeout).await,
-            LockMode::Shared => node.read_release(key, token, announce, timeout).await,
+        match self.hold {
+            Hold::Exclusive => node.release(key, token, announce, timeout).await,
+            Hold::Shared | Hold::Permit { .. } => {
+                node.read_release(key, token, self.hold, announce, timeout)
+                    .await
+            }
         }
     }
 
@@ -58,9 +61,12 @@ impl Ownership {
         timeout: std::time::Duration,
     ) -> Result<bool, NodeError> {
         let (key, token) = (&self.key, &self.token);
-        match self.mode {
-            LockMode::Exclusive => node.extend(key, token, ttl_ms, timeout).await,
-            LockMode::Shared => node.read_extend(key, token, ttl_ms, timeout).await,
+        match self.hold {
+            Hold::Exclusive => node.extend(key, token, ttl_ms, timeout).await,
+            Hold::Shared | Hold::Permit { .. } => {
+                node.read_extend(key, token, self.hold, ttl_ms, timeout)
+                    .await
+            }
         }
     }
 }

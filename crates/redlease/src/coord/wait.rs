@@ -12,7 +12,7 @@ use crate::coord::engine::Engine;
 use crate::coord::subscription::Waiter;
 use crate::core::error::{Error, Failure};
 use crate::core::keys::{release_channel, LockKeys};
-use crate::core::mode::LockMode;
+use crate::core::mode::{Hold, LockMode};
 use crate::core::retry::{RetryPolicy, Waiting};
 use crate::core::token::Token;
 use crate::core::validity::Timing;
@@ -36,8 +36,9 @@ pub(crate) async fn lock(
     keys: &LockKeys,
     timing: Timing,
     policy: &RetryPolicy,
-    mode: LockMode,
+    hold: Hold,
 ) -> Result<Grant, Error> {
+    let mode = hold.mode();
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
     let waits = policy.attempts != Some(1);
@@ -127,9 +128,10 @@ pub(crate) async fn lock(
         } else {
             OnRefusal::Mark
         };
-        let side = match mode {
-            LockMode::Exclusive => Side::Write { mark: mark.token() },
-            LockMode::Shared => Side::Read,
+        let side = match hold {
+            Hold::Exclusive => Side::Write { mark: mark.token() },
+            Hold::Shared => Side::Read,
+            Hold::Permit { permits } => Side::Permit { permits },
         };
         let failure = match attempt(engine, resource, keys, timing, side, on_refusal).await {
             Ok(grant) => {

@@ -172,6 +172,21 @@ pub enum Error {
         /// Why the last attempt failed.
         last: Box<Error>,
     },
+    /// A semaphore's permit was asked for with another number of permits
+    /// than the name's holders use: the number is fixed while any permit
+    /// is held (see [`Locker::semaphore`](crate::Locker::semaphore)).
+    /// Nothing was taken.
+    #[non_exhaustive]
+    PermitsDiffer {
+        /// The semaphore's name.
+        resource: String,
+        /// The number of permits this acquire asked for.
+        asked: u32,
+        /// The number its holders use, on `node`.
+        held: u32,
+        /// The node that said so.
+        node: NodeId,
+    },
 }
 
 impl Error {
@@ -321,6 +336,8 @@ pub(crate) struct Shortfall {
     /// Nodes that did what was asked.
     pub(crate) succeeded: usize,
     pub(crate) nodes: usize,
+    /// How many nodes had to agree: a majority, or a permit's quorum.
+    pub(crate) quorum: usize,
     /// Nodes that refused: another owner holds the lock (acquire), or our
     /// token is gone (extend, release).
     pub(crate) refused: Vec<Refusal>,
@@ -332,9 +349,9 @@ impl Shortfall {
     /// rule out a quorum, whatever the failed nodes would have said;
     /// otherwise `NoQuorum`. `expired`: the lease's validity had run out.
     pub(crate) fn into_error(self, resource: &str, expired: bool) -> Error {
-        let quorum = crate::core::quorum::quorum(self.nodes);
+        let quorum = self.quorum;
         let resource = resource.to_string();
-        let refused_quorum = crate::core::quorum::refused(self.refused.len(), self.nodes);
+        let refused_quorum = crate::core::quorum::refused(self.refused.len(), self.nodes, quorum);
         match self.op {
             Op::Acquire if refused_quorum => Error::Taken {
                 resource,
@@ -498,6 +515,15 @@ impl fmt::Display for Error {
                 f,
                 "gave up waiting for lock {resource:?} after {waited:?} and {attempts} \
                  attempts"
+            ),
+            Error::PermitsDiffer {
+                resource,
+                asked,
+                held,
+                node,
+            } => write!(
+                f,
+                "semaphore {resource:?} has {held} permits on {node}, and this acquire asked                  for {asked}: every holder of a name must give the same number of permits                  (it is fixed while any permit is held); nothing was taken"
             ),
             Error::SameServer { node, same_as } => write!(
                 f,

@@ -26,8 +26,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::core::quorum::quorum;
-
 /// How one node's latest answer about a lease went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Answer {
@@ -68,13 +66,16 @@ impl ExpiryBounds {
     /// A lease just granted by `granted` (node indexes) out of `nodes`, for
     /// requests sent at `start`: each granting node holds it until `until`
     /// (`start + ttl - drift`).
+    /// Bounds over `nodes` nodes, of which `quorum` must hold the lease
+    /// (a majority, or a permit's quorum), `granted` holding it `until`.
     pub(crate) fn new(
         nodes: usize,
+        quorum: usize,
         granted: impl IntoIterator<Item = usize>,
         until: Instant,
     ) -> Self {
         let mut bounds = ExpiryBounds {
-            quorum: quorum(nodes),
+            quorum,
             nodes: vec![
                 NodeBound {
                     until: None,
@@ -262,7 +263,8 @@ mod tests {
     const DRIFT: Duration = Duration::from_millis(12);
 
     fn granted(nodes: usize, by: &[usize], t0: Instant) -> ExpiryBounds {
-        ExpiryBounds::new(nodes, by.iter().copied(), t0 + TTL - DRIFT)
+        let quorum = crate::core::quorum::quorum(nodes);
+        ExpiryBounds::new(nodes, quorum, by.iter().copied(), t0 + TTL - DRIFT)
     }
 
     #[test]

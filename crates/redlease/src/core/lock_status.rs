@@ -73,8 +73,12 @@ pub struct NodeLockState {
     /// that is not a lock's) or readers ([`LockMode::Shared`]); `None`
     /// when free.
     pub mode: Option<LockMode>,
-    /// Live readers there, by the server's clock (0 unless readers hold).
+    /// Live readers there, or a semaphore's live permit holders, by the
+    /// server's clock (0 unless readers or permits hold).
     pub readers: u64,
+    /// A semaphore's number of permits, while any is held there
+    /// ([`LockMode::Permit`]).
+    pub permits: Option<u32>,
     /// A writer waits for the readers to leave, and new readers wait
     /// behind it (see [`Locker::write_lock`](crate::Locker::write_lock)).
     pub writer_waits: bool,
@@ -254,9 +258,10 @@ impl LockStatus {
         self.answers().map(|s| s.waiting).max().unwrap_or(0)
     }
 
-    /// Who holds the lock when a quorum has its key: readers if a quorum
-    /// of nodes holds it for readers, else a writer. `None` when it is
-    /// not held on a quorum ([`verdict`](Self::verdict) says more).
+    /// How the name is held when a quorum has its key: by readers, a
+    /// writer, or a semaphore's permit holders, whichever most of those
+    /// nodes say. `None` when it is not held on a quorum
+    /// ([`verdict`](Self::verdict) says more).
     ///
     /// ```
     /// # fn f(status: &redlease::LockStatus) {
@@ -268,20 +273,32 @@ impl LockStatus {
     /// # }
     /// ```
     pub fn mode(&self) -> Option<LockMode> {
-        let quorum = quorum(self.nodes.len());
         let count = |mode| self.answers().filter(|s| s.mode == Some(mode)).count();
-        let shared = count(LockMode::Shared);
-        if shared >= quorum {
-            Some(LockMode::Shared)
-        } else if shared + count(LockMode::Exclusive) >= quorum {
-            Some(LockMode::Exclusive)
-        } else {
-            None
+        let modes = [LockMode::Exclusive, LockMode::Shared, LockMode::Permit];
+        let held: usize = modes.iter().map(|&m| count(m)).sum();
+        if held < quorum(self.nodes.len()) {
+            return None;
         }
+        // The first of the most common: a writer's on a tie.
+        modes.into_iter().rev().max_by_key(|&m| count(m))
     }
 
-    /// How many readers hold the lock: the most any node counts (a
-    /// reader holds on a quorum, not on every node).
+    /// A semaphore's number of permits, while any is held (the most any
+    /// node reports); its holders are [`readers`](Self::readers).
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// if let Some(permits) = status.permits() {
+    ///     println!("{} of {permits} permits held", status.readers());
+    /// }
+    /// # }
+    /// ```
+    pub fn permits(&self) -> Option<u32> {
+        self.answers().filter_map(|s| s.permits).max()
+    }
+
+    /// How many readers hold the lock, or a semaphore's permits: the most
+    /// any node counts (each holds on a quorum, not on every node).
     ///
     /// ```
     /// # fn f(status: &redlease::LockStatus) {
@@ -336,6 +353,7 @@ mod tests {
                                 KeyState::Held { .. } => Some(LockMode::Exclusive),
                             },
                             readers: 0,
+                            permits: None,
                             writer_waits: false,
                         }),
                         None => Err(NodeError::new(

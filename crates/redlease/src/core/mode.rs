@@ -1,5 +1,10 @@
-//! [`LockMode`]: whether a lease holds a lock alone or shares it with
-//! other readers.
+//! [`LockMode`]: whether a lease holds a lock alone, shares it with other
+//! readers, or holds one of a semaphore's permits; and [`Hold`], the same
+//! with what the layers below need to know of it.
+
+use std::num::NonZeroU32;
+
+use crate::core::quorum::{permit_quorum, quorum};
 
 /// How a [`Lease`](crate::Lease) holds its lock: alone, as a writer (what
 /// [`Locker::lock`](crate::Locker::lock) and
@@ -17,9 +22,42 @@
 /// # lease.release().await }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LockMode {
     /// One writer, and nobody else.
     Exclusive,
     /// Readers, any number of them, and no writer.
     Shared,
+    /// One of a semaphore's permits ([`Locker::semaphore`](crate::Locker::semaphore)):
+    /// at most its number of holders at once.
+    Permit,
+}
+
+/// How an acquisition holds its name, as the coordination layer and the
+/// nodes need it: the public mode, and a semaphore's number of permits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Hold {
+    Exclusive,
+    Shared,
+    Permit { permits: NonZeroU32 },
+}
+
+impl Hold {
+    pub(crate) fn mode(self) -> LockMode {
+        match self {
+            Hold::Exclusive => LockMode::Exclusive,
+            Hold::Shared => LockMode::Shared,
+            Hold::Permit { .. } => LockMode::Permit,
+        }
+    }
+
+    /// How many of `nodes` nodes must hold it for it to be held: a
+    /// majority, or for a semaphore's permit the larger
+    /// [`permit_quorum`].
+    pub(crate) fn quorum(self, nodes: usize) -> usize {
+        match self {
+            Hold::Exclusive | Hold::Shared => quorum(nodes),
+            Hold::Permit { permits } => permit_quorum(nodes, permits.get()),
+        }
+    }
 }

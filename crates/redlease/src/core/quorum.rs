@@ -28,10 +28,27 @@ pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
-/// Whether `refusals` of `nodes` alone rule out a quorum: the lock is held
-/// elsewhere (or our token is gone) whatever the other nodes would say.
-pub(crate) fn refused(refusals: usize, nodes: usize) -> bool {
-    refusals > nodes - quorum(nodes)
+/// The quorum of `nodes` nodes for one of `permits` permits: the fewest
+/// nodes `q` with `(permits + 1) * q > nodes * permits`, that is
+/// `nodes * permits / (permits + 1) + 1`.
+///
+/// Each node admits at most `permits` holders, so `permits + 1` holders
+/// registered on `q` nodes each would need `(permits + 1) * q` places
+/// where only `nodes * permits` exist: at most `permits` can hold at
+/// once. A majority is not enough beyond one permit: with 3 nodes and 2
+/// permits, holders A and B on node 1, B and C on node 2, and A and C on
+/// node 3 are three holders, each on a majority. One permit gives the
+/// majority back.
+pub(crate) fn permit_quorum(nodes: usize, permits: u32) -> usize {
+    let permits = permits as usize;
+    nodes * permits / (permits + 1) + 1
+}
+
+/// Whether `refusals` of `nodes` alone rule out a quorum of `quorum`: the
+/// lock is held elsewhere (or our token is gone) whatever the other nodes
+/// would say.
+pub(crate) fn refused(refusals: usize, nodes: usize, quorum: usize) -> bool {
+    refusals > nodes - quorum
 }
 
 /// Running count of votes over a fixed set of nodes.
@@ -45,10 +62,17 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    #[cfg(test)]
     pub(crate) fn new(nodes: usize) -> Self {
+        Tally::with_quorum(nodes, quorum(nodes))
+    }
+
+    /// A tally that needs `quorum` of `nodes` yeses (a semaphore's
+    /// permit: see [`permit_quorum`]).
+    pub(crate) fn with_quorum(nodes: usize, quorum: usize) -> Self {
         Tally {
             nodes,
-            quorum: quorum(nodes),
+            quorum,
             yes: 0,
             no: 0,
             failed: 0,
@@ -83,6 +107,48 @@ mod tests {
     use super::*;
     use Decision::*;
     use Vote::*;
+
+    #[test]
+    fn a_permit_needs_the_issue_s_quorums() {
+        assert_eq!(permit_quorum(1, 1), 1);
+        assert_eq!(permit_quorum(1, 50), 1, "one deployment is the plain case");
+        assert_eq!(permit_quorum(3, 1), 2, "one permit: the majority");
+        assert_eq!(permit_quorum(5, 1), 3);
+        assert_eq!(permit_quorum(3, 2), 3, "3 nodes, 2 permits: all 3");
+        assert_eq!(permit_quorum(5, 2), 4);
+        assert_eq!(permit_quorum(5, 3), 4);
+        assert_eq!(permit_quorum(5, 4), 5);
+        assert_eq!(permit_quorum(7, 3), 6);
+    }
+
+    /// With the quorum, N + 1 holders cannot fit (each node admits N);
+    /// with one node fewer, they can: placed round-robin, no node gets
+    /// more than N of them. So the bound is needed, not only safe.
+    #[test]
+    fn the_permit_quorum_is_the_least_that_is_safe() {
+        for nodes in 1..=9usize {
+            for permits in 1..=8u32 {
+                let q = permit_quorum(nodes, permits);
+                let n_permits = permits as usize;
+                assert!(q <= nodes, "{nodes} nodes, {permits} permits");
+                assert!((n_permits + 1) * q > nodes * n_permits);
+                if q == 1 {
+                    continue;
+                }
+                let fewer = q - 1;
+                let mut load = vec![0usize; nodes];
+                for holder in 0..=n_permits {
+                    for j in 0..fewer {
+                        load[(holder * fewer + j) % nodes] += 1;
+                    }
+                }
+                assert!(
+                    load.iter().all(|&l| l <= n_permits),
+                    "{nodes} nodes, {permits} permits, q - 1 = {fewer}: {load:?}"
+                );
+            }
+        }
+    }
 
     fn tally(nodes: usize, votes: &[Vote]) -> Tally {
         let mut t = Tally::new(nodes);
@@ -131,10 +197,19 @@ mod tests {
 
     #[test]
     fn refused_means_refusals_alone_block_a_quorum() {
-        assert!(!refused(2, 5));
-        assert!(refused(3, 5));
-        assert!(refused(1, 1));
-        assert!(!refused(0, 1));
-        assert!(refused(2, 4), "4 nodes: quorum 3, two refusals block it");
+        assert!(!refused(2, 5, quorum(5)));
+        assert!(refused(3, 5, quorum(5)));
+        assert!(refused(1, 1, quorum(1)));
+        assert!(!refused(0, 1, quorum(1)));
+        assert!(
+            refused(2, 4, quorum(4)),
+            "4 nodes: quorum 3, two refusals block it"
+        );
+        let permit = permit_quorum(5, 2);
+        assert!(
+            refused(2, 5, permit),
+            "a permit on 4 of 5: two refusals block it"
+        );
+        assert!(!refused(1, 5, permit));
     }
 }

@@ -35,6 +35,7 @@ pub(crate) fn outcome(result: Result<(), &Error>) -> &'static str {
             Error::Closed => "closed",
             Error::WaitTimeout { .. } => "wait_timeout",
             Error::SameServer { .. } => "same_server",
+            Error::PermitsDiffer { .. } => "permits_differ",
         },
     }
 }

@@ -139,6 +139,7 @@ pub const COMMANDS: &[Command] = &[
     need("zcount", When::Always, "`inspect` cannot count a lock's readers: it fails"),
     need("zrem", When::Always, "no read lock can be released: each stays held until its TTL runs out"),
     need("zremrangebyscore", When::Always, "read locks cannot prune expired readers: they fail"),
+    need("zcard", When::Always, "no semaphore permit can be taken: the holders cannot be counted"),
     need("del", When::Always, "no release: every lock stays held until its TTL runs out"),
     need("pubsub|numsub", When::NotCluster, "`redlease status` counts the waiters with it: it fails"),
     optional("publish", When::NotCluster, "releases cannot wake other processes' waiters: they poll"),
@@ -412,6 +413,7 @@ mod tests {
             "zcount",
             "zrem",
             "zremrangebyscore",
+            "zcard",
             "del",
         ];
         let plain = ["pubsub|numsub", "publish", "subscribe", "unsubscribe"];
@@ -462,7 +464,7 @@ mod tests {
             rule.to_string(),
             "ACL SETUSER redlease on >PASSWORD resetkeys resetchannels ~redlease:* &redlease:* \
              -@all +info +time +eval +evalsha +set +get +incr +pexpire +pexpiretime +pttl \
-             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +del \
+             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +zcard +del \
              +pubsub|numsub +publish +subscribe +unsubscribe"
         );
         let odd = AclRule::new(Deployment::Standalone).key_prefix(r"a*b?[c]\:");
@@ -519,6 +521,7 @@ mod tests {
             include_str!("scripts/writer_waits.lua"),
             include_str!("scripts/writer_clear.lua"),
             include_str!("scripts/read_inspect.lua"),
+            include_str!("scripts/permit_acquire.lua"),
         ];
         let declared = |name: &str| COMMANDS.iter().any(|c| c.name == name);
         let mut called = Vec::new();

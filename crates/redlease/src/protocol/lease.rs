@@ -12,7 +12,7 @@ use super::lua::{
     malformed, millis, one_or_zero, Flag, Lua, PubSub, EXTEND, EXTEND_MANY, FORCE_RELEASE, RELEASE,
     RELEASE_SHARDED,
 };
-use super::shared::SharedKeys;
+use super::shared::{Members, SharedKeys};
 
 /// The release (release.lua, or on a cluster release_sharded.lua, which
 /// publishes with `SPUBLISH`): delete the lock only if it holds our token,
@@ -76,10 +76,11 @@ impl FromRedisValue for ReleaseReply {
 }
 
 /// The operator's force release (force_release.lua, sent whole): delete
-/// the lock whoever holds it, in either mode, and announce it.
+/// the lock whoever holds it, in any mode, and announce it.
 ///
 /// - `KEYS[1]` the lock key; `KEYS[2]`, `KEYS[3]` its readers and its
-///   writer-waiting mark ([`SharedKeys`], spelled from the lock key).
+///   writer-waiting mark ([`SharedKeys`], spelled from the lock key);
+///   `KEYS[4]` a semaphore's permit holders ([`Members::set_key`]).
 /// - `ARGV[1]` the release channel; `ARGV[2]` an id of this release;
 ///   `ARGV[3]` `PUBLISH` or `SPUBLISH` ([`PubSub`]).
 /// - Reply ([`ForceReleaseReply`]): 1 if a key of the lock was deleted,
@@ -98,10 +99,11 @@ impl ForceReleaseRequest<'_> {
         let shared = SharedKeys::of(self.key);
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(FORCE_RELEASE)
-            .arg(3)
+            .arg(4)
             .arg(self.key)
             .arg(shared.readers)
             .arg(shared.writer)
+            .arg(Members::Permits(1).set_key(self.key))
             .arg(self.channel)
             .arg(self.release_id)
             .arg(self.pubsub.publish());
@@ -271,10 +273,11 @@ mod tests {
         assert_eq!(
             args(&force.call())[2..],
             [
-                "3",
+                "4",
                 "k",
                 "k:readers",
                 "k:writer",
+                "k:permits",
                 "k:released",
                 "id",
                 "SPUBLISH"

@@ -193,6 +193,9 @@ pub(crate) static READ_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_release.lua")));
 pub(crate) static READ_EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_extend.lua")));
+// A semaphore's permit (see `permits`).
+pub(crate) static PERMIT_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/permit_acquire.lua")));
 // A batch of read renewals, as `EXTEND_MANY` for exclusive leases.
 pub(crate) static READ_EXTEND_MANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_extend_many.lua")));
@@ -208,7 +211,7 @@ pub(crate) static READ_INSPECT: LazyLock<Lua> =
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 15] = [
+    let scripts: [(&str, &Lua); 16] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
         ("release", &RELEASE_SHARDED),
@@ -221,6 +224,7 @@ pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> 
         ("read release", &READ_RELEASE),
         ("read extend", &READ_EXTEND),
         ("read renewal", &READ_EXTEND_MANY),
+        ("permit acquire", &PERMIT_ACQUIRE),
         ("writer-waiting mark", &WRITER_WAITS),
         ("writer-waiting clear", &WRITER_CLEAR),
         ("read inspect", &READ_INSPECT),

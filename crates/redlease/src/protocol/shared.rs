@@ -25,7 +25,11 @@
 
 use std::time::Duration;
 
+use std::borrow::Cow;
+
 use redis::{Cmd, FromRedisValue, ParsingError, Value};
+
+use crate::core::mode::Hold;
 
 use super::acquire::{OnRefusal, ServerTime};
 use super::lua::{
@@ -41,6 +45,53 @@ pub(crate) const READERS: &str = "readers";
 
 const READERS_SUFFIX: &str = ":readers";
 const WRITER_SUFFIX: &str = ":writer";
+const PERMITS_SUFFIX: &str = ":permits";
+
+/// The members of a lock key's sorted set, and what the lock key holds
+/// while there are any: readers, with [`READERS`], or a semaphore's
+/// permit holders, with `permits:N` (see [`permits`](super::permits)).
+/// The read side's release, extend and renewal serve both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Members {
+    Readers,
+    Permits(u32),
+}
+
+impl Members {
+    /// The members of an acquisition held as `hold`; `None` for a lock
+    /// held alone, which has none.
+    pub(crate) fn of(hold: Hold) -> Option<Members> {
+        match hold {
+            Hold::Exclusive => None,
+            Hold::Shared => Some(Members::Readers),
+            Hold::Permit { permits } => Some(Members::Permits(permits.get())),
+        }
+    }
+
+    /// The sorted set of lock key `lock`: `lock:readers` or `lock:permits`
+    /// (same hash tag, same slot).
+    pub(crate) fn set_key(self, lock: &str) -> String {
+        match self {
+            Members::Readers => format!("{lock}{READERS_SUFFIX}"),
+            Members::Permits(_) => format!("{lock}{PERMITS_SUFFIX}"),
+        }
+    }
+
+    /// What the lock key holds while there are members: no token can
+    /// equal it (not hexadecimal).
+    pub(crate) fn marker(self) -> Cow<'static, str> {
+        match self {
+            Members::Readers => Cow::Borrowed(READERS),
+            Members::Permits(n) => Cow::Owned(format!("permits:{n}")),
+        }
+    }
+
+    /// Whether every release is announced (a permit is free), or only
+    /// the last member's (readers: the lock is free for a writer).
+    pub(crate) fn announces_each(self) -> bool {
+        matches!(self, Members::Permits(_))
+    }
+}
 
 /// The keys a lock's read side adds beside its lock key, spelled from it:
 /// the same hash tag, so the same slot.
@@ -79,7 +130,7 @@ impl SharedKeys {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadAcquireRequest<'a> {
     pub(crate) key: &'a str,
-    pub(crate) readers_key: &'a str,
+    pub(crate) set_key: &'a str,
     pub(crate) fence_key: &'a str,
     pub(crate) writer_key: &'a str,
     pub(crate) token: &'a str,
@@ -97,7 +148,7 @@ impl ReadAcquireRequest<'_> {
         READ_ACQUIRE.call(|c| {
             c.arg(4)
                 .arg(self.key)
-                .arg(self.readers_key)
+                .arg(self.set_key)
                 .arg(self.fence_key)
                 .arg(self.writer_key);
             c.arg(self.token)
@@ -209,7 +260,11 @@ impl FromRedisValue for ReadAcquireReply {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadReleaseRequest<'a> {
     pub(crate) key: &'a str,
-    pub(crate) readers_key: &'a str,
+    pub(crate) set_key: &'a str,
+    /// What the lock key holds while there are members ([`Members::marker`]).
+    pub(crate) marker: &'a str,
+    /// Announce every release, not only the last member's.
+    pub(crate) announce_each: bool,
     pub(crate) token: &'a str,
     pub(crate) bind_lineage: bool,
     pub(crate) pubsub: PubSub,
@@ -220,12 +275,13 @@ impl ReadReleaseRequest<'_> {
     /// The script's call (`EVALSHA`).
     pub(crate) fn call(&self) -> Cmd {
         READ_RELEASE.call(|c| {
-            c.arg(2).arg(self.key).arg(self.readers_key);
+            c.arg(2).arg(self.key).arg(self.set_key);
             c.arg(self.token)
-                .arg(READERS)
+                .arg(self.marker)
                 .arg(Flag(self.bind_lineage))
                 .arg(self.pubsub.publish())
-                .arg(Flag(self.announce));
+                .arg(Flag(self.announce))
+                .arg(Flag(self.announce_each));
         })
     }
 }
@@ -259,7 +315,9 @@ impl FromRedisValue for ReadReleaseReply {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadExtendRequest<'a> {
     pub(crate) key: &'a str,
-    pub(crate) readers_key: &'a str,
+    pub(crate) set_key: &'a str,
+    /// What the lock key holds while there are members ([`Members::marker`]).
+    pub(crate) marker: &'a str,
     pub(crate) token: &'a str,
     pub(crate) ttl: Duration,
     pub(crate) bind_lineage: bool,
@@ -269,10 +327,10 @@ impl ReadExtendRequest<'_> {
     /// The script's call (`EVALSHA`).
     pub(crate) fn call(&self) -> Cmd {
         READ_EXTEND.call(|c| {
-            c.arg(2).arg(self.key).arg(self.readers_key);
+            c.arg(2).arg(self.key).arg(self.set_key);
             c.arg(self.token)
                 .arg(millis(self.ttl))
-                .arg(READERS)
+                .arg(self.marker)
                 .arg(Flag(self.bind_lineage));
         })
     }
@@ -305,8 +363,10 @@ impl FromRedisValue for ReadExtendReply {
 /// - Reply ([`Renewed`](super::lease::Renewed)): one `'1'` or `'0'` per
 ///   lease.
 pub(crate) struct ReadExtendManyRequest<I> {
-    /// `(lock key, token, ttl)` of each read hold.
+    /// `(lock key, token, ttl)` of each hold.
     pub(crate) leases: I,
+    /// Whose holds they are: all of one kind (one marker per call).
+    pub(crate) members: Members,
     pub(crate) bind_lineage: bool,
 }
 
@@ -320,12 +380,13 @@ where
         let cmd = READ_EXTEND_MANY.call(|cmd| {
             cmd.arg(2 * len);
             for (key, _, _) in self.leases.clone() {
-                cmd.arg(key).arg(SharedKeys::of(key).readers);
+                cmd.arg(key).arg(self.members.set_key(key));
             }
             for (_, token, ttl) in self.leases {
                 cmd.arg(token).arg(millis(ttl));
             }
-            cmd.arg(READERS).arg(Flag(self.bind_lineage));
+            cmd.arg(&*self.members.marker())
+                .arg(Flag(self.bind_lineage));
         });
         (cmd, len)
     }
@@ -427,30 +488,33 @@ impl FromRedisValue for WriterClearReply {
     }
 }
 
-/// What a node's keys say of a lock's two modes (read_inspect.lua),
-/// writing nothing: for the operator.
+/// What a node's keys say of how a lock is held (read_inspect.lua):
+/// alone, by readers, or as a semaphore's permits; writing nothing: for
+/// the operator.
 ///
 /// - `KEYS[1]` the lock key; `KEYS[2]` the readers; `KEYS[3]` the
-///   writer-waiting mark.
+///   writer-waiting mark; `KEYS[4]` the permit holders.
 /// - `ARGV[1]` [`READERS`].
-/// - Reply ([`SharedState`]): `{mode, pttl, readers, writer}`, mode 0
-///   free, 1 a writer's, 2 readers'; the lock key's `PTTL`; the live
-///   readers by the server's clock; the mark's `PTTL` (-2: none).
+/// - Reply ([`SharedState`]): `{mode, pttl, members, writer, permits}`,
+///   mode 0 free, 1 a writer's, 2 readers', 3 a semaphore's; the lock
+///   key's `PTTL`; the live readers or permit holders by the server's
+///   clock; the mark's `PTTL` (-2: none); the semaphore's permits (0
+///   unless mode 3).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadInspectRequest<'a> {
     pub(crate) key: &'a str,
-    pub(crate) readers_key: &'a str,
-    pub(crate) writer_key: &'a str,
 }
 
 impl ReadInspectRequest<'_> {
     /// The script's call (`EVALSHA`).
     pub(crate) fn call(&self) -> Cmd {
+        let shared = SharedKeys::of(self.key);
         READ_INSPECT.call(|c| {
-            c.arg(3)
+            c.arg(4)
                 .arg(self.key)
-                .arg(self.readers_key)
-                .arg(self.writer_key)
+                .arg(shared.readers)
+                .arg(shared.writer)
+                .arg(Members::Permits(1).set_key(self.key))
                 .arg(READERS);
         })
     }
@@ -464,6 +528,8 @@ pub(crate) enum Mode {
     Exclusive,
     /// Readers.
     Shared,
+    /// A semaphore's holders, of this many permits.
+    Permits(u32),
 }
 
 /// A node's view of a lock's two modes (see [`ReadInspectRequest`]).
@@ -472,7 +538,7 @@ pub(crate) struct SharedState {
     pub(crate) mode: Mode,
     /// The lock key's time left (`None`: free, or no expiry).
     pub(crate) expires_in: Option<Duration>,
-    /// Live readers, by the server's clock.
+    /// Live readers or permit holders, by the server's clock.
     pub(crate) readers: u64,
     /// A waiting writer's mark, and its time left (`Some(None)`: no
     /// expiry).
@@ -485,7 +551,7 @@ impl FromRedisValue for SharedState {
         let Value::Array(items) = &v else {
             return Err(bad());
         };
-        let [Value::Int(mode), Value::Int(pttl), Value::Int(readers), Value::Int(writer)] =
+        let [Value::Int(mode), Value::Int(pttl), Value::Int(readers), Value::Int(writer), Value::Int(permits)] =
             items[..]
         else {
             return Err(bad());
@@ -496,10 +562,11 @@ impl FromRedisValue for SharedState {
                 .map(|ms| Some(Duration::from_millis(ms)))
                 .map_err(|_| bad()),
         };
-        let mode = match (mode, pttl) {
-            (0, -2) => Mode::Free,
-            (1, -1 | 0..) => Mode::Exclusive,
-            (2, -1 | 0..) => Mode::Shared,
+        let mode = match (mode, pttl, permits) {
+            (0, -2, 0) => Mode::Free,
+            (1, -1 | 0.., 0) => Mode::Exclusive,
+            (2, -1 | 0.., 0) => Mode::Shared,
+            (3, -1 | 0.., 1..) => Mode::Permits(u32::try_from(permits).map_err(|_| bad())?),
             _ => return Err(bad()),
         };
         Ok(SharedState {

@@ -450,6 +450,15 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     reader.release().await.unwrap();
     writer.admin().wait_for_background().await;
 
+    // A semaphore's permits: taken (counted), a full one refused, one
+    // kept alive and released.
+    let pool = readers.semaphore("pool", 2).allow_no_failures();
+    let first = pool.acquire().keep_alive().await.unwrap();
+    let second = pool.try_acquire().await.unwrap();
+    assert!(matches!(pool.try_acquire().await, Err(Error::Taken { .. })));
+    second.release().await.unwrap();
+    first.release().await.unwrap();
+
     // Nothing was refused (redis-rs names itself with CLIENT SETINFO on
     // each connection and ignores a refusal: not needed; Redis 6.0 logs it
     // as `client`), and every command the rule grants was used.

@@ -104,7 +104,37 @@ async fn lock_cycle(url: &str, durability: Durability) {
         acquired - released
     );
     read_cycle(&holder, waiter_side).await;
+    permit_cycle(&holder, build(Duration::from_secs(5))).await;
     holder.close().await;
+}
+
+/// A semaphore's permits through the same deployment: two held (one kept
+/// alive, renewed twice over), a third taker waits and is woken by a
+/// release (its timer being 5 s).
+async fn permit_cycle(holder: &Locker, other: Locker) {
+    let pool = holder.semaphore("pool", 2);
+    let kept = pool.acquire().keep_alive().await.expect("a permit");
+    let second = pool.try_acquire().keep_alive().await.expect("a second");
+    let third = tokio::spawn(async move {
+        let permit = other.semaphore("pool", 2).acquire().await;
+        (Instant::now(), permit, other)
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!kept.is_lost(), "{:?}", kept.lost_reason());
+    assert!(!third.is_finished(), "two permits");
+    let status = holder.admin().inspect("pool").await.unwrap();
+    assert_eq!((status.permits(), status.readers()), (Some(2), 2));
+    let released = Instant::now();
+    second.release().await.unwrap();
+    let (acquired, permit, other) = third.await.unwrap();
+    permit.expect("the third gets it").release().await.unwrap();
+    assert!(
+        acquired - released < Duration::from_millis(500),
+        "woken by the release, not its 5 s timer: {:?}",
+        acquired - released
+    );
+    kept.release().await.unwrap();
+    other.close().await;
 }
 
 /// The read side through the same deployment: a kept-alive reader

@@ -23,6 +23,7 @@ mod plain_acquire;
 mod renewal;
 mod restarts;
 mod rw;
+mod semaphore;
 mod sentinel;
 mod slow_nodes;
 mod tls;

@@ -3,9 +3,11 @@
 
 use crate::coord::lane::{Delivery, ExtendMany, Lane, CHUNK};
 use crate::core::keys::hash_slot;
+use crate::core::mode::Hold;
 use crate::core::node_error::NodeErrorKind;
 use crate::core::renew_schedule::patience;
 use crate::core::telemetry;
+use crate::protocol::shared::Members;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -141,16 +143,17 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
             entries.push(e);
         }
     }
-    // Read holds have a script of their own: they go after the writers'
-    // leases (and by slot on a cluster), in calls of their own.
-    let shared = |e: &Entry| e.mode == LockMode::Shared;
-    if inner.by_slot || entries.iter().any(|e| shared(e)) {
-        let mut order: Vec<(bool, u16, usize)> = entries
+    // Read holds and permits have a script of their own, with one marker
+    // per call: they go after the writers' leases, grouped by kind (and
+    // by slot on a cluster), in calls of their own.
+    let grouped = |e: &Entry| e.hold != Hold::Exclusive;
+    if inner.by_slot || entries.iter().any(|e| grouped(e)) {
+        let mut order: Vec<(u64, u16, usize)> = entries
             .iter()
             .enumerate()
             .map(|(k, e)| {
                 let slot = if inner.by_slot { hash_slot(&e.key) } else { 0 };
-                (shared(e), slot, k)
+                (rank(e.hold), slot, k)
             })
             .collect();
         order.sort_unstable();
@@ -168,6 +171,16 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     Some(batch)
 }
 
+/// Where holds of a kind go in a batch: writers' leases first, then read
+/// holds, then permits by their semaphore's size.
+fn rank(hold: Hold) -> u64 {
+    match hold {
+        Hold::Exclusive => 0,
+        Hold::Shared => 1,
+        Hold::Permit { permits } => 1 + u64::from(permits.get()),
+    }
+}
+
 /// The script calls renewing `entries` in order: up to [`CHUNK`] leases
 /// each, a new call wherever the mode changes, and, `by_slot`, wherever
 /// the hash slot changes.
@@ -177,19 +190,19 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
     let mut rest = entries;
     while !rest.is_empty() {
         let mut len = rest.len().min(CHUNK);
-        let (slot, mode) = (hash_slot(&rest[0].key), rest[0].mode);
+        let (slot, hold) = (hash_slot(&rest[0].key), rest[0].hold);
         len = rest[..len]
             .iter()
-            .position(|e| e.mode != mode || (by_slot && hash_slot(&e.key) != slot))
+            .position(|e| e.hold != hold || (by_slot && hash_slot(&e.key) != slot))
             .unwrap_or(len);
         let (call, tail) = rest.split_at(len);
         let leases = call
             .iter()
             .map(|e| (&*e.key, e.token.as_str(), e.timing.ttl));
         let slot = by_slot.then_some(slot);
-        calls.push(match mode {
-            LockMode::Exclusive => ExtendMany::new(leases, slot, bind_lineage),
-            LockMode::Shared => ExtendMany::read(leases, slot, bind_lineage),
+        calls.push(match Members::of(hold) {
+            None => ExtendMany::new(leases, slot, bind_lineage),
+            Some(members) => ExtendMany::members(leases, members, slot, bind_lineage),
         });
         rest = tail;
     }

@@ -28,7 +28,7 @@ use crate::coord::background::RuntimeTasks;
 use crate::coord::lane::{ExtendMany, CHUNK};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
-use crate::core::mode::LockMode;
+use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::renew_schedule::{coalesce, next_due, retry_at};
 use crate::core::telemetry;
@@ -83,8 +83,8 @@ pub(crate) enum ExtendFailure {
 struct Entry {
     key: Arc<str>,
     token: Token,
-    /// Renewed as a writer's lock or as a read hold.
-    mode: LockMode,
+    /// Renewed as a writer's lock, a read hold or a permit.
+    hold: Hold,
     timing: Timing,
     interval: Duration,
     bounds: ExpiryBounds,
@@ -407,7 +407,7 @@ impl Renewer {
         &self,
         key: Arc<str>,
         token: Token,
-        mode: LockMode,
+        hold: Hold,
         timing: Timing,
         bounds: ExpiryBounds,
         late: Option<Arc<LateGrants>>,
@@ -421,7 +421,7 @@ impl Renewer {
         let mut entry = Entry {
             key,
             token,
-            mode,
+            hold,
             timing,
             interval,
             bounds,

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::core::lease_state::LateGrants;
+use crate::core::quorum::quorum;
 use crate::core::token::LockerTag;
 use crate::core::validity::DriftModel;
 
@@ -16,10 +17,10 @@ fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
     Entry {
         key: "k".into(),
         token: Token::generate(&LockerTag::generate()),
-        mode: LockMode::Exclusive,
+        hold: Hold::Exclusive,
         timing,
         interval: timing.renew_interval(1.0 / 3.0),
-        bounds: ExpiryBounds::new(nodes, granted.iter().copied(), until),
+        bounds: ExpiryBounds::new(nodes, quorum(nodes), granted.iter().copied(), until),
         late: None,
         round: 1,
         extend_waiting: false,
@@ -108,7 +109,7 @@ fn read_holds_go_in_calls_of_their_own() {
     let t0 = Instant::now();
     let (a, b) = (entry(1, &[0], t0), entry(1, &[0], t0));
     let mut c = entry(1, &[0], t0);
-    c.mode = LockMode::Shared;
+    c.hold = Hold::Shared;
     let calls = lanes::calls_of(&[&a, &b, &c], false, false);
     let lens: Vec<usize> = calls.iter().map(ExtendMany::len).collect();
     assert_eq!(lens, [2, 1]);

@@ -1,12 +1,13 @@
--- Delete the lock whoever holds it, in either mode: the operator's way
+-- Delete the lock whoever holds it, in any mode: the operator's way
 -- out of a stuck lock (Locker::force_release). The fencing counter stays,
 -- so tokens keep growing. Then announce the release, so waiters retry at
 -- once.
 -- KEYS[1] lock key; KEYS[2] its readers; KEYS[3] its writer-waiting mark
--- (see read_acquire.lua). ARGV[1] release channel; ARGV[2] an id of this
+-- (see read_acquire.lua); KEYS[4] a semaphore's permit holders (see
+-- permit_acquire.lua). ARGV[1] release channel; ARGV[2] an id of this
 -- release; ARGV[3] PUBLISH, or SPUBLISH on a cluster.
 -- Returns 1 if a key was deleted, 0 if there was none.
-if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) > 0 then
+if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) > 0 then
   redis.pcall(ARGV[3], ARGV[1], ARGV[2])
   return 1
 end

@@ -19,7 +19,7 @@ fn args(cmd: &Cmd) -> Vec<String> {
 pub(super) fn read_request() -> ReadAcquireRequest<'static> {
     ReadAcquireRequest {
         key: "app:{x}",
-        readers_key: "app:{x}:readers",
+        set_key: "app:{x}:readers",
         fence_key: "app:{x}:fence",
         writer_key: "app:{x}:writer",
         token: "t0k3n",
@@ -72,7 +72,9 @@ fn calls_are_laid_out_as_the_scripts_read_them() {
     );
     let release = ReadReleaseRequest {
         key: "k",
-        readers_key: "k:readers",
+        set_key: "k:readers",
+        marker: READERS,
+        announce_each: false,
         token: "t",
         bind_lineage: true,
         pubsub: PubSub::Classic,
@@ -80,11 +82,22 @@ fn calls_are_laid_out_as_the_scripts_read_them() {
     };
     assert_eq!(
         args(&release.call())[2..],
-        ["2", "k", "k:readers", "t", READERS, "1", "PUBLISH", "0"]
+        [
+            "2",
+            "k",
+            "k:readers",
+            "t",
+            READERS,
+            "1",
+            "PUBLISH",
+            "0",
+            "0"
+        ]
     );
     let extend = ReadExtendRequest {
         key: "k",
-        readers_key: "k:readers",
+        set_key: "k:readers",
+        marker: READERS,
         token: "t",
         ttl: Duration::from_secs(2),
         bind_lineage: false,
@@ -114,14 +127,10 @@ fn calls_are_laid_out_as_the_scripts_read_them() {
         args(&clear.call())[2..],
         ["2", "k", "k:writer", "w", "SPUBLISH", "1"]
     );
-    let inspect = ReadInspectRequest {
-        key: "k",
-        readers_key: "k:readers",
-        writer_key: "k:writer",
-    };
+    let inspect = ReadInspectRequest { key: "k" };
     assert_eq!(
         args(&inspect.call())[2..],
-        ["3", "k", "k:readers", "k:writer", READERS]
+        ["4", "k", "k:readers", "k:writer", "k:permits", READERS]
     );
 }
 
@@ -257,7 +266,7 @@ fn yes_no_replies_are_read_strictly() {
 fn inspect_replies_are_read_strictly() {
     let read = |items: &[i64]| SharedState::from_redis_value(ints(items));
     assert_eq!(
-        read(&[0, -2, 0, -2]),
+        read(&[0, -2, 0, -2, 0]),
         Ok(SharedState {
             mode: Mode::Free,
             expires_in: None,
@@ -266,7 +275,7 @@ fn inspect_replies_are_read_strictly() {
         })
     );
     assert_eq!(
-        read(&[2, 1500, 3, 700]),
+        read(&[2, 1500, 3, 700, 0]),
         Ok(SharedState {
             mode: Mode::Shared,
             expires_in: Some(Duration::from_millis(1500)),
@@ -275,7 +284,7 @@ fn inspect_replies_are_read_strictly() {
         })
     );
     assert_eq!(
-        read(&[1, -1, 0, -1]),
+        read(&[1, -1, 0, -1, 0]),
         Ok(SharedState {
             mode: Mode::Exclusive,
             expires_in: None,
@@ -283,14 +292,25 @@ fn inspect_replies_are_read_strictly() {
             writer_waits: Some(None)
         })
     );
+    assert_eq!(
+        read(&[3, 900, 2, -2, 5]),
+        Ok(SharedState {
+            mode: Mode::Permits(5),
+            expires_in: Some(Duration::from_millis(900)),
+            readers: 2,
+            writer_waits: None
+        })
+    );
     for reply in [
-        ints(&[0, 100, 0, -2]),
-        ints(&[1, -2, 0, -2]),
-        ints(&[3, 100, 0, -2]),
-        ints(&[2, 100, -1, -2]),
-        ints(&[2, 100, 0, -3]),
-        ints(&[2, 100, 0]),
-        ints(&[2, 100, 0, -2, 0]),
+        ints(&[0, 100, 0, -2, 0]),
+        ints(&[1, -2, 0, -2, 0]),
+        ints(&[4, 100, 0, -2, 0]),
+        ints(&[2, 100, -1, -2, 0]),
+        ints(&[2, 100, 0, -3, 0]),
+        ints(&[2, 100, 0, -2]),
+        ints(&[2, 100, 0, -2, 3]),
+        ints(&[3, 100, 0, -2, 0]),
+        ints(&[2, 100, 0, -2, 0, 0]),
         Value::Int(0),
         Value::Nil,
     ] {

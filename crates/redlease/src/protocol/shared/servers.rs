@@ -86,7 +86,7 @@ impl Fixture {
     fn read<'a>(&'a self, token: &'a str, ttl: Duration) -> ReadAcquireRequest<'a> {
         ReadAcquireRequest {
             key: &self.lock,
-            readers_key: &self.keys.readers,
+            set_key: &self.keys.readers,
             fence_key: &self.fence,
             writer_key: &self.keys.writer,
             token,
@@ -107,7 +107,9 @@ impl Fixture {
     fn release_read(&mut self, token: &str) -> ReadReleaseReply {
         let cmd = ReadReleaseRequest {
             key: &self.lock,
-            readers_key: &self.keys.readers,
+            set_key: &self.keys.readers,
+            marker: READERS,
+            announce_each: false,
             token,
             bind_lineage: false,
             pubsub: PubSub::Classic,
@@ -120,7 +122,8 @@ impl Fixture {
     fn extend_read(&mut self, token: &str, ttl: Duration) -> ReadExtendReply {
         let cmd = ReadExtendRequest {
             key: &self.lock,
-            readers_key: &self.keys.readers,
+            set_key: &self.keys.readers,
+            marker: READERS,
             token,
             ttl,
             bind_lineage: false,
@@ -153,12 +156,7 @@ impl Fixture {
     }
 
     fn inspect(&mut self) -> SharedState {
-        let cmd = ReadInspectRequest {
-            key: &self.lock,
-            readers_key: &self.keys.readers,
-            writer_key: &self.keys.writer,
-        }
-        .call();
+        let cmd = ReadInspectRequest { key: &self.lock }.call();
         run(&mut self.conn, cmd)
     }
 
@@ -460,7 +458,8 @@ fn a_bound_reader_is_ours_only_in_its_lineage() {
     assert_eq!(f.extend_read(&r, LONG), ReadExtendReply::NotOurs);
     let extend = ReadExtendRequest {
         key: &f.lock,
-        readers_key: &f.keys.readers,
+        set_key: &f.keys.readers,
+        marker: READERS,
         token: &r,
         ttl: LONG,
         bind_lineage: true,
@@ -469,7 +468,9 @@ fn a_bound_reader_is_ours_only_in_its_lineage() {
     assert_eq!(extended, ReadExtendReply::Extended);
     let release = ReadReleaseRequest {
         key: &f.lock,
-        readers_key: &f.keys.readers,
+        set_key: &f.keys.readers,
+        marker: READERS,
+        announce_each: false,
         token: &r,
         bind_lineage: true,
         pubsub: PubSub::Classic,

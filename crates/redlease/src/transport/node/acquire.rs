@@ -38,6 +38,9 @@ pub(crate) enum AcquireReply {
         /// With durability on, how many replicas acknowledged it.
         replicas: Option<u32>,
     },
+    /// The name is a semaphore of this many permits, not the number
+    /// asked for (see [`Node::permit_acquire`]): nothing was written.
+    PermitsDiffer { permits: u32 },
     /// Held by another owner.
     Held {
         /// How long the owner has left (`None`: no expiry).

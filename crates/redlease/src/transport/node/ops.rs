@@ -18,7 +18,7 @@ use crate::protocol::lease::{
     ReleaseRequest,
 };
 use crate::protocol::lua::{Lua, EXTEND, READ_INSPECT};
-use crate::protocol::shared::{Mode, ReadInspectRequest, SharedKeys, SharedState};
+use crate::protocol::shared::{Mode, ReadInspectRequest, SharedState};
 use crate::transport::deployment::Conn;
 use crate::transport::shard_conn;
 
@@ -131,12 +131,7 @@ impl Node {
             .arg(release_channel(&keys.lock));
         // The two modes, in the same round trip: sent whole (EVAL), an
         // operator's rare request need not be cached on the server.
-        let shared = SharedKeys::of(&keys.lock);
-        let modes = ReadInspectRequest {
-            key: &keys.lock,
-            readers_key: &shared.readers,
-            writer_key: &shared.writer,
-        };
+        let modes = ReadInspectRequest { key: &keys.lock };
         pipe.add_command(READ_INSPECT.whole(&modes.call()));
         let cluster = self.deployment.is_cluster();
         if cluster {
@@ -187,6 +182,11 @@ impl Node {
                 Mode::Free => None,
                 Mode::Exclusive => Some(LockMode::Exclusive),
                 Mode::Shared => Some(LockMode::Shared),
+                Mode::Permits(_) => Some(LockMode::Permit),
+            },
+            permits: match modes.mode {
+                Mode::Permits(n) => Some(n),
+                _ => None,
             },
             readers: modes.readers,
             writer_waits: modes.writer_waits.is_some(),

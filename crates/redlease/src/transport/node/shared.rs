@@ -2,19 +2,23 @@
 //! and extend, and the writer-waiting mark (see
 //! [`shared`](crate::protocol::shared)).
 
+use std::num::NonZeroU32;
 use std::time::Duration;
+
+use crate::core::mode::Hold;
 
 use crate::core::keys::LockKeys;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::token::Token;
 use crate::core::vote_guard::ClockSample;
 use crate::protocol::acquire::OnRefusal;
-use crate::protocol::lua::{READ_ACQUIRE, READ_EXTEND, READ_RELEASE};
+use crate::protocol::lua::{PERMIT_ACQUIRE, READ_ACQUIRE, READ_EXTEND, READ_RELEASE};
 use crate::protocol::lua::{WRITER_CLEAR, WRITER_WAITS};
+use crate::protocol::permits::{PermitAcquireReply, PermitAcquireRequest};
 use crate::protocol::shared::{
-    ReadAcquireReply, ReadAcquireRequest, ReadExtendReply, ReadExtendRequest, ReadReleaseReply,
-    ReadReleaseRequest, SharedKeys, WriterClearReply, WriterClearRequest, WriterMarkReply,
-    WriterWaitsRequest,
+    Members, ReadAcquireReply, ReadAcquireRequest, ReadExtendReply, ReadExtendRequest,
+    ReadReleaseReply, ReadReleaseRequest, SharedKeys, WriterClearReply, WriterClearRequest,
+    WriterMarkReply, WriterWaitsRequest,
 };
 
 use super::{AcquireReply, Gate, Node};
@@ -38,7 +42,7 @@ impl Node {
         let fence_key = keys.fence();
         let request = ReadAcquireRequest {
             key: &keys.lock,
-            readers_key: &shared.readers,
+            set_key: &shared.readers,
             fence_key: &fence_key,
             writer_key: &shared.writer,
             token: token.as_str(),
@@ -89,19 +93,24 @@ impl Node {
         }
     }
 
-    /// Removes our read hold; `Ok(false)` if it was not live. `announce`:
-    /// if it was the last reader, tell the lock's waiters.
+    /// Removes our read hold or permit (`hold`); `Ok(false)` if it was not
+    /// live. `announce`: tell the lock's waiters, if it was the last
+    /// reader, or of every permit.
     pub(crate) async fn read_release(
         &self,
         key: &str,
         token: &Token,
+        hold: Hold,
         announce: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let shared = SharedKeys::of(key);
+        let members = Members::of(hold).expect("a hold with members");
+        let (set_key, marker) = (members.set_key(key), members.marker());
         let call = ReadReleaseRequest {
             key,
-            readers_key: &shared.readers,
+            set_key: &set_key,
+            marker: &marker,
+            announce_each: members.announces_each(),
             token: token.as_str(),
             bind_lineage: self.binds_lineage(),
             pubsub: self.pubsub(),
@@ -114,18 +123,22 @@ impl Node {
         Ok(reply == ReadReleaseReply::Released)
     }
 
-    /// A new TTL for our read hold if it is still live; `Ok(false)` if not.
+    /// A new TTL for our read hold or permit (`hold`) if it is still live;
+    /// `Ok(false)` if not.
     pub(crate) async fn read_extend(
         &self,
         key: &str,
         token: &Token,
+        hold: Hold,
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let shared = SharedKeys::of(key);
+        let members = Members::of(hold).expect("a hold with members");
+        let (set_key, marker) = (members.set_key(key), members.marker());
         let call = ReadExtendRequest {
             key,
-            readers_key: &shared.readers,
+            set_key: &set_key,
+            marker: &marker,
             token: token.as_str(),
             ttl: Duration::from_millis(ttl_ms),
             bind_lineage: self.binds_lineage(),
@@ -139,6 +152,72 @@ impl Node {
             self.replicated(replicas)?;
         }
         Ok(extended)
+    }
+
+    /// Takes one of a semaphore's `permits`, or says why not: none is free
+    /// or the name is locked ([`AcquireReply::Held`]), or the semaphore
+    /// has another number of permits ([`AcquireReply::PermitsDiffer`]).
+    /// A "yes" is judged like an exclusive acquire's (vote guard,
+    /// durability), and carries the fencing token when `fenced`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn permit_acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        permits: NonZeroU32,
+        ttl_ms: u64,
+        timeout: Duration,
+        fenced: bool,
+    ) -> Result<AcquireReply, NodeError> {
+        let set_key = Members::Permits(permits.get()).set_key(&keys.lock);
+        let fence_key = keys.fence();
+        let request = PermitAcquireRequest {
+            key: &keys.lock,
+            set_key: &set_key,
+            fence_key: &fence_key,
+            token: token.as_str(),
+            ttl: Duration::from_millis(ttl_ms),
+            permits: permits.get(),
+            watch_clock: self.watches_clock(),
+            bind_lineage: self.binds_lineage(),
+            pubsub: self.pubsub(),
+            fenced,
+            fence_expiry: Duration::from_millis(keys.fence_expiry_ms),
+        };
+        let call = request.call();
+        let sent = std::time::Instant::now();
+        let mut conn = self.conn.clone();
+        let durability = self.settings.durability;
+        let exchange =
+            Box::pin(async move { conn.eval_voted(&PERMIT_ACQUIRE, &call, durability).await });
+        let (reply, replicas, shard) = self
+            .bounded(timeout, Gate::New, &keys.lock, exchange)
+            .await?;
+        match request.check(reply) {
+            Ok(PermitAcquireReply::Taken { fence, clock }) => {
+                let clock = clock.map(|t| {
+                    let received = std::time::Instant::now();
+                    ClockSample::new(sent, received, t.secs, t.micros)
+                });
+                self.judge_grant(shard, clock, fence, replicas)
+            }
+            Ok(PermitAcquireReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            }) => self.judge_refusal(
+                shard,
+                AcquireReply::Held {
+                    expires_in,
+                    waiting,
+                    owner,
+                },
+            ),
+            Ok(PermitAcquireReply::Differs { permits }) => {
+                self.judge_refusal(shard, AcquireReply::PermitsDiffer { permits })
+            }
+            Err(what) => Err(self.error(NodeErrorKind::Protocol(what))),
+        }
     }
 
     /// Marks a writer refused by readers as waiting, for `ttl`, so that
