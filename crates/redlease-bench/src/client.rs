@@ -47,6 +47,20 @@ pub trait LockClient: Send + Sync + 'static {
     /// at most [`WAIT`].
     fn acquire(&self, name: &str) -> impl Future<Output = Result<Self::Guard, BenchError>> + Send;
 
+    /// Blocking shared (read) acquire, like [`acquire`](Self::acquire), for
+    /// a client with read-write locks; the others fail (the runner never
+    /// asks them: see `Workload::has_peers`).
+    fn acquire_read(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Self::Guard, BenchError>> + Send {
+        let error = format!(
+            "{} has no read-write locks (asked to read {name})",
+            self.label()
+        );
+        async move { Err(error.into()) }
+    }
+
     /// Gives the lock back; an error if it was no longer ours.
     fn release(&self, guard: Self::Guard) -> impl Future<Output = Result<(), BenchError>> + Send;
 }
@@ -123,6 +137,10 @@ impl LockClient for Redlease {
 
     async fn acquire(&self, name: &str) -> Result<Self::Guard, BenchError> {
         Ok(self.locker.lock(name).await?)
+    }
+
+    async fn acquire_read(&self, name: &str) -> Result<Self::Guard, BenchError> {
+        Ok(self.locker.read_lock(name).await?)
     }
 
     async fn release(&self, lease: Self::Guard) -> Result<(), BenchError> {

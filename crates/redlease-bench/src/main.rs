@@ -59,8 +59,8 @@ struct Args {
     /// each count in turn, e.g. 1,5). Default 1, or the number of --urls.
     #[arg(long, value_delimiter = ',')]
     nodes: Vec<usize>,
-    /// Concurrent workers for contended (default 8) and independent
-    /// (default 64); uncontended always has 1.
+    /// Concurrent workers for contended and read-mostly (default 8) and
+    /// independent (default 64); uncontended always has 1.
     #[arg(long)]
     workers: Option<usize>,
     /// Measured seconds per client and workload (fractions allowed).
@@ -121,7 +121,10 @@ enum WorkloadArg {
     Uncontended,
     Contended,
     Independent,
-    /// All three, one after another.
+    /// K workers (default 8) on one lock, 90% of cycles a read lock, 10% a
+    /// write lock (redlease only: no other client has read-write locks).
+    ReadMostly,
+    /// All four, one after another.
     All,
     /// Many leases held at once under automatic renewal (--leases, TTL 3 s,
     /// held for --seconds): client CPU, memory, round trips, leases lost
@@ -219,6 +222,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
         WorkloadArg::Uncontended => vec![Workload::Uncontended],
         WorkloadArg::Contended => vec![Workload::Contended],
         WorkloadArg::Independent => vec![Workload::Independent],
+        WorkloadArg::ReadMostly => vec![Workload::ReadMostly],
         WorkloadArg::All => Workload::ALL.to_vec(),
         WorkloadArg::Renewal => return Err("the renewal workload runs on its own".into()),
     };
@@ -265,7 +269,7 @@ fn check_cluster_args(k: usize, args: &Args) -> Result<(), BenchError> {
     }
     if args.workload == WorkloadArg::Renewal {
         return Err(
-            "--cluster runs the uncontended, contended and independent workloads; \
+            "--cluster runs the uncontended, contended, independent and read-mostly workloads; \
              the renewal workload does not take --cluster"
                 .into(),
         );
@@ -453,11 +457,24 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
                 &tag,
             ))?;
             eprintln!(
-                "done: {workload} on {}, {workers} worker(s): redlease {:.0}/s, raw {:.0}/s (x{:.3}){}",
+                "done: {workload} on {}, {workers} worker(s): redlease {:.0}/s{}{}{}",
                 report.deployment(),
                 report.lib.cycles_per_s,
-                report.raw.cycles_per_s,
-                report.ratio_vs_raw(),
+                report
+                    .lib
+                    .read_write
+                    .as_ref()
+                    .map(|rw| format!(
+                        " ({:.0} reads/s, {:.0} writes/s)",
+                        rw.reads_per_s, rw.writes_per_s
+                    ))
+                    .unwrap_or_default(),
+                report
+                    .raw
+                    .as_ref()
+                    .zip(report.ratio_vs_raw())
+                    .map(|(raw, x)| format!(", raw {:.0}/s (x{x:.3})", raw.cycles_per_s))
+                    .unwrap_or_default(),
                 report
                     .rslock
                     .as_ref()
@@ -469,9 +486,13 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
     }
     println!();
     print!("{}", report::table(&reports));
-    println!();
-    for line in report::targets(&reports) {
-        println!("{line}");
+    // Only the header when no workload run has a target (read-mostly).
+    let targets = report::targets(&reports);
+    if targets.len() > 1 {
+        println!();
+        for line in targets {
+            println!("{line}");
+        }
     }
     if plan.json {
         for r in &reports {

@@ -1,9 +1,10 @@
 //! Turning measured outcomes into figures: the readable table and the
 //! one-JSON-object-per-workload lines.
 
+use redlease::LockMode;
 use serde_json::{json, Map, Value};
 
-use crate::stats::{self, Cycle, Handoffs, Percentiles};
+use crate::stats::{self, Cycle, Handoffs, Percentiles, Sharing};
 use crate::workloads::{Outcome, Workload};
 
 /// One client's figures for one workload.
@@ -22,6 +23,8 @@ pub struct ClientRun {
     pub server_cpu_us_per_cycle: Option<f64>,
     /// Contended workload only.
     pub contention: Option<Contention>,
+    /// Read-mostly workload only.
+    pub read_write: Option<ReadWrite>,
 }
 
 /// What only a contended run has.
@@ -32,9 +35,39 @@ pub struct Contention {
     pub handoffs: Handoffs,
 }
 
+/// What only a read-mostly run has: its reads and writes apart.
+#[derive(Debug)]
+pub struct ReadWrite {
+    pub reads: u64,
+    pub writes: u64,
+    pub reads_per_s: f64,
+    pub writes_per_s: f64,
+    /// Time in acquire (any waiting included) of the reads, of the writes.
+    pub read_wait: Option<Percentiles>,
+    pub write_wait: Option<Percentiles>,
+    /// Writes minus the final counter: updates two writers raced on.
+    pub lost_updates: i64,
+    pub sharing: Sharing,
+}
+
+/// Completed writes minus the final counter, summed over the slices.
+fn lost_updates(slices: &[Outcome]) -> i64 {
+    slices
+        .iter()
+        .map(|o| {
+            let writes = o
+                .cycles
+                .iter()
+                .filter(|c| c.mode == LockMode::Exclusive)
+                .count();
+            writes as i64 - o.final_counter.unwrap_or(0)
+        })
+        .sum()
+}
+
 impl ClientRun {
     /// Figures over all measured slices (rounds) of one client.
-    pub fn new(client: &'static str, slices: &[Outcome]) -> ClientRun {
+    pub fn new(client: &'static str, workload: Workload, slices: &[Outcome]) -> ClientRun {
         let cycles: Vec<Cycle> = slices
             .iter()
             .flat_map(|o| o.cycles.iter().copied())
@@ -48,7 +81,16 @@ impl ClientRun {
                 *total += n;
             }
         }
-        let contended = slices.iter().all(|o| o.final_counter.is_some()) && !slices.is_empty();
+        let counted = slices.iter().all(|o| o.final_counter.is_some()) && !slices.is_empty();
+        let contended = counted && workload == Workload::Contended;
+        let read_mostly = counted && workload == Workload::ReadMostly;
+        let rate = |n: u64| {
+            if elapsed_s > 0.0 {
+                n as f64 / elapsed_s
+            } else {
+                0.0
+            }
+        };
         let per_cycle = |total: f64| {
             if ops > 0 {
                 total * 1e6 / ops as f64
@@ -65,35 +107,56 @@ impl ClientRun {
             client,
             ops,
             elapsed_s,
-            cycles_per_s: if elapsed_s > 0.0 {
-                ops as f64 / elapsed_s
-            } else {
-                0.0
-            },
+            cycles_per_s: rate(ops),
             acquire: stats::acquire_latencies(&cycles),
             release: stats::release_latencies(&cycles),
             per_worker,
             client_cpu_us_per_cycle: per_cycle(client_cpu),
             server_cpu_us_per_cycle: server_cpu.map(per_cycle),
             contention: contended.then(|| Contention {
-                lost_updates: slices
-                    .iter()
-                    .map(|o| o.cycles.len() as i64 - o.final_counter.unwrap_or(0))
-                    .sum(),
+                lost_updates: lost_updates(slices),
                 handoffs: stats::handoffs(slices.iter().map(|o| &o.cycles[..])),
+            }),
+            read_write: read_mostly.then(|| {
+                let writes = cycles
+                    .iter()
+                    .filter(|c| c.mode == LockMode::Exclusive)
+                    .count() as u64;
+                let reads = ops - writes;
+                ReadWrite {
+                    reads,
+                    writes,
+                    reads_per_s: rate(reads),
+                    writes_per_s: rate(writes),
+                    read_wait: stats::acquire_latencies_in(&cycles, LockMode::Shared),
+                    write_wait: stats::acquire_latencies_in(&cycles, LockMode::Exclusive),
+                    lost_updates: lost_updates(slices),
+                    sharing: stats::sharing(slices.iter().map(|o| &o.cycles[..])),
+                }
             }),
         }
     }
 
     /// Why this run is a correctness failure, if it is one.
     pub fn violation(&self) -> Option<String> {
-        let c = self.contention.as_ref()?;
-        if c.lost_updates != 0 || c.handoffs.overlaps != 0 {
-            return Some(format!(
-                "{}: lost_updates = {} and {} overlapping holders over {} cycles: \
-                 two workers held the lock at once",
-                self.client, c.lost_updates, c.handoffs.overlaps, self.ops
-            ));
+        if let Some(c) = &self.contention {
+            if c.lost_updates != 0 || c.handoffs.overlaps != 0 {
+                return Some(format!(
+                    "{}: lost_updates = {} and {} overlapping holders over {} cycles: \
+                     two workers held the lock at once",
+                    self.client, c.lost_updates, c.handoffs.overlaps, self.ops
+                ));
+            }
+        }
+        if let Some(rw) = &self.read_write {
+            if rw.lost_updates != 0 || rw.sharing.overlaps != 0 {
+                return Some(format!(
+                    "{}: lost_updates = {} and {} holds taken while a hold they exclude \
+                     was held, over {} reads and {} writes: a writer held the lock \
+                     together with another holder",
+                    self.client, rw.lost_updates, rw.sharing.overlaps, rw.reads, rw.writes
+                ));
+            }
         }
         None
     }
@@ -123,6 +186,17 @@ impl ClientRun {
                 json!(round(c.handoffs.same_worker_share, 4)),
             );
             put_percentiles(out, "wait", c.handoffs.wait);
+        }
+        if let Some(rw) = &self.read_write {
+            out.insert("reads".into(), json!(rw.reads));
+            out.insert("writes".into(), json!(rw.writes));
+            out.insert("reads_per_s".into(), json!(round(rw.reads_per_s, 1)));
+            out.insert("writes_per_s".into(), json!(round(rw.writes_per_s, 1)));
+            put_percentiles(out, "read_wait", rw.read_wait);
+            put_percentiles(out, "write_wait", rw.write_wait);
+            out.insert("lost_updates".into(), json!(rw.lost_updates));
+            out.insert("overlaps".into(), json!(rw.sharing.overlaps));
+            out.insert("peak_readers".into(), json!(rw.sharing.peak_readers));
         }
         out.insert("per_worker".into(), json!(self.per_worker));
     }
@@ -161,9 +235,11 @@ pub struct WorkloadReport {
     /// Interleaved rounds the seconds were split into.
     pub rounds: u32,
     pub lib: ClientRun,
-    pub raw: ClientRun,
+    /// The baselines; absent where they cannot run the workload
+    /// (read-mostly: they have no read-write lock).
+    pub raw: Option<ClientRun>,
     /// `SET NX PX` and compare-and-delete: the floor.
-    pub plain: ClientRun,
+    pub plain: Option<ClientRun>,
     pub rslock: Option<ClientRun>,
     /// The library with fencing tokens on (`--compare fenced`).
     pub fenced: Option<ClientRun>,
@@ -172,8 +248,12 @@ pub struct WorkloadReport {
 }
 
 impl WorkloadReport {
-    pub fn ratio_vs_raw(&self) -> f64 {
-        ratio(self.lib.cycles_per_s, self.raw.cycles_per_s)
+    /// The library's rate over the raw baseline's, when that ran.
+    pub fn ratio_vs_raw(&self) -> Option<f64> {
+        Some(ratio(
+            self.lib.cycles_per_s,
+            self.raw.as_ref()?.cycles_per_s,
+        ))
     }
 
     /// What the clients ran on, for messages: "5 node(s)" or "a 3-primary
@@ -194,19 +274,19 @@ impl WorkloadReport {
     }
 
     /// The library's server CPU per cycle over the plain baseline's, when
-    /// the servers are ours.
+    /// the servers are ours and the baseline ran.
     pub fn server_cpu_vs_plain(&self) -> Option<f64> {
         Some(ratio(
             self.lib.server_cpu_us_per_cycle?,
-            self.plain.server_cpu_us_per_cycle?,
+            self.plain.as_ref()?.server_cpu_us_per_cycle?,
         ))
     }
 
     pub fn runs(&self) -> impl Iterator<Item = &ClientRun> {
         [
             Some(&self.lib),
-            Some(&self.raw),
-            Some(&self.plain),
+            self.raw.as_ref(),
+            self.plain.as_ref(),
             self.rslock.as_ref(),
             self.fenced.as_ref(),
             self.unguarded.as_ref(),
@@ -216,7 +296,8 @@ impl WorkloadReport {
     }
 
     /// The JSON line: the library's figures at the top level (the fields the
-    /// issue asks for), the baseline and rslock in full under their names.
+    /// issue asks for), the baselines and rslock in full under their names
+    /// (left out, with the ratios to them, where they did not run).
     pub fn json(&self) -> Value {
         let mut out = Map::new();
         out.insert("workload".into(), json!(self.workload.name()));
@@ -228,32 +309,33 @@ impl WorkloadReport {
         out.insert("seconds".into(), json!(self.seconds));
         out.insert("rounds".into(), json!(self.rounds));
         self.lib.json_fields(&mut out);
-        out.insert(
-            "raw_cycles_per_s".into(),
-            json!(round(self.raw.cycles_per_s, 1)),
-        );
-        out.insert("ratio_vs_raw".into(), json!(round(self.ratio_vs_raw(), 3)));
-        out.insert(
-            "ratio_vs_plain".into(),
-            json!(round(
-                ratio(self.lib.cycles_per_s, self.plain.cycles_per_s),
-                3
-            )),
-        );
-        out.insert(
-            "server_cpu_vs_plain".into(),
-            json!(self.server_cpu_vs_plain().map(|x| round(x, 3))),
-        );
-        out.insert(
-            "client_cpu_vs_plain".into(),
-            json!(round(
-                ratio(
-                    self.lib.client_cpu_us_per_cycle,
-                    self.plain.client_cpu_us_per_cycle
-                ),
-                3
-            )),
-        );
+        if let Some(raw) = &self.raw {
+            out.insert("raw_cycles_per_s".into(), json!(round(raw.cycles_per_s, 1)));
+            out.insert(
+                "ratio_vs_raw".into(),
+                json!(round(ratio(self.lib.cycles_per_s, raw.cycles_per_s), 3)),
+            );
+        }
+        if let Some(plain) = &self.plain {
+            out.insert(
+                "ratio_vs_plain".into(),
+                json!(round(ratio(self.lib.cycles_per_s, plain.cycles_per_s), 3)),
+            );
+            out.insert(
+                "server_cpu_vs_plain".into(),
+                json!(self.server_cpu_vs_plain().map(|x| round(x, 3))),
+            );
+            out.insert(
+                "client_cpu_vs_plain".into(),
+                json!(round(
+                    ratio(
+                        self.lib.client_cpu_us_per_cycle,
+                        plain.client_cpu_us_per_cycle
+                    ),
+                    3
+                )),
+            );
+        }
         if let Some(rs) = &self.rslock {
             out.insert(
                 "rslock_cycles_per_s".into(),
@@ -264,8 +346,12 @@ impl WorkloadReport {
                 json!(round(ratio(self.lib.cycles_per_s, rs.cycles_per_s), 3)),
             );
         }
-        out.insert("raw".into(), self.raw.json());
-        out.insert("plain".into(), self.plain.json());
+        if let Some(raw) = &self.raw {
+            out.insert("raw".into(), raw.json());
+        }
+        if let Some(plain) = &self.plain {
+            out.insert("plain".into(), plain.json());
+        }
         if let Some(rs) = &self.rslock {
             out.insert("rslock".into(), rs.json());
         }
@@ -288,7 +374,8 @@ fn ratio(a: f64, b: f64) -> f64 {
 }
 
 /// The readable tables: throughput and latency for every run, then the
-/// hand-off details of the contended runs.
+/// hand-off details of the contended runs and the reads and writes of the
+/// read-mostly runs.
 pub fn table(reports: &[WorkloadReport]) -> String {
     let mut main = vec![row(&[
         "workload",
@@ -313,7 +400,10 @@ pub fn table(reports: &[WorkloadReport]) -> String {
                 r.workers.to_string(),
                 run.client.into(),
                 format!("{:.0}", run.cycles_per_s),
-                format!("{:.3}", ratio(run.cycles_per_s, r.raw.cycles_per_s)),
+                r.raw.as_ref().map_or_else(
+                    || "-".into(),
+                    |raw| format!("{:.3}", ratio(run.cycles_per_s, raw.cycles_per_s)),
+                ),
                 us(run.acquire.map(|p| p.p50_us)),
                 us(run.acquire.map(|p| p.p99_us)),
                 us(run.release.map(|p| p.p50_us)),
@@ -322,7 +412,7 @@ pub fn table(reports: &[WorkloadReport]) -> String {
                 run.server_cpu_us_per_cycle
                     .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
                 run.server_cpu_us_per_cycle
-                    .zip(r.plain.server_cpu_us_per_cycle)
+                    .zip(r.plain.as_ref().and_then(|p| p.server_cpu_us_per_cycle))
                     .map_or_else(|| "-".into(), |(v, p)| format!("{:.2}", ratio(v, p))),
             ]);
         }
@@ -373,6 +463,46 @@ pub fn table(reports: &[WorkloadReport]) -> String {
     if contended.len() > 1 {
         out.push('\n');
         out.push_str(&render(&contended));
+    }
+
+    let mut read_mostly = vec![row(&[
+        "read-mostly",
+        "nodes",
+        "workers",
+        "client",
+        "reads/s",
+        "writes/s",
+        "read wait p50",
+        "read wait p99",
+        "write wait p50",
+        "write wait p99",
+        "peak readers",
+        "lost",
+        "per worker",
+    ])];
+    for r in reports {
+        for run in r.runs() {
+            let Some(rw) = &run.read_write else { continue };
+            read_mostly.push(vec![
+                String::new(),
+                r.nodes_cell(),
+                r.workers.to_string(),
+                run.client.into(),
+                format!("{:.0}", rw.reads_per_s),
+                format!("{:.0}", rw.writes_per_s),
+                us(rw.read_wait.map(|p| p.p50_us)),
+                us(rw.read_wait.map(|p| p.p99_us)),
+                us(rw.write_wait.map(|p| p.p50_us)),
+                us(rw.write_wait.map(|p| p.p99_us)),
+                rw.sharing.peak_readers.to_string(),
+                rw.lost_updates.to_string(),
+                spread(&run.per_worker),
+            ]);
+        }
+    }
+    if read_mostly.len() > 1 {
+        out.push('\n');
+        out.push_str(&render(&read_mostly));
     }
     out
 }
@@ -434,8 +564,7 @@ pub fn targets(reports: &[WorkloadReport]) -> Vec<String> {
             .iter()
             .find(|r| r.workload == w && r.nodes == n && r.cluster.is_none())
     };
-    if let Some(r) = find(Workload::Uncontended, 1) {
-        let x = r.ratio_vs_raw();
+    if let Some(x) = find(Workload::Uncontended, 1).and_then(WorkloadReport::ratio_vs_raw) {
         lines.push(format!(
             "  uncontended, 1 node: >= 0.97 x raw: {x:.3} ({})",
             verdict(x >= 0.97)
@@ -456,7 +585,7 @@ pub fn targets(reports: &[WorkloadReport]) -> Vec<String> {
         .iter()
         .filter(|r| r.workload == Workload::Independent)
     {
-        let x = r.ratio_vs_raw();
+        let Some(x) = r.ratio_vs_raw() else { continue };
         lines.push(format!(
             "  independent, {}, {} workers: >= 0.8 x raw: {x:.3} ({})",
             r.deployment(),
@@ -514,6 +643,7 @@ mod tests {
         let cycles = (0..cycles as u32)
             .map(|i| Cycle {
                 worker: i % 2,
+                mode: LockMode::Exclusive,
                 acquire_start: t0 + i * 10 * us,
                 acquire_returned: t0 + (i * 10 + 1) * us,
                 release_started: t0 + (i * 10 + 5) * us,
@@ -532,23 +662,102 @@ mod tests {
 
     #[test]
     fn lost_updates_sum_over_rounds_and_fail_the_run() {
-        let ok = ClientRun::new("x", &[contended_slice(4, 4), contended_slice(3, 3)]);
+        let ok = ClientRun::new(
+            "x",
+            Workload::Contended,
+            &[contended_slice(4, 4), contended_slice(3, 3)],
+        );
         assert_eq!(ok.ops, 7);
         assert_eq!(ok.per_worker, vec![2, 4]);
         assert_eq!(ok.contention.as_ref().unwrap().lost_updates, 0);
         assert_eq!(ok.violation(), None);
 
-        let lost = ClientRun::new("x", &[contended_slice(4, 4), contended_slice(3, 2)]);
+        let lost = ClientRun::new(
+            "x",
+            Workload::Contended,
+            &[contended_slice(4, 4), contended_slice(3, 2)],
+        );
         assert_eq!(lost.contention.as_ref().unwrap().lost_updates, 1);
         assert!(lost.violation().unwrap().contains("lost_updates = 1"));
     }
 
     #[test]
     fn per_cycle_cpu_and_rate_come_from_all_rounds() {
-        let run = ClientRun::new("x", &[contended_slice(5, 5), contended_slice(5, 5)]);
+        let run = ClientRun::new(
+            "x",
+            Workload::Contended,
+            &[contended_slice(5, 5), contended_slice(5, 5)],
+        );
         // 10 cycles in 2 ms; 100 us of CPU over 10 cycles.
         assert!((run.cycles_per_s - 5_000.0).abs() < 1e-6);
         assert!((run.client_cpu_us_per_cycle - 10.0).abs() < 1e-6);
         assert_eq!(run.server_cpu_us_per_cycle, None);
+    }
+
+    /// A read-mostly slice: `reads` readers all holding from 10 to 50 us,
+    /// then writers one after another; `writer_at` moves the first writer's
+    /// acquire (a value below 50 puts it among the readers).
+    fn read_mostly_slice(reads: u32, writes: u32, counter: i64, writer_at: u32) -> Outcome {
+        let t0 = Instant::now();
+        let us = Duration::from_micros(1);
+        let mut cycles: Vec<Cycle> = (0..reads)
+            .map(|i| Cycle {
+                worker: i,
+                mode: LockMode::Shared,
+                acquire_start: t0,
+                acquire_returned: t0 + 10 * us,
+                release_started: t0 + 50 * us,
+                release_returned: t0 + 55 * us,
+            })
+            .collect();
+        cycles.extend((0..writes).map(|i| {
+            let got = if i == 0 { writer_at } else { 100 + i * 10 };
+            Cycle {
+                worker: reads + i,
+                mode: LockMode::Exclusive,
+                acquire_start: t0,
+                acquire_returned: t0 + got * us,
+                release_started: t0 + (got + 5) * us,
+                release_returned: t0 + (got + 6) * us,
+            }
+        }));
+        Outcome {
+            cycles,
+            elapsed: Duration::from_millis(1),
+            per_worker: vec![1; (reads + writes) as usize],
+            final_counter: Some(counter),
+            client_cpu: Duration::from_micros(50),
+            server_cpu: None,
+        }
+    }
+
+    #[test]
+    fn read_mostly_splits_reads_and_writes_and_fails_on_a_writer_among_readers() {
+        // 3 readers together, then 2 writers; the counter counts writes only.
+        let ok = ClientRun::new("x", Workload::ReadMostly, &[read_mostly_slice(3, 2, 2, 60)]);
+        assert!(ok.contention.is_none());
+        let rw = ok.read_write.as_ref().unwrap();
+        assert_eq!((rw.reads, rw.writes, rw.lost_updates), (3, 2, 0));
+        // 5 cycles in 1 ms.
+        assert!((rw.reads_per_s - 3_000.0).abs() < 1e-6);
+        assert!((rw.writes_per_s - 2_000.0).abs() < 1e-6);
+        assert_eq!(rw.sharing.peak_readers, 3);
+        assert_eq!(rw.read_wait.unwrap().count, 3);
+        assert!((rw.read_wait.unwrap().p50_us - 10.0).abs() < 0.1);
+        assert!((rw.write_wait.unwrap().p50_us - 60.0).abs() < 0.1);
+        assert_eq!(ok.violation(), None);
+        let json = ok.json();
+        assert_eq!(json["reads"], 3);
+        assert_eq!(json["overlaps"], 0);
+        assert!(json.get("handoff_p50_us").is_none());
+
+        // The first writer took the lock at 40, while the readers held it.
+        let overlap = ClientRun::new("x", Workload::ReadMostly, &[read_mostly_slice(3, 2, 2, 40)]);
+        assert_eq!(overlap.read_write.as_ref().unwrap().sharing.overlaps, 1);
+        assert!(overlap.violation().unwrap().contains("1 holds taken"));
+        // A write lost, counted against writes (not all cycles).
+        let lost = ClientRun::new("x", Workload::ReadMostly, &[read_mostly_slice(3, 2, 1, 60)]);
+        assert_eq!(lost.read_write.as_ref().unwrap().lost_updates, 1);
+        assert!(lost.violation().unwrap().contains("lost_updates = 1"));
     }
 }

@@ -1,7 +1,9 @@
 //! Measuring one workload on one set of nodes: every client in interleaved
 //! rounds (redlease, raw, plain, rslock; then raw, plain, rslock, redlease;
 //! ...), so a
-//! change in machine load hits all of them alike and the ratios hold.
+//! change in machine load hits all of them alike and the ratios hold. The
+//! read-mostly workload runs the library's clients only (no peer has a
+//! read-write lock).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,13 +123,17 @@ pub async fn measure(
         )
         .into());
     }
-    let mut subjects = vec![
-        Subject::Lib(Arc::new(lib)),
-        Subject::Raw(Arc::new(Raw::connect(urls, Flavor::Raw).await?)),
-        Subject::Raw(Arc::new(Raw::connect(urls, Flavor::Plain).await?)),
-    ];
-    if settings.rslock {
-        subjects.push(rslock_subject(urls)?);
+    let mut subjects = vec![Subject::Lib(Arc::new(lib))];
+    if workload.has_peers() {
+        subjects.push(Subject::Raw(Arc::new(
+            Raw::connect(urls, Flavor::Raw).await?,
+        )));
+        subjects.push(Subject::Raw(Arc::new(
+            Raw::connect(urls, Flavor::Plain).await?,
+        )));
+        if settings.rslock {
+            subjects.push(rslock_subject(urls)?);
+        }
     }
     if settings.fenced {
         subjects.push(Subject::Lib(Arc::new(Redlease::new(
@@ -174,16 +180,17 @@ pub async fn measure(
     let mut runs: Vec<ClientRun> = subjects
         .iter()
         .zip(&slices)
-        .map(|(s, outcomes)| ClientRun::new(s.label(), outcomes))
+        .map(|(s, outcomes)| ClientRun::new(s.label(), workload, outcomes))
         .collect();
     let mut take = |label: &str| {
         runs.iter()
             .position(|r| r.client == label)
             .map(|i| runs.remove(i))
     };
-    let (Some(lib), Some(raw), Some(plain)) = (take("redlease"), take("raw"), take("plain")) else {
-        unreachable!("redlease, raw and plain are always measured");
+    let Some(lib) = take("redlease") else {
+        unreachable!("redlease is always measured");
     };
+    let (raw, plain) = (take("raw"), take("plain"));
     let rslock = take("rslock");
     let fenced = take("redlease+fence");
     let unguarded = take("no-clock-guard");

@@ -1,15 +1,22 @@
-//! Pure arithmetic over recorded cycles: latency percentiles (HdrHistogram)
-//! and, for one contended key, how the lock passed from holder to holder.
+//! Pure arithmetic over recorded cycles: latency percentiles (HdrHistogram),
+//! for one contended key how the lock passed from holder to holder, and for
+//! one read-write lock whether readers and writers kept apart.
 //! No I/O and no clock reads, so it is unit-tested on synthetic timestamps.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use redlease::LockMode;
 
 /// One completed lock cycle as a worker saw it, on the monotonic clock.
 #[derive(Clone, Copy, Debug)]
 pub struct Cycle {
     pub worker: u32,
+    /// How the lock was held: `Exclusive` for every client and workload but
+    /// the read-mostly workload's reads.
+    pub mode: LockMode,
     /// Just before the acquire call.
     pub acquire_start: Instant,
     /// The acquire returned a held lock.
@@ -55,6 +62,16 @@ pub fn percentiles(samples: impl IntoIterator<Item = Duration>) -> Option<Percen
 /// Acquire latencies: call to a held lock (includes any waiting).
 pub fn acquire_latencies(cycles: &[Cycle]) -> Option<Percentiles> {
     percentiles(cycles.iter().map(|c| c.acquire_returned - c.acquire_start))
+}
+
+/// Acquire latencies of the cycles held in `mode` only.
+pub fn acquire_latencies_in(cycles: &[Cycle], mode: LockMode) -> Option<Percentiles> {
+    percentiles(
+        cycles
+            .iter()
+            .filter(|c| c.mode == mode)
+            .map(|c| c.acquire_returned - c.acquire_start),
+    )
 }
 
 /// Release latencies: call to return.
@@ -128,6 +145,66 @@ pub fn handoffs<'a>(runs: impl IntoIterator<Item = &'a [Cycle]>) -> Handoffs {
     }
 }
 
+/// Whether readers and writers of one read-write lock kept apart. A hold
+/// is surely held from its acquire's return to the start of its release;
+/// two such spans that meet are two holds at once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sharing {
+    /// Holds taken while a hold they exclude was surely still held: a
+    /// writer's while anyone held the lock, a reader's while a writer held
+    /// it. Readers among themselves are fine. Must be 0.
+    pub overlaps: u64,
+    /// Most readers surely holding at one moment: above 1 shows the reads
+    /// were shared.
+    pub peak_readers: u64,
+}
+
+/// Checks each run (one slice, one lock) for holds that exclude each other
+/// and overlapped, in one pass in acquire order: a hold is flagged if it
+/// began before the latest release start among the holds taken before it
+/// that it excludes (any earlier one for a writer, an earlier writer for a
+/// reader), so every overlapping pair with a writer in it is caught.
+pub fn sharing<'a>(runs: impl IntoIterator<Item = &'a [Cycle]>) -> Sharing {
+    let mut overlaps = 0u64;
+    let mut peak_readers = 0u64;
+    for run in runs {
+        let mut sorted: Vec<Cycle> = run.to_vec();
+        sorted.sort_by_key(|c| c.acquire_returned);
+        // Latest release start of any earlier hold, and of any earlier writer.
+        let mut held_until: Option<Instant> = None;
+        let mut written_until: Option<Instant> = None;
+        // Release starts of the readers that may still hold (earliest on top).
+        let mut readers: BinaryHeap<Reverse<Instant>> = BinaryHeap::new();
+        for c in &sorted {
+            let excluded_until = match c.mode {
+                LockMode::Exclusive => held_until,
+                LockMode::Shared => written_until,
+            };
+            if excluded_until.is_some_and(|t| c.acquire_returned < t) {
+                overlaps += 1;
+            }
+            held_until = held_until.max(Some(c.release_started));
+            match c.mode {
+                LockMode::Exclusive => written_until = written_until.max(Some(c.release_started)),
+                LockMode::Shared => {
+                    while readers
+                        .peek()
+                        .is_some_and(|Reverse(t)| *t <= c.acquire_returned)
+                    {
+                        readers.pop();
+                    }
+                    readers.push(Reverse(c.release_started));
+                    peak_readers = peak_readers.max(readers.len() as u64);
+                }
+            }
+        }
+    }
+    Sharing {
+        overlaps,
+        peak_readers,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +215,7 @@ mod tests {
     fn cycle(t0: Instant, worker: u32, start: u64, got: u64, rel: u64, done: u64) -> Cycle {
         Cycle {
             worker,
+            mode: LockMode::Exclusive,
             acquire_start: t0 + start as u32 * US,
             acquire_returned: t0 + got as u32 * US,
             release_started: t0 + rel as u32 * US,
@@ -207,6 +285,67 @@ mod tests {
         let h = handoffs([&first[..], &second[..]]);
         assert_eq!(h.pairs, 0);
         assert_eq!(h.handoff, None);
+    }
+
+    /// A cycle in `mode` whose times are microsecond offsets from `t0`.
+    fn held(t0: Instant, mode: LockMode, start: u64, got: u64, rel: u64) -> Cycle {
+        Cycle {
+            mode,
+            ..cycle(t0, 0, start, got, rel, rel + 5)
+        }
+    }
+
+    #[test]
+    fn readers_may_share_but_a_writer_overlapping_anyone_is_flagged() {
+        use LockMode::{Exclusive as W, Shared as R};
+        let t0 = Instant::now();
+        // Three readers together, then a writer after the last one's
+        // release started, then a reader after the writer's.
+        let fine = [
+            held(t0, R, 0, 10, 50),
+            held(t0, R, 0, 20, 40),
+            held(t0, R, 0, 30, 60),
+            held(t0, W, 0, 61, 80),
+            held(t0, R, 60, 81, 90),
+        ];
+        let s = sharing([&fine[..]]);
+        assert_eq!(s.overlaps, 0, "{s:?}");
+        assert_eq!(s.peak_readers, 3, "{s:?}");
+
+        // A writer taken while the first reader (held until 50) still held.
+        let writer_in_readers = [held(t0, R, 0, 10, 50), held(t0, W, 0, 45, 70)];
+        assert_eq!(sharing([&writer_in_readers[..]]).overlaps, 1);
+        // A reader taken while a writer held, though the writer was taken
+        // first and a reader released in between.
+        let reader_in_writer = [
+            held(t0, W, 0, 10, 100),
+            held(t0, R, 0, 50, 60),
+            held(t0, R, 0, 70, 80),
+        ];
+        assert_eq!(sharing([&reader_in_writer[..]]).overlaps, 2);
+        // Two writers at once.
+        let writers = [held(t0, W, 0, 10, 50), held(t0, W, 0, 20, 30)];
+        assert_eq!(sharing([&writers[..]]).overlaps, 1);
+        // Runs are checked apart: the same spans in two runs are fine.
+        let a = [held(t0, W, 0, 10, 50)];
+        let b = [held(t0, W, 0, 20, 30)];
+        assert_eq!(sharing([&a[..], &b[..]]).overlaps, 0);
+    }
+
+    #[test]
+    fn acquire_latencies_split_by_mode() {
+        let t0 = Instant::now();
+        let cycles = [
+            held(t0, LockMode::Shared, 0, 10, 20),
+            held(t0, LockMode::Exclusive, 0, 300, 310),
+            held(t0, LockMode::Shared, 100, 130, 140),
+        ];
+        let reads = acquire_latencies_in(&cycles, LockMode::Shared).unwrap();
+        assert_eq!(reads.count, 2);
+        assert!((reads.p99_us - 30.0).abs() < 0.1, "{reads:?}");
+        let writes = acquire_latencies_in(&cycles, LockMode::Exclusive).unwrap();
+        assert_eq!(writes.count, 1);
+        assert!((writes.p50_us - 300.0).abs() < 0.1, "{writes:?}");
     }
 
     #[test]

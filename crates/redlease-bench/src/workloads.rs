@@ -1,12 +1,16 @@
-//! The three workloads, written once over [`LockClient`] so the library, the
+//! The four workloads, written once over [`LockClient`] so the library, the
 //! raw baseline and rslock run exactly the same loop, with the same keys and
-//! the same timestamps around the same calls.
+//! the same timestamps around the same calls (read-mostly needs read-write
+//! locks, which only the library has).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use redis::AsyncCommands;
+use redlease::LockMode;
 
 use crate::client::{BenchError, LockClient};
 use crate::conn::NodeConn;
@@ -21,13 +25,21 @@ pub enum Workload {
     Contended,
     /// K workers, each on its own fresh keys, through one shared client.
     Independent,
+    /// K workers on one key, each cycle a read lock (90%: GET counter) or
+    /// a write lock (10%: GET counter, SET counter+1), then release. The
+    /// library only: the other clients have no read-write lock.
+    ReadMostly,
 }
 
+/// Share of the read-mostly workload's cycles that take a read lock.
+pub const READ_SHARE: f64 = 0.9;
+
 impl Workload {
-    pub const ALL: [Workload; 3] = [
+    pub const ALL: [Workload; 4] = [
         Workload::Uncontended,
         Workload::Contended,
         Workload::Independent,
+        Workload::ReadMostly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -35,14 +47,26 @@ impl Workload {
             Workload::Uncontended => "uncontended",
             Workload::Contended => "contended",
             Workload::Independent => "independent",
+            Workload::ReadMostly => "read-mostly",
         }
+    }
+
+    /// Whether the raw, plain and rslock clients run it too: not
+    /// read-mostly, as none of them has a read-write lock.
+    pub fn has_peers(self) -> bool {
+        self != Workload::ReadMostly
+    }
+
+    /// Whether its workers fight over one key guarding a counter.
+    fn shared_counter(self) -> bool {
+        matches!(self, Workload::Contended | Workload::ReadMostly)
     }
 
     /// Workers when `--workers` is not given (uncontended is always 1).
     pub fn default_workers(self) -> usize {
         match self {
             Workload::Uncontended => 1,
-            Workload::Contended => 8,
+            Workload::Contended | Workload::ReadMostly => 8,
             Workload::Independent => 64,
         }
     }
@@ -65,7 +89,8 @@ pub struct Outcome {
     /// From the common start to the last worker's last release.
     pub elapsed: Duration,
     pub per_worker: Vec<u64>,
-    /// Contended only: the counter after the run (lost updates = cycles - this).
+    /// Contended and read-mostly: the counter after the run (lost updates =
+    /// write cycles - this; every contended cycle is a write).
     pub final_counter: Option<i64>,
     /// CPU used by this process during the slice (filled in by the runner).
     pub client_cpu: Duration,
@@ -73,7 +98,8 @@ pub struct Outcome {
     pub server_cpu: Option<Duration>,
 }
 
-/// Where the contended workload keeps the counter it protects: on the first
+/// Where the contended and read-mostly workloads keep the counter they
+/// protect: on the first
 /// node (on a cluster, the shard that owns the counter's slot), over a
 /// connection of its own, the same for every client.
 #[derive(Clone)]
@@ -92,9 +118,9 @@ pub async fn phase<C: LockClient>(
     counter: &Counter,
     tag: &str,
 ) -> Result<Outcome, BenchError> {
-    let contended = workload == Workload::Contended;
+    let shared = workload.shared_counter();
     let counter_key = format!("redlease-bench:{{{tag}}}:counter");
-    if contended {
+    if shared {
         // A clean start, so the final value counts this phase's cycles only.
         let _: () = counter.conn.clone().set(&counter_key, 0).await?;
     }
@@ -103,14 +129,18 @@ pub async fn phase<C: LockClient>(
     let mut tasks = Vec::with_capacity(workers);
     for id in 0..workers {
         let client = client.clone();
-        let names = if contended {
+        let names = if shared {
             Names::Shared(format!("{tag}-shared"))
         } else {
             Names::Fresh(format!("{tag}-w{id}-"))
         };
-        let counter = contended.then(|| (counter.conn.clone(), counter_key.clone()));
+        let counter = shared.then(|| (counter.conn.clone(), counter_key.clone()));
         let id = u32::try_from(id)?;
-        tasks.push(tokio::spawn(worker(client, id, names, end, counter)));
+        // Seeded by worker, so every slice and client draws the same
+        // sequence of reads and writes.
+        let reads =
+            (workload == Workload::ReadMostly).then(|| SmallRng::seed_from_u64(u64::from(id)));
+        tasks.push(tokio::spawn(worker(client, id, names, end, counter, reads)));
     }
     let mut cycles = Vec::new();
     let mut per_worker = Vec::with_capacity(workers);
@@ -135,7 +165,7 @@ pub async fn phase<C: LockClient>(
         .map(|c| c.release_returned)
         .max()
         .map_or(Duration::ZERO, |last| last - start);
-    let final_counter = if contended {
+    let final_counter = if shared {
         let value: Option<i64> = counter.conn.clone().get(&counter_key).await?;
         let _: () = counter.conn.clone().del(&counter_key).await?;
         Some(value.unwrap_or(0))
@@ -161,13 +191,16 @@ enum Names {
 }
 
 /// One worker: full cycles until `end` (a cycle in progress at `end` is
-/// finished, so no lock is left held).
+/// finished, so no lock is left held). With `reads`, each cycle is a read
+/// with probability [`READ_SHARE`] (it only reads the counter), else a
+/// write; without, every cycle is a write.
 async fn worker<C: LockClient>(
     client: Arc<C>,
     id: u32,
     names: Names,
     end: Instant,
     counter: Option<(NodeConn, String)>,
+    mut reads: Option<SmallRng>,
 ) -> Result<Vec<Cycle>, BenchError> {
     let mut cycles = Vec::new();
     let mut fresh = String::new();
@@ -184,20 +217,35 @@ async fn worker<C: LockClient>(
                 &fresh
             }
         };
+        let mode = if reads
+            .as_mut()
+            .is_some_and(|rng| rng.random_bool(READ_SHARE))
+        {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        };
         let acquire_start = Instant::now();
-        let guard = client.acquire(name).await?;
+        let guard = match mode {
+            LockMode::Shared => client.acquire_read(name).await?,
+            LockMode::Exclusive => client.acquire(name).await?,
+        };
         let acquire_returned = Instant::now();
         if let Some((conn, key)) = &counter {
-            // The protected read-modify-write: lost if two holders overlap.
+            // The protected read-modify-write: lost if two writers overlap.
+            // A reader only reads.
             let mut conn = conn.clone();
             let value: Option<i64> = conn.get(key).await?;
-            let _: () = conn.set(key, value.unwrap_or(0) + 1).await?;
+            if mode == LockMode::Exclusive {
+                let _: () = conn.set(key, value.unwrap_or(0) + 1).await?;
+            }
         }
         let release_started = Instant::now();
         client.release(guard).await?;
         let release_returned = Instant::now();
         cycles.push(Cycle {
             worker: id,
+            mode,
             acquire_start,
             acquire_returned,
             release_started,
