@@ -1,7 +1,7 @@
 //! Turning measured outcomes into figures: the readable table and the
 //! one-JSON-object-per-workload lines.
 
-use redlease::LockMode;
+use crate::stats::LockMode;
 use serde_json::{json, Map, Value};
 
 use crate::stats::{self, Cycle, Handoffs, Percentiles, Sharing};

@@ -8,7 +8,16 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use redlease::LockMode;
+
+/// How a cycle held the lock: the bench's own spelling of the two modes
+/// it measures (the library's `LockMode` has more).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    /// A writer's (an exclusive lock's).
+    Exclusive,
+    /// A reader's.
+    Shared,
+}
 
 /// One completed lock cycle as a worker saw it, on the monotonic clock.
 #[derive(Clone, Copy, Debug)]

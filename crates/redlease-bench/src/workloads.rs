@@ -7,10 +7,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::stats::LockMode;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use redis::AsyncCommands;
-use redlease::LockMode;
 
 use crate::client::{BenchError, LockClient};
 use crate::conn::NodeConn;
