@@ -176,6 +176,7 @@ impl Bench {
             },
             notes: self.notes,
             same_server: None,
+            read_write: None,
         })
     }
 }

@@ -436,6 +436,7 @@ pub async fn run(
         },
         notes,
         same_server: (scenario.clients == Clients::ServerTwice).then_some([0, 1]),
+        read_write: None,
     })
 }
 

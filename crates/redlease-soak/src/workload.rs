@@ -28,7 +28,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlease::{Durability, Lease, Locker, RetryPolicy};
 
-use crate::history::{Call, ErrorKind, LeaseId, NotCounted, Op, Outcome, Recorder};
+use crate::history::{Call, ErrorKind, LeaseId, Mode, NotCounted, Op, Outcome, Recorder};
 use crate::panics;
 use crate::store::Store;
 
@@ -243,6 +243,7 @@ impl Client {
             lock,
             lease,
             call,
+            mode: Mode::Write,
             invoke: self.rec.at(invoke),
             complete: self.rec.now(),
             bound: self.bound(call),
@@ -327,6 +328,7 @@ impl Client {
 
     fn lease_op(&self, held: &Held, call: Call, invoke: Instant) -> Op {
         let mut op = self.op(held.lock, Some(held.id), call, invoke);
+        op.mode = Mode::of(held.lease.mode());
         op.valid_until = Some(self.rec.at(held.lease.valid_until()));
         op.token = held.token();
         op
