@@ -29,6 +29,14 @@
 //!   the lock among them, writes, and releases; a reader after it sees no
 //!   write generation. Judged by the read-write checker, it passes only
 //!   if `writer_overlap` is flagged (`stale_read` comes with it).
+//! - `control-rw-writer-mark-erased`: readers that ignore a waiting
+//!   writer. A reader holds; a writer waits for the lock (readers refuse
+//!   it, so it marks itself waiting); for 3 s, every 100 ms, the soak
+//!   deletes the writer-waiting mark on every node (plain `DEL`: the
+//!   library has no switch for it) and a new reader takes a read hold
+//!   before the previous one lets go, so the lock is never free. The
+//!   writer gets in only once the stream stops. Passes only if
+//!   `writer_starved` is flagged.
 //!
 //! Every control turns the restart quarantine off: the first two because
 //! it is what they show, the others because nothing restarts there (the
@@ -46,7 +54,7 @@ use crate::rig::{self, with_node, Nodes};
 use crate::rw_checker::ReadWrite;
 use crate::store::Store;
 use crate::watchdog::Watchdog;
-use crate::workload::{Client, Request, Settings};
+use crate::workload::{lock_name, Client, Request, Settings};
 
 pub const CONTROLS: &[(&str, &str)] = &[
     (
@@ -71,6 +79,11 @@ pub const CONTROLS: &[(&str, &str)] = &[
         "control-rw-writer-skips-readers",
         "a writer under another key prefix never sees the readers and locks among them \
          (must be flagged writer_overlap)",
+    ),
+    (
+        "control-rw-writer-mark-erased",
+        "a waiting writer's mark is deleted before each new reader: a reader stream keeps \
+         it out for 3 s (must be flagged writer_starved)",
     ),
 ];
 
@@ -218,6 +231,7 @@ pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
         "control-sleepy-holder" => sleepy_holder(nodes, seed).await,
         "control-broken-release" => broken_release(nodes, seed).await,
         "control-rw-writer-skips-readers" => writer_skips_readers(nodes, seed).await,
+        "control-rw-writer-mark-erased" => writer_mark_erased(nodes, seed).await,
         other => Err(format!("unknown control {other:?}")),
     }
 }
@@ -529,4 +543,120 @@ async fn writer_skips_readers(nodes: usize, seed: u64) -> Result<Run, String> {
         flagged_by: Some("writer_overlap"),
     });
     Ok(run)
+}
+
+/// `control-rw-writer-mark-erased` (see the module docs).
+async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
+    const NAME: &str = "control-rw-writer-mark-erased";
+    /// How long the reader stream keeps the writer out.
+    const STREAM: Duration = Duration::from_secs(3);
+    /// A new reader every so often, each holding until the next is in.
+    const EVERY: Duration = Duration::from_millis(100);
+    let ttl = Duration::from_millis(500);
+    let mut bench = Bench::start(nodes, None).await?;
+    let mut readers = [
+        bench.client(0, bench.direct(), ttl).await?,
+        bench.client(1, bench.direct(), ttl).await?,
+    ];
+    let mut writer = bench.client(2, bench.direct(), ttl).await?;
+    let mark = format!("{}:writer", readers[0].locker.admin().key(&lock_name(0)));
+    let read = Request {
+        mode: history::Mode::Read,
+        once: true,
+        ..Request::default()
+    };
+
+    let mut held = readers[0]
+        .take(0, read)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "the first reader did not get the read lock"))?;
+    bench.note("a reader holds the lock");
+    let wait = STREAM + Duration::from_secs(2);
+    let waiting = tokio::spawn(async move {
+        let write = Request {
+            wait: Some(wait),
+            ..Request::default()
+        };
+        let held = writer.take(0, write).await;
+        (writer, held)
+    });
+    tokio::time::sleep(EVERY).await;
+    bench.note(format!(
+        "a writer waits for it (up to {} s); readers refuse it, so it marks itself waiting",
+        wait.as_secs()
+    ));
+    let start = Instant::now();
+    let mut readers_let_in = 0;
+    let mut erased = 0;
+    while start.elapsed() < STREAM {
+        tokio::time::sleep(EVERY).await;
+        // The next reader, after the mark is deleted: a few tries, in case
+        // the writer marked itself again in between.
+        let reader = &mut readers[(readers_let_in + 1) % 2];
+        let mut next = None;
+        for _ in 0..5 {
+            erased += u64::from(erase(&bench.addrs, &mark).await? > 0);
+            next = reader.take(0, read).await;
+            if next.is_some() {
+                break;
+            }
+        }
+        let next = next.ok_or_else(|| {
+            inconclusive(
+                NAME,
+                "a reader was refused five times after erasing the mark",
+            )
+        })?;
+        let previous = std::mem::replace(&mut held, next);
+        let _ = readers[readers_let_in % 2].release(previous).await;
+        readers_let_in += 1;
+    }
+    bench.note(format!(
+        "for {} s a new reader took a read hold every {} ms before the previous one let go \
+         ({readers_let_in} readers; the writer's mark, deleted first each time, was found \
+         {erased} time(s))",
+        STREAM.as_secs(),
+        EVERY.as_millis()
+    ));
+    let _ = readers[readers_let_in % 2].release(held).await;
+    let (mut writer, held_w) = waiting
+        .await
+        .map_err(|e| format!("{NAME}: the writer's task: {e}"))?;
+    let held_w = held_w.ok_or_else(|| {
+        inconclusive(
+            NAME,
+            "the writer did not get the lock once the readers stopped",
+        )
+    })?;
+    bench.note("the stream stopped; the writer got the lock");
+    let _ = writer.release(held_w).await;
+    let mut run = bench
+        .finish(NAME, seed, ttl, &[("writer_mark_erased", erased)])
+        .await?;
+    run.read_write = Some(ReadWrite {
+        waits_judged: vec![2],
+        starvation_bound: 4 * ttl,
+        flagged_by: Some("writer_starved"),
+    });
+    Ok(run)
+}
+
+/// Deletes `key` on every node; how many nodes had it.
+async fn erase(addrs: &[String], key: &str) -> Result<u64, String> {
+    let mut found = 0;
+    for addr in addrs {
+        let deleted = async {
+            let client = redis::Client::open(format!("redis://{addr}"))?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<u64>(&mut conn)
+                .await
+        };
+        found += tokio::time::timeout(Duration::from_secs(2), deleted)
+            .await
+            .map_err(|_| format!("DEL {key} on {addr} timed out"))?
+            .map_err(|e| format!("DEL {key} on {addr}: {e}"))?;
+    }
+    Ok(found)
 }
