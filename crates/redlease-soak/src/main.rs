@@ -8,6 +8,11 @@
 //! fencing failures, leaked keys, untyped errors, unbounded calls, and
 //! (where one server is listed twice) locks that were not refused.
 //!
+//! `rw-mixed` runs the mixed faults under read and write locks; the
+//! read-write checker judges it too (a writer overlapping any lease, a
+//! reader that saw an older write generation than a finished write's,
+//! write tokens out of order, a writer starved by later readers).
+//!
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
 //!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N]
@@ -122,14 +127,14 @@ fn list() {
     }
     println!("negative controls (the checker must flag them; use --expect-violation):");
     for (name, about) in controls::CONTROLS.iter().chain(failover_controls::CONTROLS) {
-        println!("  {name:<30} {about}");
+        println!("  {name:<32} {about}");
     }
     println!(
         "the same kills without a lagging replica (not flagged in practice: the replica \
          already has the key; see GUARANTEES.md):"
     );
     for (name, about) in failover_controls::PROBES {
-        println!("  {name:<30} {about}");
+        println!("  {name:<32} {about}");
     }
 }
 
