@@ -17,6 +17,11 @@
 //!    no lease is granted: every acquire and `check_servers` fails with
 //!    `SameServer`, naming that pair.
 //!
+//! In a read-write run (`Config::read_write`) the read-write checker
+//! (`rw_checker`) judges the leases instead: the overlap, the expiry at
+//! return and the order of tokens of (1) and (3) are left to it, and the
+//! rest applies to both modes.
+//!
 //! Measurement only ever narrows the intervals of (1): "returned" is read
 //! after the call returns and "release began" before it starts, so timing
 //! noise can hide an overlap of a few microseconds but never invent one.
@@ -25,6 +30,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::history::{Call, ErrorKind, History, LeaseId, Op, Outcome};
+use crate::rw_checker;
 
 /// How strict the checker is about timing.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +47,13 @@ pub struct Config {
     /// `lock`, `try_lock` and `check_servers` may return (elsewhere it is
     /// not).
     pub same_server: Option<[usize; 2]>,
+    /// The history holds read (shared) leases beside write ones: the
+    /// lease checks (overlap, a lease returned expired, the order of
+    /// tokens) are the read-write checker's ([`rw_checker`]), which knows
+    /// that readers share a lock and that a reader's token is a
+    /// generation. Every other check applies as it is: only writers write
+    /// the counter and the fenced store.
+    pub read_write: bool,
 }
 
 impl Default for Config {
@@ -49,6 +62,7 @@ impl Default for Config {
             bound_slack: Duration::from_millis(250),
             expired_tolerance: Duration::from_millis(2),
             same_server: None,
+            read_write: false,
         }
     }
 }
@@ -101,6 +115,10 @@ pub struct Verdict {
     pub same_server: u64,
     pub examples: BTreeMap<&'static str, Vec<String>>,
 }
+
+/// The categories a read-write run leaves to the read-write checker
+/// (see [`Config::read_write`]): they stay 0 there.
+pub const LEFT_TO_READ_WRITE: [&str; 2] = ["overlap", "expired_lease_returned"];
 
 /// How many examples per category are kept.
 pub(crate) const EXAMPLES: usize = 5;
@@ -165,11 +183,14 @@ struct Span {
 /// Runs every check.
 pub fn check(history: &History, state: &FinalState, config: &Config) -> Verdict {
     let mut verdict = Verdict::default();
-    let spans = spans(history);
-    check_overlap(&spans, &mut verdict);
+    if !config.read_write {
+        let spans = spans(history);
+        check_overlap(&spans, &mut verdict);
+        check_token_order(&spans, &mut verdict);
+        check_expired(history, state, config, &mut verdict);
+    }
     check_lost_updates(history, state, &mut verdict);
-    check_fencing(&spans, history, &mut verdict);
-    check_expired(history, state, config, &mut verdict);
+    check_fenced_writes(history, &mut verdict);
     check_leaks(state, &mut verdict);
     check_errors(history, state, config, &mut verdict);
     check_bounds(history, state, config, &mut verdict);
@@ -183,7 +204,7 @@ pub fn check(history: &History, state: &FinalState, config: &Config) -> Verdict 
 fn who_when(op: &Op) -> String {
     format!(
         "{} by worker {} at {}",
-        op.call.label(),
+        op.label(),
         op.worker,
         fmt_ms(op.invoke)
     )
@@ -193,51 +214,22 @@ pub(crate) fn fmt_ms(d: Duration) -> String {
     format!("{:.1}ms", d.as_secs_f64() * 1e3)
 }
 
-/// Builds one span per successful acquire from the operations of its lease.
+/// One span per successful acquire (see [`rw_checker::leases`]).
 fn spans(history: &History) -> Vec<Span> {
-    let mut by_lease: BTreeMap<LeaseId, Vec<&Op>> = BTreeMap::new();
-    for op in history {
-        if let Some(lease) = op.lease {
-            by_lease.entry(lease).or_default().push(op);
-        }
-    }
-    let mut spans = Vec::new();
-    for (lease, mut ops) in by_lease {
-        ops.sort_by_key(|op| op.complete);
-        let Some(acquire) = ops
-            .iter()
-            .find(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
-        else {
-            continue;
-        };
-        let Some(mut valid_until) = acquire.valid_until else {
-            continue;
-        };
-        // The latest word on validity: extends move it (later on success,
-        // earlier on failure).
-        for op in &ops {
-            if op.call == Call::Extend && op.complete >= acquire.complete {
-                if let Some(v) = op.valid_until {
-                    valid_until = v;
-                }
+    rw_checker::leases(history)
+        .into_iter()
+        .map(|l| {
+            let valid_until = l.extended_until.unwrap_or(l.valid_until);
+            Span {
+                lease: l.lease,
+                worker: l.worker,
+                lock: l.lock,
+                start: l.returned,
+                end: l.release_began.map_or(valid_until, |r| r.min(valid_until)),
+                token: l.token,
             }
-        }
-        let release_began = ops
-            .iter()
-            .filter(|op| matches!(op.call, Call::Release | Call::Abandon))
-            .map(|op| op.invoke)
-            .min();
-        let end = release_began.map_or(valid_until, |r| r.min(valid_until));
-        spans.push(Span {
-            lease,
-            worker: acquire.worker,
-            lock: acquire.lock,
-            start: acquire.complete,
-            end,
-            token: acquire.token,
-        });
-    }
-    spans
+        })
+        .collect()
 }
 
 fn by_lock(spans: &[Span]) -> BTreeMap<usize, Vec<&Span>> {
@@ -390,7 +382,7 @@ fn check_lost_updates(history: &History, state: &FinalState, verdict: &mut Verdi
     }
 }
 
-fn check_fencing(spans: &[Span], history: &History, verdict: &mut Verdict) {
+fn check_token_order(spans: &[Span], verdict: &mut Verdict) {
     for (lock, list) in by_lock(spans) {
         let mut highest: Option<(u64, LeaseId)> = None;
         for span in list {
@@ -413,6 +405,9 @@ fn check_fencing(spans: &[Span], history: &History, verdict: &mut Verdict) {
             }
         }
     }
+}
+
+fn check_fenced_writes(history: &History, verdict: &mut Verdict) {
     for op in history.iter().filter(|op| op.call == Call::FencedWrite) {
         // Certainly made while valid: acknowledged before valid_until.
         let valid = op.valid_until.is_some_and(|v| op.complete <= v);
@@ -559,7 +554,7 @@ fn check_same_server(history: &History, pair: [usize; 2], verdict: &mut Verdict)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::NotCounted;
+    use crate::history::{Mode, NotCounted};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -571,6 +566,7 @@ mod tests {
             lock: 0,
             lease,
             call,
+            mode: Mode::Write,
             invoke: ms(invoke),
             complete: ms(complete),
             bound: None,

@@ -22,6 +22,21 @@
 //!   library has no switch for it). A's lease expires, B takes the lock,
 //!   A's late release deletes B's key, C takes the lock while B holds it:
 //!   overlap.
+//! - `control-rw-writer-skips-readers`: a writer that skips the readers'
+//!   check. Two readers hold a read lock; a writer of the readers' key
+//!   prefix is refused (the library's exclusion is intact), but a writer
+//!   whose Locker has another key prefix never sees the readers and takes
+//!   the lock among them, writes, and releases; a reader after it sees no
+//!   write generation. Judged by the read-write checker, it passes only
+//!   if `writer_overlap` is flagged (`stale_read` comes with it).
+//! - `control-rw-writer-mark-erased`: readers that ignore a waiting
+//!   writer. A reader holds; a writer waits for the lock (readers refuse
+//!   it, so it marks itself waiting); for 3 s, every 100 ms, the soak
+//!   deletes the writer-waiting mark on every node (plain `DEL`: the
+//!   library has no switch for it) and a new reader takes a read hold
+//!   before the previous one lets go, so the lock is never free. The
+//!   writer gets in only once the stream stops. Passes only if
+//!   `writer_starved` is flagged.
 //!
 //! Every control turns the restart quarantine off: the first two because
 //! it is what they show, the others because nothing restarts there (the
@@ -32,13 +47,14 @@ use std::time::{Duration, Instant};
 use redlease_testkit::proxy::{Mode, Proxy};
 
 use crate::checker::FinalState;
-use crate::history::Recorder;
+use crate::history::{self, Recorder};
 use crate::panics;
 use crate::report::Run;
 use crate::rig::{self, with_node, Nodes};
+use crate::rw_checker::ReadWrite;
 use crate::store::Store;
 use crate::watchdog::Watchdog;
-use crate::workload::{Client, Settings};
+use crate::workload::{lock_name, Client, Request, Settings};
 
 pub const CONTROLS: &[(&str, &str)] = &[
     (
@@ -58,6 +74,16 @@ pub const CONTROLS: &[(&str, &str)] = &[
     (
         "control-broken-release",
         "a late release is a plain DEL that deletes the next holder's key",
+    ),
+    (
+        "control-rw-writer-skips-readers",
+        "a writer under another key prefix never sees the readers and locks among them \
+         (must be flagged writer_overlap)",
+    ),
+    (
+        "control-rw-writer-mark-erased",
+        "a waiting writer's mark is deleted before each new reader: a reader stream keeps \
+         it out for 3 s (must be flagged writer_starved)",
     ),
 ];
 
@@ -111,6 +137,17 @@ impl Bench {
         urls: Vec<String>,
         ttl: Duration,
     ) -> Result<Client, String> {
+        self.client_with(worker, urls, ttl, &self.settings).await
+    }
+
+    /// A client with other settings than the bench's.
+    async fn client_with(
+        &self,
+        worker: usize,
+        urls: Vec<String>,
+        ttl: Duration,
+        settings: &Settings,
+    ) -> Result<Client, String> {
         Client::connect(
             worker,
             urls,
@@ -118,7 +155,7 @@ impl Bench {
             ttl,
             Duration::from_millis(100),
             Duration::from_secs(2),
-            &self.settings,
+            settings,
             self.rec.clone(),
         )
         .await
@@ -176,6 +213,7 @@ impl Bench {
             },
             notes: self.notes,
             same_server: None,
+            read_write: None,
         })
     }
 }
@@ -192,6 +230,8 @@ pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
         "control-clock-jump" => two_holders(NodeFault::ClockJump, seed).await,
         "control-sleepy-holder" => sleepy_holder(nodes, seed).await,
         "control-broken-release" => broken_release(nodes, seed).await,
+        "control-rw-writer-skips-readers" => writer_skips_readers(nodes, seed).await,
+        "control-rw-writer-mark-erased" => writer_mark_erased(nodes, seed).await,
         other => Err(format!("unknown control {other:?}")),
     }
 }
@@ -418,4 +458,205 @@ async fn broken_release(nodes: usize, seed: u64) -> Result<Run, String> {
     bench
         .finish(NAME, seed, long, &[("broken_release", 1)])
         .await
+}
+
+/// `control-rw-writer-skips-readers` (see the module docs).
+async fn writer_skips_readers(nodes: usize, seed: u64) -> Result<Run, String> {
+    const NAME: &str = "control-rw-writer-skips-readers";
+    /// The skipping writer's key prefix: not the readers' (the library's
+    /// default, `redlease:`), but still found by the leak check.
+    const PREFIX: &str = "redlease:skips-readers:";
+    let ttl = Duration::from_secs(3);
+    let mut bench = Bench::start(nodes, None).await?;
+    let mut r1 = bench.client(0, bench.direct(), ttl).await?;
+    let mut r2 = bench.client(1, bench.direct(), ttl).await?;
+    let mut honest = bench.client(2, bench.direct(), ttl).await?;
+    let skipping = Settings {
+        key_prefix: Some(PREFIX.to_string()),
+        ..bench.settings.clone()
+    };
+    let mut w = bench.client_with(3, bench.direct(), ttl, &skipping).await?;
+    let read = Request {
+        mode: history::Mode::Read,
+        ..Request::default()
+    };
+
+    let held_r1 = r1
+        .take(0, read)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "reader 1 did not get the read lock"))?;
+    let held_r2 = r2
+        .take(0, read)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "reader 2 did not share it"))?;
+    bench.note(format!(
+        "two readers hold the lock, generations {:?} and {:?}",
+        held_r1.token(),
+        held_r2.token()
+    ));
+    if let Some(held) = honest.acquire(0, true).await {
+        let _ = honest.release(held).await;
+        return Err(inconclusive(
+            NAME,
+            "a writer of the readers' prefix was let in among them: the library's own \
+             exclusion failed, not the control's",
+        ));
+    }
+    bench.note("a writer of the readers' prefix tried once and was refused");
+
+    let held_w = w
+        .take(0, Request::default())
+        .await
+        .ok_or_else(|| inconclusive(NAME, "the writer of another prefix did not get the lock"))?;
+    bench.note(format!(
+        "a writer under prefix {PREFIX:?} took the lock among them, token {}",
+        held_w.fenced_token()
+    ));
+    let seen = w
+        .read(&held_w)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "the writer's read failed"))?;
+    w.write(&held_w, seen + 1, false).await;
+    w.fenced_write(&held_w, false).await;
+    let _ = w.release(held_w).await;
+    let _ = r1.release(held_r1).await;
+    let _ = r2.release(held_r2).await;
+    bench.note(format!(
+        "the writer wrote counter = {} and the fenced store, then everyone released",
+        seen + 1
+    ));
+    let held_r3 = r1
+        .take(0, read)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "the reader after the writer did not get in"))?;
+    bench.note(format!(
+        "a reader after the writer sees generation {:?}",
+        held_r3.token()
+    ));
+    let _ = r1.release(held_r3).await;
+    let mut run = bench
+        .finish(NAME, seed, ttl, &[("writer_skips_readers", 1)])
+        .await?;
+    run.read_write = Some(ReadWrite {
+        waits_judged: vec![3],
+        starvation_bound: 4 * ttl,
+        flagged_by: Some("writer_overlap"),
+    });
+    Ok(run)
+}
+
+/// `control-rw-writer-mark-erased` (see the module docs).
+async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
+    const NAME: &str = "control-rw-writer-mark-erased";
+    /// How long the reader stream keeps the writer out.
+    const STREAM: Duration = Duration::from_secs(3);
+    /// A new reader every so often, each holding until the next is in.
+    const EVERY: Duration = Duration::from_millis(100);
+    let ttl = Duration::from_millis(500);
+    let mut bench = Bench::start(nodes, None).await?;
+    let mut readers = [
+        bench.client(0, bench.direct(), ttl).await?,
+        bench.client(1, bench.direct(), ttl).await?,
+    ];
+    let mut writer = bench.client(2, bench.direct(), ttl).await?;
+    let mark = format!("{}:writer", readers[0].locker.admin().key(&lock_name(0)));
+    let read = Request {
+        mode: history::Mode::Read,
+        once: true,
+        ..Request::default()
+    };
+
+    let mut held = readers[0]
+        .take(0, read)
+        .await
+        .ok_or_else(|| inconclusive(NAME, "the first reader did not get the read lock"))?;
+    bench.note("a reader holds the lock");
+    let wait = STREAM + Duration::from_secs(2);
+    let waiting = tokio::spawn(async move {
+        let write = Request {
+            wait: Some(wait),
+            ..Request::default()
+        };
+        let held = writer.take(0, write).await;
+        (writer, held)
+    });
+    tokio::time::sleep(EVERY).await;
+    bench.note(format!(
+        "a writer waits for it (up to {} s); readers refuse it, so it marks itself waiting",
+        wait.as_secs()
+    ));
+    let start = Instant::now();
+    let mut readers_let_in = 0;
+    let mut erased = 0;
+    while start.elapsed() < STREAM {
+        tokio::time::sleep(EVERY).await;
+        // The next reader, after the mark is deleted: a few tries, in case
+        // the writer marked itself again in between.
+        let reader = &mut readers[(readers_let_in + 1) % 2];
+        let mut next = None;
+        for _ in 0..5 {
+            erased += u64::from(erase(&bench.addrs, &mark).await? > 0);
+            next = reader.take(0, read).await;
+            if next.is_some() {
+                break;
+            }
+        }
+        let next = next.ok_or_else(|| {
+            inconclusive(
+                NAME,
+                "a reader was refused five times after erasing the mark",
+            )
+        })?;
+        let previous = std::mem::replace(&mut held, next);
+        let _ = readers[readers_let_in % 2].release(previous).await;
+        readers_let_in += 1;
+    }
+    bench.note(format!(
+        "for {} s a new reader took a read hold every {} ms before the previous one let go \
+         ({readers_let_in} readers; the writer's mark, deleted first each time, was found \
+         {erased} time(s))",
+        STREAM.as_secs(),
+        EVERY.as_millis()
+    ));
+    let _ = readers[readers_let_in % 2].release(held).await;
+    let (mut writer, held_w) = waiting
+        .await
+        .map_err(|e| format!("{NAME}: the writer's task: {e}"))?;
+    let held_w = held_w.ok_or_else(|| {
+        inconclusive(
+            NAME,
+            "the writer did not get the lock once the readers stopped",
+        )
+    })?;
+    bench.note("the stream stopped; the writer got the lock");
+    let _ = writer.release(held_w).await;
+    let mut run = bench
+        .finish(NAME, seed, ttl, &[("writer_mark_erased", erased)])
+        .await?;
+    run.read_write = Some(ReadWrite {
+        waits_judged: vec![2],
+        starvation_bound: 4 * ttl,
+        flagged_by: Some("writer_starved"),
+    });
+    Ok(run)
+}
+
+/// Deletes `key` on every node; how many nodes had it.
+async fn erase(addrs: &[String], key: &str) -> Result<u64, String> {
+    let mut found = 0;
+    for addr in addrs {
+        let deleted = async {
+            let client = redis::Client::open(format!("redis://{addr}"))?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<u64>(&mut conn)
+                .await
+        };
+        found += tokio::time::timeout(Duration::from_secs(2), deleted)
+            .await
+            .map_err(|_| format!("DEL {key} on {addr} timed out"))?
+            .map_err(|e| format!("DEL {key} on {addr}: {e}"))?;
+    }
+    Ok(found)
 }

@@ -332,6 +332,7 @@ pub async fn run(
         },
         notes,
         same_server: None,
+        read_write: None,
     })
 }
 

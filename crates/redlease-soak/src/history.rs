@@ -60,6 +60,32 @@ impl Call {
     }
 }
 
+/// The mode of a lease, and of the calls made under it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// Shared: any number of readers together (`read_lock`).
+    Read,
+    /// Exclusive: one holder, no reader (`lock`, `write_lock`).
+    #[default]
+    Write,
+}
+
+impl Mode {
+    pub fn of(mode: redlease::LockMode) -> Mode {
+        match mode {
+            redlease::LockMode::Shared => Mode::Read,
+            redlease::LockMode::Exclusive => Mode::Write,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Read => "read",
+            Mode::Write => "write",
+        }
+    }
+}
+
 /// How a failure was classified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorKind {
@@ -197,6 +223,9 @@ pub struct Op {
     /// every operation under that lease.
     pub lease: Option<LeaseId>,
     pub call: Call,
+    /// The lease's mode (acquires: the mode asked for); `Write` for
+    /// calls that concern no lease.
+    pub mode: Mode,
     /// Just before the call started.
     pub invoke: Duration,
     /// Just after it returned.
@@ -215,6 +244,16 @@ pub struct Op {
 }
 
 impl Op {
+    /// The call's name, with the mode of an acquire: `read_lock`,
+    /// `try_read_lock` for readers.
+    pub fn label(&self) -> &'static str {
+        match (self.call, self.mode) {
+            (Call::Lock, Mode::Read) => "read_lock",
+            (Call::TryLock, Mode::Read) => "try_read_lock",
+            (call, _) => call.label(),
+        }
+    }
+
     pub fn duration(&self) -> Duration {
         self.complete.saturating_sub(self.invoke)
     }

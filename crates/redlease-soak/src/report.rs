@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::checker::{FinalState, Verdict};
-use crate::history::{Call, ErrorKind, History, Outcome};
+use crate::checker::{FinalState, Verdict, LEFT_TO_READ_WRITE};
+use crate::history::{Call, ErrorKind, History, Mode, Outcome};
+use crate::rw_checker::{self, ReadWrite, RwVerdict};
 
 /// Everything a finished run hands to the checker and the report.
 pub struct Run {
@@ -26,6 +27,9 @@ pub struct Run {
     /// The node list names one server twice, as these entries (the
     /// checker's `Config::same_server`).
     pub same_server: Option<[usize; 2]>,
+    /// A read-write run: the read-write checker judges it too, with these
+    /// settings.
+    pub read_write: Option<ReadWrite>,
 }
 
 impl Run {
@@ -78,8 +82,9 @@ fn ms(d: Duration) -> String {
     }
 }
 
-/// The readable summary (everything but the JSON line).
-pub fn summary(run: &Run, verdict: &Verdict, command: &str) -> String {
+/// The readable summary (everything but the JSON line); `rw`: the
+/// read-write checker's verdict, in a read-write run.
+pub fn summary(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>, command: &str) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(
@@ -99,8 +104,22 @@ pub fn summary(run: &Run, verdict: &Verdict, command: &str) -> String {
     }
 
     let _ = writeln!(w, "\noperations: {} library calls", run.operations());
-    for call in [Call::Lock, Call::TryLock, Call::Extend, Call::Release] {
-        let ops: Vec<_> = run.history.iter().filter(|op| op.call == call).collect();
+    // Acquires by mode (readers' apart, where there are any); extends and
+    // releases of both.
+    let rows = [
+        (Call::Lock, Some(Mode::Write)),
+        (Call::TryLock, Some(Mode::Write)),
+        (Call::Lock, Some(Mode::Read)),
+        (Call::TryLock, Some(Mode::Read)),
+        (Call::Extend, None),
+        (Call::Release, None),
+    ];
+    for (call, mode) in rows {
+        let ops: Vec<_> = run
+            .history
+            .iter()
+            .filter(|op| op.call == call && mode.is_none_or(|m| op.mode == m))
+            .collect();
         if ops.is_empty() {
             continue;
         }
@@ -119,8 +138,8 @@ pub fn summary(run: &Run, verdict: &Verdict, command: &str) -> String {
             .collect();
         let _ = writeln!(
             w,
-            "  {:<9} {:>7} calls {:>7} ok   p50 {:>7}  p99 {:>7}  max {:>7}   {}",
-            call.label(),
+            "  {:<13} {:>7} calls {:>7} ok   p50 {:>7}  p99 {:>7}  max {:>7}   {}",
+            ops[0].label(),
             ops.len(),
             ok,
             ms(percentile(&durations, 0.5)),
@@ -178,18 +197,94 @@ pub fn summary(run: &Run, verdict: &Verdict, command: &str) -> String {
 
     observations(w, run);
 
+    if rw.is_some() {
+        read_write_observations(w, run);
+    }
+
     let _ = writeln!(w, "\nchecks:");
-    for (name, n) in verdict.counts() {
+    checks(
+        w,
+        &exclusive_counts(verdict, rw.is_some()),
+        &verdict.examples,
+    );
+    if let Some(rw) = rw {
+        let _ = writeln!(
+            w,
+            "read-write checks (overlap, expiry at return and token order for both modes):"
+        );
+        checks(w, &rw.counts(), &rw.examples);
+    }
+    out
+}
+
+/// The exclusive checker's categories, but those a read-write run leaves
+/// to the read-write checker.
+fn exclusive_counts(verdict: &Verdict, read_write: bool) -> Vec<(&'static str, u64)> {
+    verdict
+        .counts()
+        .into_iter()
+        .filter(|(name, _)| !(read_write && LEFT_TO_READ_WRITE.contains(name)))
+        .collect()
+}
+
+fn checks(w: &mut String, counts: &[(&'static str, u64)], examples: &BTreeMap<&str, Vec<String>>) {
+    for &(name, n) in counts {
         let _ = writeln!(
             w,
             "  {name:<24} {n:>6}  {}",
             if n == 0 { "ok" } else { "VIOLATION" }
         );
-        for example in verdict.examples.get(name).into_iter().flatten() {
+        for example in examples.get(name).into_iter().flatten() {
             let _ = writeln!(w, "      {example}");
         }
     }
-    out
+}
+
+/// Leases by mode, and the writers' waits.
+fn read_write_observations(w: &mut String, run: &Run) {
+    let granted = |mode: Mode| {
+        run.history
+            .iter()
+            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock))
+            .filter(|op| op.mode == mode && op.outcome == Outcome::Ok)
+            .count()
+    };
+    let tokens: Vec<u64> = run
+        .history
+        .iter()
+        .filter(|op| op.mode == Mode::Read && op.outcome == Outcome::Ok)
+        .filter(|op| matches!(op.call, Call::Lock | Call::TryLock))
+        .filter_map(|op| op.token)
+        .collect();
+    let mut waits: Vec<Duration> = run
+        .history
+        .iter()
+        .filter(|op| op.call == Call::Lock && op.mode == Mode::Write)
+        .map(|op| op.duration())
+        .collect();
+    waits.sort();
+    let judged = run
+        .read_write
+        .as_ref()
+        .map_or(&[][..], |rw| &rw.waits_judged);
+    let judged: Vec<Duration> = rw_checker::writer_waits(&run.history, judged)
+        .iter()
+        .map(|w| w.ended.saturating_sub(w.began))
+        .collect();
+    let _ = writeln!(
+        w,
+        "read-write: {} read leases ({} saw a write generation above 0), {} write leases; \
+         write-lock waits p50 {}, p99 {}, max {}; {} of them judged for starvation \
+         (longest {})",
+        granted(Mode::Read),
+        tokens.iter().filter(|&&t| t > 0).count(),
+        granted(Mode::Write),
+        ms(percentile(&waits, 0.5)),
+        ms(percentile(&waits, 0.99)),
+        ms(percentile(&waits, 1.0)),
+        judged.len(),
+        ms(judged.iter().copied().max().unwrap_or_default()),
+    );
 }
 
 /// Things that are not violations but say how the library behaved.
@@ -285,19 +380,21 @@ fn observations(w: &mut String, run: &Run) {
     }
 }
 
-/// The one-line JSON report.
-pub fn json(run: &Run, verdict: &Verdict) -> String {
+/// The one-line JSON report; a read-write run's has `rw_violations` too.
+pub fn json(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>) -> String {
     let faults: serde_json::Map<String, serde_json::Value> = run
         .faults
         .iter()
         .map(|(k, n)| (k.to_string(), json!(n)))
         .collect();
-    let violations: serde_json::Map<String, serde_json::Value> = verdict
-        .counts()
-        .iter()
-        .map(|(k, n)| (k.to_string(), json!(n)))
-        .collect();
-    json!({
+    let map = |counts: &[(&str, u64)]| -> serde_json::Map<String, serde_json::Value> {
+        counts
+            .iter()
+            .map(|(k, n)| (k.to_string(), json!(n)))
+            .collect()
+    };
+    let violations = map(&exclusive_counts(verdict, rw.is_some()));
+    let mut report = json!({
         "scenario": run.scenario,
         "seed": run.seed,
         "nodes": run.nodes,
@@ -307,6 +404,55 @@ pub fn json(run: &Run, verdict: &Verdict) -> String {
         "refused_quarantined": run.quarantined().1,
         "faults": faults,
         "violations": violations,
-    })
-    .to_string()
+    });
+    if let Some(rw) = rw {
+        report["rw_violations"] = serde_json::Value::Object(map(&rw.counts()));
+    }
+    report.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> Run {
+        Run {
+            scenario: "rw-mixed".into(),
+            seed: 1,
+            nodes: 5,
+            seconds: 1.0,
+            elapsed: Duration::from_secs(1),
+            ttl: Duration::from_millis(500),
+            history: Vec::new(),
+            faults: BTreeMap::new(),
+            state: FinalState::default(),
+            notes: Vec::new(),
+            same_server: None,
+            read_write: None,
+        }
+    }
+
+    #[test]
+    fn a_read_write_report_shows_both_checkers_and_no_check_twice() {
+        let verdict = Verdict::default();
+        let rw = RwVerdict {
+            writer_overlap: 2,
+            ..RwVerdict::default()
+        };
+        let line: serde_json::Value =
+            serde_json::from_str(&json(&run(), &verdict, Some(&rw))).unwrap();
+        assert!(line["violations"].get("overlap").is_none(), "{line}");
+        assert_eq!(line["violations"]["lost_update"], 0);
+        assert_eq!(line["rw_violations"]["writer_overlap"], 2);
+        let text = summary(&run(), &verdict, Some(&rw), "replay");
+        assert!(
+            text.contains("writer_overlap                2  VIOLATION"),
+            "{text}"
+        );
+        assert!(!text.contains("  overlap "), "{text}");
+        // An exclusive run's report is as it was.
+        let line: serde_json::Value = serde_json::from_str(&json(&run(), &verdict, None)).unwrap();
+        assert_eq!(line["violations"]["overlap"], 0);
+        assert!(line.get("rw_violations").is_none());
+    }
 }

@@ -57,25 +57,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::checker::{fmt_ms, keep_example};
-use crate::history::LeaseId;
-
-/// The mode of a read-write lease.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Shared: any number of readers together.
-    Read,
-    /// Exclusive: one writer, no reader.
-    Write,
-}
-
-impl Mode {
-    fn label(self) -> &'static str {
-        match self {
-            Mode::Read => "read",
-            Mode::Write => "write",
-        }
-    }
-}
+pub use crate::history::Mode;
+use crate::history::{Call, History, LeaseId, Op, Outcome};
 
 /// One successful acquisition of a read or write lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +74,9 @@ pub struct RwLease {
     pub returned: Duration,
     /// The lease's `valid_until` as the acquire returned it.
     pub valid_until: Duration,
-    /// The latest `valid_until` after extends (`None`: never extended).
+    /// The latest `valid_until` after the acquire, as its extends, release
+    /// or abandon recorded it (see [`leases`]; `None`: no word after the
+    /// acquire's).
     pub extended_until: Option<Duration>,
     /// Just before its release (or abandon) started.
     pub release_began: Option<Duration>,
@@ -224,6 +209,106 @@ impl<'a> Span<'a> {
             fmt_ms(self.end)
         )
     }
+}
+
+/// What a read-write run tells its checker beside the history.
+#[derive(Clone, Debug)]
+pub struct ReadWrite {
+    /// Workers whose writer waits are judged for starvation (check 4): the
+    /// clients that reach every node directly. A client behind faulted
+    /// links may wait for a quorum it cannot reach while readers that reach
+    /// one get in: no starvation, but the check could not tell.
+    pub waits_judged: Vec<usize>,
+    /// [`RwConfig::starvation_bound`].
+    pub starvation_bound: Duration,
+    /// A negative control: the check that must flag it (its name in
+    /// [`RwVerdict::counts`]); another violation alone does not pass it.
+    pub flagged_by: Option<&'static str>,
+}
+
+/// Judges a recorded read-write run: its leases and the waits of the
+/// writers in [`ReadWrite::waits_judged`], with `stalls` left out.
+pub fn judge(history: &History, rw: &ReadWrite, stalls: &[(Duration, Duration)]) -> RwVerdict {
+    let config = RwConfig {
+        starvation_bound: rw.starvation_bound,
+        stalls: stalls.to_vec(),
+        ..RwConfig::default()
+    };
+    check(
+        &leases(history),
+        &writer_waits(history, &rw.waits_judged),
+        &config,
+    )
+}
+
+/// Every successful acquisition in `history`, of either mode, with what
+/// the calls made under it say about its interval (the exclusive checker
+/// builds its spans from these too): the latest validity is the last word
+/// of an extend, a release or an abandon (each records the lease's
+/// `valid_until` as it stood: extends move it, later on success, earlier
+/// on failure, and so do a kept-alive lease's renewals), and the release
+/// began at the earliest release or abandon.
+pub fn leases(history: &History) -> Vec<RwLease> {
+    let mut by_lease: BTreeMap<LeaseId, Vec<&Op>> = BTreeMap::new();
+    for op in history {
+        if let Some(lease) = op.lease {
+            by_lease.entry(lease).or_default().push(op);
+        }
+    }
+    let mut out = Vec::with_capacity(by_lease.len());
+    for (lease, mut ops) in by_lease {
+        ops.sort_by_key(|op| op.complete);
+        let Some(acquire) = ops
+            .iter()
+            .find(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+        else {
+            continue;
+        };
+        let Some(valid_until) = acquire.valid_until else {
+            continue;
+        };
+        let extended_until = ops
+            .iter()
+            .rev()
+            .filter(|op| matches!(op.call, Call::Extend | Call::Release | Call::Abandon))
+            .filter(|op| op.complete >= acquire.complete)
+            .find_map(|op| op.valid_until);
+        let release_began = ops
+            .iter()
+            .filter(|op| matches!(op.call, Call::Release | Call::Abandon))
+            .map(|op| op.invoke)
+            .min();
+        out.push(RwLease {
+            lock: acquire.lock,
+            mode: acquire.mode,
+            lease,
+            worker: acquire.worker,
+            invoked: acquire.invoke,
+            returned: acquire.complete,
+            valid_until,
+            extended_until,
+            release_began,
+            token: acquire.token,
+        });
+    }
+    out
+}
+
+/// The waits of write-lock calls that wait (`lock`, not `try_lock`) by
+/// `workers`, granted or not.
+pub fn writer_waits(history: &History, workers: &[usize]) -> Vec<WriterWait> {
+    history
+        .iter()
+        .filter(|op| op.call == Call::Lock && op.mode == Mode::Write)
+        .filter(|op| workers.contains(&op.worker))
+        .map(|op| WriterWait {
+            lock: op.lock,
+            worker: op.worker,
+            began: op.invoke,
+            ended: op.complete,
+            lease: op.lease.filter(|_| op.outcome == Outcome::Ok),
+        })
+        .collect()
 }
 
 /// Runs every check.

@@ -37,6 +37,7 @@ use crate::inject;
 use crate::panics;
 use crate::report::Run;
 use crate::rig::{self, Rig};
+use crate::rw_checker::ReadWrite;
 use crate::store::Store;
 use crate::watchdog::{Watchdog, STALL};
 use crate::workload::{self, Client, Settings};
@@ -76,6 +77,9 @@ pub struct Scenario {
     pub clients: Clients,
     /// Node 0 runs under a fake wall clock (libfaketime).
     pub fake_clock: bool,
+    /// The read-write workload ([`Settings::read_write`]), judged by the
+    /// read-write checker too.
+    pub read_write: bool,
 }
 
 /// The library's guards against servers that restarted or whose clock
@@ -92,6 +96,18 @@ pub struct Guards {
 
 use FaultKind::*;
 
+/// Every fault of the single-fault scenarios, interleaved.
+const MIXED: &[(FaultKind, u32)] = &[
+    (KillDelayedRestart, 2),
+    (KillFsyncRestart, 2),
+    (Pause, 2),
+    (Latency, 2),
+    (Blackhole, 1),
+    (Reset, 1),
+    (BufferedReplies, 2),
+    (Partition, 2),
+];
+
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "baseline",
@@ -101,6 +117,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "crash-delayed-restart",
@@ -110,6 +127,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "crash-fsync-restart",
@@ -119,6 +137,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "pause",
@@ -128,6 +147,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "latency",
@@ -137,6 +157,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "buffered-replies",
@@ -146,6 +167,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "partition",
@@ -155,24 +177,27 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "mixed",
         about: "every fault above, interleaved",
-        mix: &[
-            (KillDelayedRestart, 2),
-            (KillFsyncRestart, 2),
-            (Pause, 2),
-            (Latency, 2),
-            (Blackhole, 1),
-            (Reset, 1),
-            (BufferedReplies, 2),
-            (Partition, 2),
-        ],
+        mix: MIXED,
         fsync: Fsync::Minority,
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
+        read_write: false,
+    },
+    Scenario {
+        name: "rw-mixed",
+        about: "the mixed faults under read and write locks (85% reads, 3 locks, fencing on)",
+        mix: MIXED,
+        fsync: Fsync::Minority,
+        patient: true,
+        clients: Clients::Standard,
+        fake_clock: false,
+        read_write: true,
     },
     Scenario {
         name: "empty-restart",
@@ -183,6 +208,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::BareMajorities,
         fake_clock: false,
+        read_write: false,
     },
     Scenario {
         name: "clock-jump",
@@ -192,6 +218,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::BareMajorities,
         fake_clock: true,
+        read_write: false,
     },
     Scenario {
         name: "duplicate-node",
@@ -201,6 +228,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::ServerTwice,
         fake_clock: false,
+        read_write: false,
     },
 ];
 
@@ -214,6 +242,11 @@ const DRAIN_SLACK: Duration = Duration::from_secs(5);
 /// Extra wait after the last byte could have reached a node, before lock
 /// keys are looked for.
 const LEAK_MARGIN: Duration = Duration::from_millis(500);
+/// The read-write checker's starvation bound, in TTLs: readers that
+/// arrived after a waiting writer may keep it out about one reader's TTL
+/// (a kept-alive one's hold, 1.5 x TTL, at most) and a wake-up; twice
+/// that is flagged.
+const STARVATION_TTLS: u32 = 4;
 
 pub async fn run(
     scenario: &Scenario,
@@ -223,11 +256,17 @@ pub async fn run(
     guards: Guards,
     verbose: bool,
 ) -> Result<Run, String> {
-    let mut settings = Settings::standard(scenario.patient);
-    // Half the workers take locks the default way (no fencing token, plain
-    // commands), half with fencing on (the acquire script): both paths
-    // meet the same faults.
-    settings.unfenced = (0..settings.workers).filter(|w| w % 2 == 1).collect();
+    let mut settings = if scenario.read_write {
+        // Fencing on for every client: readers' generations.
+        Settings::read_write(scenario.patient)
+    } else {
+        let mut settings = Settings::standard(scenario.patient);
+        // Half the workers take locks the default way (no fencing token,
+        // plain commands), half with fencing on (the acquire script): both
+        // paths meet the same faults.
+        settings.unfenced = (0..settings.workers).filter(|w| w % 2 == 1).collect();
+        settings
+    };
     // The servers the run starts (one fewer than the node list's entries
     // when one of them is named twice).
     let mut servers = nodes;
@@ -375,7 +414,9 @@ pub async fn run(
         .map(|client| tokio::spawn(workload::work(client, settings.clone(), seed, deadline)))
         .collect();
     // A worker that is not back by then is stuck in a call: unbounded.
-    let drain = settings.wait + 4 * settings.patient_node_timeout + DRAIN_SLACK;
+    let drain = settings.longest_wait()
+        + settings.lock_rounds() * settings.patient_node_timeout
+        + DRAIN_SLACK;
     let mut stuck = 0;
     for worker in workers {
         let left = (deadline + drain).saturating_duration_since(Instant::now());
@@ -415,6 +456,27 @@ pub async fn run(
             "{stuck} worker(s) did not return within {drain:?} after the deadline"
         ));
     }
+    let read_write = scenario.read_write.then(|| ReadWrite {
+        waits_judged: (0..settings.workers)
+            .filter(|w| !settings.proxied.contains(w))
+            .collect(),
+        starvation_bound: STARVATION_TTLS * settings.ttl,
+        flagged_by: None,
+    });
+    if let Some(rw) = &read_write {
+        notes.push(format!(
+            "read-write: {:.0}% read locks on {} locks, {:.0}% of leases kept alive (held up \
+             to {} ms), writers wait up to {} ms; the writer waits of clients {:?} (every \
+             node direct) are judged for starvation, bound {} ms",
+            settings.read_share * 100.0,
+            settings.locks,
+            settings.keep_alive_share * 100.0,
+            settings.keep_alive_hold.as_millis(),
+            settings.longest_wait().as_millis(),
+            rw.waits_judged,
+            rw.starvation_bound.as_millis()
+        ));
+    }
     let mut faults_by_kind: std::collections::BTreeMap<&'static str, u64> =
         scenario.mix.iter().map(|(k, _)| (k.label(), 0)).collect();
     faults_by_kind.extend(faults);
@@ -436,6 +498,7 @@ pub async fn run(
         },
         notes,
         same_server: (scenario.clients == Clients::ServerTwice).then_some([0, 1]),
+        read_write,
     })
 }
 

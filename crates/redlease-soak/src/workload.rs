@@ -9,11 +9,22 @@
 //! leases are dropped without release (released in the background by the
 //! library).
 //!
+//! The read-write workload ([`Settings::read_write`]) is the same loop
+//! with read locks most of the time: a reader GETs the counter (its lease's
+//! token is the write generation it saw), sleeps, sometimes extends, and
+//! writes nothing; a writer (`write_lock`, waiting longer than readers)
+//! runs the critical section above. Some leases of either mode are kept
+//! alive instead of extended, and held for up to 1.5 x TTL across their
+//! renewals.
+//!
 //! Bounds a call must return within (check 5 adds a slack), from the
 //! library's docs, with `nt` the client's node timeout:
 //! - `try_lock`: `3 x nt` (acquire round, fencing write-back, cleanup);
 //! - `lock`: `wait + 4 x nt` (the last attempt may start at the deadline,
-//!   after one subscription wait of `nt`);
+//!   after one subscription wait of `nt`); in the read-write workload,
+//!   `wait + 5 x nt` for writers: one that readers kept waiting clears its
+//!   writer-waiting mark on every node before it returns the lease (and
+//!   `read_lock` is given the same bound);
 //! - `extend`, `release`: `2 x nt` (waiting out the acquire's stragglers,
 //!   then one round);
 //! - `check_servers`: the connect timeout plus `nt` (each node at once).
@@ -28,7 +39,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlease::{Durability, Lease, Locker, RetryPolicy};
 
-use crate::history::{Call, ErrorKind, LeaseId, NotCounted, Op, Outcome, Recorder};
+use crate::history::{Call, ErrorKind, LeaseId, Mode, NotCounted, Op, Outcome, Recorder};
 use crate::panics;
 use crate::store::Store;
 
@@ -76,6 +87,20 @@ pub struct Settings {
     /// leases make no fenced writes and the checker's token order skips
     /// them; everything else is checked alike.
     pub unfenced: Vec<usize>,
+    /// Share of acquisitions that take a read lock (0: the exclusive
+    /// workload; see [`Settings::read_write`]).
+    pub read_share: f64,
+    /// Share of acquisitions kept alive (`keep_alive()`): held up to
+    /// `keep_alive_hold`, across renewals, never extended by hand. Not by
+    /// the patient clients: the library refuses to keep a lease alive
+    /// whose renewal may take (a node timeout) longer than the TTL leaves.
+    pub keep_alive_share: f64,
+    /// Longest critical section of a kept-alive lease.
+    pub keep_alive_hold: Duration,
+    /// How long a write lock waits (`None`: `wait`, as every lock).
+    pub writer_wait: Option<Duration>,
+    /// The Lockers' key prefix (`None`: the library's default).
+    pub key_prefix: Option<String>,
 }
 
 impl Settings {
@@ -104,6 +129,48 @@ impl Settings {
             restart_quarantine: None,
             clock_jump_guard: true,
             unfenced: Vec::new(),
+            read_share: 0.0,
+            keep_alive_share: 0.0,
+            keep_alive_hold: ttl * 3 / 2,
+            writer_wait: None,
+            key_prefix: None,
+        }
+    }
+
+    /// The read-write workload on [`standard`](Self::standard)'s clients:
+    /// 3 locks, 85% of the acquisitions read locks; writers wait up to 6 x
+    /// TTL (3 s), so a writer kept out beyond the read-write checker's
+    /// starvation bound (4 x TTL) would be seen; 20% of the leases kept
+    /// alive. Every client has fencing on: a writer's token orders the
+    /// fenced store, a reader's is the generation it saw.
+    pub fn read_write(patient: bool) -> Settings {
+        let standard = Settings::standard(patient);
+        Settings {
+            locks: 3,
+            read_share: 0.85,
+            keep_alive_share: 0.2,
+            writer_wait: Some(standard.ttl * 6),
+            ..standard
+        }
+    }
+
+    /// Whether the clients take read locks too.
+    pub fn takes_read_locks(&self) -> bool {
+        self.read_share > 0.0
+    }
+
+    /// The longest any acquire of these clients may wait.
+    pub fn longest_wait(&self) -> Duration {
+        self.writer_wait.map_or(self.wait, |w| w.max(self.wait))
+    }
+
+    /// Node timeouts a waiting acquire may spend beyond its wait (see the
+    /// module docs).
+    pub fn lock_rounds(&self) -> u32 {
+        if self.takes_read_locks() {
+            5
+        } else {
+            4
         }
     }
 
@@ -133,6 +200,8 @@ pub struct Held {
     pub lease: Lease,
     pub id: LeaseId,
     pub lock: usize,
+    /// Taken with `keep_alive()`.
+    pub kept_alive: bool,
 }
 
 impl Held {
@@ -148,6 +217,24 @@ impl Held {
         self.token()
             .expect("the controls' Lockers draw fencing tokens")
     }
+
+    pub fn mode(&self) -> Mode {
+        Mode::of(self.lease.mode())
+    }
+}
+
+/// What to acquire, and how.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Request {
+    pub mode: Mode,
+    /// One attempt (`try_lock`, `try_read_lock`) instead of waiting.
+    pub once: bool,
+    /// The lease's TTL (`None`: the client's).
+    pub ttl: Option<Duration>,
+    /// How long a waiting acquire waits (`None`: the client's wait).
+    pub wait: Option<Duration>,
+    /// `keep_alive()`: renewed in the background until given up.
+    pub keep_alive: bool,
 }
 
 /// One client "process": its own Locker (own connections) and its own
@@ -162,6 +249,10 @@ pub struct Client {
     connect_timeout: Duration,
     wait: Duration,
     write_margin: Duration,
+    /// Node timeouts a waiting acquire may spend beyond its wait.
+    lock_rounds: u32,
+    /// The clients take read locks too: writers call `write_lock`.
+    read_write: bool,
 }
 
 /// How a recorded call went, before it becomes an [`Outcome`].
@@ -193,6 +284,9 @@ impl Client {
         rec: Recorder,
     ) -> Result<Client, String> {
         let mut builder = Locker::builder(urls);
+        if let Some(prefix) = &settings.key_prefix {
+            builder = builder.key_prefix(prefix.clone());
+        }
         if let Some(quarantine) = settings.restart_quarantine {
             builder = builder.advanced(|a| a.restart_quarantine(quarantine));
         }
@@ -222,6 +316,8 @@ impl Client {
             connect_timeout: settings.connect_timeout,
             wait,
             write_margin: settings.write_margin,
+            lock_rounds: settings.lock_rounds(),
+            read_write: settings.takes_read_locks(),
         })
     }
 
@@ -229,12 +325,17 @@ impl Client {
     pub fn bound(&self, call: Call) -> Option<Duration> {
         let nt = self.node_timeout;
         match call {
-            Call::Lock => Some(self.wait + 4 * nt),
+            Call::Lock => Some(self.lock_bound(self.wait)),
             Call::TryLock => Some(3 * nt),
             Call::Extend | Call::Release => Some(2 * nt),
             Call::CheckServers => Some(self.connect_timeout + nt),
             _ => None,
         }
+    }
+
+    /// The bound of a `lock` or `read_lock` that waits up to `wait`.
+    fn lock_bound(&self, wait: Duration) -> Duration {
+        wait + self.node_timeout * self.lock_rounds
     }
 
     fn op(&self, lock: usize, lease: Option<LeaseId>, call: Call, invoke: Instant) -> Op {
@@ -243,6 +344,7 @@ impl Client {
             lock,
             lease,
             call,
+            mode: Mode::Write,
             invoke: self.rec.at(invoke),
             complete: self.rec.now(),
             bound: self.bound(call),
@@ -263,7 +365,14 @@ impl Client {
 
     /// `lock()` (or `try_lock()` when `once`) on lock `lock`.
     pub async fn acquire(&mut self, lock: usize, once: bool) -> Option<Held> {
-        self.acquire_with(lock, once, None).await
+        self.take(
+            lock,
+            Request {
+                once,
+                ..Request::default()
+            },
+        )
+        .await
     }
 
     /// Like [`acquire`](Self::acquire) with a per-call TTL.
@@ -273,19 +382,74 @@ impl Client {
         once: bool,
         ttl: Option<Duration>,
     ) -> Option<Held> {
+        self.take(
+            lock,
+            Request {
+                once,
+                ttl,
+                ..Request::default()
+            },
+        )
+        .await
+    }
+
+    /// Acquires lock `lock` as `request` says: `lock` (`write_lock` where
+    /// the clients take read locks too) or `read_lock`, or their `try_`
+    /// forms when `once`.
+    pub async fn take(&mut self, lock: usize, request: Request) -> Option<Held> {
         let name = lock_name(lock);
-        let call = if once { Call::TryLock } else { Call::Lock };
+        let call = if request.once {
+            Call::TryLock
+        } else {
+            Call::Lock
+        };
+        let locker = &self.locker;
+        let read_write = self.read_write;
         let invoke = Instant::now();
-        let ran = guarded(async {
-            match (once, ttl) {
-                (true, Some(ttl)) => self.locker.try_lock(name).ttl(ttl).await,
-                (true, None) => self.locker.try_lock(name).await,
-                (false, Some(ttl)) => self.locker.lock(name).ttl(ttl).await,
-                (false, None) => self.locker.lock(name).await,
+        let ran = guarded(async move {
+            let Request {
+                mode,
+                once,
+                ttl,
+                wait,
+                keep_alive,
+            } = request;
+            if once {
+                let mut req = match mode {
+                    Mode::Read => locker.try_read_lock(name),
+                    Mode::Write => locker.try_lock(name),
+                };
+                if let Some(ttl) = ttl {
+                    req = req.ttl(ttl);
+                }
+                if keep_alive {
+                    req = req.keep_alive();
+                }
+                req.await
+            } else {
+                let mut req = match mode {
+                    Mode::Read => locker.read_lock(name),
+                    Mode::Write if read_write => locker.write_lock(name),
+                    Mode::Write => locker.lock(name),
+                };
+                if let Some(ttl) = ttl {
+                    req = req.ttl(ttl);
+                }
+                if let Some(wait) = wait {
+                    req = req.wait(wait);
+                }
+                if keep_alive {
+                    req = req.keep_alive();
+                }
+                req.await
             }
         })
         .await;
         let mut op = self.op(lock, None, call, invoke);
+        op.mode = request.mode;
+        if call == Call::Lock {
+            op.bound = Some(self.lock_bound(request.wait.unwrap_or(self.wait)));
+        }
         match ran {
             Ran::Ok(lease) => {
                 let id = self.rec.next_lease();
@@ -293,7 +457,12 @@ impl Client {
                 op.valid_until = Some(self.rec.at(lease.valid_until()));
                 op.token = lease.fencing_token();
                 self.rec.push(op);
-                Some(Held { lease, id, lock })
+                Some(Held {
+                    lease,
+                    id,
+                    lock,
+                    kept_alive: request.keep_alive,
+                })
             }
             other => {
                 if let Ran::Err(e) = &other {
@@ -327,6 +496,7 @@ impl Client {
 
     fn lease_op(&self, held: &Held, call: Call, invoke: Instant) -> Op {
         let mut op = self.op(held.lock, Some(held.id), call, invoke);
+        op.mode = held.mode();
         op.valid_until = Some(self.rec.at(held.lease.valid_until()));
         op.token = held.token();
         op
@@ -421,11 +591,15 @@ impl Client {
 
     /// Releases the lease; the error kind if it failed.
     pub async fn release(&mut self, held: Held) -> Result<(), ErrorKind> {
-        let Held { lease, id, lock } = held;
+        let mode = held.mode();
+        let Held {
+            lease, id, lock, ..
+        } = held;
         let (valid_until, token) = (lease.valid_until(), lease.fencing_token());
         let invoke = Instant::now();
         let ran = guarded(lease.release()).await;
         let mut op = self.op(lock, Some(id), Call::Release, invoke);
+        op.mode = mode;
         op.valid_until = Some(self.rec.at(valid_until));
         op.token = token;
         op.outcome = Self::failed(ran);
@@ -511,31 +685,117 @@ pub fn worker_seed(seed: u64, worker: usize) -> u64 {
 /// Runs critical sections until `deadline` (the one in progress finishes).
 pub async fn work(mut client: Client, settings: Arc<Settings>, seed: u64, deadline: Instant) {
     let mut rng = StdRng::seed_from_u64(worker_seed(seed, client.worker));
+    let keep_alive_share = if settings.patient.contains(&client.worker) {
+        0.0
+    } else {
+        settings.keep_alive_share
+    };
     for _ in 0..MAX_CYCLES {
         if Instant::now() >= deadline {
             break;
         }
         let lock = rng.random_range(0..settings.locks);
-        let once = rng.random_bool(settings.try_share);
-        let Some(mut held) = client.acquire(lock, once).await else {
+        let request = draw(&settings, keep_alive_share, &mut rng);
+        let Some(held) = client.take(lock, request).await else {
             // Do not hammer a lock a try_lock found busy.
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..=5))).await;
             continue;
         };
-        let Some(seen) = client.read(&held).await else {
-            let _ = client.release(held).await;
-            continue;
-        };
-        tokio::time::sleep(settings.max_sleep.mul_f64(rng.random::<f64>())).await;
-        if rng.random_bool(settings.extend_share) {
-            client.extend(&mut held).await;
-        }
+        critical_section(&mut client, held, &settings, &mut rng).await;
+    }
+}
+
+/// How the next lock is taken. The exclusive workload draws exactly what
+/// it drew before read locks existed, so a seed replays its choices.
+fn draw(settings: &Settings, keep_alive_share: f64, rng: &mut StdRng) -> Request {
+    let once = rng.random_bool(settings.try_share);
+    let chance = |rng: &mut StdRng, share: f64| share > 0.0 && rng.random_bool(share);
+    let mode = if chance(rng, settings.read_share) {
+        Mode::Read
+    } else {
+        Mode::Write
+    };
+    Request {
+        mode,
+        once,
+        ttl: None,
+        wait: settings.writer_wait.filter(|_| mode == Mode::Write),
+        keep_alive: chance(rng, keep_alive_share),
+    }
+}
+
+/// Reads the counter, sleeps (longer if kept alive), extends sometimes
+/// (unless kept alive); a writer then writes the counter + 1 and the fenced
+/// store; gives the lease up, now and then without release.
+async fn critical_section(
+    client: &mut Client,
+    mut held: Held,
+    settings: &Settings,
+    rng: &mut StdRng,
+) {
+    let Some(seen) = client.read(&held).await else {
+        let _ = client.release(held).await;
+        return;
+    };
+    let longest = if held.kept_alive {
+        settings.keep_alive_hold
+    } else {
+        settings.max_sleep
+    };
+    tokio::time::sleep(longest.mul_f64(rng.random::<f64>())).await;
+    if rng.random_bool(settings.extend_share) && !held.kept_alive {
+        client.extend(&mut held).await;
+    }
+    if held.mode() == Mode::Write {
         client.write(&held, seen + 1, false).await;
         client.fenced_write(&held, false).await;
-        if rng.random_bool(settings.abandon_share) {
-            client.abandon(held);
-            continue;
+    }
+    if rng.random_bool(settings.abandon_share) {
+        client.abandon(held);
+        return;
+    }
+    let _ = client.release(held).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exclusive_workload_draws_what_it_drew_before_read_locks() {
+        // Same seed, same choices: one draw of `once`, nothing else.
+        let settings = Settings::standard(false);
+        let (mut a, mut b) = (StdRng::seed_from_u64(7), StdRng::seed_from_u64(7));
+        for _ in 0..100 {
+            let r = draw(&settings, settings.keep_alive_share, &mut a);
+            let once = b.random_bool(settings.try_share);
+            assert_eq!(
+                (r.mode, r.once, r.wait, r.keep_alive),
+                (Mode::Write, once, None, false)
+            );
         }
-        let _ = client.release(held).await;
+        assert_eq!(a.random::<u64>(), b.random::<u64>());
+    }
+
+    #[test]
+    fn the_read_write_workload_mostly_reads_and_its_writers_wait_longer() {
+        let settings = Settings::read_write(false);
+        let mut rng = StdRng::seed_from_u64(7);
+        let draws: Vec<Request> = (0..1000)
+            .map(|_| draw(&settings, settings.keep_alive_share, &mut rng))
+            .collect();
+        let reads = draws.iter().filter(|r| r.mode == Mode::Read).count();
+        assert!((800..=900).contains(&reads), "{reads} reads");
+        let kept = draws.iter().filter(|r| r.keep_alive).count();
+        assert!((150..=250).contains(&kept), "{kept} kept alive");
+        for r in &draws {
+            let writer_wait = (r.mode == Mode::Write).then_some(settings.ttl * 6);
+            assert_eq!(r.wait, writer_wait, "{r:?}");
+        }
+        // The patient clients keep nothing alive.
+        assert!((0..100).all(|_| !draw(&settings, 0.0, &mut rng).keep_alive));
+        assert_eq!(settings.lock_rounds(), 5);
+        assert_eq!(Settings::standard(true).lock_rounds(), 4);
+        assert_eq!(settings.longest_wait(), settings.ttl * 6);
     }
 }

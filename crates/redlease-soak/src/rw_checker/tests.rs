@@ -322,3 +322,150 @@ fn a_lease_returned_expired_is_flagged() {
     };
     assert_eq!(check(&[w], &[], &stalled).total(), 0);
 }
+
+/// A recorded call by worker `worker` on lock 0 over `[invoke, complete]`.
+fn op(worker: usize, lease: Option<LeaseId>, call: Call, mode: Mode, at: (u64, u64)) -> Op {
+    Op {
+        worker,
+        lock: 0,
+        lease,
+        call,
+        mode,
+        invoke: ms(at.0),
+        complete: ms(at.1),
+        bound: None,
+        outcome: Outcome::Ok,
+        valid_until: None,
+        token: None,
+        not_counted: crate::history::NotCounted::default(),
+    }
+}
+
+/// A granted acquire of `lease`, valid until `valid`, with `token`.
+fn granted(lease: LeaseId, call: Call, mode: Mode, at: (u64, u64), valid: u64, token: u64) -> Op {
+    let mut o = op(lease as usize, Some(lease), call, mode, at);
+    o.valid_until = Some(ms(valid));
+    o.token = Some(token);
+    o
+}
+
+#[test]
+fn leases_are_read_from_the_history_with_their_latest_validity() {
+    let mut history = vec![
+        // A reader kept alive: taken valid until 500, released at 900
+        // when its renewals had moved validity to 1300.
+        granted(1, Call::Lock, Mode::Read, (8, 10), 500, 3),
+        op(1, Some(1), Call::Read, Mode::Read, (10, 11)),
+        op(1, Some(1), Call::Release, Mode::Read, (900, 902)),
+        // A writer extended to 800, then abandoned at 600.
+        granted(2, Call::TryLock, Mode::Write, (20, 21), 520, 4),
+        op(2, Some(2), Call::Extend, Mode::Write, (100, 102)),
+        op(2, Some(2), Call::Abandon, Mode::Write, (600, 600)),
+        // A failed acquire: no lease.
+        op(3, None, Call::Lock, Mode::Write, (30, 530)),
+    ];
+    // The writer on another lock.
+    for o in &mut history[3..6] {
+        o.lock = 1;
+    }
+    history[2].valid_until = Some(ms(1300));
+    history[4].valid_until = Some(ms(800));
+    history[5].valid_until = Some(ms(800));
+    history[6].outcome = Outcome::Failed(crate::history::ErrorKind::WaitTimeout, "x".into());
+    let leases = leases(&history);
+    assert_eq!(leases.len(), 2, "{leases:?}");
+    let (r, w) = (&leases[0], &leases[1]);
+    assert_eq!(
+        (r.mode, r.token, r.invoked, r.returned),
+        (Mode::Read, Some(3), ms(8), ms(10))
+    );
+    assert_eq!(
+        (r.valid_until, r.extended_until, r.release_began),
+        (ms(500), Some(ms(1300)), Some(ms(900)))
+    );
+    assert_eq!(
+        (w.mode, w.extended_until, w.release_began),
+        (Mode::Write, Some(ms(800)), Some(ms(600)))
+    );
+    // The reader held until 900 (not 500): a writer at 700 overlaps it.
+    let mut late = leases.clone();
+    late.push(RwLease {
+        lock: 0,
+        lease: 9,
+        invoked: ms(698),
+        returned: ms(700),
+        valid_until: ms(1200),
+        release_began: Some(ms(750)),
+        token: Some(5),
+        ..w.clone()
+    });
+    let v = check(&late, &[], &RwConfig::default());
+    assert_eq!(v.writer_overlap, 1, "{v:?}");
+    assert!(v.examples["writer_overlap"][0].contains("read lease 1"));
+}
+
+#[test]
+fn writer_waits_are_the_waiting_write_locks_of_the_judged_workers() {
+    let mut gave_up = op(7, None, Call::Lock, Mode::Write, (50, 3050));
+    gave_up.outcome = Outcome::Failed(crate::history::ErrorKind::WaitTimeout, "x".into());
+    let history = vec![
+        granted(6, Call::Lock, Mode::Write, (10, 40), 500, 1),
+        gave_up,
+        granted(8, Call::Lock, Mode::Read, (10, 12), 500, 1),
+        granted(9, Call::TryLock, Mode::Write, (60, 61), 500, 2),
+    ];
+    // Worker 6's and 7's write locks; not the read lock, not the try.
+    let waits = writer_waits(&history, &[6, 7, 8, 9]);
+    assert_eq!(
+        waits,
+        [
+            WriterWait {
+                lock: 0,
+                worker: 6,
+                began: ms(10),
+                ended: ms(40),
+                lease: Some(6)
+            },
+            WriterWait {
+                lock: 0,
+                worker: 7,
+                began: ms(50),
+                ended: ms(3050),
+                lease: None
+            },
+        ]
+    );
+    assert_eq!(writer_waits(&history, &[7]).len(), 1);
+    assert!(writer_waits(&history, &[]).is_empty());
+}
+
+#[test]
+fn the_exclusive_checker_leaves_shared_leases_to_this_one() {
+    use crate::checker::{self, Config, FinalState};
+    // Two readers together, with the same generation: fine here; an
+    // overlap and a token that did not increase to the exclusive checker.
+    let history = vec![
+        granted(1, Call::Lock, Mode::Read, (8, 10), 500, 3),
+        op(1, Some(1), Call::Release, Mode::Read, (100, 101)),
+        granted(2, Call::Lock, Mode::Read, (18, 20), 510, 3),
+        op(2, Some(2), Call::Release, Mode::Read, (110, 111)),
+    ];
+    let state = FinalState::default();
+    let exclusive = checker::check(&history, &state, &Config::default());
+    assert_eq!(
+        (exclusive.overlap, exclusive.fencing),
+        (1, 1),
+        "{exclusive:?}"
+    );
+    let read_write = Config {
+        read_write: true,
+        ..Config::default()
+    };
+    assert_eq!(checker::check(&history, &state, &read_write).total(), 0);
+    let rw = ReadWrite {
+        waits_judged: Vec::new(),
+        starvation_bound: ms(2000),
+        flagged_by: None,
+    };
+    assert_eq!(judge(&history, &rw, &[]).total(), 0);
+}
