@@ -71,10 +71,12 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The soak's mode of a lease's: a permit (no soak scenario takes
+    /// one yet) excludes as a writer would be checked.
     pub fn of(mode: redlease::LockMode) -> Mode {
         match mode {
             redlease::LockMode::Shared => Mode::Read,
-            redlease::LockMode::Exclusive => Mode::Write,
+            _ => Mode::Write,
         }
     }
 
