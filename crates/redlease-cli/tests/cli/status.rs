@@ -38,7 +38,15 @@ fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
     let held = status(&urls, "report");
     held.expect(0);
     assert!(held.stdout.contains("HELD on 3 of 3 nodes"), "{held:#?}");
-    assert_eq!(held.stdout.matches("held, ").count(), 3, "{held:#?}");
+    assert!(
+        held.stdout.contains("HELD on 3 of 3 nodes by a writer, "),
+        "{held:#?}"
+    );
+    assert_eq!(
+        held.stdout.matches("held by a writer, ").count(),
+        3,
+        "{held:#?}"
+    );
     assert!(
         held.stdout.contains(&holder.fencing_token().to_string()),
         "shows the fencing counter: {held:#?}"
