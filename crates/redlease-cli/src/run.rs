@@ -11,7 +11,7 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlease::{Error, Lease, Locker, LostReason, RetryPolicy};
+use redlease::{Error, Lease, LockMode, Locker, LostReason, RetryPolicy};
 use rustix::process::{self, Signal};
 use tokio::process::{Child, Command};
 
@@ -36,6 +36,15 @@ The command gets REDLEASE_KEY (the lock name) and REDLEASE_FENCING_TOKEN (a \
 number larger than that of every earlier holder: pass it to the resource \
 you write to, so it can reject a stale writer).
 
+With --shared, the command runs under a read (shared) hold of the lock: any \
+number of --shared runs of one name run at the same time, and none while a \
+plain run of that name holds it, which holds it alone (as a writer). A plain \
+run waiting for the readers to finish goes first: --shared runs started \
+meanwhile wait behind it. A reader's REDLEASE_FENCING_TOKEN is not a token of \
+its own: it is the newest writer's token the reader can see (0 if no writer \
+took the lock lately), the same for every reader until the next writer; it \
+tells which write the command reads after, not one reader from another.
+
 While the command runs, the lease is renewed every third of --ttl. If it is \
 lost anyway (nodes down or unreachable for longer than the TTL, or the lock \
 was taken over), the command gets SIGTERM, then SIGKILL after --grace, and \
@@ -53,6 +62,8 @@ it died of signal N).
 
 Examples:
   redlease run --key nightly-report -- ./report.sh --full
+  redlease run --shared --key catalog -- ./export-catalog.sh   # readers at once
+  redlease run --key catalog -- ./rebuild-catalog.sh           # alone
   redlease run --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
       --key backup --no-wait --conflict-exit-code 0 -- pg_dump -f db.sql mydb
 
@@ -67,6 +78,12 @@ pub struct RunArgs {
     /// same time uses the same name.
     #[arg(long, value_name = "NAME")]
     key: String,
+
+    /// Take the lock shared, as a reader: --shared runs of one name run
+    /// at the same time, but never while a plain run of it (a writer)
+    /// holds the lock or waits for it [default: alone, as a writer].
+    #[arg(long)]
+    shared: bool,
 
     /// How long the lock outlives redlease if it dies without releasing
     /// (e.g. its machine crashes). It is renewed every third of this while
@@ -136,6 +153,14 @@ impl RunArgs {
     /// `--quiet`: also keeps the library's warnings out of stderr.
     pub fn quiet(&self) -> bool {
         self.quiet
+    }
+
+    /// How the lock is held: `--shared` as a reader, else alone.
+    fn mode(&self) -> LockMode {
+        match self.shared {
+            true => LockMode::Shared,
+            false => LockMode::Exclusive,
+        }
     }
 }
 
@@ -227,6 +252,7 @@ pub async fn run(args: RunArgs) -> Exit {
         .expect("run's Locker draws fencing tokens");
     tracing::info!(
         key = %args.key,
+        mode = ?args.mode(),
         fencing_token,
         waited = %duration::show(started.elapsed()),
         "took the lock; starting the command"
@@ -328,8 +354,8 @@ fn round_trip_warning(ttl: Duration, first_try: Duration) -> Option<String> {
     })
 }
 
-/// Takes the lock: one attempt, then (unless --no-wait) waits for it.
-/// `first_try` gets how long the first attempt took.
+/// Takes the lock in `args.mode()`: one attempt, then (unless --no-wait)
+/// waits for it. `first_try` gets how long the first attempt took.
 async fn acquire(
     locker: &Locker,
     args: &RunArgs,
@@ -338,7 +364,12 @@ async fn acquire(
     // A wait too long for the clock to represent is no bound at all.
     let deadline = args.wait.and_then(|wait| Instant::now().checked_add(wait));
     let tried = Instant::now();
-    let first = locker.try_lock(args.key.as_str()).keep_alive().await;
+    let key = args.key.as_str();
+    let first = match args.mode() {
+        LockMode::Exclusive => locker.try_lock(key),
+        LockMode::Shared => locker.try_read_lock(key),
+    };
+    let first = first.keep_alive().await;
     *first_try = tried.elapsed();
     match first {
         Ok(lease) => return Ok(lease),
@@ -352,7 +383,11 @@ async fn acquire(
             }
         }
     }
-    let request = locker.lock(args.key.as_str()).keep_alive();
+    let request = match args.mode() {
+        LockMode::Exclusive => locker.write_lock(key),
+        LockMode::Shared => locker.read_lock(key),
+    };
+    let request = request.keep_alive();
     match deadline {
         Some(deadline) => {
             request
@@ -503,9 +538,13 @@ fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
             } else {
                 format!(" after waiting {}", duration::show(waited))
             };
+            // A reader is kept out by a writer alone, holding or waiting.
+            let by = match args.mode() {
+                LockMode::Exclusive => "is held by another owner",
+                LockMode::Shared => "is held by a writer or has one waiting",
+            };
             let message = format!(
-                "lock {:?} is held by another owner (on {} of {nodes} nodes){when}; \
-                 the command was not run",
+                "lock {:?} {by} (on {} of {nodes} nodes){when}; the command was not run",
                 args.key,
                 held_on.len()
             );

@@ -1,11 +1,14 @@
-//! `redlease status`: per node, whether a lock is held and for how long,
-//! and the lock's fencing counter, as the library's `Admin::inspect`
-//! reports them (never the key's value: that is the holder's token).
+//! `redlease status`: per node, whether a lock is held, by a writer or by
+//! how many readers, for how long, whether a writer waits, and the lock's
+//! fencing counter, as the library's `Admin::inspect` reports them (never
+//! the key's value: that is the holder's token).
 
 use std::time::Duration;
 
 use clap::Args;
-use redlease::{Error, KeyState, Locker, NodeQuarantine, Quarantine, Verdict};
+use redlease::{
+    Error, KeyState, LockMode, Locker, NodeLockState, NodeQuarantine, Quarantine, Verdict,
+};
 
 use crate::duration;
 use crate::errors::{self, chain};
@@ -21,6 +24,11 @@ its TTL. A node whose server (re)started less than the restart quarantine \
 ago (--restart-quarantine; default: that of run's default --ttl 10s) casts \
 no vote for a lock yet and shows as quarantined; while too few nodes may \
 vote, the lock is free but cannot be taken.
+
+A lock is held by a writer (a plain `redlease run`, the library's lock or \
+write_lock) or by readers (`redlease run --shared`, read_lock), never by \
+both. \"a writer waits\" means one waits for the readers to finish, and new \
+readers wait behind it.
 
 Example:
   redlease status --nodes redis://a:6379,redis://b:6379,redis://c:6379 --key nightly-report
@@ -103,10 +111,7 @@ pub async fn status(args: StatusArgs) -> Exit {
             Ok(s) => table.row(
                 vec![
                     name,
-                    match s.quarantine {
-                        Some(_) => format!("{}, quarantined", show_key(s.key)),
-                        None => show_key(s.key),
-                    },
+                    show_node(s),
                     s.fencing_counter
                         .map_or_else(|| "-".to_string(), |n| n.to_string()),
                     s.waiting.to_string(),
@@ -133,9 +138,14 @@ pub async fn status(args: StatusArgs) -> Exit {
     };
     let waiting = status.waiting();
     let verdict = status.verdict();
+    let holder = holder(status.mode(), status.readers());
+    let writer_waits = match status.writer_waits() {
+        true => "; a writer waits (new readers wait behind it)",
+        false => "",
+    };
     println!(
-        "{}; {waiting} process{} waiting; {counter}",
-        show_verdict(verdict, nodes),
+        "{}{writer_waits}; {waiting} process{} waiting; {counter}",
+        show_verdict(verdict, nodes, holder.as_deref()),
         if waiting == 1 { "" } else { "es" }
     );
     match verdict {
@@ -176,13 +186,42 @@ fn why(e: &redlease::NodeError) -> String {
     }
 }
 
-fn show_key(key: KeyState) -> String {
+/// One node's LOCK cell: free or held, by whom and for how long, whether
+/// a writer waits, and whether the node is quarantined.
+fn show_node(s: &NodeLockState) -> String {
+    let mut cell = show_key(s.key, holder(s.mode, s.readers).as_deref());
+    if s.writer_waits {
+        cell += ", a writer waits";
+    }
+    if s.quarantine.is_some() {
+        cell += ", quarantined";
+    }
+    cell
+}
+
+/// Who holds a lock in `mode`: "a writer" or "N readers" (`None`: not
+/// held, or the nodes do not say).
+fn holder(mode: Option<LockMode>, readers: u64) -> Option<String> {
+    match mode? {
+        LockMode::Exclusive => Some("a writer".to_string()),
+        LockMode::Shared if readers == 1 => Some("1 reader".to_string()),
+        LockMode::Shared => Some(format!("{readers} readers")),
+    }
+}
+
+fn show_key(key: KeyState, holder: Option<&str>) -> String {
+    let held = match holder {
+        Some(holder) => format!("held by {holder}"),
+        None => "held".to_string(),
+    };
     match key {
         KeyState::Free => "free".to_string(),
         KeyState::Held {
             expires_in: Some(left),
-        } => format!("held, {} left", duration::show(left)),
-        KeyState::Held { expires_in: None } => "held, no expiry (not set by redlease?)".to_string(),
+        } => format!("{held}, {} left", duration::show(left)),
+        KeyState::Held { expires_in: None } => {
+            format!("{held}, no expiry (not set by redlease?)")
+        }
     }
 }
 
@@ -202,14 +241,16 @@ fn show_quarantine(q: NodeQuarantine) -> String {
     )
 }
 
-fn show_verdict(verdict: Verdict, nodes: usize) -> String {
+/// The summary's verdict; `holder` says who holds a held lock.
+fn show_verdict(verdict: Verdict, nodes: usize, holder: Option<&str>) -> String {
     match verdict {
         Verdict::Held { on, for_at_most } => {
             let until = match for_at_most {
                 Some(d) => format!("for {} more unless renewed or released", duration::show(d)),
                 None => "with no expiry".to_string(),
             };
-            format!("HELD on {on} of {nodes} nodes, {until}")
+            let by = holder.map(|h| format!(" by {h}")).unwrap_or_default();
+            format!("HELD on {on} of {nodes} nodes{by}, {until}")
         }
         Verdict::Free { leftover_on: 0 } => "FREE".to_string(),
         Verdict::Free { leftover_on } => format!(
@@ -255,11 +296,11 @@ mod tests {
             for_at_most: Some(Duration::from_secs(7)),
         };
         assert_eq!(
-            show_verdict(held, 3),
+            show_verdict(held, 3, None),
             "HELD on 3 of 3 nodes, for 7.0s more unless renewed or released"
         );
         assert_eq!(
-            show_verdict(Verdict::Free { leftover_on: 1 }, 3),
+            show_verdict(Verdict::Free { leftover_on: 1 }, 3, None),
             "FREE (a leftover key on 1 node expires by itself)"
         );
         let unknown = Verdict::Unknown {
@@ -267,7 +308,7 @@ mod tests {
             held_on: 1,
         };
         assert_eq!(
-            show_verdict(unknown, 3),
+            show_verdict(unknown, 3, None),
             "UNKNOWN: 1 of 3 nodes answered (held on 1, free on 0)"
         );
         let quarantined = Verdict::Quarantined {
@@ -276,7 +317,7 @@ mod tests {
             leftover_on: 1,
         };
         assert_eq!(
-            show_verdict(quarantined, 3),
+            show_verdict(quarantined, 3, None),
             "FREE, but not takeable for 28.0s: 2 of 3 nodes are quarantined (a leftover key \
              on 1 node expires by itself)"
         );
@@ -286,12 +327,36 @@ mod tests {
             leftover_on: 0,
         };
         assert_eq!(
-            show_verdict(alone, 1),
+            show_verdict(alone, 1, None),
             "FREE, but not takeable for 9.0s: the node is quarantined"
         );
         assert_eq!(
-            show_key(KeyState::Held { expires_in: None }),
+            show_key(KeyState::Held { expires_in: None }, None),
             "held, no expiry (not set by redlease?)"
+        );
+    }
+
+    #[test]
+    fn a_held_lock_says_by_a_writer_or_by_how_many_readers() {
+        assert_eq!(holder(None, 0), None);
+        assert_eq!(holder(Some(LockMode::Exclusive), 0).unwrap(), "a writer");
+        assert_eq!(holder(Some(LockMode::Shared), 1).unwrap(), "1 reader");
+        assert_eq!(holder(Some(LockMode::Shared), 3).unwrap(), "3 readers");
+        let left = KeyState::Held {
+            expires_in: Some(Duration::from_secs(4)),
+        };
+        assert_eq!(
+            show_key(left, Some("a writer")),
+            "held by a writer, 4.0s left"
+        );
+        assert_eq!(show_key(KeyState::Free, Some("2 readers")), "free");
+        let held = Verdict::Held {
+            on: 2,
+            for_at_most: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            show_verdict(held, 3, Some("2 readers")),
+            "HELD on 2 of 3 nodes by 2 readers, for 7.0s more unless renewed or released"
         );
     }
 }

@@ -10,6 +10,7 @@ mod logging;
 mod release;
 mod restarts;
 mod run;
+mod shared;
 mod status;
 mod support;
 mod tls;

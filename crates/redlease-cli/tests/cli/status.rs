@@ -38,7 +38,15 @@ fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
     let held = status(&urls, "report");
     held.expect(0);
     assert!(held.stdout.contains("HELD on 3 of 3 nodes"), "{held:#?}");
-    assert_eq!(held.stdout.matches("held, ").count(), 3, "{held:#?}");
+    assert!(
+        held.stdout.contains("HELD on 3 of 3 nodes by a writer, "),
+        "{held:#?}"
+    );
+    assert_eq!(
+        held.stdout.matches("held by a writer, ").count(),
+        3,
+        "{held:#?}"
+    );
     assert!(
         held.stdout.contains(&holder.fencing_token().to_string()),
         "shows the fencing counter: {held:#?}"
@@ -107,4 +115,64 @@ fn status_says_a_port_speaks_no_redis_on_a_line_of_its_own() {
     );
     assert!(!out.stdout.contains("Parse error"), "{out:#?}");
     assert!(lines[row - 1].starts_with("0 ") && lines[row - 1].contains("free"));
+}
+
+#[test]
+fn status_tells_readers_from_a_writer() {
+    let nodes = RedisNodes::start(3);
+    let urls = nodes.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    // Marks that it runs, then holds until `$STOP` exists (at most 20 s).
+    let hold = r#"touch "$READY"; i=0; while [ ! -e "$STOP" ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done"#;
+    let holder = |flags: &[&str], ready: &std::path::Path| {
+        start(
+            redlease()
+                .args(["run", "--nodes", &urls.join(","), "--key", "books"])
+                .args(flags)
+                .args(["--", "sh", "-c", hold])
+                .env("READY", ready)
+                .env("STOP", &stop),
+        )
+    };
+    let readers: Vec<_> = ["r1", "r2"]
+        .iter()
+        .map(|name| {
+            let ready = dir.path().join(name);
+            (holder(&["--shared"], &ready), ready)
+        })
+        .collect();
+    for (_, ready) in &readers {
+        eventually(LIMIT, "a shared run to start", || ready.exists());
+    }
+    // Granted at quorum; the third node may count its reader later.
+    let mut out = status(&urls, "books");
+    eventually(Duration::from_secs(10), "2 readers on every node", || {
+        out = status(&urls, "books");
+        out.stdout.matches("held by 2 readers, ").count() == 3
+    });
+    out.expect(0);
+    assert!(
+        out.stdout.contains("HELD on 3 of 3 nodes by 2 readers, "),
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("writer"), "{out:#?}");
+    std::fs::write(&stop, "").unwrap();
+    for (child, _) in readers {
+        finish(child, LIMIT).expect(0);
+    }
+
+    std::fs::remove_file(&stop).unwrap();
+    let ready = dir.path().join("w");
+    let writer = holder(&[], &ready);
+    eventually(LIMIT, "the plain run to start", || ready.exists());
+    let out = status(&urls, "books");
+    out.expect(0);
+    assert!(
+        out.stdout.contains("HELD on 3 of 3 nodes by a writer, "),
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("reader"), "{out:#?}");
+    std::fs::write(&stop, "").unwrap();
+    finish(writer, LIMIT).expect(0);
 }
