@@ -365,9 +365,9 @@ async fn acquire(
     let deadline = args.wait.and_then(|wait| Instant::now().checked_add(wait));
     let tried = Instant::now();
     let key = args.key.as_str();
-    let first = match args.mode() {
-        LockMode::Exclusive => locker.try_lock(key),
-        LockMode::Shared => locker.try_read_lock(key),
+    let first = match args.shared {
+        false => locker.try_lock(key),
+        true => locker.try_read_lock(key),
     };
     let first = first.keep_alive().await;
     *first_try = tried.elapsed();
@@ -383,9 +383,9 @@ async fn acquire(
             }
         }
     }
-    let request = match args.mode() {
-        LockMode::Exclusive => locker.write_lock(key),
-        LockMode::Shared => locker.read_lock(key),
+    let request = match args.shared {
+        false => locker.write_lock(key),
+        true => locker.read_lock(key),
     };
     let request = request.keep_alive();
     match deadline {
@@ -539,9 +539,9 @@ fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
                 format!(" after waiting {}", duration::show(waited))
             };
             // A reader is kept out by a writer alone, holding or waiting.
-            let by = match args.mode() {
-                LockMode::Exclusive => "is held by another owner",
-                LockMode::Shared => "is held by a writer or has one waiting",
+            let by = match args.shared {
+                false => "is held by another owner",
+                true => "is held by a writer or has one waiting",
             };
             let message = format!(
                 "lock {:?} {by} (on {} of {nodes} nodes){when}; the command was not run",

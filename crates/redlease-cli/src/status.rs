@@ -206,6 +206,8 @@ fn holder(mode: Option<LockMode>, readers: u64) -> Option<String> {
         LockMode::Exclusive => Some("a writer".to_string()),
         LockMode::Shared if readers == 1 => Some("1 reader".to_string()),
         LockMode::Shared => Some(format!("{readers} readers")),
+        LockMode::Permit if readers == 1 => Some("1 permit holder".to_string()),
+        _ => Some(format!("{readers} permit holders")),
     }
 }
 
