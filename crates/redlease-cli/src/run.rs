@@ -41,9 +41,10 @@ number of --shared runs of one name run at the same time, and none while a \
 plain run of that name holds it, which holds it alone (as a writer). A plain \
 run waiting for the readers to finish goes first: --shared runs started \
 meanwhile wait behind it. A reader's REDLEASE_FENCING_TOKEN is not a token of \
-its own: it is the newest writer's token the reader can see (0 if no writer \
-took the lock lately), the same for every reader until the next writer; it \
-tells which write the command reads after, not one reader from another.
+its own: it is the newest writer's token the reader can see (at least the \
+token of every writer before it), the same for every reader until the next \
+writer; it tells which write the command reads after, not one reader from \
+another.
 
 While the command runs, the lease is renewed every third of --ttl. If it is \
 lost anyway (nodes down or unreachable for longer than the TTL, or the lock \

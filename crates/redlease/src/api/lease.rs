@@ -166,8 +166,10 @@ impl Lease {
     ///
     /// A read lease ([`Locker::read_lock`](crate::Locker::read_lock))
     /// draws no token: it carries the newest write generation it can see,
-    /// at least the token of every write lease granted before it (0: no
-    /// fenced write within the [fence expiry](crate::Advanced::fence_expiry)).
+    /// at least the token of every write lease granted before it. (A node
+    /// whose counter is gone, expired idle or lost in a restart, answers
+    /// the value the next writer would restart it from: the server's clock
+    /// in microseconds, above every earlier token.)
     /// A reader can tell by it which write it reads after; readers share
     /// it, so it does not tell two readers apart.
     ///

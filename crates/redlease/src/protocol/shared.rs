@@ -182,7 +182,8 @@ impl ReadAcquireRequest<'_> {
 pub(crate) enum ReadAcquireReply {
     /// Held by us among any other readers. `generation` is the fencing
     /// counter's value, the token of the last fenced write this node has
-    /// seen (0: none, or the counter expired idle).
+    /// seen (without a counter, the clock value a writer would restart it
+    /// from: above every earlier token).
     Taken {
         generation: u64,
         clock: Option<ServerTime>,

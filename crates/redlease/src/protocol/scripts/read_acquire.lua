@@ -19,8 +19,8 @@
 -- its last reader, and a plain exclusive acquire (SET NX) is refused
 -- while any reader holds.
 -- Returns {1, generation[, seconds, microseconds]} when held by us,
--- generation being the fencing counter's value (0 if there is none: no
--- fenced write, or the counter expired idle), which a read never draws;
+-- generation being the fencing counter's value, which a read never draws
+-- (without a counter, the value a writer would restart it from);
 -- {0, pttl, waiting, owner} when a writer holds the lock (as acquire.lua
 -- answers); {2, pttl, waiting, owner} when a writer waits for it (pttl is
 -- the writer-waiting mark's, owner the waiting writer's fingerprint), so
@@ -63,9 +63,17 @@ if mark then
   local owner = tonumber(string.sub(redis.sha1hex(string.match(mark, '^[^*]*')), 1, 7), 16)
   return {2, redis.call('PTTL', KEYS[4]), waiting(), owner}
 end
-local generation = tonumber(redis.call('GET', KEYS[3]) or '0')
-if not generation then
-  return redis.error_reply('ERR the fencing counter is not a number')
+local generation = redis.call('GET', KEYS[3])
+if generation then
+  generation = tonumber(generation)
+  if not generation then
+    return redis.error_reply('ERR the fencing counter is not a number')
+  end
+else
+  -- No counter: it expired idle, or a restart lost it. The clock in
+  -- microseconds, cut to 100 ms, as acquire.lua restarts it: above every
+  -- token drawn before, and no more than the next writer's.
+  generation = tonumber(clock[1]) * 1000000 + math.floor(tonumber(clock[2]) / 100000) * 100000
 end
 local member = ARGV[1]
 if ARGV[5] == '1' then
