@@ -63,6 +63,7 @@ pub struct Semaphore<'a> {
     resource: String,
     permits: u32,
     no_failures: bool,
+    majority: bool,
 }
 
 impl fmt::Debug for Semaphore<'_> {
@@ -83,6 +84,7 @@ impl<'a> Semaphore<'a> {
             resource,
             permits,
             no_failures: false,
+            majority: false,
         }
     }
 
@@ -108,7 +110,7 @@ impl<'a> Semaphore<'a> {
     /// # }
     /// ```
     pub fn quorum(&self) -> usize {
-        permit_quorum(self.engine.nodes().len(), self.permits.max(1))
+        self.hold().quorum(self.engine.nodes().len())
     }
 
     /// How many of the Locker's nodes may fail while permits are still
@@ -187,9 +189,22 @@ impl<'a> Semaphore<'a> {
         TryAcquire::new(self.engine, self.resource.clone(), self.hold()).refused(self.refusal())
     }
 
+    /// Counts each permit at a plain majority of the nodes instead of
+    /// the [`quorum`](Self::quorum) it needs: **unsafe** beyond one permit
+    /// over several nodes (more than `N` holders at once). Only for the
+    /// fault-injection suite's negative control, which shows the bound is
+    /// needed; never use it.
+    #[doc(hidden)]
+    pub fn unsafe_majority(mut self) -> Self {
+        self.majority = true;
+        self.no_failures = true;
+        self
+    }
+
     fn hold(&self) -> Hold {
         Hold::Permit {
             permits: NonZeroU32::new(self.permits).unwrap_or(NonZeroU32::MIN),
+            majority: self.majority,
         }
     }
 

@@ -27,8 +27,11 @@ pub(crate) enum Side<'a> {
     Write { mark: Option<&'a Token> },
     /// A read hold among other readers.
     Read,
-    /// One of a semaphore's `permits`.
-    Permit { permits: std::num::NonZeroU32 },
+    /// One of a semaphore's `permits` (`majority`: see [`Hold::Permit`]).
+    Permit {
+        permits: std::num::NonZeroU32,
+        majority: bool,
+    },
 }
 
 impl Side<'_> {
@@ -36,7 +39,7 @@ impl Side<'_> {
         match *self {
             Side::Write { .. } => Hold::Exclusive,
             Side::Read => Hold::Shared,
-            Side::Permit { permits } => Hold::Permit { permits },
+            Side::Permit { permits, majority } => Hold::Permit { permits, majority },
         }
     }
 }
@@ -106,7 +109,7 @@ pub(crate) async fn attempt(
                     node.read_acquire(&keys, token, ttl_ms, timeout, on_refusal)
                         .await
                 }
-                Hold::Permit { permits } => {
+                Hold::Permit { permits, .. } => {
                     node.permit_acquire(&keys, token, permits, ttl_ms, timeout, fenced)
                         .await
                 }
@@ -149,7 +152,7 @@ pub(crate) async fn attempt(
             replies.finish().await;
             let (node, held) = differs(&replies).expect("seen above");
             let asked = match hold {
-                Hold::Permit { permits } => permits.get(),
+                Hold::Permit { permits, .. } => permits.get(),
                 _ => unreachable!("only a permit's acquire meets a semaphore's size"),
             };
             Failure::from(Error::PermitsDiffer {

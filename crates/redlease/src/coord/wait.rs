@@ -131,7 +131,7 @@ pub(crate) async fn lock(
         let side = match hold {
             Hold::Exclusive => Side::Write { mark: mark.token() },
             Hold::Shared => Side::Read,
-            Hold::Permit { permits } => Side::Permit { permits },
+            Hold::Permit { permits, majority } => Side::Permit { permits, majority },
         };
         let failure = match attempt(engine, resource, keys, timing, side, on_refusal).await {
             Ok(grant) => {

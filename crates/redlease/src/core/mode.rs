@@ -39,7 +39,13 @@ pub enum LockMode {
 pub(crate) enum Hold {
     Exclusive,
     Shared,
-    Permit { permits: NonZeroU32 },
+    /// `majority`: counted at a plain majority instead of the permit
+    /// quorum, which is unsafe beyond one permit (only for the soak's
+    /// negative control that shows it: see `Semaphore::unsafe_majority`).
+    Permit {
+        permits: NonZeroU32,
+        majority: bool,
+    },
 }
 
 impl Hold {
@@ -57,7 +63,8 @@ impl Hold {
     pub(crate) fn quorum(self, nodes: usize) -> usize {
         match self {
             Hold::Exclusive | Hold::Shared => quorum(nodes),
-            Hold::Permit { permits } => permit_quorum(nodes, permits.get()),
+            Hold::Permit { majority: true, .. } => quorum(nodes),
+            Hold::Permit { permits, .. } => permit_quorum(nodes, permits.get()),
         }
     }
 }

@@ -64,7 +64,7 @@ impl Members {
         match hold {
             Hold::Exclusive => None,
             Hold::Shared => Some(Members::Readers),
-            Hold::Permit { permits } => Some(Members::Permits(permits.get())),
+            Hold::Permit { permits, .. } => Some(Members::Permits(permits.get())),
         }
     }
 

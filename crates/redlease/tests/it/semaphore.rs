@@ -196,3 +196,54 @@ async fn force_release_frees_every_permit() {
     c.release().await.unwrap();
     d.release().await.unwrap();
 }
+
+/// Why a permit needs more than a majority: 3 nodes, 2 permits, each
+/// taken while one node is down (durable nodes, restarted with their
+/// data). Counted at a majority (the unsafe knob of the soak's control),
+/// three holders hold at once, each on 2 of 3 nodes; at the permit
+/// quorum (3 of 3) none is taken while a node is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_is_not_enough_beyond_one_permit() {
+    use redlease_testkit::NodeConfig;
+    for majority in [true, false] {
+        let durable = NodeConfig::new()
+            .arg("appendonly", "yes")
+            .arg("appendfsync", "always");
+        let mut nodes = RedisNodes::start_with(3, durable);
+        let locker = locker_with_timeout(&nodes, Duration::from_millis(200));
+        let sem = match majority {
+            true => locker.semaphore("pool", 2).unsafe_majority(),
+            false => locker.semaphore("pool", 2).allow_no_failures(),
+        };
+        let mut holders = Vec::new();
+        for down in [2, 0, 1] {
+            tokio::task::block_in_place(|| nodes.node_mut(down).kill());
+            let permit = sem.try_acquire().ttl(Duration::from_secs(10)).await;
+            tokio::task::block_in_place(|| nodes.node_mut(down).restart());
+            match permit {
+                Ok(permit) => holders.push(permit),
+                Err(e) => {
+                    assert!(!majority, "{e}");
+                    assert!(matches!(e, Error::NoQuorum { quorum: 3, .. }), "{e}");
+                }
+            }
+            // Until the Locker reconnects to the restarted node (bounded).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while locker.admin().inspect("pool").await.unwrap().nodes[down]
+                .1
+                .is_err()
+            {
+                assert!(Instant::now() < deadline, "node {down} never came back");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let valid = holders.iter().filter(|p| !p.remaining().is_zero()).count();
+        match majority {
+            true => assert_eq!(valid, 3, "three holders of two permits"),
+            false => assert_eq!(valid, 0),
+        }
+        for permit in holders {
+            let _ = permit.release().await;
+        }
+    }
+}

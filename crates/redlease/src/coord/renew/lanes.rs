@@ -177,7 +177,7 @@ fn rank(hold: Hold) -> u64 {
     match hold {
         Hold::Exclusive => 0,
         Hold::Shared => 1,
-        Hold::Permit { permits } => 1 + u64::from(permits.get()),
+        Hold::Permit { permits, .. } => 1 + u64::from(permits.get()),
     }
 }
 
