@@ -106,7 +106,7 @@ pub(crate) async fn attempt(
                         .await
                 }
                 Hold::Shared => {
-                    node.read_acquire(&keys, token, ttl_ms, timeout, on_refusal)
+                    node.read_acquire(&keys, token, ttl_ms, timeout, on_refusal, fenced)
                         .await
                 }
                 Hold::Permit { permits, .. } => {

@@ -137,7 +137,7 @@ pub(crate) async fn lock(
             Ok(grant) => {
                 // Boxed: only a writer that readers kept waiting has a
                 // mark to clear.
-                Box::pin(mark.took_the_lock()).await;
+                Box::pin(mark.took_the_lock(&grant.guard.ownership.token)).await;
                 match (waiter.take(), mode) {
                     (Some(w), LockMode::Exclusive) => w.acquired(grant.valid_until),
                     (w, _) => drop(w),
@@ -224,11 +224,12 @@ impl WriterMark {
         }
     }
 
-    /// The writer took the lock: clear the mark, before the lease is
-    /// handed out (so its release cannot come first).
-    async fn took_the_lock(&mut self) {
+    /// The writer took the lock with a lease of token `holder`: clear the
+    /// mark, before the lease is handed out (so its release cannot come
+    /// first).
+    async fn took_the_lock(&mut self, holder: &Token) {
         if let Some(m) = self.0.take() {
-            clear(&m.engine, &m.key, &m.token, false, m.timeout).await;
+            clear(&m.engine, &m.key, &m.token, Some(holder), m.timeout).await;
         }
     }
 }
@@ -243,24 +244,25 @@ impl Drop for WriterMark {
         }
         let background = m.engine.background().clone();
         background.spawn(async move {
-            clear(&m.engine, &m.key, &m.token, true, m.timeout).await;
+            clear(&m.engine, &m.key, &m.token, None, m.timeout).await;
         });
     }
 }
 
-/// Clears the mark `token` names on every node; `gave_up` announces it.
+/// Clears the mark `token` names on every node: the writer `took` the
+/// lock with that lease token, or (`None`) gave up, which is announced.
 /// Failures are only logged: the mark expires with the writer's TTL.
 async fn clear(
     engine: &Engine,
     key: &str,
     token: &Token,
-    gave_up: bool,
+    took: Option<&Token>,
     timeout: std::time::Duration,
 ) {
     let clears = engine
         .nodes()
         .iter()
-        .map(|node| node.writer_clear(key, token, gave_up, timeout));
+        .map(|node| node.writer_clear(key, token, took, timeout));
     for result in futures_util::future::join_all(clears).await {
         if let Err(e) = result {
             tracing::debug!(error = %e, "clearing the writer-waiting mark failed; it expires");

@@ -121,7 +121,9 @@ impl SharedKeys {
 ///   [`Flag`]: bind the hold to the server's replication lineage;
 ///   `ARGV[6]` `NUMSUB` or `SHARDNUMSUB` ([`PubSub`]); `ARGV[7]` the
 ///   Locker's tag; `ARGV[8]` [`Flag`]: mark a writer of another Locker
-///   for its waiters ([`OnRefusal`]).
+///   for its waiters ([`OnRefusal`]); `ARGV[9]` [`Flag`]: read the
+///   generation (the Locker draws fencing tokens), restarting a missing
+///   counter as a writer would; `ARGV[10]` the counter's idle expiry (ms).
 /// - Reply ([`ReadAcquireReply`]): taken, `{1, generation}` and `seconds,
 ///   microseconds` of `TIME` when the clock was asked for; held by a
 ///   writer, `{0, pttl, waiting, owner}` as the acquire script answers; a
@@ -140,6 +142,9 @@ pub(crate) struct ReadAcquireRequest<'a> {
     pub(crate) pubsub: PubSub,
     pub(crate) tag: &'a str,
     pub(crate) on_refusal: OnRefusal,
+    /// The Locker draws fencing tokens: read the generation.
+    pub(crate) fenced: bool,
+    pub(crate) fence_expiry: Duration,
 }
 
 impl ReadAcquireRequest<'_> {
@@ -158,7 +163,9 @@ impl ReadAcquireRequest<'_> {
                 .arg(Flag(self.bind_lineage))
                 .arg(self.pubsub.numsub())
                 .arg(self.tag)
-                .arg(Flag(self.on_refusal == OnRefusal::Mark));
+                .arg(Flag(self.on_refusal == OnRefusal::Mark))
+                .arg(Flag(self.fenced))
+                .arg(millis(self.fence_expiry));
         })
     }
 
@@ -182,8 +189,8 @@ impl ReadAcquireRequest<'_> {
 pub(crate) enum ReadAcquireReply {
     /// Held by us among any other readers. `generation` is the fencing
     /// counter's value, the token of the last fenced write this node has
-    /// seen (without a counter, the clock value a writer would restart it
-    /// from: above every earlier token).
+    /// seen (a missing counter is restarted from the clock, as a writer
+    /// would restart it: above every earlier token); 0 when not asked.
     Taken {
         generation: u64,
         clock: Option<ServerTime>,
@@ -448,7 +455,9 @@ impl FromRedisValue for WriterMarkReply {
 /// - `KEYS[1]` the lock key; `KEYS[2]` the writer-waiting mark.
 /// - `ARGV[1]` the writer's token; `ARGV[2]` `PUBLISH` or `SPUBLISH`
 ///   ([`PubSub`]); `ARGV[3]` [`Flag`]: announce it on the release
-///   channel (a writer giving up, so the readers behind it go on).
+///   channel (a writer giving up, so the readers behind it go on);
+///   `ARGV[4]` the token of the lease the writer took (empty when it
+///   gives up), whose value gets the readers' wish to hear its release.
 /// - Reply ([`WriterClearReply`]): 1 if the mark was ours and is
 ///   deleted, 0 if not.
 #[derive(Clone, Copy, Debug)]
@@ -456,6 +465,9 @@ pub(crate) struct WriterClearRequest<'a> {
     pub(crate) key: &'a str,
     pub(crate) writer_key: &'a str,
     pub(crate) token: &'a str,
+    /// The token of the lease the writer took, when it took the lock
+    /// (empty when it gives up).
+    pub(crate) holder: &'a str,
     pub(crate) pubsub: PubSub,
     pub(crate) announce: bool,
 }
@@ -467,7 +479,8 @@ impl WriterClearRequest<'_> {
             c.arg(2).arg(self.key).arg(self.writer_key);
             c.arg(self.token)
                 .arg(self.pubsub.publish())
-                .arg(Flag(self.announce));
+                .arg(Flag(self.announce))
+                .arg(self.holder);
         })
     }
 }

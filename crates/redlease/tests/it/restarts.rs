@@ -126,10 +126,23 @@ async fn a_restarted_server_votes_again_only_after_its_quarantine() {
 /// The fault Redlock leaves to operators: a majority of a holder's nodes
 /// includes one that restarts empty at once. With the quarantine a second
 /// client cannot take the lock; without it (the control), it can.
+/// How the first client holds the lock in the empty-restart test.
+#[derive(Clone, Copy, Debug)]
+enum Holds {
+    Write,
+    Read,
+    Permit,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
-    // The holder a writer (as any exclusive lock), then readers.
-    for (guarded, reads) in [(true, false), (false, false), (true, true), (false, true)] {
+    // The holder a writer (as any exclusive lock), then readers, then a
+    // semaphore's permit (one permit over 3 nodes: a majority too).
+    let holders = [Holds::Write, Holds::Read, Holds::Permit];
+    for (guarded, holds) in holders
+        .into_iter()
+        .flat_map(|holds| [(true, holds), (false, holds)])
+    {
         let mut nodes = RedisNodes::start(3);
         let started = Instant::now();
         let ttl = Duration::from_secs(2);
@@ -149,21 +162,26 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
         }
         // The holder has the lock on nodes 0 and 1 only (say its SET never
         // reached node 2): a bare majority. A writer then comes.
-        let lease = match reads {
-            false => holder.try_lock("job").await,
-            true => holder.try_read_lock("job").await,
+        let lease = match holds {
+            Holds::Write => holder.try_lock("job").await,
+            Holds::Read => holder.try_read_lock("job").await,
+            Holds::Permit => holder.semaphore("job", 1).try_acquire().await,
         };
         let lease = lease.expect("3 of 3");
         let key = holder.admin().key("job");
-        let readers = format!("{key}:readers");
-        crate::support::command(nodes.node(2), &["DEL", &key, &readers]).await;
+        let (readers, permits) = (format!("{key}:readers"), format!("{key}:permits"));
+        crate::support::command(nodes.node(2), &["DEL", &key, &readers, &permits]).await;
         restart_empty(&mut nodes, 1);
 
         // Node 1 forgot the lock: only node 0 still has it.
         let mut outcome = None;
         let deadline = Instant::now() + Duration::from_secs(2);
         while Instant::now() < deadline {
-            match rival.try_lock("job").await {
+            let attempt = match holds {
+                Holds::Permit => rival.semaphore("job", 1).try_acquire().await,
+                _ => rival.try_lock("job").await,
+            };
+            match attempt {
                 Ok(second) => {
                     outcome = Some(Ok(second));
                     break;
@@ -192,7 +210,7 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
                 // The overlap the quarantine prevents.
                 assert!(token(&second) > token(&lease));
             }
-            (guarded, other) => panic!("quarantine {guarded}, reads {reads}: {other:?}"),
+            (guarded, other) => panic!("quarantine {guarded}, {holds:?}: {other:?}"),
         }
     }
 }

@@ -11,7 +11,9 @@
 -- hold to this server's replication lineage (the member is
 -- 'token|master_replid', as acquire.lua's value); ARGV[6] NUMSUB, or
 -- SHARDNUMSUB on a cluster; ARGV[7] the Locker's tag and ARGV[8] '1' to
--- mark a writer of another Locker for its waiters, as acquire.lua does.
+-- mark a writer of another Locker for its waiters, as acquire.lua does;
+-- ARGV[9] '1' when the Locker draws fencing tokens (the generation is
+-- read, else 0); ARGV[10] the counter's idle expiry in ms.
 -- Every expiry is this server's clock (TIME), never a client's: a
 -- reader's hold ends at its own score, whatever other readers do. Members
 -- whose score has passed are pruned; the lock key and the readers expire
@@ -20,7 +22,7 @@
 -- while any reader holds.
 -- Returns {1, generation[, seconds, microseconds]} when held by us,
 -- generation being the fencing counter's value, which a read never draws
--- (without a counter, the value a writer would restart it from);
+-- (a missing counter is restarted, as a writer would restart it);
 -- {0, pttl, waiting, owner} when a writer holds the lock (as acquire.lua
 -- answers); {2, pttl, waiting, owner} when a writer waits for it (pttl is
 -- the writer-waiting mark's, owner the waiting writer's fingerprint), so
@@ -63,17 +65,22 @@ if mark then
   local owner = tonumber(string.sub(redis.sha1hex(string.match(mark, '^[^*]*')), 1, 7), 16)
   return {2, redis.call('PTTL', KEYS[4]), waiting(), owner}
 end
-local generation = redis.call('GET', KEYS[3])
-if generation then
-  generation = tonumber(generation)
-  if not generation then
-    return redis.error_reply('ERR the fencing counter is not a number')
+local generation = 0
+if ARGV[9] == '1' then
+  generation = redis.call('GET', KEYS[3])
+  if generation then
+    generation = tonumber(generation)
+    if not generation then
+      return redis.error_reply('ERR the fencing counter is not a number')
+    end
+  else
+    -- No counter: it expired idle, or a restart lost it. Restarted here
+    -- as acquire.lua restarts it, from the clock in microseconds cut to
+    -- 100 ms: above every token drawn before, and below the next
+    -- writer's, which counts up from it.
+    generation = tonumber(clock[1]) * 1000000 + math.floor(tonumber(clock[2]) / 100000) * 100000
+    redis.call('SET', KEYS[3], string.format('%.0f', generation), 'PX', ARGV[10])
   end
-else
-  -- No counter: it expired idle, or a restart lost it. The clock in
-  -- microseconds, cut to 100 ms, as acquire.lua restarts it: above every
-  -- token drawn before, and no more than the next writer's.
-  generation = tonumber(clock[1]) * 1000000 + math.floor(tonumber(clock[2]) / 100000) * 100000
 end
 local member = ARGV[1]
 if ARGV[5] == '1' then

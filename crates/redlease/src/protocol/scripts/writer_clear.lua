@@ -7,8 +7,9 @@
 -- readers waiting behind the mark go on at once; '0' for a writer that
 -- took the lock: its release is what they wait for, so if readers of
 -- another Locker marked the mark (a final '*', read_acquire.lua), the
--- writer's own value in KEYS[1] gets the '*' too, as refused.lua marks a
--- holder, and its release is published.
+-- writer's own value in KEYS[1] (its lease's token, ARGV[4], which is not
+-- the mark's) gets the '*' too, as refused.lua marks a holder, and its
+-- release is published.
 -- Returns 1 if the mark was ours and is deleted, 0 if not.
 local mark = redis.call('GET', KEYS[2])
 if mark ~= ARGV[1] and mark ~= ARGV[1] .. '*' then
@@ -19,7 +20,8 @@ if ARGV[3] == '1' then
   redis.pcall(ARGV[2], KEYS[1] .. ':released', string.sub(redis.sha1hex(ARGV[1]), 1, 16))
 elseif mark ~= ARGV[1] then
   local value = redis.pcall('GET', KEYS[1])
-  if type(value) == 'string' and string.sub(value, 1, #ARGV[1]) == ARGV[1]
+  if type(value) == 'string' and #ARGV[4] > 0
+      and string.sub(value, 1, #ARGV[4]) == ARGV[4]
       and string.byte(value, -1) ~= 42 then
     redis.call('SET', KEYS[1], value .. '*', 'KEEPTTL')
   end

@@ -29,6 +29,8 @@ pub(super) fn read_request() -> ReadAcquireRequest<'static> {
         pubsub: PubSub::Sharded,
         tag: "tag",
         on_refusal: OnRefusal::Mark,
+        fenced: true,
+        fence_expiry: Duration::from_secs(600),
     }
 }
 
@@ -67,7 +69,9 @@ fn calls_are_laid_out_as_the_scripts_read_them() {
             "0",
             "SHARDNUMSUB",
             "tag",
-            "1"
+            "1",
+            "1",
+            "600000"
         ]
     );
     let release = ReadReleaseRequest {
@@ -122,10 +126,11 @@ fn calls_are_laid_out_as_the_scripts_read_them() {
         token: "w",
         pubsub: PubSub::Sharded,
         announce: true,
+        holder: "",
     };
     assert_eq!(
         args(&clear.call())[2..],
-        ["2", "k", "k:writer", "w", "SPUBLISH", "1"]
+        ["2", "k", "k:writer", "w", "SPUBLISH", "1", ""]
     );
     let inspect = ReadInspectRequest { key: "k" };
     assert_eq!(

@@ -96,6 +96,8 @@ impl Fixture {
             pubsub: PubSub::Classic,
             tag: TAG,
             on_refusal: OnRefusal::Mark,
+            fenced: true,
+            fence_expiry: Duration::from_secs(600),
         }
     }
 
@@ -150,6 +152,20 @@ impl Fixture {
             token,
             pubsub: PubSub::Classic,
             announce,
+            holder: "",
+        }
+        .call();
+        run(&mut self.conn, cmd)
+    }
+
+    fn clear_writer_took(&mut self, token: &str, holder: &str) -> WriterClearReply {
+        let cmd = WriterClearRequest {
+            key: &self.lock,
+            writer_key: &self.keys.writer,
+            token,
+            pubsub: PubSub::Classic,
+            announce: false,
+            holder,
         }
         .call();
         run(&mut self.conn, cmd)
@@ -258,6 +274,9 @@ fn readers_hold_together_and_exclude_writers() {
     // Today's plain acquire and the acquire script are refused, and the
     // refusal names the readers as one owner.
     let readers = owner_fingerprint(READERS.as_bytes());
+    // The readers restarted the missing counter, as a writer would.
+    let counter = f.get(&f.fence.clone());
+    assert!(counter.is_some());
     assert_eq!(f.set_nx(&w), SetNx::Held { owner: readers });
     match f.acquire_write(&w, true) {
         AcquireScriptReply::Held { owner, .. } => assert_eq!(owner, readers),
@@ -265,7 +284,7 @@ fn readers_hold_together_and_exclude_writers() {
     }
     // A refusal never marks the readers' value, and draws no token.
     assert_eq!(f.get(&f.lock.clone()).as_deref(), Some(READERS));
-    assert_eq!(f.get(&f.fence.clone()), None);
+    assert_eq!(f.get(&f.fence.clone()), counter);
     // One reader leaving keeps the lock shared.
     assert_eq!(f.release_read(&a), ReadReleaseReply::Released);
     assert_eq!(f.release_read(&a), ReadReleaseReply::NotOurs);
@@ -391,6 +410,43 @@ fn a_waiting_writer_holds_new_readers_off_until_its_mark_ends() {
         .unwrap();
     // (Nothing published: only a timeout ends the wait.)
     assert_eq!(heard(&mut sub), None);
+}
+
+/// Readers of another Locker wait behind a writer's mark: when the writer
+/// takes the lock (with a lease token other than its mark's), clearing
+/// the mark passes their wish on to its lease's value, so its release is
+/// published to them. Without such readers, the value is left alone.
+#[test]
+fn a_writer_that_took_the_lock_will_be_heard_by_the_readers_behind_it() {
+    for readers_wait in [true, false] {
+        let mut f = fixture();
+        let (a, v) = (token(TAG, 1), token("cc", 2));
+        let (mark, lease) = (token("bb", 3), token("bb", 4));
+        taken_without_counter(f.acquire_read(&a, LONG));
+        assert_eq!(f.mark_writer(&mark, LONG), WriterMarkReply::Marked);
+        if readers_wait {
+            assert!(matches!(
+                f.acquire_read(&v, LONG),
+                ReadAcquireReply::WriterWaits { .. }
+            ));
+            assert_eq!(f.get(&f.keys.writer.clone()), Some(format!("{mark}*")));
+            // The writer's refreshed mark keeps the readers' wish.
+            assert_eq!(f.mark_writer(&mark, LONG), WriterMarkReply::Marked);
+            assert_eq!(f.get(&f.keys.writer.clone()), Some(format!("{mark}*")));
+        }
+        assert_eq!(f.release_read(&a), ReadReleaseReply::Released);
+        assert_eq!(f.set_nx(&lease), SetNx::Taken(None));
+        assert_eq!(
+            f.clear_writer_took(&mark, &lease),
+            WriterClearReply::Cleared
+        );
+        let value = f.get(&f.lock.clone()).unwrap();
+        match readers_wait {
+            true => assert_eq!(value, format!("{lease}*")),
+            false => assert_eq!(value, lease),
+        }
+        assert_eq!(f.pttl(&f.keys.writer.clone()), -2);
+    }
 }
 
 fn redis_sha1(text: &str) -> String {

@@ -37,6 +37,7 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
         on_refusal: OnRefusal,
+        fenced: bool,
     ) -> Result<AcquireReply, NodeError> {
         let shared = SharedKeys::of(&keys.lock);
         let fence_key = keys.fence();
@@ -52,6 +53,8 @@ impl Node {
             pubsub: self.pubsub(),
             tag: self.settings.tag.as_str(),
             on_refusal,
+            fenced,
+            fence_expiry: Duration::from_millis(keys.fence_expiry_ms),
         };
         let call = request.call();
         let sent = std::time::Instant::now();
@@ -244,14 +247,16 @@ impl Node {
         Ok(reply == WriterMarkReply::Marked)
     }
 
-    /// Removes our writer-waiting mark, if it is ours: `gave_up` (announced,
-    /// so the readers behind it go on) or because the writer took the lock
-    /// (its release is what they wait for).
+    /// Removes our writer-waiting mark `token`, if it is ours: because the
+    /// writer `took` the lock with that lease token (its release is what
+    /// the readers behind the mark wait for: it is marked to be
+    /// announced), or because it gave up (`None`: announced now, so the
+    /// readers go on).
     pub(crate) async fn writer_clear(
         &self,
         key: &str,
         token: &Token,
-        gave_up: bool,
+        took: Option<&Token>,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let shared = SharedKeys::of(key);
@@ -260,7 +265,8 @@ impl Node {
             writer_key: &shared.writer,
             token: token.as_str(),
             pubsub: self.pubsub(),
-            announce: gave_up,
+            announce: took.is_none(),
+            holder: took.map_or("", Token::as_str),
         }
         .call();
         let reply: WriterClearReply = self
