@@ -9,6 +9,8 @@
 //! (inspection, force release, key names) behind [`Locker::admin`].
 //! [`Locker::read_lock`] and [`Locker::write_lock`] make it a read-write
 //! lock: any number of readers, or one writer, with writer preference.
+//! [`Locker::semaphore`] admits at most N holders at once, each permit a
+//! lease of its own, over a quorum large enough for N.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -35,17 +37,18 @@
 //! ```
 //!
 //! How the lock works (the algorithm, waiting, renewal, slow nodes,
-//! restarts and clock jumps, fencing, read-write locks, Cluster, Sentinel
-//! and durability, TLS, observability) is told in `docs/library.md` in
-//! the repository;
+//! restarts and clock jumps, fencing, read-write locks, semaphores,
+//! Cluster, Sentinel and durability, TLS, observability) is told in
+//! `docs/library.md` in the repository;
 //! the deployments guide and the fault figures are beside it.
 //!
 //! # Guarantees and limits
 //!
 //! While every assumption below holds, no two leases on the same resource
 //! are valid at the same instant, except read leases together (a write
-//! lease shares its time with no other lease), and a lease that could not
-//! be made valid is never returned. The assumptions:
+//! lease shares its time with no other lease) and at most N permits of a
+//! semaphore of N, and a lease that could not be made valid is never
+//! returned. The assumptions:
 //!
 //! - **Bounded clock drift.** Each node expires keys with its own clock. The
 //!   validity is cut by the drift allowance so that a node whose clock runs
