@@ -61,6 +61,21 @@ pub trait LockClient: Send + Sync + 'static {
         async move { Err(error.into()) }
     }
 
+    /// Blocking acquire of one permit of the semaphore `name` of `permits`,
+    /// like [`acquire`](Self::acquire), for a client with semaphores; the
+    /// others fail (the runner never asks them: see `Workload::has_peers`).
+    fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+    ) -> impl Future<Output = Result<Self::Guard, BenchError>> + Send {
+        let error = format!(
+            "{} has no semaphores (asked for one of {permits} permits of {name})",
+            self.label()
+        );
+        async move { Err(error.into()) }
+    }
+
     /// Gives the lock back; an error if it was no longer ours.
     fn release(&self, guard: Self::Guard) -> impl Future<Output = Result<(), BenchError>> + Send;
 }
@@ -114,6 +129,12 @@ impl Redlease {
         })
     }
 
+    /// How many of the nodes hold each permit of a semaphore of `permits`:
+    /// `n * N / (N + 1) + 1` of `n` nodes (all 5 of 5 for 4 permits).
+    pub fn permit_quorum(&self, permits: u32) -> usize {
+        self.locker.semaphore("x", permits).quorum()
+    }
+
     /// The Redis keys the library uses for `name`: the lock and its
     /// fencing counter.
     pub fn keys(&self, name: &str) -> (String, String) {
@@ -141,6 +162,15 @@ impl LockClient for Redlease {
 
     async fn acquire_read(&self, name: &str) -> Result<Self::Guard, BenchError> {
         Ok(self.locker.read_lock(name).await?)
+    }
+
+    async fn acquire_permit(&self, name: &str, permits: u32) -> Result<Self::Guard, BenchError> {
+        // Over 5 nodes, 4 permits need all 5 nodes for each permit (no
+        // node may fail), which the library refuses unless accepted: the
+        // bench measures that semaphore, so it accepts it. On one node, or
+        // wherever a node may fail, this changes nothing.
+        let semaphore = self.locker.semaphore(name, permits).allow_no_failures();
+        Ok(semaphore.acquire().await?)
     }
 
     async fn release(&self, lease: Self::Guard) -> Result<(), BenchError> {

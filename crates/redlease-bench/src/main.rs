@@ -59,8 +59,9 @@ struct Args {
     /// each count in turn, e.g. 1,5). Default 1, or the number of --urls.
     #[arg(long, value_delimiter = ',')]
     nodes: Vec<usize>,
-    /// Concurrent workers for contended and read-mostly (default 8) and
-    /// independent (default 64); uncontended always has 1.
+    /// Concurrent workers for contended and read-mostly (default 8),
+    /// semaphore (default 16) and independent (default 64); uncontended
+    /// always has 1.
     #[arg(long)]
     workers: Option<usize>,
     /// Measured seconds per client and workload (fractions allowed).
@@ -124,7 +125,10 @@ enum WorkloadArg {
     /// K workers (default 8) on one lock, 90% of cycles a read lock, 10% a
     /// write lock (redlease only: no other client has read-write locks).
     ReadMostly,
-    /// All four, one after another.
+    /// K workers (default 16) on one semaphore of 4 permits (redlease
+    /// only: no other client has semaphores).
+    Semaphore,
+    /// All five, one after another.
     All,
     /// Many leases held at once under automatic renewal (--leases, TTL 3 s,
     /// held for --seconds): client CPU, memory, round trips, leases lost
@@ -223,6 +227,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
         WorkloadArg::Contended => vec![Workload::Contended],
         WorkloadArg::Independent => vec![Workload::Independent],
         WorkloadArg::ReadMostly => vec![Workload::ReadMostly],
+        WorkloadArg::Semaphore => vec![Workload::Semaphore],
         WorkloadArg::All => Workload::ALL.to_vec(),
         WorkloadArg::Renewal => return Err("the renewal workload runs on its own".into()),
     };
@@ -269,8 +274,8 @@ fn check_cluster_args(k: usize, args: &Args) -> Result<(), BenchError> {
     }
     if args.workload == WorkloadArg::Renewal {
         return Err(
-            "--cluster runs the uncontended, contended, independent and read-mostly workloads; \
-             the renewal workload does not take --cluster"
+            "--cluster runs the uncontended, contended, independent, read-mostly and semaphore \
+             workloads; the renewal workload does not take --cluster"
                 .into(),
         );
     }
@@ -457,7 +462,7 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
                 &tag,
             ))?;
             eprintln!(
-                "done: {workload} on {}, {workers} worker(s): redlease {:.0}/s{}{}{}",
+                "done: {workload} on {}, {workers} worker(s): redlease {:.0}/s{}{}{}{}",
                 report.deployment(),
                 report.lib.cycles_per_s,
                 report
@@ -467,6 +472,15 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
                     .map(|rw| format!(
                         " ({:.0} reads/s, {:.0} writes/s)",
                         rw.reads_per_s, rw.writes_per_s
+                    ))
+                    .unwrap_or_default(),
+                report
+                    .lib
+                    .permits
+                    .as_ref()
+                    .map(|p| format!(
+                        " ({} permits, at most {} held at once)",
+                        p.permits, p.holders.peak
                     ))
                     .unwrap_or_default(),
                 report
@@ -486,7 +500,8 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
     }
     println!();
     print!("{}", report::table(&reports));
-    // Only the header when no workload run has a target (read-mostly).
+    // Only the header when no workload run has a target (read-mostly,
+    // semaphore).
     let targets = report::targets(&reports);
     if targets.len() > 1 {
         println!();
@@ -576,6 +591,18 @@ mod tests {
         assert_eq!(checked.settings.slice, Duration::from_millis(250));
         assert_eq!(checked.node_counts, vec![1, 5]);
         assert!(plan(Args::parse_from(["bench", "--seconds", "0"])).is_err());
+    }
+
+    #[test]
+    fn all_runs_the_semaphore_too_with_16_workers_by_default() {
+        let all = plan(Args::parse_from(["bench"])).unwrap();
+        assert_eq!(all.workloads, Workload::ALL.to_vec());
+        assert!(all.workloads.contains(&Workload::Semaphore));
+        let one = plan(Args::parse_from(["bench", "--workload", "semaphore"])).unwrap();
+        assert_eq!(one.workloads, vec![Workload::Semaphore]);
+        assert_eq!(one.workers, None);
+        assert_eq!(Workload::Semaphore.default_workers(), 16);
+        assert!(!Workload::Semaphore.has_peers());
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use crate::stats::LockMode;
 use serde_json::{json, Map, Value};
 
-use crate::stats::{self, Cycle, Handoffs, Percentiles, Sharing};
-use crate::workloads::{Outcome, Workload};
+use crate::stats::{self, Cycle, Handoffs, Holders, Percentiles, Sharing};
+use crate::workloads::{Outcome, Workload, PERMITS};
 
 /// One client's figures for one workload.
 #[derive(Debug)]
@@ -25,6 +25,8 @@ pub struct ClientRun {
     pub contention: Option<Contention>,
     /// Read-mostly workload only.
     pub read_write: Option<ReadWrite>,
+    /// Semaphore workload only.
+    pub permits: Option<Permits>,
 }
 
 /// What only a contended run has.
@@ -48,6 +50,17 @@ pub struct ReadWrite {
     /// Writes minus the final counter: updates two writers raced on.
     pub lost_updates: i64,
     pub sharing: Sharing,
+}
+
+/// What only a semaphore run has. Its rate of permits is `cycles_per_s`:
+/// each cycle takes one permit and gives it back.
+#[derive(Debug)]
+pub struct Permits {
+    /// The semaphore's permits: the most holders it may admit at once.
+    pub permits: u32,
+    /// Time in acquire (any waiting included) of each permit.
+    pub wait: Option<Percentiles>,
+    pub holders: Holders,
 }
 
 /// Completed writes minus the final counter, summed over the slices.
@@ -84,6 +97,7 @@ impl ClientRun {
         let counted = slices.iter().all(|o| o.final_counter.is_some()) && !slices.is_empty();
         let contended = counted && workload == Workload::Contended;
         let read_mostly = counted && workload == Workload::ReadMostly;
+        let semaphore = !slices.is_empty() && workload == Workload::Semaphore;
         let rate = |n: u64| {
             if elapsed_s > 0.0 {
                 n as f64 / elapsed_s
@@ -134,6 +148,11 @@ impl ClientRun {
                     sharing: stats::sharing(slices.iter().map(|o| &o.cycles[..])),
                 }
             }),
+            permits: semaphore.then(|| Permits {
+                permits: PERMITS,
+                wait: stats::acquire_latencies(&cycles),
+                holders: stats::holders(slices.iter().map(|o| &o.cycles[..]), PERMITS),
+            }),
         }
     }
 
@@ -155,6 +174,16 @@ impl ClientRun {
                      was held, over {} reads and {} writes: a writer held the lock \
                      together with another holder",
                     self.client, rw.lost_updates, rw.sharing.overlaps, rw.reads, rw.writes
+                ));
+            }
+        }
+        if let Some(p) = &self.permits {
+            if p.holders.overlaps != 0 || p.holders.peak > u64::from(p.permits) {
+                return Some(format!(
+                    "{}: {} holders held a permit at once ({} permits taken while all {} \
+                     were held), over {} cycles: the semaphore admitted more holders than \
+                     its {} permits",
+                    self.client, p.holders.peak, p.holders.overlaps, p.permits, self.ops, p.permits
                 ));
             }
         }
@@ -198,6 +227,13 @@ impl ClientRun {
             out.insert("overlaps".into(), json!(rw.sharing.overlaps));
             out.insert("peak_readers".into(), json!(rw.sharing.peak_readers));
         }
+        if let Some(p) = &self.permits {
+            out.insert("permits".into(), json!(p.permits));
+            out.insert("permits_per_s".into(), json!(round(self.cycles_per_s, 1)));
+            put_percentiles(out, "permit_wait", p.wait);
+            out.insert("overlaps".into(), json!(p.holders.overlaps));
+            out.insert("peak_holders".into(), json!(p.holders.peak));
+        }
         out.insert("per_worker".into(), json!(self.per_worker));
     }
 
@@ -235,8 +271,11 @@ pub struct WorkloadReport {
     /// Interleaved rounds the seconds were split into.
     pub rounds: u32,
     pub lib: ClientRun,
+    /// Semaphore only: how many of the nodes hold each permit.
+    pub permit_quorum: Option<usize>,
     /// The baselines; absent where they cannot run the workload
-    /// (read-mostly: they have no read-write lock).
+    /// (read-mostly, semaphore: they have no read-write lock, no
+    /// semaphore).
     pub raw: Option<ClientRun>,
     /// `SET NX PX` and compare-and-delete: the floor.
     pub plain: Option<ClientRun>,
@@ -308,6 +347,9 @@ impl WorkloadReport {
         out.insert("workers".into(), json!(self.workers));
         out.insert("seconds".into(), json!(self.seconds));
         out.insert("rounds".into(), json!(self.rounds));
+        if let Some(q) = self.permit_quorum {
+            out.insert("permit_quorum".into(), json!(q));
+        }
         self.lib.json_fields(&mut out);
         if let Some(raw) = &self.raw {
             out.insert("raw_cycles_per_s".into(), json!(round(raw.cycles_per_s, 1)));
@@ -374,8 +416,8 @@ fn ratio(a: f64, b: f64) -> f64 {
 }
 
 /// The readable tables: throughput and latency for every run, then the
-/// hand-off details of the contended runs and the reads and writes of the
-/// read-mostly runs.
+/// hand-off details of the contended runs, the reads and writes of the
+/// read-mostly runs and the permits of the semaphore runs.
 pub fn table(reports: &[WorkloadReport]) -> String {
     let mut main = vec![row(&[
         "workload",
@@ -503,6 +545,43 @@ pub fn table(reports: &[WorkloadReport]) -> String {
     if read_mostly.len() > 1 {
         out.push('\n');
         out.push_str(&render(&read_mostly));
+    }
+
+    let mut semaphore = vec![row(&[
+        "semaphore",
+        "nodes",
+        "workers",
+        "client",
+        "permits",
+        "quorum",
+        "permits/s",
+        "wait p50",
+        "wait p99",
+        "peak holders",
+        "per worker",
+    ])];
+    for r in reports {
+        for run in r.runs() {
+            let Some(p) = &run.permits else { continue };
+            semaphore.push(vec![
+                String::new(),
+                r.nodes_cell(),
+                r.workers.to_string(),
+                run.client.into(),
+                p.permits.to_string(),
+                r.permit_quorum
+                    .map_or_else(|| "-".into(), |q| format!("{q} of {}", r.nodes)),
+                format!("{:.0}", run.cycles_per_s),
+                us(p.wait.map(|p| p.p50_us)),
+                us(p.wait.map(|p| p.p99_us)),
+                p.holders.peak.to_string(),
+                spread(&run.per_worker),
+            ]);
+        }
+    }
+    if semaphore.len() > 1 {
+        out.push('\n');
+        out.push_str(&render(&semaphore));
     }
     out
 }
@@ -759,5 +838,69 @@ mod tests {
         let lost = ClientRun::new("x", Workload::ReadMostly, &[read_mostly_slice(3, 2, 1, 60)]);
         assert_eq!(lost.read_write.as_ref().unwrap().lost_updates, 1);
         assert!(lost.violation().unwrap().contains("lost_updates = 1"));
+    }
+
+    /// A semaphore slice: `together` holders taking their permits at 10,
+    /// 11, ... us and all releasing at 50, then one more from 60 to 70;
+    /// the counter, incremented and decremented by each, back at 0.
+    fn semaphore_slice(together: u32) -> Outcome {
+        let t0 = Instant::now();
+        let us = Duration::from_micros(1);
+        let permit = |worker: u32, got: u32, rel: u32| Cycle {
+            worker,
+            mode: LockMode::Permit,
+            acquire_start: t0,
+            acquire_returned: t0 + got * us,
+            release_started: t0 + rel * us,
+            release_returned: t0 + (rel + 5) * us,
+        };
+        let mut cycles: Vec<Cycle> = (0..together).map(|i| permit(i, 10 + i, 50)).collect();
+        cycles.push(permit(0, 60, 70));
+        Outcome {
+            cycles,
+            elapsed: Duration::from_millis(1),
+            per_worker: vec![1; together as usize],
+            final_counter: Some(0),
+            client_cpu: Duration::from_micros(50),
+            server_cpu: None,
+        }
+    }
+
+    #[test]
+    fn semaphore_reports_its_peak_and_fails_on_a_holder_too_many() {
+        // PERMITS holders at once: the most it may admit.
+        let full = ClientRun::new(
+            "x",
+            Workload::Semaphore,
+            &[semaphore_slice(PERMITS), semaphore_slice(PERMITS)],
+        );
+        assert!(full.contention.is_none() && full.read_write.is_none());
+        let p = full.permits.as_ref().unwrap();
+        assert_eq!(p.permits, PERMITS);
+        assert_eq!(p.holders.peak, u64::from(PERMITS));
+        assert_eq!(p.holders.overlaps, 0);
+        // (PERMITS + 1) * 2 cycles in 2 ms.
+        let rate = f64::from(PERMITS + 1) * 1_000.0;
+        assert!((full.cycles_per_s - rate).abs() < 1e-6);
+        assert_eq!(p.wait.unwrap().count, u64::from(PERMITS + 1) * 2);
+        assert!((p.wait.unwrap().p99_us - 60.0).abs() < 0.1);
+        assert_eq!(full.violation(), None);
+        let json = full.json();
+        assert_eq!(json["permits"], PERMITS);
+        assert_eq!(json["peak_holders"], PERMITS);
+        assert_eq!(json["permits_per_s"], rate);
+        assert!(json.get("lost_updates").is_none());
+
+        // One holder too many in the second round: the run fails.
+        let over = ClientRun::new(
+            "x",
+            Workload::Semaphore,
+            &[semaphore_slice(PERMITS), semaphore_slice(PERMITS + 1)],
+        );
+        let p = over.permits.as_ref().unwrap();
+        assert_eq!(p.holders.peak, u64::from(PERMITS + 1));
+        assert_eq!(p.holders.overlaps, 1);
+        let why = over.violation().unwrap();
+        assert!(why.contains(&format!("{} holders", PERMITS + 1)), "{why}");
     }
 }

@@ -2,8 +2,8 @@
 //! rounds (redlease, raw, plain, rslock; then raw, plain, rslock, redlease;
 //! ...), so a
 //! change in machine load hits all of them alike and the ratios hold. The
-//! read-mostly workload runs the library's clients only (no peer has a
-//! read-write lock).
+//! read-mostly and semaphore workloads run the library's clients only (no
+//! peer has a read-write lock or a semaphore).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use crate::conn::NodeConn;
 use crate::cpu;
 use crate::raw::{Flavor, Raw};
 use crate::report::{ClientRun, WorkloadReport};
-use crate::workloads::{self, Counter, Outcome, Workload};
+use crate::workloads::{self, Counter, Outcome, Workload, PERMITS};
 
 /// Pause between two slices, so one client's background work (requests
 /// detached after a quorum, closing sockets) does not land in the next one's.
@@ -123,6 +123,7 @@ pub async fn measure(
         )
         .into());
     }
+    let permit_quorum = (workload == Workload::Semaphore).then(|| lib.permit_quorum(PERMITS));
     let mut subjects = vec![Subject::Lib(Arc::new(lib))];
     if workload.has_peers() {
         subjects.push(Subject::Raw(Arc::new(
@@ -201,6 +202,7 @@ pub async fn measure(
         workers,
         seconds: settings.slice.as_secs_f64() * f64::from(settings.rounds),
         rounds: settings.rounds,
+        permit_quorum,
         lib,
         raw,
         plain,

@@ -1,6 +1,7 @@
 //! Pure arithmetic over recorded cycles: latency percentiles (HdrHistogram),
-//! for one contended key how the lock passed from holder to holder, and for
-//! one read-write lock whether readers and writers kept apart.
+//! for one contended key how the lock passed from holder to holder, for
+//! one read-write lock whether readers and writers kept apart, and for one
+//! semaphore how many held a permit at once.
 //! No I/O and no clock reads, so it is unit-tested on synthetic timestamps.
 
 use std::cmp::Reverse;
@@ -9,14 +10,16 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-/// How a cycle held the lock: the bench's own spelling of the two modes
-/// it measures (the library's `LockMode` has more).
+/// How a cycle held the lock: the bench's own spelling of the modes it
+/// measures (the library's `LockMode` is non-exhaustive).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockMode {
     /// A writer's (an exclusive lock's).
     Exclusive,
     /// A reader's.
     Shared,
+    /// One of a semaphore's permits.
+    Permit,
 }
 
 /// One completed lock cycle as a worker saw it, on the monotonic clock.
@@ -24,7 +27,8 @@ pub enum LockMode {
 pub struct Cycle {
     pub worker: u32,
     /// How the lock was held: `Exclusive` for every client and workload but
-    /// the read-mostly workload's reads.
+    /// the read-mostly workload's reads (`Shared`) and the semaphore
+    /// workload's permits (`Permit`).
     pub mode: LockMode,
     /// Just before the acquire call.
     pub acquire_start: Instant,
@@ -185,8 +189,10 @@ pub fn sharing<'a>(runs: impl IntoIterator<Item = &'a [Cycle]>) -> Sharing {
         // Release starts of the readers that may still hold (earliest on top).
         let mut readers: BinaryHeap<Reverse<Instant>> = BinaryHeap::new();
         for c in &sorted {
+            // No permit is in a read-write run; one would count as a
+            // writer, the strictest.
             let excluded_until = match c.mode {
-                LockMode::Exclusive => held_until,
+                LockMode::Exclusive | LockMode::Permit => held_until,
                 LockMode::Shared => written_until,
             };
             if excluded_until.is_some_and(|t| c.acquire_returned < t) {
@@ -194,7 +200,9 @@ pub fn sharing<'a>(runs: impl IntoIterator<Item = &'a [Cycle]>) -> Sharing {
             }
             held_until = held_until.max(Some(c.release_started));
             match c.mode {
-                LockMode::Exclusive => written_until = written_until.max(Some(c.release_started)),
+                LockMode::Exclusive | LockMode::Permit => {
+                    written_until = written_until.max(Some(c.release_started))
+                }
                 LockMode::Shared => {
                     while readers
                         .peek()
@@ -212,6 +220,48 @@ pub fn sharing<'a>(runs: impl IntoIterator<Item = &'a [Cycle]>) -> Sharing {
         overlaps,
         peak_readers,
     }
+}
+
+/// How many holders of one semaphore surely held a permit at once (a hold
+/// is surely held from its acquire's return to the start of its release).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Holders {
+    /// Most holds surely held at one moment. Above the number of permits,
+    /// the semaphore admitted too many: the run fails.
+    pub peak: u64,
+    /// Holds taken while `permits` others were surely still held: each
+    /// one made a holder too many. Must be 0.
+    pub overlaps: u64,
+}
+
+/// Checks each run (one slice, one semaphore of `permits`) in one pass in
+/// acquire order: the holds still held when one is taken are the earlier
+/// ones whose release started after it was taken; counting them with
+/// the new one gives the holders at that moment, and the most of those
+/// moments is the peak (holders only ever increase at an acquire).
+pub fn holders<'a>(runs: impl IntoIterator<Item = &'a [Cycle]>, permits: u32) -> Holders {
+    let mut peak = 0u64;
+    let mut overlaps = 0u64;
+    for run in runs {
+        let mut sorted: Vec<Cycle> = run.to_vec();
+        sorted.sort_by_key(|c| c.acquire_returned);
+        // Release starts of the holds that may still hold (earliest on top).
+        let mut held: BinaryHeap<Reverse<Instant>> = BinaryHeap::new();
+        for c in &sorted {
+            while held
+                .peek()
+                .is_some_and(|Reverse(t)| *t <= c.acquire_returned)
+            {
+                held.pop();
+            }
+            if held.len() as u64 >= u64::from(permits) {
+                overlaps += 1;
+            }
+            held.push(Reverse(c.release_started));
+            peak = peak.max(held.len() as u64);
+        }
+    }
+    Holders { peak, overlaps }
 }
 
 #[cfg(test)]
@@ -339,6 +389,45 @@ mod tests {
         let a = [held(t0, W, 0, 10, 50)];
         let b = [held(t0, W, 0, 20, 30)];
         assert_eq!(sharing([&a[..], &b[..]]).overlaps, 0);
+    }
+
+    #[test]
+    fn more_permit_holders_at_once_than_permits_are_flagged() {
+        use LockMode::Permit as P;
+        let t0 = Instant::now();
+        // Two permits: two holders together, a third taken just as the
+        // first one's release started, a fourth after the second's.
+        let fine = [
+            held(t0, P, 0, 10, 50),
+            held(t0, P, 0, 20, 70),
+            held(t0, P, 0, 50, 90),
+            held(t0, P, 0, 70, 95),
+        ];
+        assert_eq!(
+            holders([&fine[..]], 2),
+            Holders {
+                peak: 2,
+                overlaps: 0
+            }
+        );
+        // The third holder came in at 40, while both others still held.
+        let three = [
+            held(t0, P, 0, 10, 50),
+            held(t0, P, 0, 20, 70),
+            held(t0, P, 0, 40, 90),
+        ];
+        let h = holders([&three[..]], 2);
+        assert_eq!(
+            h,
+            Holders {
+                peak: 3,
+                overlaps: 1
+            }
+        );
+        // The same history is fine for three permits.
+        assert_eq!(holders([&three[..]], 3).overlaps, 0);
+        // Runs are checked apart: the same spans in two runs are fine.
+        assert_eq!(holders([&three[..2], &three[2..]], 2).peak, 2);
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! The four workloads, written once over [`LockClient`] so the library, the
+//! The five workloads, written once over [`LockClient`] so the library, the
 //! raw baseline and rslock run exactly the same loop, with the same keys and
 //! the same timestamps around the same calls (read-mostly needs read-write
-//! locks, which only the library has).
+//! locks and semaphore a semaphore, which only the library has).
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,17 +29,25 @@ pub enum Workload {
     /// a write lock (10%: GET counter, SET counter+1), then release. The
     /// library only: the other clients have no read-write lock.
     ReadMostly,
+    /// K workers on one semaphore of [`PERMITS`] permits: acquire a permit,
+    /// INCR counter, DECR counter, release. The library only: the other
+    /// clients have no semaphore.
+    Semaphore,
 }
 
 /// Share of the read-mostly workload's cycles that take a read lock.
 pub const READ_SHARE: f64 = 0.9;
 
+/// Permits of the semaphore workload's one semaphore.
+pub const PERMITS: u32 = 4;
+
 impl Workload {
-    pub const ALL: [Workload; 4] = [
+    pub const ALL: [Workload; 5] = [
         Workload::Uncontended,
         Workload::Contended,
         Workload::Independent,
         Workload::ReadMostly,
+        Workload::Semaphore,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,18 +56,24 @@ impl Workload {
             Workload::Contended => "contended",
             Workload::Independent => "independent",
             Workload::ReadMostly => "read-mostly",
+            Workload::Semaphore => "semaphore",
         }
     }
 
     /// Whether the raw, plain and rslock clients run it too: not
-    /// read-mostly, as none of them has a read-write lock.
+    /// read-mostly nor semaphore, as none of them has a read-write lock or
+    /// a semaphore.
     pub fn has_peers(self) -> bool {
-        self != Workload::ReadMostly
+        !matches!(self, Workload::ReadMostly | Workload::Semaphore)
     }
 
-    /// Whether its workers fight over one key guarding a counter.
+    /// Whether its workers fight over one name and touch a counter while
+    /// they hold it.
     fn shared_counter(self) -> bool {
-        matches!(self, Workload::Contended | Workload::ReadMostly)
+        matches!(
+            self,
+            Workload::Contended | Workload::ReadMostly | Workload::Semaphore
+        )
     }
 
     /// Workers when `--workers` is not given (uncontended is always 1).
@@ -67,6 +81,7 @@ impl Workload {
         match self {
             Workload::Uncontended => 1,
             Workload::Contended | Workload::ReadMostly => 8,
+            Workload::Semaphore => 16,
             Workload::Independent => 64,
         }
     }
@@ -89,8 +104,9 @@ pub struct Outcome {
     /// From the common start to the last worker's last release.
     pub elapsed: Duration,
     pub per_worker: Vec<u64>,
-    /// Contended and read-mostly: the counter after the run (lost updates =
-    /// write cycles - this; every contended cycle is a write).
+    /// Contended, read-mostly and semaphore: the counter after the run
+    /// (lost updates = write cycles - this; every contended cycle is a
+    /// write; a semaphore's holders leave it at 0, and it is not checked).
     pub final_counter: Option<i64>,
     /// CPU used by this process during the slice (filled in by the runner).
     pub client_cpu: Duration,
@@ -98,8 +114,8 @@ pub struct Outcome {
     pub server_cpu: Option<Duration>,
 }
 
-/// Where the contended and read-mostly workloads keep the counter they
-/// protect: on the first
+/// Where the contended, read-mostly and semaphore workloads keep the
+/// counter they touch while holding: on the first
 /// node (on a cluster, the shard that owns the counter's slot), over a
 /// connection of its own, the same for every client.
 #[derive(Clone)]
@@ -136,11 +152,14 @@ pub async fn phase<C: LockClient>(
         };
         let counter = shared.then(|| (counter.conn.clone(), counter_key.clone()));
         let id = u32::try_from(id)?;
-        // Seeded by worker, so every slice and client draws the same
-        // sequence of reads and writes.
-        let reads =
-            (workload == Workload::ReadMostly).then(|| SmallRng::seed_from_u64(u64::from(id)));
-        tasks.push(tokio::spawn(worker(client, id, names, end, counter, reads)));
+        let holds = match workload {
+            // Seeded by worker, so every slice and client draws the same
+            // sequence of reads and writes.
+            Workload::ReadMostly => Holds::ReadMostly(SmallRng::seed_from_u64(u64::from(id))),
+            Workload::Semaphore => Holds::Permit,
+            _ => Holds::Exclusive,
+        };
+        tasks.push(tokio::spawn(worker(client, id, names, end, counter, holds)));
     }
     let mut cycles = Vec::new();
     let mut per_worker = Vec::with_capacity(workers);
@@ -190,17 +209,45 @@ enum Names {
     Shared(String),
 }
 
+/// How a worker holds its name, cycle after cycle.
+enum Holds {
+    /// Every cycle a write (an exclusive lock).
+    Exclusive,
+    /// Each cycle a read with probability [`READ_SHARE`], drawn from this
+    /// generator, else a write.
+    ReadMostly(SmallRng),
+    /// Every cycle a permit of the semaphore of [`PERMITS`].
+    Permit,
+}
+
+impl Holds {
+    fn next(&mut self) -> LockMode {
+        match self {
+            Holds::Exclusive => LockMode::Exclusive,
+            Holds::ReadMostly(rng) => {
+                if rng.random_bool(READ_SHARE) {
+                    LockMode::Shared
+                } else {
+                    LockMode::Exclusive
+                }
+            }
+            Holds::Permit => LockMode::Permit,
+        }
+    }
+}
+
 /// One worker: full cycles until `end` (a cycle in progress at `end` is
-/// finished, so no lock is left held). With `reads`, each cycle is a read
-/// with probability [`READ_SHARE`] (it only reads the counter), else a
-/// write; without, every cycle is a write.
+/// finished, so no lock is left held). While holding, with a counter: a
+/// write reads it and writes it + 1, a read only reads it, a permit
+/// increments it and decrements it again (the same two round trips as a
+/// write, with nothing to lose when several permits are held at once).
 async fn worker<C: LockClient>(
     client: Arc<C>,
     id: u32,
     names: Names,
     end: Instant,
     counter: Option<(NodeConn, String)>,
-    mut reads: Option<SmallRng>,
+    mut holds: Holds,
 ) -> Result<Vec<Cycle>, BenchError> {
     let mut cycles = Vec::new();
     let mut fresh = String::new();
@@ -217,27 +264,31 @@ async fn worker<C: LockClient>(
                 &fresh
             }
         };
-        let mode = if reads
-            .as_mut()
-            .is_some_and(|rng| rng.random_bool(READ_SHARE))
-        {
-            LockMode::Shared
-        } else {
-            LockMode::Exclusive
-        };
+        let mode = holds.next();
         let acquire_start = Instant::now();
         let guard = match mode {
-            LockMode::Shared => client.acquire_read(name).await?,
             LockMode::Exclusive => client.acquire(name).await?,
+            LockMode::Shared => client.acquire_read(name).await?,
+            LockMode::Permit => client.acquire_permit(name, PERMITS).await?,
         };
         let acquire_returned = Instant::now();
         if let Some((conn, key)) = &counter {
-            // The protected read-modify-write: lost if two writers overlap.
-            // A reader only reads.
             let mut conn = conn.clone();
-            let value: Option<i64> = conn.get(key).await?;
-            if mode == LockMode::Exclusive {
-                let _: () = conn.set(key, value.unwrap_or(0) + 1).await?;
+            match mode {
+                // The protected read-modify-write: lost if two writers
+                // overlap.
+                LockMode::Exclusive => {
+                    let value: Option<i64> = conn.get(key).await?;
+                    let _: () = conn.set(key, value.unwrap_or(0) + 1).await?;
+                }
+                // A reader only reads.
+                LockMode::Shared => {
+                    let _: Option<i64> = conn.get(key).await?;
+                }
+                LockMode::Permit => {
+                    let _: i64 = conn.incr(key, 1).await?;
+                    let _: i64 = conn.decr(key, 1).await?;
+                }
             }
         }
         let release_started = Instant::now();
