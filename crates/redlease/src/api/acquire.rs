@@ -41,6 +41,9 @@ pub struct Acquire<'a> {
     /// Why the request cannot be sent, found when it was made (a
     /// semaphore whose settings cannot work): returned before any I/O.
     refused: Option<Error>,
+    /// The other names of a multi-lock (`lock_all`), taken with
+    /// `resource`, all or none.
+    others: Vec<String>,
 }
 
 impl std::fmt::Debug for Acquire<'_> {
@@ -70,7 +73,17 @@ impl<'a> Acquire<'a> {
             keep_alive: false,
             hold,
             refused: None,
+            others: Vec::new(),
         }
+    }
+
+    /// A request for every name of `names` at once, all or none.
+    pub(crate) fn all(engine: &'a Arc<Engine>, names: Vec<String>, retry: RetryPolicy) -> Self {
+        let mut names = names.into_iter();
+        let first = names.next().unwrap_or_default();
+        let mut request = Acquire::new(engine, first, retry, Hold::Exclusive);
+        request.others = names.collect();
+        request
     }
 
     /// A request that fails with `why` before any I/O when awaited.
@@ -211,6 +224,9 @@ impl<'a> Acquire<'a> {
         let engine = self.engine;
         let settings = engine.settings();
         crate::core::keys::check_resource(&settings.prefix, &self.resource)?;
+        for other in &self.others {
+            crate::core::keys::check_resource(&settings.prefix, other)?;
+        }
         let timing = engine.timing("ttl", self.ttl.unwrap_or(settings.ttl))?;
         if self.keep_alive {
             timing.check_renewal("ttl", settings.renew_fraction)?;
@@ -218,11 +234,15 @@ impl<'a> Acquire<'a> {
         if engine.is_closed() {
             return Err(Error::Closed);
         }
+        if !self.others.is_empty() {
+            // Boxed: a multi-lock's state need not weigh on every lock.
+            return Box::pin(self.run_all(timing)).await;
+        }
         let keys = engine.keys(&self.resource);
         let grant = wait::lock(
             engine,
             &self.resource,
-            &keys,
+            std::slice::from_ref(&keys),
             timing,
             &self.retry,
             self.hold,
@@ -231,6 +251,28 @@ impl<'a> Acquire<'a> {
         let mut lease = match Lease::new(grant, self.resource) {
             Ok(lease) => lease,
             // Boxed: rare, and its state need not weigh on every lock.
+            Err(unregistered) => return Err(Box::pin(unregistered.give_back()).await),
+        };
+        if self.keep_alive {
+            lease.keep_alive();
+        }
+        Ok(lease)
+    }
+}
+
+impl Acquire<'_> {
+    /// A multi-lock's acquire: its names in one canonical order (sorted,
+    /// each once), so that every caller takes overlapping sets alike.
+    async fn run_all(self, timing: crate::core::validity::Timing) -> Result<Lease, Error> {
+        let engine = self.engine;
+        let mut names: Vec<String> = std::iter::once(self.resource).chain(self.others).collect();
+        names.sort_unstable();
+        names.dedup();
+        let keys: Vec<_> = names.iter().map(|name| engine.keys(name)).collect();
+        let label = names.join(", ");
+        let grant = wait::lock(engine, &label, &keys, timing, &self.retry, self.hold).await?;
+        let mut lease = match Lease::new_all(grant, names) {
+            Ok(lease) => lease,
             Err(unregistered) => return Err(Box::pin(unregistered.give_back()).await),
         };
         if self.keep_alive {

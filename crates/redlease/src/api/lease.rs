@@ -59,6 +59,15 @@ pub struct Lease {
     state: watch::Sender<LeaseState>,
     /// With durability on: replicas that acknowledged the acquire.
     replicas: Option<u32>,
+    /// A multi-lock's names and tokens (`None` for one lock).
+    all: Option<Box<AllNames>>,
+}
+
+/// The names of a multi-lock, in their canonical order, and each one's
+/// fencing token when drawn.
+struct AllNames {
+    names: Vec<String>,
+    fences: Option<Vec<u64>>,
 }
 
 impl fmt::Debug for Lease {
@@ -78,10 +87,27 @@ impl Lease {
     /// ([`Unregistered::give_back`]). No I/O here, so that the common case
     /// adds nothing to the acquire's future.
     pub(crate) fn new(grant: Grant, resource: String) -> Result<Lease, Box<Unregistered>> {
+        Lease::with_names(grant, resource, None)
+    }
+
+    /// The lease for several locks granted together (`names` in their
+    /// canonical order, as the keys were).
+    pub(crate) fn new_all(grant: Grant, names: Vec<String>) -> Result<Lease, Box<Unregistered>> {
+        let first = names.first().cloned().unwrap_or_default();
+        let fences = grant.fences.clone();
+        Lease::with_names(grant, first, Some(Box::new(AllNames { names, fences })))
+    }
+
+    fn with_names(
+        grant: Grant,
+        resource: String,
+        all: Option<Box<AllNames>>,
+    ) -> Result<Lease, Box<Unregistered>> {
         let Grant {
             mut guard,
             valid_until,
             fence,
+            fences: _,
             granted_by,
             late,
             replicas,
@@ -107,6 +133,7 @@ impl Lease {
             late,
             state,
             replicas,
+            all,
         })
     }
 
@@ -121,9 +148,7 @@ impl Lease {
             self.valid_until_now(),
         );
         let id = engine.renewer().add(
-            self.guard.ownership.key.clone(),
-            self.guard.ownership.token.clone(),
-            self.guard.ownership.hold,
+            &self.guard.ownership,
             self.guard.timing,
             bounds,
             self.late.take(),
@@ -188,6 +213,57 @@ impl Lease {
     /// ```
     pub fn fencing_token(&self) -> Option<u64> {
         self.view.fencing_token()
+    }
+
+    /// The names this lease holds: its [`resource`](Self::resource), or
+    /// every name of a [`lock_all`](crate::Locker::lock_all), in their
+    /// canonical (sorted) order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let lease = locker.lock_all(["to:7", "from:3"]).await?;
+    /// assert_eq!(lease.resources().collect::<Vec<_>>(), ["from:3", "to:7"]);
+    /// # lease.release().await }
+    /// ```
+    pub fn resources(&self) -> impl Iterator<Item = &str> {
+        let all = self
+            .all
+            .as_ref()
+            .map(|all| all.names.iter().map(String::as_str));
+        let one = all.is_none().then(|| self.resource());
+        one.into_iter().chain(all.into_iter().flatten())
+    }
+
+    /// The fencing token of `name`, one of [`resources`](Self::resources),
+    /// if the Locker draws them: a multi-lock draws one per name, each
+    /// larger than that of every earlier holder of that name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// let locker = redlease::Locker::builder(nodes.urls())
+    ///     .fencing(true)
+    /// #   .advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)) // brand-new test servers
+    ///     .build()?;
+    /// let lease = locker.lock_all(["account:1", "account:2"]).await?;
+    /// let (one, two) = (lease.fencing_token_of("account:1"), lease.fencing_token_of("account:2"));
+    /// assert!(one.is_some() && two.is_some());
+    /// # lease.release().await }
+    /// ```
+    pub fn fencing_token_of(&self, name: &str) -> Option<u64> {
+        match &self.all {
+            None => (name == self.resource())
+                .then(|| self.fencing_token())
+                .flatten(),
+            Some(all) => {
+                let i = all.names.iter().position(|n| n == name)?;
+                all.fences.as_ref().map(|f| f[i])
+            }
+        }
     }
 
     /// With [`Durability`](crate::Durability) on: how many replicas
@@ -570,14 +646,18 @@ impl Lease {
         let mut replies = match first {
             Poll::Ready(replies) => replies,
             Poll::Pending => {
-                engine.announce_release(&ownership.key, release_id);
+                for key in ownership.each_key() {
+                    engine.announce_release(key, release_id);
+                }
                 decided.await
             }
         };
         let result = match replies.tally.decision() {
             Decision::Reached => {
                 replies.detach(engine.background());
-                engine.announce_release(&ownership.key, release_id);
+                for key in ownership.each_key() {
+                    engine.announce_release(key, release_id);
+                }
                 Ok(())
             }
             Decision::Impossible | Decision::Pending => {

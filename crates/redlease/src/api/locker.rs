@@ -179,6 +179,71 @@ impl Locker {
         self.acquire(resource.into(), Hold::Shared)
     }
 
+    /// Takes every lock of `names` at once, or none: one lease whose
+    /// keep-alive, extend, release and lost signal cover them all (lost
+    /// as soon as any one is). The names are taken in one canonical order
+    /// (sorted, each once), in one round trip per node (per node and hash
+    /// slot on a Cluster), with the validity, drift and quorum rules of
+    /// one lock; a partial acquisition is undone on every node. A waiter
+    /// is woken by the release of any of them. Each name draws its own
+    /// fencing token ([`Lease::fencing_token_of`](crate::Lease::fencing_token_of)).
+    /// An empty list is [`Error::InvalidInput`](crate::Error::InvalidInput).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// // Move money between two accounts, whichever order others name them:
+    /// let both = locker.lock_all(["account:7", "account:3"]).await?;
+    /// // ... debit one, credit the other ...
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock)'s: a dropped acquire gives back whatever it
+    /// took, on every node, in the background.
+    pub fn lock_all<I, S>(&self, names: I) -> Acquire<'_>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        let retry = self.engine.settings().retry.clone();
+        let empty = names.is_empty();
+        Acquire::all(&self.engine, names, retry).refused(
+            empty.then(|| crate::Error::invalid("names", "lock_all needs at least one name")),
+        )
+    }
+
+    /// Makes exactly one attempt at every lock of `names`, all or none, as
+    /// [`try_lock`](Self::try_lock) does for one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let shard = locker.lock("shard:2").await?;
+    /// // One of them is held: none is taken.
+    /// assert!(locker.try_lock_all(["shard:1", "shard:2"]).await.is_err());
+    /// assert!(locker.try_lock("shard:1").await.is_ok());
+    /// # shard.release().await }
+    /// ```
+    pub fn try_lock_all<I, S>(&self, names: I) -> TryAcquire<'_>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        let empty = names.is_empty();
+        TryAcquire::all(&self.engine, names).refused(
+            empty.then(|| crate::Error::invalid("names", "try_lock_all needs at least one name")),
+        )
+    }
+
     /// A counting semaphore named `resource` with `permits` permits: at
     /// most that many holders at once, fleet-wide, each permit a
     /// [`Lease`](crate::Lease) that expires with its holder. See

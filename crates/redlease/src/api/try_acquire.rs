@@ -51,6 +51,14 @@ impl<'a> TryAcquire<'a> {
         }
     }
 
+    /// One attempt at every name of `names`, all or none.
+    pub(crate) fn all(engine: &'a Arc<Engine>, names: Vec<String>) -> Self {
+        let once = RetryPolicy::attempts(NonZeroU32::MIN);
+        TryAcquire {
+            once: Acquire::all(engine, names, once),
+        }
+    }
+
     /// A request that fails with `why` before any I/O when awaited.
     pub(crate) fn refused(self, why: Option<Error>) -> Self {
         TryAcquire {

@@ -50,8 +50,12 @@ pub(crate) struct Grant {
     pub(crate) guard: ReleaseOnDrop,
     pub(crate) valid_until: Instant,
     /// The fencing token, if the Locker draws them: a writer's own, or
-    /// the last write generation a reader can see.
+    /// the last write generation a reader can see (of the first name, for
+    /// several locks taken together).
     pub(crate) fence: Option<u64>,
+    /// With several locks taken together: each one's fencing token, in
+    /// the order of the keys.
+    pub(crate) fences: Option<Vec<u64>>,
     /// The nodes that granted it before the quorum was reached.
     pub(crate) granted_by: Vec<usize>,
     /// The nodes that grant it later, if requests were still in flight.
@@ -61,32 +65,34 @@ pub(crate) struct Grant {
     pub(crate) replicas: Option<u32>,
 }
 
-/// One attempt on `keys` with `timing`, for `side`. `on_refusal`: whether
-/// the caller waits for the lock if this attempt is refused, and so marks
-/// the holder for waiters (see [`OnRefusal`]).
+/// One attempt on `keys` with `timing`, for `side`: one lock, or with
+/// several keys (writers only), all of them or none. `on_refusal`:
+/// whether the caller waits for the lock if this attempt is refused, and
+/// so marks the holder for waiters (see [`OnRefusal`]).
 ///
 /// Cancel safe: if the future is dropped mid-flight, the nodes that may
 /// hold the new token are released in the background.
 pub(crate) async fn attempt(
     engine: &Arc<Engine>,
     resource: &str,
-    keys: &LockKeys,
+    keys: &[LockKeys],
     timing: Timing,
     side: Side<'_>,
     on_refusal: OnRefusal,
 ) -> Result<Grant, Failure> {
+    let many = keys.len() > 1;
+    debug_assert!(!keys.is_empty() && (!many || matches!(side, Side::Write { .. })));
     // One server under two names: refused before anything is written.
     if let Some(e) = engine.same_server() {
         return Err(e.into());
     }
     let hold = side.hold();
     let nodes = engine.nodes().len();
-    let ownership = Arc::new(Ownership::new(
-        keys.lock.clone(),
-        nodes,
-        &engine.settings().tag,
-        hold,
-    ));
+    let mut ownership = Ownership::new(keys[0].lock.clone(), nodes, &engine.settings().tag, hold);
+    if many {
+        ownership.others = Some(keys[1..].iter().map(|k| k.lock.clone()).collect());
+    }
+    let ownership = Arc::new(ownership);
     let mark = match side {
         Side::Write { mark } => mark.cloned(),
         Side::Read | Side::Permit { .. } => None,
@@ -95,29 +101,40 @@ pub(crate) async fn attempt(
     let fenced = engine.settings().fencing;
     let start = Instant::now();
     let quorum = hold.quorum(nodes);
+    // A multi-lock's keys, shared by the requests (a lone lock's key is
+    // cloned into each, as cheap as an `Arc`).
+    let all: Option<Arc<[LockKeys]>> = many.then(|| keys.into());
     let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-        let (keys, ownership, mark) = (keys.clone(), ownership.clone(), mark.clone());
+        let (ownership, mark) = (ownership.clone(), mark.clone());
+        let (key, all) = (keys[0].clone(), all.clone());
         async move {
             let (token, ttl_ms, timeout) = (&ownership.token, timing.ttl_ms(), timing.node_timeout);
-            let reply = match hold {
-                Hold::Exclusive => {
+            let reply = match (hold, &all) {
+                (Hold::Exclusive, Some(all)) => {
+                    node.acquire_all(all, token, ttl_ms, timeout, fenced, on_refusal)
+                        .await
+                }
+                (Hold::Exclusive, None) => {
                     let mark = mark.as_ref();
-                    node.acquire(&keys, token, ttl_ms, timeout, fenced, on_refusal, mark)
+                    node.acquire(&key, token, ttl_ms, timeout, fenced, on_refusal, mark)
                         .await
                 }
-                Hold::Shared => {
-                    node.read_acquire(&keys, token, ttl_ms, timeout, on_refusal, fenced)
+                (Hold::Shared, _) => {
+                    node.read_acquire(&key, token, ttl_ms, timeout, on_refusal, fenced)
                         .await
                 }
-                Hold::Permit { permits, .. } => {
-                    node.permit_acquire(&keys, token, permits, ttl_ms, timeout, fenced)
+                (Hold::Permit { permits, .. }, _) => {
+                    node.permit_acquire(&key, token, permits, ttl_ms, timeout, fenced)
                         .await
                 }
             };
             let unwritten = match &reply {
-                Ok(AcquireReply::Held { .. } | AcquireReply::PermitsDiffer { .. }) => true,
+                // A multi-lock refused on a cluster may have taken the
+                // keys of other slots there: only cleanup can tell.
+                Ok(AcquireReply::Held { .. }) => all.is_none(),
+                Ok(AcquireReply::PermitsDiffer { .. }) => true,
                 Err(e) => e.kind().never_sent(),
-                Ok(AcquireReply::Acquired { .. }) => false,
+                Ok(AcquireReply::Acquired { .. } | AcquireReply::AcquiredAll { .. }) => false,
             };
             if unwritten {
                 ownership.written.ruled_out(node.id().index());
@@ -175,21 +192,34 @@ pub(crate) async fn attempt(
         }
         Decision::Reached => {
             let mut granted_by = Vec::new();
-            let mut fences = Vec::new();
+            // Per key, the counters the granting nodes drew.
+            let mut fences: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
             let mut replicas: Option<u32> = None;
             for (i, answer) in &replies.answers {
-                if let Ok(AcquireReply::Acquired {
-                    fence,
-                    replicas: acked,
-                }) = answer
-                {
-                    granted_by.push(*i);
-                    fences.extend(*fence);
-                    replicas = match (replicas, *acked) {
-                        (Some(fewest), Some(acked)) => Some(fewest.min(acked)),
-                        (fewest, acked) => fewest.or(acked),
-                    };
-                }
+                let acked = match answer {
+                    Ok(AcquireReply::Acquired {
+                        fence,
+                        replicas: acked,
+                    }) => {
+                        fences[0].extend(*fence);
+                        acked
+                    }
+                    Ok(AcquireReply::AcquiredAll {
+                        fences: drawn,
+                        replicas: acked,
+                    }) => {
+                        for (key, fence) in fences.iter_mut().zip(drawn.iter().flatten()) {
+                            key.push(*fence);
+                        }
+                        acked
+                    }
+                    _ => continue,
+                };
+                granted_by.push(*i);
+                replicas = match (replicas, *acked) {
+                    (Some(fewest), Some(acked)) => Some(fewest.min(acked)),
+                    (fewest, acked) => fewest.or(acked),
+                };
             }
             let settled = match (fenced, side) {
                 // A reader draws nothing: its token is the newest write
@@ -198,18 +228,31 @@ pub(crate) async fn attempt(
                 // each earlier writer's token, so none is missed.
                 (true, Side::Read) => timing
                     .check_usable(Op::Acquire, resource, start)
-                    .map(|()| fences.iter().copied().max()),
-                (true, Side::Write { .. } | Side::Permit { .. }) => Box::pin(fence::settle(
-                    engine, resource, keys, &fences, timing, start,
-                ))
-                .await
-                .map(Some),
+                    .map(|()| vec![fences[0].iter().copied().max().unwrap_or(0)]),
+                // Each key's token settled as one lock's would be.
+                (true, Side::Write { .. } | Side::Permit { .. }) => {
+                    let mut settled = Ok(Vec::with_capacity(keys.len()));
+                    for (key, drawn) in keys.iter().zip(&fences) {
+                        let one =
+                            Box::pin(fence::settle(engine, resource, key, drawn, timing, start));
+                        settled = match (settled, one.await) {
+                            (Ok(mut all), Ok(fence)) => {
+                                all.push(fence);
+                                Ok(all)
+                            }
+                            (Err(e), _) | (_, Err(e)) => Err(e),
+                        };
+                    }
+                    settled
+                }
                 (false, _) => timing
                     .check_usable(Op::Acquire, resource, start)
-                    .map(|()| None),
+                    .map(|()| Vec::new()),
             };
             match settled {
-                Ok(fence) => {
+                Ok(settled) => {
+                    let fence = settled.first().copied();
+                    let fences = many.then_some(settled).filter(|f| !f.is_empty());
                     // The slower nodes' answers cannot change the outcome: let
                     // them finish on their own. The lease waits for them before
                     // its next request, so a release cannot overtake a late SET.
@@ -221,7 +264,11 @@ pub(crate) async fn attempt(
                         Some(late) => {
                             let recorder = late.recorder();
                             replies.detach_observed(engine.background(), move |i, answer| {
-                                if let Ok(AcquireReply::Acquired { .. }) = answer {
+                                if let Ok(
+                                    AcquireReply::Acquired { .. }
+                                    | AcquireReply::AcquiredAll { .. },
+                                ) = answer
+                                {
                                     recorder.granted(i);
                                 }
                             })
@@ -233,6 +280,7 @@ pub(crate) async fn attempt(
                         guard,
                         valid_until,
                         fence,
+                        fences,
                         granted_by,
                         late,
                         replicas,

@@ -164,7 +164,9 @@ impl Engine {
     pub(crate) async fn release(&self, ownership: &Ownership, timeout: Duration) {
         let announce = Announce::Waiters;
         if release_on(&self.nodes, ownership, timeout, announce).await {
-            self.announce_release(&ownership.key, || ReleaseId::of(&ownership.token));
+            for key in ownership.each_key() {
+                self.announce_release(key, || ReleaseId::of(&ownership.token));
+            }
         }
     }
 

@@ -110,7 +110,10 @@ impl Answer for bool {
 
 impl Answer for AcquireReply {
     fn agreed(&self) -> bool {
-        matches!(self, AcquireReply::Acquired { .. })
+        matches!(
+            self,
+            AcquireReply::Acquired { .. } | AcquireReply::AcquiredAll { .. }
+        )
     }
 
     fn refusal(&self, node: NodeId) -> Refusal {
@@ -120,9 +123,9 @@ impl Answer for AcquireReply {
                 waiting,
                 owner,
             } => Refusal::new(node, expires_in, waiting, owner),
-            AcquireReply::Acquired { .. } | AcquireReply::PermitsDiffer { .. } => {
-                Refusal::bare(node)
-            }
+            AcquireReply::Acquired { .. }
+            | AcquireReply::AcquiredAll { .. }
+            | AcquireReply::PermitsDiffer { .. } => Refusal::bare(node),
         }
     }
 }

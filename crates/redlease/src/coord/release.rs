@@ -17,6 +17,8 @@ use crate::transport::node::Node;
 /// holds the lock in, and which nodes may hold it.
 pub(crate) struct Ownership {
     pub(crate) key: Arc<str>,
+    /// The other locks taken with `key`, all or none (`lock_all`).
+    pub(crate) others: Option<Arc<[Arc<str>]>>,
     pub(crate) token: Token,
     pub(crate) hold: Hold,
     pub(crate) written: Written,
@@ -27,10 +29,21 @@ impl Ownership {
     pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag, hold: Hold) -> Self {
         Ownership {
             key,
+            others: None,
             token: Token::generate(tag),
             hold,
             written: Written::new(nodes),
         }
+    }
+
+    /// Every key held: `key`, then the others taken with it.
+    pub(crate) fn each_key(&self) -> impl Iterator<Item = &Arc<str>> {
+        std::iter::once(&self.key).chain(self.others.iter().flat_map(|o| o.iter()))
+    }
+
+    /// [`each_key`](Self::each_key), collected.
+    pub(crate) fn keys(&self) -> Vec<Arc<str>> {
+        self.each_key().cloned().collect()
     }
 
     /// Gives our hold back on `node`, as its mode is given back (a
@@ -43,6 +56,11 @@ impl Ownership {
         timeout: std::time::Duration,
     ) -> Result<bool, NodeError> {
         let (key, token) = (&self.key, &self.token);
+        if self.others.is_some() {
+            return node
+                .release_all(&self.keys(), token, announce, timeout)
+                .await;
+        }
         match self.hold {
             Hold::Exclusive => node.release(key, token, announce, timeout).await,
             Hold::Shared | Hold::Permit { .. } => {
@@ -61,6 +79,9 @@ impl Ownership {
         timeout: std::time::Duration,
     ) -> Result<bool, NodeError> {
         let (key, token) = (&self.key, &self.token);
+        if self.others.is_some() {
+            return node.extend_all(&self.keys(), token, ttl_ms, timeout).await;
+        }
         match self.hold {
             Hold::Exclusive => node.extend(key, token, ttl_ms, timeout).await,
             Hold::Shared | Hold::Permit { .. } => {

@@ -410,6 +410,55 @@ impl Waiter {
     }
 }
 
+/// A place in the queues of every lock of a multi-lock (`lock_all`), or
+/// of one lock: woken by a release of any of them, at the front when it
+/// is at the front of each queue.
+pub(crate) struct Waiters(Vec<Waiter>);
+
+impl Waiters {
+    /// Queues for `mode` on each of `channels`.
+    pub(crate) fn join(notifier: &Arc<Notifier>, channels: &[String], mode: LockMode) -> Self {
+        Waiters(channels.iter().map(|c| notifier.join(c, mode)).collect())
+    }
+
+    /// Waits until a quorum confirmed every subscription, at most
+    /// `timeout` in all.
+    pub(crate) async fn subscribed(&mut self, timeout: Duration) {
+        let all = self.0.iter_mut().map(|w| w.subscribed(timeout));
+        futures_util::future::join_all(all).await;
+    }
+
+    /// Whether every release that succeeds will be heard.
+    pub(crate) fn heard(&self) -> bool {
+        self.0.iter().all(Waiter::heard)
+    }
+
+    /// Whether it is at the front of every queue.
+    pub(crate) fn is_head(&self) -> bool {
+        self.0.iter().all(Waiter::is_head)
+    }
+
+    /// Resolves when a release of any of the locks wakes it.
+    pub(crate) async fn woken(&self) {
+        let all = self.0.iter().map(|w| Box::pin(w.woken()));
+        futures_util::future::select_all(all).await;
+    }
+
+    /// Leaves every queue because the locks are ours alone, valid until
+    /// `valid_until`.
+    pub(crate) fn acquired(self, valid_until: Instant) {
+        for w in self.0 {
+            w.acquired(valid_until);
+        }
+    }
+
+    /// Until when a lease another waiter of this Locker took after the
+    /// latest release of any of the locks is valid, the latest of them.
+    pub(crate) fn taken_until(&self) -> Option<Instant> {
+        self.0.iter().filter_map(Waiter::taken_until).max()
+    }
+}
+
 /// How many nodes confirm a subscription.
 fn confirmations(nodes: &[bool]) -> usize {
     nodes.iter().filter(|&&confirmed| confirmed).count()

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::coord::attempt::{attempt, Grant, Side};
 use crate::coord::engine::Engine;
-use crate::coord::subscription::Waiter;
+use crate::coord::subscription::Waiters;
 use crate::core::error::{Error, Failure};
 use crate::core::keys::{release_channel, LockKeys};
 use crate::core::mode::{Hold, LockMode};
@@ -27,13 +27,13 @@ use crate::transport::node::OnRefusal;
 /// attempt on (see [`WriterMark`]), so that new readers queue behind it,
 /// and clears the mark when it stops waiting.
 ///
-/// Cancel safe: a dropped attempt undoes itself, a dropped [`Waiter`]
-/// leaves the queue and, if it was the last, unsubscribes, and a dropped
+/// Cancel safe: a dropped attempt undoes itself, a dropped [`Waiters`]
+/// leaves the queues and, if it was the last, unsubscribes, and a dropped
 /// writer's mark is cleared in the background.
 pub(crate) async fn lock(
     engine: &Arc<Engine>,
     resource: &str,
-    keys: &LockKeys,
+    keys: &[LockKeys],
     timing: Timing,
     policy: &RetryPolicy,
     hold: Hold,
@@ -44,8 +44,8 @@ pub(crate) async fn lock(
     let waits = policy.attempts != Some(1);
     let counts_attempts = policy.attempts.is_some();
     // Named only once needed: most locks are taken at the first attempt.
-    let channel = || release_channel(&keys.lock);
-    let mut waiter: Option<Waiter> = None;
+    let channels = || -> Vec<String> { keys.iter().map(|k| release_channel(&k.lock)).collect() };
+    let mut waiter: Option<Waiters> = None;
     let mut mark = WriterMark::default();
     let mut last: Option<Failure> = None;
     let mut attempts: u32 = 0;
@@ -54,9 +54,9 @@ pub(crate) async fn lock(
     // lock, get in line behind them instead of racing them for it.
     if waits {
         if let Some(notifier) = engine.started_notifier() {
-            let channel = channel();
-            if notifier.has_waiters(&channel) {
-                waiter = Some(notifier.join(&channel, mode));
+            let channels = channels();
+            if channels.iter().any(|c| notifier.has_waiters(c)) {
+                waiter = Some(Waiters::join(notifier, &channels, mode));
             }
         }
     }
@@ -149,7 +149,7 @@ pub(crate) async fn lock(
         };
         tracing::debug!(resource, attempts, error = %failure.error, "lock busy");
         if mode == LockMode::Exclusive && failure.busy.readers {
-            mark.wanted(engine, keys, timing);
+            mark.wanted(engine, &keys[0], timing);
         }
         if policy.attempts.is_some_and(|max| attempts >= max) {
             return Err(failure.error);
@@ -166,7 +166,7 @@ pub(crate) async fn lock(
         last = Some(failure);
         wait_first = true;
         if waiter.is_none() {
-            let mut w = engine.notifier().join(&channel(), mode);
+            let mut w = Waiters::join(engine.notifier(), &channels(), mode);
             Box::pin(w.subscribed(timing.node_timeout)).await;
             // A release between the failed attempt and the subscription went
             // unheard: the first in line tries again at once.
@@ -181,7 +181,7 @@ pub(crate) async fn lock(
 /// with the subscription confirmed on a quorum (so any other release of the
 /// lock, a forced one say, is heard and clears this); a policy that counts
 /// attempts gets the attempts it asked for.
-fn taken_by_sibling(w: &Waiter, counts_attempts: bool, now: Instant) -> Option<Duration> {
+fn taken_by_sibling(w: &Waiters, counts_attempts: bool, now: Instant) -> Option<Duration> {
     if counts_attempts || !w.heard() {
         return None;
     }

@@ -523,7 +523,9 @@ impl fmt::Display for Error {
                 node,
             } => write!(
                 f,
-                "semaphore {resource:?} has {held} permits on {node}, and this acquire asked                  for {asked}: every holder of a name must give the same number of permits                  (it is fixed while any permit is held); nothing was taken"
+                "semaphore {resource:?} has {held} permits on {node}, and this acquire asked \
+                 for {asked}: every holder of a name must give the same number of permits \
+                 (it is fixed while any permit is held); nothing was taken"
             ),
             Error::SameServer { node, same_as } => write!(
                 f,

@@ -522,6 +522,8 @@ mod tests {
             include_str!("scripts/writer_clear.lua"),
             include_str!("scripts/read_inspect.lua"),
             include_str!("scripts/permit_acquire.lua"),
+            include_str!("scripts/acquire_all.lua"),
+            include_str!("scripts/release_all.lua"),
         ];
         let declared = |name: &str| COMMANDS.iter().any(|c| c.name == name);
         let mut called = Vec::new();

@@ -193,6 +193,11 @@ pub(crate) static READ_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_release.lua")));
 pub(crate) static READ_EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_extend.lua")));
+// Several locks at once, all or none (see `many`).
+pub(crate) static ACQUIRE_ALL: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/acquire_all.lua")));
+pub(crate) static RELEASE_ALL: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/release_all.lua")));
 // A semaphore's permit (see `permits`).
 pub(crate) static PERMIT_ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/permit_acquire.lua")));
@@ -211,7 +216,7 @@ pub(crate) static READ_INSPECT: LazyLock<Lua> =
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 16] = [
+    let scripts: [(&str, &Lua); 18] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
         ("release", &RELEASE_SHARDED),
@@ -225,6 +230,8 @@ pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> 
         ("read extend", &READ_EXTEND),
         ("read renewal", &READ_EXTEND_MANY),
         ("permit acquire", &PERMIT_ACQUIRE),
+        ("multi-key acquire", &ACQUIRE_ALL),
+        ("multi-key release", &RELEASE_ALL),
         ("writer-waiting mark", &WRITER_WAITS),
         ("writer-waiting clear", &WRITER_CLEAR),
         ("read inspect", &READ_INSPECT),

@@ -13,6 +13,7 @@ pub mod commands;
 pub(crate) mod compare_delete;
 pub(crate) mod lease;
 pub(crate) mod lua;
+pub(crate) mod many;
 pub(crate) mod permits;
 pub(crate) mod server_error;
 pub(crate) mod set_nx;

@@ -17,6 +17,7 @@ mod expiry;
 mod faults;
 mod fencing;
 mod lifecycle;
+mod many;
 mod metrics_facade;
 mod ownership;
 mod plain_acquire;

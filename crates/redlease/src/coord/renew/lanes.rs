@@ -4,7 +4,7 @@
 use crate::coord::lane::{Delivery, ExtendMany, Lane, CHUNK};
 use crate::core::keys::hash_slot;
 use crate::core::mode::Hold;
-use crate::core::node_error::NodeErrorKind;
+use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::renew_schedule::patience;
 use crate::core::telemetry;
 use crate::protocol::shared::Members;
@@ -139,6 +139,7 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
                 timing: e.timing,
                 round: e.round,
                 lost_from,
+                keys: 1 + e.others.as_ref().map_or(0, |o| o.len()),
             });
             entries.push(e);
         }
@@ -146,14 +147,19 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     // Read holds and permits have a script of their own, with one marker
     // per call: they go after the writers' leases, grouped by kind (and
     // by slot on a cluster), in calls of their own.
-    let grouped = |e: &Entry| e.hold != Hold::Exclusive;
+    // Multi-locks go last, each in calls of its own.
+    let grouped = |e: &Entry| e.hold != Hold::Exclusive || e.others.is_some();
     if inner.by_slot || entries.iter().any(|e| grouped(e)) {
         let mut order: Vec<(u64, u16, usize)> = entries
             .iter()
             .enumerate()
             .map(|(k, e)| {
                 let slot = if inner.by_slot { hash_slot(&e.key) } else { 0 };
-                (rank(e.hold), slot, k)
+                let rank = match e.others {
+                    Some(_) => u64::MAX,
+                    None => rank(e.hold),
+                };
+                (rank, slot, k)
             })
             .collect();
         order.sort_unstable();
@@ -187,7 +193,34 @@ fn rank(hold: Hold) -> u64 {
 /// `bind_lineage`: the nodes bind locks to their replication lineage.
 pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) -> Vec<ExtendMany> {
     let mut calls = Vec::new();
-    let mut rest = entries;
+    let lone = entries.iter().take_while(|e| e.others.is_none()).count();
+    let (mut rest, many) = entries.split_at(lone);
+    // A multi-lock's keys: one call, or on a cluster one per slot, in a
+    // row (its flags are the next places of the batch, in key order
+    // within each slot).
+    for e in many {
+        let keys: Vec<&str> = std::iter::once(&*e.key)
+            .chain(e.others.iter().flat_map(|o| o.iter().map(|k| &**k)))
+            .collect();
+        let mut slots: Vec<u16> = match by_slot {
+            true => keys.iter().map(|k| hash_slot(k)).collect(),
+            false => vec![0],
+        };
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            let leases = keys
+                .iter()
+                .filter(|k| !by_slot || hash_slot(k) == slot)
+                .map(|k| (*k, e.token.as_str(), e.timing.ttl));
+            calls.push(ExtendMany::new(
+                leases,
+                by_slot.then_some(slot),
+                bind_lineage,
+            ));
+        }
+    }
+    let many_calls = std::mem::take(&mut calls);
     while !rest.is_empty() {
         let mut len = rest.len().min(CHUNK);
         let (slot, hold) = (hash_slot(&rest[0].key), rest[0].hold);
@@ -206,7 +239,32 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
         });
         rest = tail;
     }
+    calls.extend(many_calls);
     calls
+}
+
+/// What a node said of one lease of a batch, over all its keys.
+enum Said<'a> {
+    Yes,
+    /// Some key is not ours any more.
+    No,
+    /// Some key's call failed.
+    Failed(&'a NodeError),
+    /// Some key's shard did not answer in time.
+    Silent,
+}
+
+impl<'a> Said<'a> {
+    /// Both keys' words together: a refusal rules, then a failure, then
+    /// silence; a yes only when both said yes.
+    fn and(self, other: Said<'a>) -> Said<'a> {
+        match (self, other) {
+            (Said::No, _) | (_, Said::No) => Said::No,
+            (Said::Failed(e), _) | (_, Said::Failed(e)) => Said::Failed(e),
+            (Said::Silent, _) | (_, Said::Silent) => Said::Silent,
+            (Said::Yes, Said::Yes) => Said::Yes,
+        }
+    }
 }
 
 /// Folds node `i`'s answer to a batch sent at `sent` into its leases.
@@ -221,24 +279,38 @@ pub(super) fn apply(inner: &Inner, i: usize, batch: &Batch, sent: Instant, deliv
         .enumerate()
         .flat_map(|(c, call)| (0..call.len()).map(move |p| (c, p)));
     for s in &batch.sent {
-        let (c, p) = places.next().unwrap_or_default();
+        // A multi-lock's keys take several places: the node holds the
+        // lease only if it renewed every key.
+        let mut said = Said::Yes;
+        for _ in 0..s.keys {
+            let (c, p) = places.next().unwrap_or_default();
+            if let Delivery::Answered(answers) = &delivery {
+                let one = match &answers[c] {
+                    None => Said::Silent,
+                    Some(Ok(flags)) if flags[p] => Said::Yes,
+                    Some(Ok(_)) => Said::No,
+                    Some(Err(e)) => Said::Failed(e),
+                };
+                said = said.and(one);
+            }
+        }
         let Some(entry) = table.leases.get_mut(&s.id) else {
             continue; // released meanwhile
         };
         let (ttl, drift) = (s.timing.ttl, s.timing.drift);
         match &delivery {
-            Delivery::Answered(answers) => match &answers[c] {
+            Delivery::Answered(_) => match said {
                 // This call's shard was silent: as for an abandoned batch.
-                None => entry.bounds.unknown(i, sent, ttl, drift, false),
-                Some(Ok(flags)) if flags[p] => {
+                Said::Silent => entry.bounds.unknown(i, sent, ttl, drift, false),
+                Said::Yes => {
                     entry.bounds.confirmed(i, sent, ttl, drift, s.round);
                     entry.answered(i);
                 }
-                Some(Ok(_)) => {
+                Said::No => {
                     entry.bounds.refused(i);
                     entry.answered(i);
                 }
-                Some(Err(e)) => {
+                Said::Failed(e) => {
                     entry.bounds.unknown(i, sent, ttl, drift, true);
                     entry.failed(i, e.clone());
                 }

@@ -26,6 +26,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::coord::background::RuntimeTasks;
 use crate::coord::lane::{ExtendMany, CHUNK};
+use crate::coord::release::Ownership;
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
 use crate::core::mode::Hold;
@@ -82,6 +83,9 @@ pub(crate) enum ExtendFailure {
 /// A kept-alive lease.
 struct Entry {
     key: Arc<str>,
+    /// The other keys of a multi-lock, renewed with `key`: the lease is
+    /// confirmed by a node only when all of them are.
+    others: Option<Arc<[Arc<str>]>>,
     token: Token,
     /// Renewed as a writer's lock, a read hold or a permit.
     hold: Hold,
@@ -297,6 +301,9 @@ struct Sent {
     timing: Timing,
     round: u64,
     lost_from: Instant,
+    /// How many keys it renews: the next this many places of the batch's
+    /// calls (1, or a multi-lock's names).
+    keys: usize,
 }
 
 struct Inner {
@@ -402,12 +409,9 @@ impl Renewer {
 
     /// Keeps a lease alive from now on; returns its registration. Needs a
     /// Tokio runtime.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add(
         &self,
-        key: Arc<str>,
-        token: Token,
-        hold: Hold,
+        ownership: &Ownership,
         timing: Timing,
         bounds: ExpiryBounds,
         late: Option<Arc<LateGrants>>,
@@ -419,9 +423,10 @@ impl Renewer {
         let view = *state.borrow();
         let valid_until = view.valid_until;
         let mut entry = Entry {
-            key,
-            token,
-            hold,
+            key: ownership.key.clone(),
+            others: ownership.others.clone(),
+            token: ownership.token.clone(),
+            hold: ownership.hold,
             timing,
             interval,
             bounds,

@@ -16,6 +16,7 @@ fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
     let view = LeaseState::new(until, timing.drift);
     Entry {
         key: "k".into(),
+        others: None,
         token: Token::generate(&LockerTag::generate()),
         hold: Hold::Exclusive,
         timing,

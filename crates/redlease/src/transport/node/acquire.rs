@@ -29,13 +29,19 @@ enum Plain {
 }
 
 /// A node's answer to an acquire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// Taken by us.
     Acquired {
         /// This node's fencing counter, when a token was drawn.
         fence: Option<u64>,
         /// With durability on, how many replicas acknowledged it.
+        replicas: Option<u32>,
+    },
+    /// Every lock of a multi-key acquire taken by us (see
+    /// [`Node::acquire_all`]), with a fencing token each when drawn.
+    AcquiredAll {
+        fences: Option<Vec<u64>>,
         replicas: Option<u32>,
     },
     /// The name is a semaphore of this many permits, not the number

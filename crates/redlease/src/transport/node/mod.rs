@@ -6,6 +6,7 @@
 
 mod acquire;
 mod health;
+mod many;
 mod ops;
 mod shared;
 

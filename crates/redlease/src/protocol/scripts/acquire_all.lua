@@ -1,0 +1,77 @@
+-- Take several locks at once, all or none, and draw a fencing token for
+-- each if asked: one round trip whether it succeeds or not (see
+-- many.rs). On a cluster, one call per hash slot: all its keys in that
+-- slot.
+-- KEYS[1..k] lock keys, in the canonical order; with ARGV[7] '1',
+-- KEYS[k+1..2k] their fencing counters in the same order.
+-- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counters in
+-- ms; ARGV[4] '1' to bind the locks to this server's replication lineage
+-- (as acquire.lua); ARGV[5] '1' to append the server clock (TIME) to a
+-- "yes"; ARGV[6] NUMSUB, or SHARDNUMSUB on a cluster; ARGV[7] '1' to draw
+-- fencing tokens; ARGV[8] the Locker's tag; ARGV[9] '1' to mark the
+-- holders of another Locker for its waiters (as acquire.lua); ARGV[10] k.
+-- Nothing is written unless every lock is free: then all are taken.
+-- Returns {1, fence_1 .. fence_k[, seconds, microseconds]} (each fence 0
+-- when none was drawn) when all are taken by us; {0, i, pttl, waiting,
+-- owner} when lock i (1-based) is held, the first held one in the order
+-- given, as acquire.lua answers for it. Every held lock of another
+-- Locker is marked, so that the release of any of them is published.
+local k = tonumber(ARGV[10])
+local value = ARGV[1]
+if ARGV[4] == '1' then
+  value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+end
+local first = nil
+for i = 1, k do
+  local holder = redis.pcall('GET', KEYS[i])
+  if holder then
+    first = first or i
+    if ARGV[9] == '1' and type(holder) == 'string'
+        and string.sub(holder, 1, #ARGV[8]) ~= ARGV[8]
+        and string.byte(holder, -1) ~= 42 then
+      local hex = string.match(holder, '^%x*')
+      if #hex == 48 and (#holder == 48 or string.byte(holder, 49) == 124) then
+        redis.call('SET', KEYS[i], holder .. '*', 'KEEPTTL')
+      end
+    end
+  end
+end
+if first then
+  -- pcall: an ACL user without the PUBSUB command still gets its answer.
+  local waiting = redis.pcall('PUBSUB', ARGV[6], KEYS[first] .. ':released')
+  if type(waiting) == 'table' and type(waiting[2]) == 'number' then
+    waiting = waiting[2]
+  else
+    waiting = 0
+  end
+  local owner = redis.pcall('GET', KEYS[first])
+  if type(owner) == 'string' then
+    owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|*]*')), 1, 7), 16)
+  else
+    owner = 0
+  end
+  return {0, first, redis.call('PTTL', KEYS[first]), waiting, owner}
+end
+local out = {1}
+for i = 1, k do
+  redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
+  local fence = 0
+  if ARGV[7] == '1' then
+    -- As acquire.lua: a counter that expired idle restarts from the
+    -- server clock in microseconds, cut to 100 ms.
+    fence = redis.call('INCR', KEYS[k + i])
+    if fence == 1 then
+      local now = redis.call('TIME')
+      fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
+      redis.call('SET', KEYS[k + i], string.format('%.0f', fence))
+    end
+    redis.call('PEXPIRE', KEYS[k + i], ARGV[3])
+  end
+  out[i + 1] = fence
+end
+if ARGV[5] == '1' then
+  local now = redis.call('TIME')
+  out[k + 2] = tonumber(now[1])
+  out[k + 3] = tonumber(now[2])
+end
+return out

@@ -1,0 +1,179 @@
+//! Several locks at once (`lock_all`) on real servers: all or none, no
+//! deadlock between overlapping sets, woken by any release, lost as a
+//! whole, partial acquisitions undone, names across cluster shards.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlease::Error;
+use redlease_testkit::cluster::RedisCluster;
+use redlease_testkit::RedisNodes;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn all_or_none_with_a_token_per_name() {
+    let nodes = RedisNodes::start(1);
+    let locker = fenced_locker(&nodes);
+    let held = locker.lock("b").await.unwrap();
+    let none = locker.try_lock_all(["a", "b", "c"]).await;
+    assert!(matches!(none, Err(Error::Taken { .. })), "{none:?}");
+    // Nothing of it was taken: a and c are free.
+    for name in ["a", "c"] {
+        assert_eq!(get(nodes.node(0), &locker.admin().key(name)).await, None);
+    }
+    let held_token = token(&held);
+    held.release().await.unwrap();
+    let all = locker.try_lock_all(["c", "a", "b", "a"]).await.unwrap();
+    assert_eq!(all.resources().collect::<Vec<_>>(), ["a", "b", "c"]);
+    let tokens: Vec<u64> = ["a", "b", "c"]
+        .iter()
+        .map(|n| all.fencing_token_of(n).unwrap())
+        .collect();
+    assert!(tokens[1] > held_token, "b's token went up: {tokens:?}");
+    assert_eq!(all.fencing_token_of("d"), None);
+    assert!(locker.try_lock("c").await.is_err());
+    all.release().await.unwrap();
+    assert_eq!(dbsize(nodes.node(0)).await, 3, "only the fencing counters");
+    let empty = locker.lock_all(Vec::<String>::new()).await;
+    assert!(
+        matches!(empty, Err(Error::InvalidInput { .. })),
+        "{empty:?}"
+    );
+}
+
+/// Two callers lock {a, b} and {b, a} in a loop: neither ever holds while
+/// the other does, and both finish (no deadlock, no livelock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_sets_never_deadlock_or_overlap() {
+    let nodes = RedisNodes::start(3);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for names in [["a", "b"], ["b", "a"]] {
+        let locker = locker(&nodes);
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                let lease = locker
+                    .lock_all(names)
+                    .wait(Duration::from_secs(10))
+                    .await
+                    .unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "overlap");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    let deadline = Duration::from_secs(60);
+    for task in tasks {
+        tokio::time::timeout(deadline, task).await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_release_of_any_name() {
+    let nodes = RedisNodes::start(1);
+    let (holder, waiter) = (locker(&nodes), locker(&nodes));
+    // Its retry timer would be the holder's expiry, 5 s away.
+    let held = holder.lock("y").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock_all(["x", "y", "z"]).await;
+        (Instant::now(), lease, waiter)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished());
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (taken, lease, _waiter) = waiting.await.unwrap();
+    assert!(
+        taken - released < Duration::from_secs(2),
+        "woken by the release: {:?}",
+        taken - released
+    );
+    lease.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lost_name_loses_the_whole_lease() {
+    let nodes = RedisNodes::start(1);
+    let locker = locker_with_timeout(&nodes, Duration::from_millis(200));
+    let ttl = Duration::from_millis(600);
+    let lease = locker
+        .lock_all(["p", "q"])
+        .ttl(ttl)
+        .keep_alive()
+        .await
+        .unwrap();
+    tokio::time::sleep(3 * ttl).await;
+    assert!(!lease.is_lost(), "renewed: {:?}", lease.lost_reason());
+    // One name taken away behind its back.
+    command(nodes.node(0), &["DEL", &locker.admin().key("q")]).await;
+    let lost = tokio::time::timeout(2 * ttl, lease.lost()).await;
+    assert!(lost.is_ok(), "the lease is lost with one of its names");
+    assert!(matches!(lease.release().await, Err(Error::NotHeld { .. })));
+    // The name still held was given back too.
+    assert_eq!(get(nodes.node(0), &locker.admin().key("p")).await, None);
+}
+
+/// Name b is held on nodes 1 and 2: node 0 grants the whole set, the
+/// quorum does not, and node 0 is cleaned.
+#[tokio::test]
+async fn a_partial_acquisition_is_undone_on_every_node() {
+    let nodes = RedisNodes::start(3);
+    let locker = locker(&nodes);
+    let b = locker.admin().key("b");
+    for i in [1, 2] {
+        set_px(nodes.node(i), &b, "someone-else", 10_000).await;
+    }
+    let refused = locker.try_lock_all(["a", "b"]).await;
+    assert!(matches!(refused, Err(Error::Taken { .. })), "{refused:?}");
+    locker.admin().wait_for_background().await;
+    assert_eq!(dbsize(nodes.node(0)).await, 0, "node 0's grant was undone");
+    for i in [1, 2] {
+        assert_eq!(
+            get(nodes.node(i), &b).await.as_deref(),
+            Some("someone-else")
+        );
+        assert_eq!(get(nodes.node(i), &locker.admin().key("a")).await, None);
+    }
+}
+
+/// On a cluster, names on different shards: taken together, renewed and
+/// released slot by slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_across_cluster_shards() {
+    let cluster = RedisCluster::start(3);
+    let url = crate::cluster::cluster_url(&cluster);
+    let build = || {
+        redlease::Locker::builder([url.as_str()])
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
+            .ttl(Duration::from_secs(1))
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(NODE_TIMEOUT)
+            .fencing(true)
+            .build()
+            .unwrap()
+    };
+    let (locker, other) = (build(), build());
+    // Names that spread over the slots (and so, most likely, the shards).
+    let names: Vec<String> = (0..6).map(|i| format!("shard-name-{i}")).collect();
+    let lease = locker.lock_all(&names).keep_alive().await.unwrap();
+    for name in &names {
+        assert!(other.try_lock(name.as_str()).await.is_err(), "{name}");
+        assert!(lease.fencing_token_of(name).is_some());
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!lease.is_lost(), "{:?}", lease.lost_reason());
+    let partial = other
+        .try_lock_all([&names[0], &"elsewhere".to_string()])
+        .await;
+    assert!(partial.is_err());
+    lease.release().await.unwrap();
+    let again = other.try_lock_all(&names).await.unwrap();
+    again.release().await.unwrap();
+    other.admin().wait_for_background().await;
+    assert!(other.try_lock("elsewhere").await.is_ok(), "no leftover");
+}
