@@ -21,7 +21,7 @@ pub fn chain(e: &(dyn Error + 'static)) -> String {
     let library = e.downcast_ref::<redlease::Error>();
     let mut line = match library {
         Some(redlease::Error::InvalidInput { field, reason, .. }) => {
-            format!("invalid {}: {reason}", flag(field))
+            format!("invalid {}: {}", flag(field), flags_in(reason))
         }
         _ => e.to_string(),
     };
@@ -56,8 +56,15 @@ fn flag(field: &str) -> &str {
         "resource" => "--key",
         "urls" => "--nodes",
         "key_prefix" => "--key-prefix",
+        "permits" => "--permits",
         other => other,
     }
+}
+
+/// The library's settings a reason tells of, as the flags that set them
+/// (`.allow_no_failures()` is `run --allow-no-failures`).
+fn flags_in(reason: &str) -> String {
+    reason.replace(".allow_no_failures()", "--allow-no-failures")
 }
 
 /// What a node's failure means for the person at the keyboard, when that
@@ -202,6 +209,18 @@ mod tests {
             line.starts_with("invalid --nodes: node 0 (127.0.0.1:7300)"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_reason_names_the_flags_not_the_library_calls() {
+        let reason = "2 permits over 3 nodes need every node for each permit: ... or accept \
+                      it with .allow_no_failures()";
+        assert_eq!(
+            flags_in(reason),
+            "2 permits over 3 nodes need every node for each permit: ... or accept it with \
+             --allow-no-failures"
+        );
+        assert_eq!(flag("permits"), "--permits");
     }
 
     #[test]

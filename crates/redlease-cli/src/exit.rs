@@ -41,7 +41,8 @@ Exit codes:
   0      success (run: the command exited 0)
   1      run: the lock is held elsewhere (or --conflict-exit-code N);
          doctor: a check FAILed; demo: its checks failed
-  2      usage error: unknown flag, bad duration or URL, no command after --
+  2      usage error: unknown flag, bad duration or URL, no command after --;
+         run --permits: another N than the name's holders give
   69     Redis unavailable: no quorum of nodes answered (run, status);
          redis-server not installed (demo)
   70     internal error in redlease

@@ -374,6 +374,45 @@ mod tests {
     }
 
     #[test]
+    fn permits_are_a_positive_number_not_shared_with_shared() {
+        let run = |extra: &[&str]| {
+            let mut args = vec!["redlease", "run", "--key", "k"];
+            args.extend_from_slice(extra);
+            args.extend(["--", "true"]);
+            error_for(&args).1
+        };
+        let line = run(&["--permits", "0"]);
+        assert!(
+            line.contains("a semaphore needs at least 1 permit"),
+            "{line}"
+        );
+        let line = run(&["--permits", "two"]);
+        assert!(
+            line.contains("\"two\" is not a number of permits"),
+            "{line}"
+        );
+        let line = run(&["--permits", "2", "--shared"]);
+        assert!(
+            line.contains("'--permits <N>' cannot be used with '--shared'"),
+            "{line}"
+        );
+        let line = run(&["--allow-no-failures"]);
+        assert!(line.contains("not provided: --permits"), "{line}");
+        let cli = Cli::try_parse_from([
+            "redlease",
+            "run",
+            "--key",
+            "k",
+            "--permits",
+            "2",
+            "--allow-no-failures",
+            "--",
+            "true",
+        ]);
+        assert!(cli.is_ok(), "{cli:?}");
+    }
+
+    #[test]
     fn the_command_and_its_flags_are_passed_through() {
         let cli = Cli::try_parse_from(["redlease", "run", "--key", "k", "--", "ls", "-l", "--all"])
             .unwrap();

@@ -11,7 +11,7 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlease::{Error, Lease, LockMode, Locker, LostReason, RetryPolicy};
+use redlease::{Acquire, Error, Lease, Locker, LostReason, RetryPolicy, Semaphore, TryAcquire};
 use rustix::process::{self, Signal};
 use tokio::process::{Child, Command};
 
@@ -46,6 +46,19 @@ token of every writer before it), the same for every reader until the next \
 writer; it tells which write the command reads after, not one reader from \
 another.
 
+With --permits N, the command runs under one of N permits of a semaphore \
+named --key: at most N runs of the name at once, fleet-wide (xargs -P across \
+machines). Every run of the name must give the same N while any permit is \
+held (another N exits 2). Over several independent nodes a permit must be \
+held on n*N/(N+1)+1 of the n nodes, so that N+1 runs can never all find room: \
+with 5 nodes and 2 or 3 permits, one node may fail. A semaphore on which no \
+node may fail (3 nodes and 2 permits: every node holds each permit) is \
+refused unless --allow-no-failures accepts it. A name is a lock or a \
+semaphore at a time: a plain or --shared run waits while permits of its name \
+are held, and a --permits run waits while the name is locked. A permit's REDLEASE_FENCING_TOKEN is \
+drawn as a plain run's is, larger than that of every earlier holder of the \
+name; permits taken at the same moment may get the same one.
+
 While the command runs, the lease is renewed every third of --ttl. If it is \
 lost anyway (nodes down or unreachable for longer than the TTL, or the lock \
 was taken over), the command gets SIGTERM, then SIGKILL after --grace, and \
@@ -65,11 +78,14 @@ Examples:
   redlease run --key nightly-report -- ./report.sh --full
   redlease run --shared --key catalog -- ./export-catalog.sh   # readers at once
   redlease run --key catalog -- ./rebuild-catalog.sh           # alone
+  redlease run --permits 4 --key encoders -- ./encode.sh       # 4 at once
   redlease run --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
       --key backup --no-wait --conflict-exit-code 0 -- pg_dump -f db.sql mydb
 
 Exit codes: the command's status; 1 (or --conflict-exit-code) if the lock is \
-held elsewhere; 2 usage; 69 no quorum of nodes answered; 75 lease lost; 77 \
+held elsewhere (all N permits held); 2 usage (also: --permits other than the \
+name's holders give, or a semaphore no node may fail on); 69 no quorum of \
+nodes answered; 75 lease lost; 77 \
 the command exited 0 but the release was refused (ACL: NOPERM); 126/127 command not executable / not found. See `redlease --help`.")]
 pub struct RunArgs {
     #[command(flatten)]
@@ -85,6 +101,18 @@ pub struct RunArgs {
     /// holds the lock or waits for it [default: alone, as a writer].
     #[arg(long)]
     shared: bool,
+
+    /// Take one of N permits of a semaphore named --key instead of the
+    /// lock: at most N runs of the name at once, fleet-wide. Every run of
+    /// the name gives the same N.
+    #[arg(long, value_name = "N", value_parser = parse_permits, conflicts_with = "shared")]
+    permits: Option<u32>,
+
+    /// With --permits: accept a semaphore on which no node may fail (each
+    /// permit needs every node, as 2 permits over 3 nodes do), which is
+    /// otherwise refused: one node down then stops every run of the name.
+    #[arg(long, requires = "permits")]
+    allow_no_failures: bool,
 
     /// How long the lock outlives redlease if it dies without releasing
     /// (e.g. its machine crashes). It is renewed every third of this while
@@ -156,12 +184,113 @@ impl RunArgs {
         self.quiet
     }
 
-    /// How the lock is held: `--shared` as a reader, else alone.
-    fn mode(&self) -> LockMode {
-        match self.shared {
-            true => LockMode::Shared,
-            false => LockMode::Exclusive,
+    /// What the run holds: `--permits N` one of N permits, `--shared` the
+    /// lock as a reader, else the lock alone.
+    fn hold(&self) -> Hold {
+        match (self.permits, self.shared) {
+            (Some(permits), _) => Hold::Permit {
+                permits,
+                allow_no_failures: self.allow_no_failures,
+            },
+            (None, true) => Hold::Shared,
+            (None, false) => Hold::Alone,
         }
+    }
+}
+
+/// What a run holds while its command runs: the three kinds of run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// The lock, alone (as a writer): a plain run.
+    Alone,
+    /// The lock, shared with other readers: `--shared`.
+    Shared,
+    /// One of `permits` permits of a semaphore: `--permits N`.
+    Permit {
+        permits: u32,
+        /// `--allow-no-failures`.
+        allow_no_failures: bool,
+    },
+}
+
+impl Hold {
+    /// One attempt at it.
+    fn try_acquire<'a>(self, locker: &'a Locker, key: &str) -> TryAcquire<'a> {
+        match self {
+            Hold::Alone => locker.try_lock(key),
+            Hold::Shared => locker.try_read_lock(key),
+            Hold::Permit {
+                permits,
+                allow_no_failures,
+            } => semaphore(locker, key, permits, allow_no_failures).try_acquire(),
+        }
+    }
+
+    /// A request that waits for it.
+    fn acquire<'a>(self, locker: &'a Locker, key: &str) -> Acquire<'a> {
+        match self {
+            Hold::Alone => locker.write_lock(key),
+            Hold::Shared => locker.read_lock(key),
+            Hold::Permit {
+                permits,
+                allow_no_failures,
+            } => semaphore(locker, key, permits, allow_no_failures).acquire(),
+        }
+    }
+
+    /// What a run of this kind holds of `key`, for messages: "the lock
+    /// "K"", "its permit of "K"".
+    fn held(self, key: &str) -> String {
+        match self {
+            Hold::Alone | Hold::Shared => format!("the lock {key:?}"),
+            Hold::Permit { .. } => format!("its permit of {key:?}"),
+        }
+    }
+
+    /// Why a run of this kind could not have `key`, as a refused attempt
+    /// found it (a reader is kept out by a writer alone, holding or
+    /// waiting; a permit also by a lock of its name).
+    fn taken(self, key: &str) -> String {
+        match self {
+            Hold::Alone => format!("lock {key:?} is held by another owner"),
+            Hold::Shared => format!("lock {key:?} is held by a writer or has one waiting"),
+            Hold::Permit { permits: 1, .. } => {
+                format!("the 1 permit of {key:?} is held (or a lock of that name is)")
+            }
+            Hold::Permit { permits, .. } => {
+                format!("all {permits} permits of {key:?} are held (or a lock of that name is)")
+            }
+        }
+    }
+}
+
+/// The semaphore `--permits` runs take a permit of.
+fn semaphore<'a>(
+    locker: &'a Locker,
+    key: &str,
+    permits: u32,
+    allow_no_failures: bool,
+) -> Semaphore<'a> {
+    let semaphore = locker.semaphore(key, permits);
+    match allow_no_failures {
+        true => semaphore.allow_no_failures(),
+        false => semaphore,
+    }
+}
+
+/// `--permits N`: a positive number (0 would admit no run at all).
+fn parse_permits(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err(
+            "0 permits would admit no run: a semaphore needs at least 1 permit \
+             (--permits 1 runs one at a time)"
+                .to_string(),
+        ),
+        Ok(permits) => Ok(permits),
+        Err(_) => Err(format!(
+            "{:?} is not a number of permits; write e.g. --permits 4",
+            text.trim()
+        )),
     }
 }
 
@@ -253,7 +382,7 @@ pub async fn run(args: RunArgs) -> Exit {
         .expect("run's Locker draws fencing tokens");
     tracing::info!(
         key = %args.key,
-        mode = ?args.mode(),
+        hold = ?args.hold(),
         fencing_token,
         waited = %duration::show(started.elapsed()),
         "took the lock; starting the command"
@@ -301,7 +430,7 @@ pub async fn run(args: RunArgs) -> Exit {
     // TTL: let them finish first.
     locker.close().await;
     guardian.reap().await;
-    finish(ended, released, &args.key)
+    finish(ended, released, &args.hold().held(&args.key))
 }
 
 /// How long a lease outlives its last renewal: renewed every third of the
@@ -355,7 +484,7 @@ fn round_trip_warning(ttl: Duration, first_try: Duration) -> Option<String> {
     })
 }
 
-/// Takes the lock in `args.mode()`: one attempt, then (unless --no-wait)
+/// Takes what `args.hold()` names: one attempt, then (unless --no-wait)
 /// waits for it. `first_try` gets how long the first attempt took.
 async fn acquire(
     locker: &Locker,
@@ -366,11 +495,8 @@ async fn acquire(
     let deadline = args.wait.and_then(|wait| Instant::now().checked_add(wait));
     let tried = Instant::now();
     let key = args.key.as_str();
-    let first = match args.shared {
-        false => locker.try_lock(key),
-        true => locker.try_read_lock(key),
-    };
-    let first = first.keep_alive().await;
+    let hold = args.hold();
+    let first = hold.try_acquire(locker, key).keep_alive().await;
     *first_try = tried.elapsed();
     match first {
         Ok(lease) => return Ok(lease),
@@ -384,11 +510,7 @@ async fn acquire(
             }
         }
     }
-    let request = match args.shared {
-        false => locker.write_lock(key),
-        true => locker.read_lock(key),
-    };
-    let request = request.keep_alive();
+    let request = hold.acquire(locker, key).keep_alive();
     match deadline {
         Some(deadline) => {
             request
@@ -539,14 +661,9 @@ fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
             } else {
                 format!(" after waiting {}", duration::show(waited))
             };
-            // A reader is kept out by a writer alone, holding or waiting.
-            let by = match args.shared {
-                false => "is held by another owner",
-                true => "is held by a writer or has one waiting",
-            };
             let message = format!(
-                "lock {:?} {by} (on {} of {nodes} nodes){when}; the command was not run",
-                args.key,
+                "{} (on {} of {nodes} nodes){when}; the command was not run",
+                args.hold().taken(&args.key),
                 held_on.len()
             );
             match args.quiet {
@@ -555,6 +672,22 @@ fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
             }
         }
         Error::InvalidInput { .. } => Exit::with(exit::USAGE, chain(e)),
+        // Runs of one name that disagree on N: a setup mistake that waiting
+        // does not fix, and that a --conflict-exit-code 0 must not hide.
+        Error::PermitsDiffer {
+            resource,
+            asked,
+            held,
+            node,
+            ..
+        } => Exit::with(
+            exit::USAGE,
+            format!(
+                "semaphore {resource:?} is held with --permits {held} on {node}, and \
+                 this run gives --permits {asked}: every run of a name must give the same \
+                 number while any of its permits is held; the command was not run"
+            ),
+        ),
         Error::NoQuorum { .. } | Error::ValidityExhausted { .. } => Exit::with(
             exit::UNAVAILABLE,
             format!(
@@ -677,9 +810,9 @@ async fn supervise(
                     None => args.grace,
                 };
                 eprintln!(
-                    "redlease: lost the lock {:?} while the command ran ({why}); sent it \
-                     SIGTERM (SIGKILL in {})",
-                    args.key,
+                    "redlease: lost {} while the command ran ({why}); sent it SIGTERM \
+                     (SIGKILL in {})",
+                    args.hold().held(&args.key),
                     duration::show(kill_in)
                 );
                 if kill_at.is_none() {
@@ -737,7 +870,8 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// The exit after the command ended and the lock was given back.
-fn finish(ended: Ended, released: Result<(), Error>, key: &str) -> Exit {
+/// `held` names what the run held ([`Hold::held`]).
+fn finish(ended: Ended, released: Result<(), Error>, held: &str) -> Exit {
     let code = match ended.status {
         Ok(status) => exit::of_status(status),
         Err(e) => {
@@ -756,7 +890,7 @@ fn finish(ended: Ended, released: Result<(), Error>, key: &str) -> Exit {
         Err(e @ Error::NotHeld { .. }) => Exit::with(
             exit::LOST,
             format!(
-                "the command finished, but the lock {key:?} was not ours to the end: {}",
+                "the command finished, but {held} was not ours to the end: {}",
                 chain(&e)
             ),
         ),

@@ -1,5 +1,6 @@
 //! `redlease status`: per node, whether a lock is held, by a writer or by
-//! how many readers, for how long, whether a writer waits, and the lock's
+//! how many readers (a semaphore: how many of its permits are held, and
+//! how many are free), for how long, whether a writer waits, and the lock's
 //! fencing counter, as the library's `Admin::inspect` reports them (never
 //! the key's value: that is the holder's token).
 
@@ -27,7 +28,9 @@ vote, the lock is free but cannot be taken.
 
 A lock is held by a writer (a plain `redlease run`, the library's lock or \
 write_lock) or by readers (`redlease run --shared`, read_lock), never by \
-both. \"a writer waits\" means one waits for the readers to finish, and new \
+both. A semaphore's name (`redlease run --permits N`) shows how many of \
+its N permits are held and how many are free, on each node and over all. \
+\"a writer waits\" means one waits for the readers to finish, and new \
 readers wait behind it.
 
 Example:
@@ -95,13 +98,25 @@ pub async fn status(args: StatusArgs) -> Exit {
     };
 
     let nodes = status.nodes.len();
+    let plural = if nodes == 1 { "" } else { "s" };
+    match (status.mode(), status.permits()) {
+        // A permit's quorum is not the lock's: n * N / (N + 1) + 1 nodes.
+        (Some(LockMode::Permit), Some(permits)) => println!(
+            "semaphore {:?} (key {}) on {nodes} node{plural}, {permits} permit{}, each held on \
+             {} of them",
+            args.lock.name(),
+            status.key,
+            if permits == 1 { "" } else { "s" },
+            locker.semaphore(args.lock.name(), permits).quorum()
+        ),
+        _ => println!(
+            "lock {:?} (key {}) on {nodes} node{plural}, quorum {}",
+            args.lock.name(),
+            status.key,
+            locker.admin().quorum()
+        ),
+    }
     let quorum = locker.admin().quorum();
-    println!(
-        "lock {:?} (key {}) on {nodes} node{}, quorum {quorum}",
-        args.lock.name(),
-        status.key,
-        if nodes == 1 { "" } else { "s" }
-    );
     // Why a node failed goes on a line of its own under LOCK: it can be
     // long, and would push the other columns off the screen.
     let mut table = Table::new(&["NODE", "LOCK", "FENCING COUNTER", "WAITING"]).notes_under(1);
@@ -138,14 +153,14 @@ pub async fn status(args: StatusArgs) -> Exit {
     };
     let waiting = status.waiting();
     let verdict = status.verdict();
-    let holder = holder(status.mode(), status.readers());
+    let holder = holder(status.mode(), status.readers(), status.permits());
     let writer_waits = match status.writer_waits() {
         true => "; a writer waits (new readers wait behind it)",
         false => "",
     };
     println!(
         "{}{writer_waits}; {waiting} process{} waiting; {counter}",
-        show_verdict(verdict, nodes, holder.as_deref()),
+        show_verdict(verdict, nodes, holder.as_ref()),
         if waiting == 1 { "" } else { "es" }
     );
     match verdict {
@@ -186,10 +201,11 @@ fn why(e: &redlease::NodeError) -> String {
     }
 }
 
-/// One node's LOCK cell: free or held, by whom and for how long, whether
-/// a writer waits, and whether the node is quarantined.
+/// One node's LOCK cell: free or held, by whom (or how many permits) and
+/// for how long, whether a writer waits, and whether the node is
+/// quarantined.
 fn show_node(s: &NodeLockState) -> String {
-    let mut cell = show_key(s.key, holder(s.mode, s.readers).as_deref());
+    let mut cell = show_key(s.key, holder(s.mode, s.readers, s.permits).as_ref());
     if s.writer_waits {
         cell += ", a writer waits";
     }
@@ -199,23 +215,49 @@ fn show_node(s: &NodeLockState) -> String {
     cell
 }
 
-/// Who holds a lock in `mode`: "a writer" or "N readers" (`None`: not
-/// held, or the nodes do not say).
-fn holder(mode: Option<LockMode>, readers: u64) -> Option<String> {
-    match mode? {
-        LockMode::Exclusive => Some("a writer".to_string()),
-        LockMode::Shared if readers == 1 => Some("1 reader".to_string()),
-        LockMode::Shared => Some(format!("{readers} readers")),
-        LockMode::Permit if readers == 1 => Some("1 permit holder".to_string()),
-        _ => Some(format!("{readers} permit holders")),
+/// Who holds a name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Holder {
+    /// "a writer", "2 readers".
+    By(String),
+    /// `held` of a semaphore's `of` permits.
+    Permits { held: u64, of: u32 },
+}
+
+impl Holder {
+    /// "held by a writer", "2 of 3 permits held (1 free)".
+    fn held(&self) -> String {
+        match self {
+            Holder::By(who) => format!("held by {who}"),
+            Holder::Permits { held, of } => {
+                let free = match u64::from(*of).saturating_sub(*held) {
+                    0 => "none free".to_string(),
+                    n => format!("{n} free"),
+                };
+                let plural = if *of == 1 { "" } else { "s" };
+                format!("{held} of {of} permit{plural} held ({free})")
+            }
+        }
     }
 }
 
-fn show_key(key: KeyState, holder: Option<&str>) -> String {
-    let held = match holder {
-        Some(holder) => format!("held by {holder}"),
-        None => "held".to_string(),
-    };
+/// Who holds a name in `mode`: a writer, `readers` readers, or for a
+/// semaphore of `permits` permits that many of its permits (`None`: not
+/// held, or the nodes do not say).
+fn holder(mode: Option<LockMode>, readers: u64, permits: Option<u32>) -> Option<Holder> {
+    let by = |who: String| Some(Holder::By(who));
+    match (mode?, permits) {
+        (LockMode::Exclusive, _) => by("a writer".to_string()),
+        (LockMode::Shared, _) if readers == 1 => by("1 reader".to_string()),
+        (LockMode::Shared, _) => by(format!("{readers} readers")),
+        (LockMode::Permit, Some(of)) => Some(Holder::Permits { held: readers, of }),
+        (_, _) if readers == 1 => by("1 permit holder".to_string()),
+        (_, _) => by(format!("{readers} permit holders")),
+    }
+}
+
+fn show_key(key: KeyState, holder: Option<&Holder>) -> String {
+    let held = holder.map_or_else(|| "held".to_string(), Holder::held);
     match key {
         KeyState::Free => "free".to_string(),
         KeyState::Held {
@@ -244,14 +286,18 @@ fn show_quarantine(q: NodeQuarantine) -> String {
 }
 
 /// The summary's verdict; `holder` says who holds a held lock.
-fn show_verdict(verdict: Verdict, nodes: usize, holder: Option<&str>) -> String {
+fn show_verdict(verdict: Verdict, nodes: usize, holder: Option<&Holder>) -> String {
     match verdict {
         Verdict::Held { on, for_at_most } => {
             let until = match for_at_most {
                 Some(d) => format!("for {} more unless renewed or released", duration::show(d)),
                 None => "with no expiry".to_string(),
             };
-            let by = holder.map(|h| format!(" by {h}")).unwrap_or_default();
+            let by = match holder {
+                Some(Holder::By(who)) => format!(" by {who}"),
+                Some(permits) => format!(": {}", permits.held()),
+                None => String::new(),
+            };
             format!("HELD on {on} of {nodes} nodes{by}, {until}")
         }
         Verdict::Free { leftover_on: 0 } => "FREE".to_string(),
@@ -340,25 +386,53 @@ mod tests {
 
     #[test]
     fn a_held_lock_says_by_a_writer_or_by_how_many_readers() {
-        assert_eq!(holder(None, 0), None);
-        assert_eq!(holder(Some(LockMode::Exclusive), 0).unwrap(), "a writer");
-        assert_eq!(holder(Some(LockMode::Shared), 1).unwrap(), "1 reader");
-        assert_eq!(holder(Some(LockMode::Shared), 3).unwrap(), "3 readers");
+        let by = |who: &str| Some(Holder::By(who.to_string()));
+        assert_eq!(holder(None, 0, None), None);
+        assert_eq!(holder(Some(LockMode::Exclusive), 0, None), by("a writer"));
+        assert_eq!(holder(Some(LockMode::Shared), 1, None), by("1 reader"));
+        assert_eq!(holder(Some(LockMode::Shared), 3, None), by("3 readers"));
         let left = KeyState::Held {
             expires_in: Some(Duration::from_secs(4)),
         };
         assert_eq!(
-            show_key(left, Some("a writer")),
+            show_key(left, by("a writer").as_ref()),
             "held by a writer, 4.0s left"
         );
-        assert_eq!(show_key(KeyState::Free, Some("2 readers")), "free");
+        assert_eq!(show_key(KeyState::Free, by("2 readers").as_ref()), "free");
         let held = Verdict::Held {
             on: 2,
             for_at_most: Some(Duration::from_secs(7)),
         };
         assert_eq!(
-            show_verdict(held, 3, Some("2 readers")),
+            show_verdict(held, 3, by("2 readers").as_ref()),
             "HELD on 2 of 3 nodes by 2 readers, for 7.0s more unless renewed or released"
+        );
+    }
+
+    #[test]
+    fn a_semaphore_says_how_many_permits_are_held_and_free() {
+        let permits = |held, of| holder(Some(LockMode::Permit), held, Some(of)).unwrap();
+        assert_eq!(permits(2, 2).held(), "2 of 2 permits held (none free)");
+        assert_eq!(permits(1, 3).held(), "1 of 3 permits held (2 free)");
+        assert_eq!(permits(1, 1).held(), "1 of 1 permit held (none free)");
+        // Without the number of permits, the holders alone.
+        let unknown = holder(Some(LockMode::Permit), 2, None).unwrap();
+        assert_eq!(unknown.held(), "held by 2 permit holders");
+        let left = KeyState::Held {
+            expires_in: Some(Duration::from_secs(4)),
+        };
+        assert_eq!(
+            show_key(left, Some(&permits(1, 2))),
+            "1 of 2 permits held (1 free), 4.0s left"
+        );
+        let held = Verdict::Held {
+            on: 3,
+            for_at_most: Some(Duration::from_secs(7)),
+        };
+        assert_eq!(
+            show_verdict(held, 3, Some(&permits(2, 2))),
+            "HELD on 3 of 3 nodes: 2 of 2 permits held (none free), for 7.0s more unless \
+             renewed or released"
         );
     }
 }

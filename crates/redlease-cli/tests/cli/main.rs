@@ -7,6 +7,7 @@ mod deployments;
 mod doctor;
 mod guardian;
 mod logging;
+mod permits;
 mod release;
 mod restarts;
 mod run;
