@@ -38,6 +38,10 @@ const MAX_PERMITS: u32 = 100_000;
 /// change) unless [`allow_no_failures`](Self::allow_no_failures) accepts
 /// it.
 ///
+/// With fencing on, each permit's token is larger than that of every
+/// permit granted before it was asked for; permits taken at the same
+/// moment may share one.
+///
 /// The number of permits is fixed per name while any permit is held: an
 /// acquire that gives another number is refused with
 /// [`Error::PermitsDiffer`](crate::Error::PermitsDiffer). A name is a

@@ -85,7 +85,13 @@ async fn the_size_of_a_held_semaphore_is_fixed() {
     let permit = locker.semaphore("pool", 2).try_acquire().await.unwrap();
     let other = locker.semaphore("pool", 3).acquire().await;
     match other {
-        Err(Error::PermitsDiffer { asked, held, .. }) => assert_eq!((asked, held), (3, 2)),
+        Err(e @ Error::PermitsDiffer { .. }) => {
+            let Error::PermitsDiffer { asked, held, .. } = e else {
+                unreachable!()
+            };
+            assert_eq!((asked, held), (3, 2));
+            assert!(!e.to_string().contains("  "), "{e}");
+        }
         other => panic!("{other:?}"),
     }
     permit.release().await.unwrap();
