@@ -254,7 +254,7 @@ impl<'a> Acquire<'a> {
             Err(unregistered) => return Err(Box::pin(unregistered.give_back()).await),
         };
         if self.keep_alive {
-            lease.keep_alive();
+            lease.start_renewal();
         }
         Ok(lease)
     }
@@ -276,7 +276,7 @@ impl Acquire<'_> {
             Err(unregistered) => return Err(Box::pin(unregistered.give_back()).await),
         };
         if self.keep_alive {
-            lease.keep_alive();
+            lease.start_renewal();
         }
         Ok(lease)
     }

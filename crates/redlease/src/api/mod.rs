@@ -7,6 +7,7 @@ pub(crate) mod acquire;
 pub(crate) mod admin;
 pub(crate) mod advanced;
 pub(crate) mod builder;
+pub(crate) mod handle;
 pub(crate) mod lease;
 pub(crate) mod lease_handle;
 pub(crate) mod locker;

@@ -36,6 +36,18 @@ impl Ownership {
         }
     }
 
+    /// A claim on a lease exported by another Locker (see
+    /// `Lease::export`): its token, on every node that may hold it.
+    pub(crate) fn adopted(key: Arc<str>, nodes: usize, token: Token, hold: Hold) -> Self {
+        Ownership {
+            key,
+            others: None,
+            token,
+            hold,
+            written: Written::new(nodes),
+        }
+    }
+
     /// Every key held: `key`, then the others taken with it.
     pub(crate) fn each_key(&self) -> impl Iterator<Item = &Arc<str>> {
         std::iter::once(&self.key).chain(self.others.iter().flat_map(|o| o.iter()))

@@ -8,6 +8,7 @@ pub(crate) mod durability;
 pub(crate) mod error;
 pub(crate) mod expiry;
 pub(crate) mod fencing;
+pub(crate) mod handle;
 pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod lock_status;

@@ -29,6 +29,16 @@ impl Token {
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// A token as [`generate`](Self::generate) spells it (48 lowercase
+    /// hex digits), from an exported lease's handle; `None` otherwise.
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        let ok = text.len() == LockerTag::LEN + 32
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        ok.then(|| Token(text.into()))
+    }
 }
 
 /// 64 random bits as 16 hex digits, drawn once per Locker, that begin

@@ -177,3 +177,74 @@ async fn names_across_cluster_shards() {
     other.admin().wait_for_background().await;
     assert!(other.try_lock("elsewhere").await.is_ok(), "no leftover");
 }
+
+/// A lease handed to another Locker (another process, say) by its handle:
+/// adopted, extended, kept alive and released there, its fencing tokens
+/// kept; a stale handle refused, never silently accepted.
+#[tokio::test]
+async fn a_handle_carries_a_lease_to_another_locker() {
+    let nodes = RedisNodes::start(3);
+    let (scheduler, worker) = (fenced_locker(&nodes), fenced_locker(&nodes));
+    let lease = scheduler.lock("job").await.unwrap();
+    let fence = token(&lease);
+    let handle = lease.export();
+    assert!(!handle.contains("job"), "names are encoded: {handle}");
+    let mut adopted = worker.adopt(&handle).await.unwrap();
+    assert_eq!(adopted.resource(), "job");
+    assert_eq!(adopted.fencing_token(), Some(fence));
+    adopted.extend(Duration::from_secs(8)).await.unwrap();
+    assert!(scheduler.try_lock("job").await.is_err());
+    adopted.release().await.unwrap();
+    // The lease is gone: its handle is refused, by adopt and by release.
+    let stale = worker.adopt(&handle).await;
+    assert!(matches!(stale, Err(Error::NotHeld { .. })), "{stale:?}");
+    let stale = worker.release_handle(&handle).await;
+    assert!(matches!(stale, Err(Error::NotHeld { .. })), "{stale:?}");
+    // Not a handle at all, or one of another key prefix: before any I/O.
+    let junk = worker.adopt("rlh1.x.nonsense").await;
+    assert!(matches!(junk, Err(Error::InvalidInput { .. })), "{junk:?}");
+    let other_prefix = redlease::Locker::builder(nodes.urls())
+        .key_prefix("elsewhere:")
+        .build()
+        .unwrap();
+    let handle = scheduler.lock("job").await.unwrap().export();
+    let refused = other_prefix.adopt(&handle).await;
+    assert!(
+        matches!(refused, Err(Error::InvalidInput { .. })),
+        "{refused:?}"
+    );
+    worker.release_handle(&handle).await.unwrap();
+    assert!(scheduler.try_lock("job").await.is_ok());
+}
+
+#[tokio::test]
+async fn handles_of_every_kind_of_lease() {
+    let nodes = RedisNodes::start(1);
+    let (a, b) = (fenced_locker(&nodes), fenced_locker(&nodes));
+    // Several names at once.
+    let all = a.lock_all(["x", "y"]).await.unwrap();
+    let tokens = (all.fencing_token_of("x"), all.fencing_token_of("y"));
+    let adopted = b.adopt(&all.export()).await.unwrap();
+    assert_eq!(adopted.resources().collect::<Vec<_>>(), ["x", "y"]);
+    assert_eq!(
+        (adopted.fencing_token_of("x"), adopted.fencing_token_of("y")),
+        tokens
+    );
+    let adopted = adopted.keep_alive().unwrap();
+    assert!(a.try_lock("y").await.is_err());
+    adopted.release().await.unwrap();
+    // A read hold and a permit keep their mode.
+    let reader = a.read_lock("doc").await.unwrap().export();
+    let reader = b.adopt(&reader).await.unwrap();
+    assert_eq!(reader.mode(), redlease::LockMode::Shared);
+    reader.release().await.unwrap();
+    let permit = a.semaphore("pool", 2).acquire().await.unwrap().export();
+    let permit = b.adopt(&permit).await.unwrap();
+    assert_eq!(permit.mode(), redlease::LockMode::Permit);
+    permit.release().await.unwrap();
+    assert_eq!(
+        dbsize(nodes.node(0)).await,
+        4,
+        "only the fencing counters: x, y, doc (read), pool"
+    );
+}

@@ -1,0 +1,182 @@
+//! Leases handed between processes: a Locker adopts an exported lease's
+//! handle (see [`Lease::export`]), or gives it back without adopting it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::api::lease::Lease;
+use crate::api::locker::Locker;
+use crate::coord::attempt::Grant;
+use crate::coord::engine::Engine;
+use crate::coord::fanout;
+use crate::coord::guard::ReleaseOnDrop;
+use crate::coord::release::Ownership;
+use crate::core::error::{Error, Op};
+use crate::core::handle::Exported;
+use crate::core::quorum::Decision;
+
+/// A handle read and checked against `engine`'s settings, before any I/O.
+fn read(engine: &Engine, handle: &str) -> Result<(Exported, Ownership), Error> {
+    let exported = Exported::decode(handle).map_err(|why| Error::invalid("handle", why))?;
+    let prefix = &engine.settings().prefix;
+    if &exported.prefix != prefix {
+        return Err(Error::invalid(
+            "handle",
+            format!(
+                "the handle's lease was taken with the key prefix {:?}, this Locker's is \
+                 {prefix:?}: adopt it with a Locker of the same prefix and nodes",
+                exported.prefix
+            ),
+        ));
+    }
+    for name in &exported.names {
+        crate::core::keys::check_resource(prefix, name)?;
+    }
+    let keys: Vec<Arc<str>> = exported
+        .names
+        .iter()
+        .map(|name| engine.keys(name).lock)
+        .collect();
+    let mut ownership = Ownership::adopted(
+        keys[0].clone(),
+        engine.nodes().len(),
+        exported.token.clone(),
+        exported.hold,
+    );
+    if keys.len() > 1 {
+        ownership.others = Some(keys[1..].iter().cloned().collect());
+    }
+    Ok((exported, ownership))
+}
+
+impl Locker {
+    /// Takes over an exported lease (see [`Lease::export`]): checks that a
+    /// quorum still holds it, by extending it by the TTL it was taken
+    /// with, and returns it as a lease of this Locker, which can extend,
+    /// keep alive and release it. Its fencing tokens are the ones it was
+    /// taken with. A handle whose lease is gone (expired, released, taken
+    /// over) is [`Error::NotHeld`]; a string that is not a handle, or one
+    /// made with another key prefix, is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) before any I/O.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let handle = locker.lock("deploy").await?.export();
+    /// let lease = locker.adopt(&handle).await?.keep_alive()?;
+    /// # lease.release().await }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves the lease as it was
+    /// (held until its TTL, or the extend's if that reached a node).
+    pub async fn adopt(&self, handle: &str) -> Result<Lease, Error> {
+        let engine = &self.engine;
+        let (exported, ownership) = read(engine, handle)?;
+        if engine.is_closed() {
+            return Err(Error::Closed);
+        }
+        let timing = engine.timing("ttl", exported.ttl)?;
+        let label = exported.names.join(", ");
+        let ownership = Arc::new(ownership);
+        let quorum = ownership.hold.quorum(engine.nodes().len());
+        let start = Instant::now();
+        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
+            let ownership = ownership.clone();
+            async move {
+                ownership
+                    .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
+                    .await
+            }
+        })
+        .await;
+        if replies.tally.decision() != Decision::Reached {
+            replies.finish().await;
+            return Err(replies
+                .shortfall(Op::Extend, engine.nodes())
+                .into_error(&label, false));
+        }
+        timing.check_usable(Op::Extend, &label, start)?;
+        let granted_by: Vec<usize> = replies
+            .answers
+            .iter()
+            .filter(|(_, answer)| matches!(answer, Ok(true)))
+            .map(|(i, _)| *i)
+            .collect();
+        let in_flight = replies.detach(engine.background());
+        let mut guard = ReleaseOnDrop::new(engine.clone(), ownership, timing);
+        guard.set_in_flight(in_flight);
+        let many = exported.names.len() > 1;
+        let grant = Grant {
+            guard,
+            valid_until: timing.valid_until(start),
+            fence: exported.fences.as_ref().and_then(|f| f.first().copied()),
+            fences: exported.fences.filter(|_| many),
+            granted_by,
+            late: None,
+            replicas: None,
+        };
+        let lease = match many {
+            true => Lease::new_all(grant, exported.names),
+            false => Lease::new(grant, exported.names.into_iter().next().unwrap_or_default()),
+        };
+        match lease {
+            Ok(lease) => Ok(lease),
+            Err(unregistered) => Err(Box::pin(unregistered.give_back()).await),
+        }
+    }
+
+    /// Gives back an exported lease (see [`Lease::export`]) without
+    /// adopting it: released on every node that holds it, and its waiters
+    /// told. A handle whose lease is gone is [`Error::NotHeld`], never a
+    /// silent success; a string that is not a handle is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) before any I/O.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let handle = locker.lock("deploy").await?.export();
+    /// locker.release_handle(&handle).await?;
+    /// assert!(locker.release_handle(&handle).await.is_err()); // not twice
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lease held on some nodes until
+    /// its TTL runs out.
+    pub async fn release_handle(&self, handle: &str) -> Result<(), Error> {
+        let engine = &self.engine;
+        let (exported, ownership) = read(engine, handle)?;
+        let label = exported.names.join(", ");
+        let timeout = engine.timing("ttl", exported.ttl)?.node_timeout;
+        let quorum = ownership.hold.quorum(engine.nodes().len());
+        let ownership = Arc::new(ownership);
+        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
+            let ownership = ownership.clone();
+            async move { ownership.release_on_node(&node, true, timeout).await }
+        })
+        .await;
+        match replies.tally.decision() {
+            Decision::Reached => {
+                replies.detach(engine.background());
+                let id = crate::core::token::ReleaseId::of(&ownership.token);
+                for key in ownership.each_key() {
+                    engine.announce_release(key, || id);
+                }
+                Ok(())
+            }
+            _ => {
+                replies.finish().await;
+                Err(replies
+                    .shortfall(Op::Release, engine.nodes())
+                    .into_error(&label, false))
+            }
+        }
+    }
+}
