@@ -47,6 +47,7 @@ mod report;
 mod rig;
 mod rw_checker;
 mod scenarios;
+mod sem_checker;
 mod store;
 mod watchdog;
 mod workload;

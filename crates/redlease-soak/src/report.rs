@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::checker::{FinalState, Verdict, LEFT_TO_READ_WRITE};
+use crate::checker::{FinalState, Verdict, JUDGED_ELSEWHERE};
 use crate::history::{Call, ErrorKind, History, Mode, Outcome};
 use crate::rw_checker::{self, ReadWrite, RwVerdict};
 
@@ -223,7 +223,7 @@ fn exclusive_counts(verdict: &Verdict, read_write: bool) -> Vec<(&'static str, u
     verdict
         .counts()
         .into_iter()
-        .filter(|(name, _)| !(read_write && LEFT_TO_READ_WRITE.contains(name)))
+        .filter(|(name, _)| !(read_write && JUDGED_ELSEWHERE.contains(name)))
         .collect()
 }
 
