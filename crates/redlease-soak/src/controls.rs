@@ -214,6 +214,7 @@ impl Bench {
             notes: self.notes,
             same_server: None,
             read_write: None,
+            semaphore: None,
         })
     }
 }

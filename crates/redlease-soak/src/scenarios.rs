@@ -26,6 +26,12 @@
 //!   servers in all. Half the clients call `check_servers` first; every
 //!   acquire and every check must be refused with `SameServer` (check 6 of
 //!   the checker) and no key may be left.
+//!
+//! `sem-mixed` puts a semaphore's permits (3 per name, on 2 names, for 8
+//! clients: a permit on 4 of 5 nodes) under the mixed faults and empty
+//! restarts of nodes without persistence besides: an empty node has lost
+//! the permits it held, and only the restart quarantine keeps it from
+//! handing them out again while their holders' leases are valid.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +44,7 @@ use crate::panics;
 use crate::report::Run;
 use crate::rig::{self, Rig};
 use crate::rw_checker::ReadWrite;
+use crate::sem_checker::Semaphores;
 use crate::store::Store;
 use crate::watchdog::{Watchdog, STALL};
 use crate::workload::{self, Client, Settings};
@@ -77,9 +84,21 @@ pub struct Scenario {
     pub clients: Clients,
     /// Node 0 runs under a fake wall clock (libfaketime).
     pub fake_clock: bool,
-    /// The read-write workload ([`Settings::read_write`]), judged by the
+    /// What the clients take.
+    pub workload: Workload,
+}
+
+/// What a scenario's clients take, and which checker judges the leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Locks ([`Settings::standard`]), half the clients with fencing on.
+    Exclusive,
+    /// Read and write locks ([`Settings::read_write`]), judged by the
     /// read-write checker too.
-    pub read_write: bool,
+    ReadWrite,
+    /// A semaphore's permits ([`Settings::semaphore`]), judged by the
+    /// semaphore checker too.
+    Semaphore,
 }
 
 /// The library's guards against servers that restarted or whose clock
@@ -108,6 +127,20 @@ const MIXED: &[(FaultKind, u32)] = &[
     (Partition, 2),
 ];
 
+/// [`MIXED`], and nodes without persistence killed and restarted at
+/// once, empty (about one fault in six).
+const MIXED_AND_EMPTY_RESTARTS: &[(FaultKind, u32)] = &[
+    (KillDelayedRestart, 2),
+    (KillFsyncRestart, 2),
+    (Pause, 2),
+    (Latency, 2),
+    (Blackhole, 1),
+    (Reset, 1),
+    (BufferedReplies, 2),
+    (Partition, 2),
+    (KillEmptyRestart, 3),
+];
+
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "baseline",
@@ -117,7 +150,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "crash-delayed-restart",
@@ -127,7 +160,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "crash-fsync-restart",
@@ -137,7 +170,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "pause",
@@ -147,7 +180,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "latency",
@@ -157,7 +190,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "buffered-replies",
@@ -167,7 +200,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "partition",
@@ -177,7 +210,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "mixed",
@@ -187,7 +220,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "rw-mixed",
@@ -197,7 +230,18 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: true,
+        workload: Workload::ReadWrite,
+    },
+    Scenario {
+        name: "sem-mixed",
+        about: "the mixed faults and empty restarts under a semaphore's permits (3 per name, \
+                2 names, 8 clients)",
+        mix: MIXED_AND_EMPTY_RESTARTS,
+        fsync: Fsync::Minority,
+        patient: true,
+        clients: Clients::Standard,
+        fake_clock: false,
+        workload: Workload::Semaphore,
     },
     Scenario {
         name: "empty-restart",
@@ -208,7 +252,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::BareMajorities,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "clock-jump",
@@ -218,7 +262,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::BareMajorities,
         fake_clock: true,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "duplicate-node",
@@ -228,7 +272,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::ServerTwice,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
 ];
 
@@ -256,16 +300,19 @@ pub async fn run(
     guards: Guards,
     verbose: bool,
 ) -> Result<Run, String> {
-    let mut settings = if scenario.read_write {
+    let mut settings = match scenario.workload {
         // Fencing on for every client: readers' generations.
-        Settings::read_write(scenario.patient)
-    } else {
-        let mut settings = Settings::standard(scenario.patient);
-        // Half the workers take locks the default way (no fencing token,
-        // plain commands), half with fencing on (the acquire script): both
-        // paths meet the same faults.
-        settings.unfenced = (0..settings.workers).filter(|w| w % 2 == 1).collect();
-        settings
+        Workload::ReadWrite => Settings::read_write(scenario.patient),
+        // Fencing on for every client: permits' tokens go up per name.
+        Workload::Semaphore => Settings::semaphore(scenario.patient),
+        Workload::Exclusive => {
+            let mut settings = Settings::standard(scenario.patient);
+            // Half the workers take locks the default way (no fencing
+            // token, plain commands), half with fencing on (the acquire
+            // script): both paths meet the same faults.
+            settings.unfenced = (0..settings.workers).filter(|w| w % 2 == 1).collect();
+            settings
+        }
     };
     // The servers the run starts (one fewer than the node list's entries
     // when one of them is named twice).
@@ -371,6 +418,35 @@ pub async fn run(
             .await?,
         );
     }
+    let semaphore = match settings.permits {
+        Some(permits) => {
+            let sem = clients[0].locker.semaphore(workload::lock_name(0), permits);
+            if servers > 1 && sem.tolerates() == 0 {
+                return Err(format!(
+                    "{}: {permits} permits over {servers} nodes leave no node that may fail \
+                     (a permit needs all of them): use --nodes 1, or 5 or more",
+                    scenario.name
+                ));
+            }
+            notes.push(format!(
+                "semaphore: {permits} permits on each of {} names for {} clients, a permit on \
+                 {} of {servers} nodes; {:.0}% try_acquire, {:.0}% kept alive (held up to {} \
+                 ms), critical sections up to {} ms; fencing on",
+                settings.locks,
+                settings.workers,
+                sem.quorum(),
+                settings.try_share * 100.0,
+                settings.keep_alive_share * 100.0,
+                settings.keep_alive_hold.as_millis(),
+                settings.max_sleep.as_millis()
+            ));
+            Some(Semaphores {
+                permits,
+                flagged_by: None,
+            })
+        }
+        None => None,
+    };
     if scenario.clients == Clients::BareMajorities {
         notes.push(format!(
             "clients {:?} each reach a bare majority of the nodes ({} of {servers}; client w: \
@@ -456,7 +532,7 @@ pub async fn run(
             "{stuck} worker(s) did not return within {drain:?} after the deadline"
         ));
     }
-    let read_write = scenario.read_write.then(|| ReadWrite {
+    let read_write = (scenario.workload == Workload::ReadWrite).then(|| ReadWrite {
         waits_judged: (0..settings.workers)
             .filter(|w| !settings.proxied.contains(w))
             .collect(),
@@ -499,6 +575,7 @@ pub async fn run(
         notes,
         same_server: (scenario.clients == Clients::ServerTwice).then_some([0, 1]),
         read_write,
+        semaphore,
     })
 }
 
