@@ -851,4 +851,25 @@ mod tests {
         assert_eq!(Settings::standard(true).lock_rounds(), 4);
         assert_eq!(settings.longest_wait(), settings.ttl * 6);
     }
+
+    #[test]
+    fn the_semaphore_workload_takes_only_permits_some_once_some_kept_alive() {
+        let settings = Settings::semaphore(false);
+        assert_eq!((settings.permits, settings.locks), (Some(3), 2));
+        assert!(!settings.unsafe_majority && settings.unfenced.is_empty());
+        let mut rng = StdRng::seed_from_u64(7);
+        let draws: Vec<Request> = (0..1000)
+            .map(|_| draw(&settings, settings.keep_alive_share, &mut rng))
+            .collect();
+        assert!(draws
+            .iter()
+            .all(|r| r.mode == Mode::Permit && r.wait.is_none()));
+        let once = draws.iter().filter(|r| r.once).count();
+        assert!((250..=350).contains(&once), "{once} try_acquire");
+        let kept = draws.iter().filter(|r| r.keep_alive).count();
+        assert!((150..=250).contains(&kept), "{kept} kept alive");
+        // Permits wait and are bounded as locks are.
+        assert_eq!(settings.lock_rounds(), 4);
+        assert_eq!(settings.longest_wait(), settings.ttl);
+    }
 }
