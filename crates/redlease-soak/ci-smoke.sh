@@ -9,6 +9,11 @@
 # 30 s with its start and drain), judged by the read-write checker too,
 # and its controls: a writer blind to the readers, and readers that
 # starve a waiting writer (about 4 s each).
+# Then semaphores (issue 33): the same faults and empty restarts besides
+# under 3 permits per name for 20 s (300 acquisitions and 5 faults at
+# least; about 25 s with its start and drain), judged by the semaphore
+# checker too, and its control: permits counted at a plain majority,
+# three holders of two permits (about 6 s).
 # Then the deployment scenarios, 10 s each (a cluster and a Sentinel
 # primary as the one node, failed over under the clients; and 15 s of
 # cluster primaries restarted empty), and their negative controls (the
@@ -43,6 +48,8 @@ soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario rw-mixed --nodes 5 --seconds 20 --min-acquired 300 --min-faults 5
 "$soak" --scenario control-rw-writer-skips-readers --expect-violation
 "$soak" --scenario control-rw-writer-mark-erased --expect-violation
+"$soak" --scenario sem-mixed --nodes 5 --seconds 20 --min-acquired 300 --min-faults 5
+"$soak" --scenario control-sem-majority --expect-violation
 "$soak" --scenario cluster-failover --seconds 10 --min-acquired 100 --min-faults 1
 # Cluster primaries without replicas restarted empty at once: the restart
 # quarantine keeps each restarted shard from voting (about 20 s).

@@ -20,7 +20,9 @@
 //! In a read-write run (`Config::read_write`) the read-write checker
 //! (`rw_checker`) judges the leases instead: the overlap, the expiry at
 //! return and the order of tokens of (1) and (3) are left to it, and the
-//! rest applies to both modes.
+//! rest applies to both modes. In a semaphore run (`Config::semaphore`)
+//! the semaphore checker (`sem_checker`) judges them so: `N` permits hold
+//! together; permits write nothing.
 //!
 //! Measurement only ever narrows the intervals of (1): "returned" is read
 //! after the call returns and "release began" before it starts, so timing
@@ -54,6 +56,11 @@ pub struct Config {
     /// generation. Every other check applies as it is: only writers write
     /// the counter and the fenced store.
     pub read_write: bool,
+    /// The leases are a semaphore's permits, up to `N` of them held at
+    /// once: the lease checks are the semaphore checker's
+    /// ([`crate::sem_checker`]), as in a read-write run. Every other check
+    /// applies as it is (a permit writes nothing).
+    pub semaphore: bool,
 }
 
 impl Default for Config {
@@ -63,6 +70,7 @@ impl Default for Config {
             expired_tolerance: Duration::from_millis(2),
             same_server: None,
             read_write: false,
+            semaphore: false,
         }
     }
 }
@@ -116,9 +124,10 @@ pub struct Verdict {
     pub examples: BTreeMap<&'static str, Vec<String>>,
 }
 
-/// The categories a read-write run leaves to the read-write checker
-/// (see [`Config::read_write`]): they stay 0 there.
-pub const LEFT_TO_READ_WRITE: [&str; 2] = ["overlap", "expired_lease_returned"];
+/// The categories a read-write or a semaphore run leaves to its own
+/// checker (see [`Config::read_write`], [`Config::semaphore`]): they stay
+/// 0 there.
+pub const JUDGED_ELSEWHERE: [&str; 2] = ["overlap", "expired_lease_returned"];
 
 /// How many examples per category are kept.
 pub(crate) const EXAMPLES: usize = 5;
@@ -183,7 +192,7 @@ struct Span {
 /// Runs every check.
 pub fn check(history: &History, state: &FinalState, config: &Config) -> Verdict {
     let mut verdict = Verdict::default();
-    if !config.read_write {
+    if !config.read_write && !config.semaphore {
         let spans = spans(history);
         check_overlap(&spans, &mut verdict);
         check_token_order(&spans, &mut verdict);

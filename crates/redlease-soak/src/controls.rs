@@ -37,14 +37,26 @@
 //!   before the previous one lets go, so the lock is never free. The
 //!   writer gets in only once the stream stops. Passes only if
 //!   `writer_starved` is flagged.
+//! - `control-sem-majority`: a semaphore of 2 permits whose permits count
+//!   at a plain majority (`Semaphore::unsafe_majority`, the library's
+//!   hidden knob) instead of the `n * N / (N + 1) + 1` nodes it needs: 3
+//!   nodes with `appendfsync always`; node 2, then 0, then 1 is killed, a
+//!   new client takes a permit on the other two (a majority; a client
+//!   counting the library's quorum, all 3, is refused first), and the
+//!   node is restarted with its data. Three holders at once, each on 2 of
+//!   3 nodes, each node holding 2. Judged by the semaphore checker, it
+//!   passes only if `over_permits` is flagged. Always 3 nodes.
 //!
 //! Every control turns the restart quarantine off: the first two because
-//! it is what they show, the others because nothing restarts there (the
-//! brand-new servers would otherwise refuse every lock for the first TTL).
+//! it is what they show, `control-sem-majority` because its restarted
+//! nodes keep every permit (fsync'd) and must vote again at once, the
+//! others because nothing restarts there (the brand-new servers would
+//! otherwise refuse every lock for the first TTL).
 
 use std::time::{Duration, Instant};
 
 use redlease_testkit::proxy::{Mode, Proxy};
+use redlease_testkit::NodeConfig;
 
 use crate::checker::FinalState;
 use crate::history::{self, Recorder};
@@ -52,6 +64,7 @@ use crate::panics;
 use crate::report::Run;
 use crate::rig::{self, with_node, Nodes};
 use crate::rw_checker::ReadWrite;
+use crate::sem_checker::Semaphores;
 use crate::store::Store;
 use crate::watchdog::Watchdog;
 use crate::workload::{lock_name, Client, Request, Settings};
@@ -85,6 +98,11 @@ pub const CONTROLS: &[(&str, &str)] = &[
         "a waiting writer's mark is deleted before each new reader: a reader stream keeps \
          it out for 3 s (must be flagged writer_starved)",
     ),
+    (
+        "control-sem-majority",
+        "2 permits counted at a plain majority of 3 fsync'd nodes, each taken while another \
+         node is down: 3 holders (must be flagged over_permits; always 3 nodes)",
+    ),
 ];
 
 /// Nodes and a data Redis for a control, and its clients' shared recorder.
@@ -106,6 +124,11 @@ impl Bench {
         let configs = (0..nodes)
             .map(|n| rig::node_config(false, fake_clock == Some(n)))
             .collect();
+        Bench::start_with(configs).await
+    }
+
+    /// One node per config, as [`start`](Self::start).
+    async fn start_with(configs: Vec<NodeConfig>) -> Result<Bench, String> {
         let nodes = rig::start_nodes(configs).await?;
         let data = rig::start_data().await?;
         let addrs = nodes
@@ -214,6 +237,7 @@ impl Bench {
             notes: self.notes,
             same_server: None,
             read_write: None,
+            semaphore: None,
         })
     }
 }
@@ -232,6 +256,7 @@ pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
         "control-broken-release" => broken_release(nodes, seed).await,
         "control-rw-writer-skips-readers" => writer_skips_readers(nodes, seed).await,
         "control-rw-writer-mark-erased" => writer_mark_erased(nodes, seed).await,
+        "control-sem-majority" => sem_majority(seed).await,
         other => Err(format!("unknown control {other:?}")),
     }
 }
@@ -639,6 +664,144 @@ async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
         flagged_by: Some("writer_starved"),
     });
     Ok(run)
+}
+
+/// `control-sem-majority` (see the module docs).
+async fn sem_majority(seed: u64) -> Result<Run, String> {
+    const NAME: &str = "control-sem-majority";
+    const PERMITS: u32 = 2;
+    // Long enough that the first permit is valid when the third is
+    // taken, after two kills and restarts.
+    let ttl = Duration::from_secs(5);
+    let durable = (0..3).map(|_| rig::node_config(true, false)).collect();
+    let mut bench = Bench::start_with(durable).await?;
+    bench.settings.permits = Some(PERMITS);
+    let majority = Settings {
+        unsafe_majority: true,
+        ..bench.settings.clone()
+    };
+    let name = lock_name(0);
+    let honest = bench.client(9, bench.direct(), ttl).await?;
+    let permit = Request {
+        mode: history::Mode::Permit,
+        once: true,
+        ..Request::default()
+    };
+    let mut holders = Vec::new();
+    for (worker, down) in [2, 0, 1].into_iter().enumerate() {
+        with_node(&bench.nodes, down, |n| n.kill()).await?;
+        // The library's quorum for 2 permits over 3 nodes is all 3.
+        let sem = honest.locker.semaphore(name.clone(), PERMITS);
+        match sem.allow_no_failures().try_acquire().ttl(ttl).await {
+            Err(redlease::Error::NoQuorum { quorum: 3, .. }) => {}
+            Err(e) => {
+                return Err(inconclusive(
+                    NAME,
+                    &format!("the library's quorum was not refused as NoQuorum of 3: {e}"),
+                ))
+            }
+            Ok(lease) => {
+                let _ = lease.release().await;
+                return Err(inconclusive(
+                    NAME,
+                    "a permit at the library's quorum was granted with a node down: its own \
+                     bound failed, not the control's",
+                ));
+            }
+        }
+        let mut client = bench
+            .client_with(worker, bench.direct(), ttl, &majority)
+            .await?;
+        await_reachable(&client, &name, down).await?;
+        let held = client.take(0, permit).await.ok_or_else(|| {
+            inconclusive(
+                NAME,
+                &format!("no permit on the majority without node {down}"),
+            )
+        })?;
+        with_node(&bench.nodes, down, |n| n.restart()).await?;
+        bench.note(format!(
+            "node {down} killed; a client at the library's quorum (3 of 3) was refused; \
+             client {worker} took a permit at a majority (token {}); node {down} restarted \
+             with its data",
+            held.fenced_token()
+        ));
+        holders.push((client, held));
+    }
+    if let Some((_, held)) = holders.iter().find(|(_, h)| h.lease.remaining().is_zero()) {
+        return Err(inconclusive(
+            NAME,
+            &format!(
+                "permit lease {} expired before the third was taken",
+                held.id
+            ),
+        ));
+    }
+    let (last, _) = &holders[2];
+    await_reachable(last, &name, usize::MAX).await?;
+    let status = last
+        .locker
+        .admin()
+        .inspect(&name)
+        .await
+        .map_err(|e| format!("{NAME}: inspect: {e}"))?;
+    let per_node: Vec<String> = status
+        .nodes
+        .iter()
+        .map(|(_, state)| match state {
+            Ok(state) => state.readers.to_string(),
+            Err(_) => "?".to_string(),
+        })
+        .collect();
+    bench.note(format!(
+        "{} holders of {PERMITS} permits, all valid; the nodes hold {} permit(s)",
+        holders.len(),
+        per_node.join(", ")
+    ));
+    for (client, held) in &mut holders {
+        let _ = client.read(held).await;
+    }
+    // Each holder's Locker back on the nodes restarted since its permit,
+    // so that its release reaches them.
+    for (mut client, held) in holders {
+        await_reachable(&client, &name, usize::MAX).await?;
+        let _ = client.release(held).await;
+    }
+    let mut run = bench
+        .finish(NAME, seed, ttl, &[("node_down_per_permit", 3)])
+        .await?;
+    run.semaphore = Some(Semaphores {
+        permits: PERMITS,
+        flagged_by: Some("over_permits"),
+    });
+    Ok(run)
+}
+
+/// Waits (up to 5 s) until `client`'s Locker reaches every node but
+/// `down` for `name`: it reconnects to a restarted node on its own time.
+async fn await_reachable(client: &Client, name: &str, down: usize) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = client
+            .locker
+            .admin()
+            .inspect(name)
+            .await
+            .map_err(|e| format!("inspect {name}: {e}"))?;
+        let unreached: Vec<usize> = (0..status.nodes.len())
+            .filter(|&i| i != down && status.nodes[i].1.is_err())
+            .collect();
+        if unreached.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "client {} did not reach nodes {unreached:?} within 5 s",
+                client.worker
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Deletes `key` on every node; how many nodes had it.

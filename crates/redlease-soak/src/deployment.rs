@@ -333,6 +333,7 @@ pub async fn run(
         notes,
         same_server: None,
         read_write: None,
+        semaphore: None,
     })
 }
 

@@ -414,6 +414,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
         notes: notes.list,
         same_server: None,
         read_write: None,
+        semaphore: None,
     })
 }
 
@@ -620,5 +621,6 @@ async fn empty_restart(name: &str, seed: u64) -> Result<Run, String> {
         notes: notes.list,
         same_server: None,
         read_write: None,
+        semaphore: None,
     })
 }

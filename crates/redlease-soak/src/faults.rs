@@ -11,9 +11,10 @@
 //!   node without persistence at once, empty;
 //! - clock jumps hit only nodes that run under a fake clock, and move it
 //!   forward by more than the TTL;
-//! - link faults hit proxied workers only, one fault per link at a time;
-//!   a client may lose a majority of its links (its calls then fail with
-//!   typed errors).
+//! - link faults hit proxied workers only, one fault per link at a time,
+//!   and never a link cut for the whole run (`Topology::cut`); a client
+//!   may lose a majority of its links (its calls then fail with typed
+//!   errors).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -202,6 +203,9 @@ pub struct Topology {
     pub fake_clock: Vec<bool>,
     /// Workers whose links go through proxies.
     pub proxied: Vec<usize>,
+    /// Links reset for the whole run (clients that reach only some of the
+    /// nodes): no link fault touches them, lest its end restore them.
+    pub cut: Vec<Link>,
     /// The largest TTL any client uses.
     pub ttl: Duration,
 }
@@ -223,6 +227,12 @@ struct Busy {
 impl Busy {
     fn link_free(&self, link: Link, at: Duration) -> bool {
         self.links.get(&link).is_none_or(|&until| until <= at)
+    }
+}
+
+impl Topology {
+    fn is_cut(&self, link: Link) -> bool {
+        self.cut.contains(&link)
     }
 }
 
@@ -361,6 +371,9 @@ fn make(
             let mut links = Vec::new();
             for node in nodes {
                 let link = Link { worker, node };
+                if topo.is_cut(link) {
+                    continue;
+                }
                 if !busy.link_free(link, at) {
                     return None;
                 }
@@ -371,6 +384,9 @@ fn make(
                     _ => LinkMode::Hold,
                 };
                 links.push((link, mode));
+            }
+            if links.is_empty() {
+                return None;
             }
             let hold = match kind {
                 FaultKind::Latency => between(rng, ttl, 4 * ttl),
@@ -430,6 +446,9 @@ fn partition(
         let group = usize::from(rng.random_bool(0.5));
         for node in (0..topo.nodes).filter(|n| !sees[group].contains(n)) {
             let link = Link { worker, node };
+            if topo.is_cut(link) {
+                continue;
+            }
             if !busy.link_free(link, at) {
                 return None;
             }
@@ -463,6 +482,7 @@ mod tests {
             fsync: (0..nodes).map(|n| n < 2).collect(),
             fake_clock: (0..nodes).map(|n| n == 3).collect(),
             proxied: vec![0, 1, 2, 3, 4, 5],
+            cut: Vec::new(),
             ttl: Duration::from_millis(500),
         }
     }
@@ -548,6 +568,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn links_cut_for_the_run_are_never_faulted() {
+        let mut t = topo(5);
+        // Each proxied client misses one node, as sem-mixed's do.
+        t.cut = (0..6)
+            .map(|w| Link {
+                worker: w,
+                node: (w + 4) % 5,
+            })
+            .collect();
+        let mut faulted = 0;
+        for seed in 0..20 {
+            for f in plan(seed, &ALL, &t, RUN) {
+                if let Action::Links(links) = &f.action {
+                    assert!(!links.is_empty(), "seed {seed}: {f:?}");
+                    for (link, _) in links {
+                        assert!(!t.cut.contains(link), "seed {seed}: {link:?} faulted");
+                        faulted += 1;
+                    }
+                }
+            }
+        }
+        assert!(faulted > 1000, "{faulted}");
+        // Partitions still happen.
+        let p = plan(3, &[(FaultKind::Partition, 1)], &t, RUN);
+        assert!(p.len() > 50, "{}", p.len());
     }
 
     #[test]

@@ -68,14 +68,18 @@ pub enum Mode {
     /// Exclusive: one holder, no reader (`lock`, `write_lock`).
     #[default]
     Write,
+    /// One of a semaphore's permits (`semaphore(name, n).acquire()`): up
+    /// to `n` holders together, judged by the semaphore checker.
+    Permit,
 }
 
 impl Mode {
-    /// The soak's mode of a lease's: a permit (no soak scenario takes
-    /// one yet) excludes as a writer would be checked.
+    /// The soak's mode of a lease's (a mode the library adds later counts
+    /// as exclusive, the strictest check).
     pub fn of(mode: redlease::LockMode) -> Mode {
         match mode {
             redlease::LockMode::Shared => Mode::Read,
+            redlease::LockMode::Permit => Mode::Permit,
             _ => Mode::Write,
         }
     }
@@ -84,6 +88,7 @@ impl Mode {
         match self {
             Mode::Read => "read",
             Mode::Write => "write",
+            Mode::Permit => "permit",
         }
     }
 }
@@ -247,11 +252,13 @@ pub struct Op {
 
 impl Op {
     /// The call's name, with the mode of an acquire: `read_lock`,
-    /// `try_read_lock` for readers.
+    /// `try_read_lock` for readers, `acquire`, `try_acquire` for permits.
     pub fn label(&self) -> &'static str {
         match (self.call, self.mode) {
             (Call::Lock, Mode::Read) => "read_lock",
             (Call::TryLock, Mode::Read) => "try_read_lock",
+            (Call::Lock, Mode::Permit) => "acquire",
+            (Call::TryLock, Mode::Permit) => "try_acquire",
             (call, _) => call.label(),
         }
     }

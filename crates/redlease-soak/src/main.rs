@@ -13,6 +13,11 @@
 //! reader that saw an older write generation than a finished write's,
 //! write tokens out of order, a writer starved by later readers).
 //!
+//! `sem-mixed` runs the mixed faults and empty restarts under a
+//! semaphore's permits; the semaphore checker judges it too (more holders
+//! at once than permits, tokens that do not go up, a permit returned
+//! expired).
+//!
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
 //!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N]
@@ -47,6 +52,7 @@ mod report;
 mod rig;
 mod rw_checker;
 mod scenarios;
+mod sem_checker;
 mod store;
 mod watchdog;
 mod workload;
@@ -263,6 +269,7 @@ async fn main() -> ExitCode {
     let config = checker::Config {
         same_server: run.same_server,
         read_write: run.read_write.is_some(),
+        semaphore: run.semaphore.is_some(),
         ..checker::Config::default()
     };
     let verdict = checker::check(&run.history, &run.state, &config);
@@ -270,6 +277,10 @@ async fn main() -> ExitCode {
         .read_write
         .as_ref()
         .map(|rw| rw_checker::judge(&run.history, rw, &run.state.stalls));
+    let sem = run
+        .semaphore
+        .as_ref()
+        .map(|sem| sem_checker::judge(&run.history, sem, &run.state.stalls));
     if !args.json {
         print!(
             "{}",
@@ -277,16 +288,28 @@ async fn main() -> ExitCode {
                 &run,
                 &verdict,
                 rw.as_ref(),
+                sem.as_ref(),
                 &replay_command(&args, seed, run.nodes)
             )
         );
     }
-    let total = verdict.total() + rw.as_ref().map_or(0, |rw| rw.total());
-    // A control that names the check it must trip passes only by that one.
-    let flagged_by = run.read_write.as_ref().and_then(|rw| rw.flagged_by);
-    let found = match (flagged_by, &rw) {
-        (Some(name), Some(rw)) => rw.counts().iter().any(|&(n, count)| n == name && count > 0),
-        _ => total > 0,
+    let total = verdict.total()
+        + rw.as_ref().map_or(0, |rw| rw.total())
+        + sem.as_ref().map_or(0, |sem| sem.total());
+    // A control that names the check it must trip (one of the read-write
+    // or the semaphore checker's) passes only by that one.
+    let flagged_by = run
+        .read_write
+        .as_ref()
+        .and_then(|rw| rw.flagged_by)
+        .or(run.semaphore.as_ref().and_then(|sem| sem.flagged_by));
+    let found = match flagged_by {
+        Some(name) => rw
+            .iter()
+            .flat_map(|rw| rw.counts())
+            .chain(sem.iter().flat_map(|sem| sem.counts()))
+            .any(|(n, count)| n == name && count > 0),
+        None => total > 0,
     };
     let mut shortfall = Vec::new();
     if run.acquired() < args.min_acquired {
@@ -329,7 +352,10 @@ async fn main() -> ExitCode {
     if args.json && !shortfall.is_empty() {
         eprintln!("soak: the run was too small: {}", shortfall.join("; "));
     }
-    println!("{}", report::json(&run, &verdict, rw.as_ref()));
+    println!(
+        "{}",
+        report::json(&run, &verdict, rw.as_ref(), sem.as_ref())
+    );
     if ok {
         ExitCode::SUCCESS
     } else {

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::checker::{FinalState, Verdict, LEFT_TO_READ_WRITE};
+use crate::checker::{FinalState, Verdict, JUDGED_ELSEWHERE};
 use crate::history::{Call, ErrorKind, History, Mode, Outcome};
 use crate::rw_checker::{self, ReadWrite, RwVerdict};
+use crate::sem_checker::{SemVerdict, Semaphores};
 
 /// Everything a finished run hands to the checker and the report.
 pub struct Run {
@@ -30,6 +31,9 @@ pub struct Run {
     /// A read-write run: the read-write checker judges it too, with these
     /// settings.
     pub read_write: Option<ReadWrite>,
+    /// A semaphore run: the semaphore checker judges it too, with these
+    /// settings.
+    pub semaphore: Option<Semaphores>,
 }
 
 impl Run {
@@ -83,8 +87,15 @@ fn ms(d: Duration) -> String {
 }
 
 /// The readable summary (everything but the JSON line); `rw`: the
-/// read-write checker's verdict, in a read-write run.
-pub fn summary(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>, command: &str) -> String {
+/// read-write checker's verdict, in a read-write run; `sem`: the
+/// semaphore checker's, in a semaphore run.
+pub fn summary(
+    run: &Run,
+    verdict: &Verdict,
+    rw: Option<&RwVerdict>,
+    sem: Option<&SemVerdict>,
+    command: &str,
+) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(
@@ -104,13 +115,15 @@ pub fn summary(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>, command: &s
     }
 
     let _ = writeln!(w, "\noperations: {} library calls", run.operations());
-    // Acquires by mode (readers' apart, where there are any); extends and
-    // releases of both.
+    // Acquires by mode (readers' and permits' apart, where there are
+    // any); extends and releases of every mode.
     let rows = [
         (Call::Lock, Some(Mode::Write)),
         (Call::TryLock, Some(Mode::Write)),
         (Call::Lock, Some(Mode::Read)),
         (Call::TryLock, Some(Mode::Read)),
+        (Call::Lock, Some(Mode::Permit)),
+        (Call::TryLock, Some(Mode::Permit)),
         (Call::Extend, None),
         (Call::Release, None),
     ];
@@ -200,11 +213,14 @@ pub fn summary(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>, command: &s
     if rw.is_some() {
         read_write_observations(w, run);
     }
+    if let Some(sem) = sem {
+        semaphore_observations(w, run, sem);
+    }
 
     let _ = writeln!(w, "\nchecks:");
     checks(
         w,
-        &exclusive_counts(verdict, rw.is_some()),
+        &exclusive_counts(verdict, rw.is_some() || sem.is_some()),
         &verdict.examples,
     );
     if let Some(rw) = rw {
@@ -214,16 +230,23 @@ pub fn summary(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>, command: &s
         );
         checks(w, &rw.counts(), &rw.examples);
     }
+    if let Some(sem) = sem {
+        let _ = writeln!(
+            w,
+            "semaphore checks (holders at once, token order and expiry at return of the permits):"
+        );
+        checks(w, &sem.counts(), &sem.examples);
+    }
     out
 }
 
-/// The exclusive checker's categories, but those a read-write run leaves
-/// to the read-write checker.
-fn exclusive_counts(verdict: &Verdict, read_write: bool) -> Vec<(&'static str, u64)> {
+/// The exclusive checker's categories, but those a read-write or
+/// semaphore run leaves to its own checker (`elsewhere`).
+fn exclusive_counts(verdict: &Verdict, elsewhere: bool) -> Vec<(&'static str, u64)> {
     verdict
         .counts()
         .into_iter()
-        .filter(|(name, _)| !(read_write && LEFT_TO_READ_WRITE.contains(name)))
+        .filter(|(name, _)| !(elsewhere && JUDGED_ELSEWHERE.contains(name)))
         .collect()
 }
 
@@ -284,6 +307,42 @@ fn read_write_observations(w: &mut String, run: &Run) {
         ms(percentile(&waits, 1.0)),
         judged.len(),
         ms(judged.iter().copied().max().unwrap_or_default()),
+    );
+}
+
+/// Permits granted, refused for want of a free one, and how full each
+/// name got.
+fn semaphore_observations(w: &mut String, run: &Run, sem: &SemVerdict) {
+    let acquires = || {
+        run.history
+            .iter()
+            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.mode == Mode::Permit)
+    };
+    let granted = |call: Call| {
+        acquires()
+            .filter(|op| op.call == call && op.outcome == Outcome::Ok)
+            .count()
+    };
+    let taken = acquires()
+        .filter(|op| op.error() == Some(ErrorKind::Taken))
+        .count();
+    let peaks: Vec<String> = sem
+        .peak
+        .iter()
+        .map(|(lock, peak)| format!("lock {lock}: {peak}"))
+        .collect();
+    let _ = writeln!(
+        w,
+        "semaphore: {} permit(s) per name; {} permits by acquire, {} by try_acquire; {taken} \
+         acquisition(s) found every permit held (Taken); most holders at once: {}",
+        run.semaphore.as_ref().map_or(0, |s| s.permits),
+        granted(Call::Lock),
+        granted(Call::TryLock),
+        if peaks.is_empty() {
+            "none".to_string()
+        } else {
+            peaks.join(", ")
+        }
     );
 }
 
@@ -380,8 +439,15 @@ fn observations(w: &mut String, run: &Run) {
     }
 }
 
-/// The one-line JSON report; a read-write run's has `rw_violations` too.
-pub fn json(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>) -> String {
+/// The one-line JSON report; a read-write run's has `rw_violations` too,
+/// a semaphore run's `sem_violations` and `sem_peak` (the most holders at
+/// once, per name).
+pub fn json(
+    run: &Run,
+    verdict: &Verdict,
+    rw: Option<&RwVerdict>,
+    sem: Option<&SemVerdict>,
+) -> String {
     let faults: serde_json::Map<String, serde_json::Value> = run
         .faults
         .iter()
@@ -393,7 +459,7 @@ pub fn json(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>) -> String {
             .map(|(k, n)| (k.to_string(), json!(n)))
             .collect()
     };
-    let violations = map(&exclusive_counts(verdict, rw.is_some()));
+    let violations = map(&exclusive_counts(verdict, rw.is_some() || sem.is_some()));
     let mut report = json!({
         "scenario": run.scenario,
         "seed": run.seed,
@@ -407,6 +473,15 @@ pub fn json(run: &Run, verdict: &Verdict, rw: Option<&RwVerdict>) -> String {
     });
     if let Some(rw) = rw {
         report["rw_violations"] = serde_json::Value::Object(map(&rw.counts()));
+    }
+    if let Some(sem) = sem {
+        report["sem_violations"] = serde_json::Value::Object(map(&sem.counts()));
+        report["sem_peak"] = sem
+            .peak
+            .iter()
+            .map(|(lock, peak)| (lock.to_string(), json!(peak)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
     }
     report.to_string()
 }
@@ -429,6 +504,7 @@ mod tests {
             notes: Vec::new(),
             same_server: None,
             read_write: None,
+            semaphore: None,
         }
     }
 
@@ -440,19 +516,53 @@ mod tests {
             ..RwVerdict::default()
         };
         let line: serde_json::Value =
-            serde_json::from_str(&json(&run(), &verdict, Some(&rw))).unwrap();
+            serde_json::from_str(&json(&run(), &verdict, Some(&rw), None)).unwrap();
         assert!(line["violations"].get("overlap").is_none(), "{line}");
         assert_eq!(line["violations"]["lost_update"], 0);
         assert_eq!(line["rw_violations"]["writer_overlap"], 2);
-        let text = summary(&run(), &verdict, Some(&rw), "replay");
+        let text = summary(&run(), &verdict, Some(&rw), None, "replay");
         assert!(
             text.contains("writer_overlap                2  VIOLATION"),
             "{text}"
         );
         assert!(!text.contains("  overlap "), "{text}");
         // An exclusive run's report is as it was.
-        let line: serde_json::Value = serde_json::from_str(&json(&run(), &verdict, None)).unwrap();
+        let line: serde_json::Value =
+            serde_json::from_str(&json(&run(), &verdict, None, None)).unwrap();
         assert_eq!(line["violations"]["overlap"], 0);
         assert!(line.get("rw_violations").is_none());
+        assert!(line.get("sem_violations").is_none());
+    }
+
+    #[test]
+    fn a_semaphore_report_shows_its_checker_and_how_full_the_names_got() {
+        let verdict = Verdict::default();
+        let sem = SemVerdict {
+            over_permits: 1,
+            peak: BTreeMap::from([(0, 3), (1, 2)]),
+            ..SemVerdict::default()
+        };
+        let mut run = run();
+        run.semaphore = Some(Semaphores {
+            permits: 2,
+            flagged_by: Some("over_permits"),
+        });
+        let line: serde_json::Value =
+            serde_json::from_str(&json(&run, &verdict, None, Some(&sem))).unwrap();
+        assert!(line["violations"].get("overlap").is_none(), "{line}");
+        assert_eq!(line["sem_violations"]["over_permits"], 1);
+        assert_eq!(line["sem_violations"]["fencing"], 0);
+        assert_eq!(line["sem_peak"]["0"], 3);
+        assert!(line.get("rw_violations").is_none());
+        let text = summary(&run, &verdict, None, Some(&sem), "replay");
+        assert!(
+            text.contains("over_permits                  1  VIOLATION"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 permit(s) per name") && text.contains("lock 0: 3, lock 1: 2"),
+            "{text}"
+        );
+        assert!(!text.contains("  overlap "), "{text}");
     }
 }

@@ -129,11 +129,16 @@ impl Default for RwConfig {
 impl RwConfig {
     /// How much of `[from, to]` the process spent stalled.
     fn stalled(&self, from: Duration, to: Duration) -> Duration {
-        self.stalls
-            .iter()
-            .map(|&(s, e)| e.min(to).saturating_sub(s.max(from)))
-            .sum()
+        stalled(&self.stalls, from, to)
     }
+}
+
+/// How much of `[from, to]` the process spent in `stalls`.
+fn stalled(stalls: &[(Duration, Duration)], from: Duration, to: Duration) -> Duration {
+    stalls
+        .iter()
+        .map(|&(s, e)| e.min(to).saturating_sub(s.max(from)))
+        .sum()
 }
 
 /// Violations by category, with the first few examples of each.
@@ -168,17 +173,18 @@ impl RwVerdict {
     }
 }
 
-/// A lease's interval as the checks see it.
+/// A lease's interval as the checks see it (the semaphore checker's
+/// too).
 #[derive(Clone, Copy, Debug)]
-struct Span<'a> {
-    lease: &'a RwLease,
-    start: Duration,
+pub(crate) struct Span<'a> {
+    pub(crate) lease: &'a RwLease,
+    pub(crate) start: Duration,
     /// `min(release began, latest valid_until)`, at least `start`.
-    end: Duration,
+    pub(crate) end: Duration,
 }
 
 impl<'a> Span<'a> {
-    fn of(lease: &'a RwLease) -> Span<'a> {
+    pub(crate) fn of(lease: &'a RwLease) -> Span<'a> {
         let valid = lease.extended_until.unwrap_or(lease.valid_until);
         let end = lease.release_began.map_or(valid, |r| r.min(valid));
         Span {
@@ -188,7 +194,7 @@ impl<'a> Span<'a> {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.end <= self.start
     }
 
@@ -197,7 +203,7 @@ impl<'a> Span<'a> {
     }
 
     /// "write lease 3 (worker 1, token Some(5)) held [10.0ms, 40.0ms]".
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let l = self.lease;
         format!(
             "{} lease {} (worker {}, token {:?}) held [{}, {}]",
@@ -476,20 +482,25 @@ fn check_starvation(
     });
 }
 
-/// Whether the lease came back more than the tolerance after its
-/// `valid_until`. Time the process was not running after `valid_until`
-/// does not count: the lease may have come back just before it.
-fn returned_expired(lease: &RwLease, config: &RwConfig) -> bool {
+/// Whether the lease came back more than `tolerance` after its
+/// `valid_until`. Time the process was not running (`stalls`) after
+/// `valid_until` does not count: the lease may have come back just
+/// before it.
+pub(crate) fn returned_expired(
+    lease: &RwLease,
+    tolerance: Duration,
+    stalls: &[(Duration, Duration)],
+) -> bool {
     let late = lease
         .returned
         .saturating_sub(lease.valid_until)
-        .saturating_sub(config.stalled(lease.valid_until, lease.returned));
-    late > config.expired_tolerance
+        .saturating_sub(stalled(stalls, lease.valid_until, lease.returned));
+    late > tolerance
 }
 
 fn check_expired(leases: &[RwLease], config: &RwConfig, verdict: &mut RwVerdict) {
     for lease in leases {
-        if returned_expired(lease, config) {
+        if returned_expired(lease, config.expired_tolerance, &config.stalls) {
             verdict.expired_lease_returned += 1;
             verdict.example("expired_lease_returned", || {
                 format!(

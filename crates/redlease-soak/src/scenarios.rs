@@ -26,18 +26,31 @@
 //!   servers in all. Half the clients call `check_servers` first; every
 //!   acquire and every check must be refused with `SameServer` (check 6 of
 //!   the checker) and no key may be left.
+//!
+//! `sem-mixed` puts a semaphore's permits (3 per name, on 2 names, for 8
+//! clients: a permit on 4 of 5 nodes) under the mixed faults and empty
+//! restarts of nodes without persistence besides: an empty node has lost
+//! the permits it held, and only the restart quarantine keeps it from
+//! handing them out again while their holders' leases are valid. As in
+//! `empty-restart`, six clients reach only a permit's quorum of the nodes
+//! (client `w`: nodes `w, w+1, ...`, 4 of 5; no link fault touches their
+//! cut link), so their permits sit on exactly 4 nodes, each missing
+//! another one: then a node emptied while 3 permits are held can have
+//! room for a fourth on 4 nodes, which a client that reaches every node
+//! would get without the quarantine (`--no-quarantine` shows it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::checker::FinalState;
-use crate::faults::{self, FaultKind, Topology};
+use crate::faults::{self, FaultKind, Link, Topology};
 use crate::history::Recorder;
 use crate::inject;
 use crate::panics;
 use crate::report::Run;
 use crate::rig::{self, Rig};
 use crate::rw_checker::ReadWrite;
+use crate::sem_checker::Semaphores;
 use crate::store::Store;
 use crate::watchdog::{Watchdog, STALL};
 use crate::workload::{self, Client, Settings};
@@ -65,6 +78,10 @@ pub enum Clients {
     /// node 0 twice (`127.0.0.1` and `localhost`): `--nodes` entries,
     /// one server fewer.
     ServerTwice,
+    /// Clients 0-5 each reach only a semaphore permit's quorum of the
+    /// nodes (`w, w+1, ...` mod N; their other links reset for the whole
+    /// run, never faulted), 6 and 7 every node directly.
+    BareQuorums,
 }
 
 pub struct Scenario {
@@ -77,9 +94,21 @@ pub struct Scenario {
     pub clients: Clients,
     /// Node 0 runs under a fake wall clock (libfaketime).
     pub fake_clock: bool,
-    /// The read-write workload ([`Settings::read_write`]), judged by the
+    /// What the clients take.
+    pub workload: Workload,
+}
+
+/// What a scenario's clients take, and which checker judges the leases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// Locks ([`Settings::standard`]), half the clients with fencing on.
+    Exclusive,
+    /// Read and write locks ([`Settings::read_write`]), judged by the
     /// read-write checker too.
-    pub read_write: bool,
+    ReadWrite,
+    /// A semaphore's permits ([`Settings::semaphore`]), judged by the
+    /// semaphore checker too.
+    Semaphore,
 }
 
 /// The library's guards against servers that restarted or whose clock
@@ -108,6 +137,20 @@ const MIXED: &[(FaultKind, u32)] = &[
     (Partition, 2),
 ];
 
+/// [`MIXED`], and nodes without persistence killed and restarted at
+/// once, empty (about one fault in six).
+const MIXED_AND_EMPTY_RESTARTS: &[(FaultKind, u32)] = &[
+    (KillDelayedRestart, 2),
+    (KillFsyncRestart, 2),
+    (Pause, 2),
+    (Latency, 2),
+    (Blackhole, 1),
+    (Reset, 1),
+    (BufferedReplies, 2),
+    (Partition, 2),
+    (KillEmptyRestart, 3),
+];
+
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "baseline",
@@ -117,7 +160,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "crash-delayed-restart",
@@ -127,7 +170,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "crash-fsync-restart",
@@ -137,7 +180,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "pause",
@@ -147,7 +190,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "latency",
@@ -157,7 +200,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "buffered-replies",
@@ -167,7 +210,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "partition",
@@ -177,7 +220,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "mixed",
@@ -187,7 +230,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "rw-mixed",
@@ -197,7 +240,18 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: true,
         clients: Clients::Standard,
         fake_clock: false,
-        read_write: true,
+        workload: Workload::ReadWrite,
+    },
+    Scenario {
+        name: "sem-mixed",
+        about: "the mixed faults and empty restarts under a semaphore's permits (3 per name, \
+                2 names, 8 clients)",
+        mix: MIXED_AND_EMPTY_RESTARTS,
+        fsync: Fsync::Minority,
+        patient: true,
+        clients: Clients::BareQuorums,
+        fake_clock: false,
+        workload: Workload::Semaphore,
     },
     Scenario {
         name: "empty-restart",
@@ -208,7 +262,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::BareMajorities,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "clock-jump",
@@ -218,7 +272,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::BareMajorities,
         fake_clock: true,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
     Scenario {
         name: "duplicate-node",
@@ -228,7 +282,7 @@ pub const SCENARIOS: &[Scenario] = &[
         patient: false,
         clients: Clients::ServerTwice,
         fake_clock: false,
-        read_write: false,
+        workload: Workload::Exclusive,
     },
 ];
 
@@ -256,22 +310,25 @@ pub async fn run(
     guards: Guards,
     verbose: bool,
 ) -> Result<Run, String> {
-    let mut settings = if scenario.read_write {
+    let mut settings = match scenario.workload {
         // Fencing on for every client: readers' generations.
-        Settings::read_write(scenario.patient)
-    } else {
-        let mut settings = Settings::standard(scenario.patient);
-        // Half the workers take locks the default way (no fencing token,
-        // plain commands), half with fencing on (the acquire script): both
-        // paths meet the same faults.
-        settings.unfenced = (0..settings.workers).filter(|w| w % 2 == 1).collect();
-        settings
+        Workload::ReadWrite => Settings::read_write(scenario.patient),
+        // Fencing on for every client: permits' tokens go up per name.
+        Workload::Semaphore => Settings::semaphore(scenario.patient),
+        Workload::Exclusive => {
+            let mut settings = Settings::standard(scenario.patient);
+            // Half the workers take locks the default way (no fencing
+            // token, plain commands), half with fencing on (the acquire
+            // script): both paths meet the same faults.
+            settings.unfenced = (0..settings.workers).filter(|w| w % 2 == 1).collect();
+            settings
+        }
     };
     // The servers the run starts (one fewer than the node list's entries
     // when one of them is named twice).
     let mut servers = nodes;
     match scenario.clients {
-        Clients::Standard => {}
+        Clients::Standard | Clients::BareQuorums => {}
         Clients::BareMajorities => {
             settings.max_sleep = settings.ttl / 2;
             settings.locks = 3;
@@ -290,6 +347,22 @@ pub async fn run(
     settings.restart_quarantine = guards.quarantine;
     settings.clock_jump_guard = guards.clock;
     let settings = Arc::new(settings);
+    // How many nodes each proxied client reaches, where not all.
+    let reach = match scenario.clients {
+        Clients::BareMajorities => Some(majority(servers)),
+        Clients::BareQuorums => Some(permit_quorum(servers, settings.permits.unwrap_or(1))),
+        Clients::Standard | Clients::ServerTwice => None,
+    };
+    let cut: Vec<Link> = reach
+        .into_iter()
+        .flat_map(|reach| {
+            settings.proxied.iter().flat_map(move |&worker| {
+                unreached(worker, servers, reach)
+                    .into_iter()
+                    .map(move |node| Link { worker, node })
+            })
+        })
+        .collect();
     let topo = Topology {
         nodes: servers,
         fsync: (0..servers)
@@ -303,6 +376,7 @@ pub async fn run(
             .map(|n| scenario.fake_clock && n == 0)
             .collect(),
         proxied: settings.proxied.clone(),
+        cut: cut.clone(),
         ttl: settings.ttl,
     };
     let length = Duration::from_secs(seconds);
@@ -344,18 +418,15 @@ pub async fn run(
     }
     let epoch = Instant::now();
     let rec = Recorder::new(epoch);
+    for link in &cut {
+        rig.cut(link.worker, link.node);
+    }
     let mut clients = Vec::new();
     for worker in 0..settings.workers {
         let nt = settings.node_timeout_of(worker);
         let urls = match scenario.clients {
             Clients::ServerTwice => server_twice(&rig.addrs),
-            Clients::BareMajorities => {
-                for node in unreached(worker, servers, &settings.proxied) {
-                    rig.cut(worker, node);
-                }
-                rig.urls_for(worker)
-            }
-            Clients::Standard => rig.urls_for(worker),
+            _ => rig.urls_for(worker),
         };
         clients.push(
             Client::connect(
@@ -371,12 +442,52 @@ pub async fn run(
             .await?,
         );
     }
-    if scenario.clients == Clients::BareMajorities {
+    let semaphore = match settings.permits {
+        Some(permits) => {
+            let sem = clients[0].locker.semaphore(workload::lock_name(0), permits);
+            if scenario.clients == Clients::BareQuorums && reach != Some(sem.quorum()) {
+                return Err(format!(
+                    "{}: the soak counts a permit's quorum as {reach:?} of {servers} nodes, \
+                     the library as {}",
+                    scenario.name,
+                    sem.quorum()
+                ));
+            }
+            if servers > 1 && sem.tolerates() == 0 {
+                return Err(format!(
+                    "{}: {permits} permits over {servers} nodes leave no node that may fail \
+                     (a permit needs all of them): use --nodes 1, or 5 or more",
+                    scenario.name
+                ));
+            }
+            notes.push(format!(
+                "semaphore: {permits} permits on each of {} names for {} clients, a permit on \
+                 {} of {servers} nodes; {:.0}% try_acquire, {:.0}% kept alive (held up to {} \
+                 ms), critical sections up to {} ms; fencing on",
+                settings.locks,
+                settings.workers,
+                sem.quorum(),
+                settings.try_share * 100.0,
+                settings.keep_alive_share * 100.0,
+                settings.keep_alive_hold.as_millis(),
+                settings.max_sleep.as_millis()
+            ));
+            Some(Semaphores {
+                permits,
+                flagged_by: None,
+            })
+        }
+        None => None,
+    };
+    if let Some(reach) = reach {
         notes.push(format!(
-            "clients {:?} each reach a bare majority of the nodes ({} of {servers}; client w: \
-             nodes w, w+1, ... mod {servers}), the others every node",
+            "clients {:?} each reach {} of the nodes ({reach} of {servers}; client w: nodes w, \
+             w+1, ... mod {servers}), the others every node",
             settings.proxied,
-            majority(servers)
+            match scenario.clients {
+                Clients::BareQuorums => "a permit's quorum",
+                _ => "a bare majority",
+            }
         ));
     }
     if scenario.clients == Clients::ServerTwice {
@@ -456,7 +567,7 @@ pub async fn run(
             "{stuck} worker(s) did not return within {drain:?} after the deadline"
         ));
     }
-    let read_write = scenario.read_write.then(|| ReadWrite {
+    let read_write = (scenario.workload == Workload::ReadWrite).then(|| ReadWrite {
         waits_judged: (0..settings.workers)
             .filter(|w| !settings.proxied.contains(w))
             .collect(),
@@ -499,6 +610,7 @@ pub async fn run(
         notes,
         same_server: (scenario.clients == Clients::ServerTwice).then_some([0, 1]),
         read_write,
+        semaphore,
     })
 }
 
@@ -507,14 +619,18 @@ fn majority(n: usize) -> usize {
     n / 2 + 1
 }
 
-/// The nodes a bare-majority client does not reach: client `w` (one of
-/// `proxied`) reaches nodes `w, w+1, ...` (mod `n`), a bare majority;
-/// the other clients reach every node.
-fn unreached(worker: usize, n: usize, proxied: &[usize]) -> Vec<usize> {
-    if !proxied.contains(&worker) {
-        return Vec::new();
-    }
-    (majority(n)..n).map(|k| (worker + k) % n).collect()
+/// A semaphore's quorum of `n` nodes for `permits` permits, as the
+/// library counts it (`Semaphore::quorum`, against which the run checks
+/// it): `n * permits / (permits + 1) + 1`.
+fn permit_quorum(n: usize, permits: u32) -> usize {
+    let permits = permits as usize;
+    n * permits / (permits + 1) + 1
+}
+
+/// The nodes a client that reaches `reach` of `n` does not: client `w`
+/// reaches nodes `w, w+1, ...` (mod `n`).
+fn unreached(worker: usize, n: usize, reach: usize) -> Vec<usize> {
+    (reach.min(n)..n).map(|k| (worker + k) % n).collect()
 }
 
 /// The node list with server 0 named twice: `redis://127.0.0.1:P`,
@@ -535,17 +651,31 @@ mod tests {
 
     #[test]
     fn bare_majority_clients_each_miss_a_minority_and_differ() {
-        let proxied: Vec<usize> = (0..6).collect();
         for worker in 0..6 {
-            let cut = unreached(worker, 5, &proxied);
+            let cut = unreached(worker, 5, majority(5));
             assert_eq!(cut.len(), 2, "{cut:?}");
             assert!(!cut.contains(&(worker % 5)));
         }
-        assert_eq!(unreached(0, 5, &proxied), [3, 4]);
-        assert_eq!(unreached(3, 5, &proxied), [1, 2]);
-        assert!(unreached(6, 5, &proxied).is_empty());
-        assert!(unreached(0, 1, &proxied).is_empty());
-        assert_eq!(unreached(1, 3, &proxied), [0]);
+        assert_eq!(unreached(0, 5, majority(5)), [3, 4]);
+        assert_eq!(unreached(3, 5, majority(5)), [1, 2]);
+        assert!(unreached(0, 1, majority(1)).is_empty());
+        assert_eq!(unreached(1, 3, majority(3)), [0]);
+    }
+
+    #[test]
+    fn bare_quorum_clients_each_miss_another_node() {
+        // 3 permits over 5 nodes: a permit on 4; the five first clients
+        // each miss a different node.
+        assert_eq!(permit_quorum(5, 3), 4);
+        assert_eq!((permit_quorum(5, 1), permit_quorum(3, 2)), (3, 3));
+        let missed: Vec<usize> = (0..5)
+            .map(|w| match unreached(w, 5, permit_quorum(5, 3))[..] {
+                [node] => node,
+                ref other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(missed, [4, 0, 1, 2, 3]);
+        assert!(unreached(0, 1, permit_quorum(1, 3)).is_empty());
     }
 
     #[test]

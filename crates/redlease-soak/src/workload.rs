@@ -17,6 +17,12 @@
 //! alive instead of extended, and held for up to 1.5 x TTL across their
 //! renewals.
 //!
+//! The semaphore workload ([`Settings::semaphore`]) takes permits
+//! instead, of semaphores of [`Settings::permits`] permits (fewer than the
+//! clients that want them): `acquire` or `try_acquire`, some kept alive;
+//! a holder reads the counter, sleeps, sometimes extends, and writes
+//! nothing (several hold at once).
+//!
 //! Bounds a call must return within (check 5 adds a slack), from the
 //! library's docs, with `nt` the client's node timeout:
 //! - `try_lock`: `3 x nt` (acquire round, fencing write-back, cleanup);
@@ -24,7 +30,8 @@
 //!   after one subscription wait of `nt`); in the read-write workload,
 //!   `wait + 5 x nt` for writers: one that readers kept waiting clears its
 //!   writer-waiting mark on every node before it returns the lease (and
-//!   `read_lock` is given the same bound);
+//!   `read_lock` is given the same bound); a permit's `try_acquire` and
+//!   `acquire` as `try_lock` and `lock`;
 //! - `extend`, `release`: `2 x nt` (waiting out the acquire's stragglers,
 //!   then one round);
 //! - `check_servers`: the connect timeout plus `nt` (each node at once).
@@ -101,6 +108,14 @@ pub struct Settings {
     pub writer_wait: Option<Duration>,
     /// The Lockers' key prefix (`None`: the library's default).
     pub key_prefix: Option<String>,
+    /// The semaphore workload: every acquisition is a permit of a
+    /// semaphore of this many permits, one semaphore per lock name
+    /// (`None`: locks).
+    pub permits: Option<u32>,
+    /// Permits counted at a plain majority of the nodes
+    /// (`Semaphore::unsafe_majority`, unsafe beyond one permit): the
+    /// negative control's clients only.
+    pub unsafe_majority: bool,
 }
 
 impl Settings {
@@ -134,6 +149,8 @@ impl Settings {
             keep_alive_hold: ttl * 3 / 2,
             writer_wait: None,
             key_prefix: None,
+            permits: None,
+            unsafe_majority: false,
         }
     }
 
@@ -150,6 +167,23 @@ impl Settings {
             read_share: 0.85,
             keep_alive_share: 0.2,
             writer_wait: Some(standard.ttl * 6),
+            ..standard
+        }
+    }
+
+    /// The semaphore workload on [`standard`](Self::standard)'s clients:
+    /// 2 names, each a semaphore of 3 permits, for 8 clients (so permits
+    /// run out, and waiters queue); 30% of the acquisitions `try_acquire`,
+    /// 20% kept alive (held up to 1.5 x TTL); critical sections up to
+    /// TTL/5. Every client has fencing on: tokens go up per name.
+    pub fn semaphore(patient: bool) -> Settings {
+        let standard = Settings::standard(patient);
+        Settings {
+            locks: 2,
+            permits: Some(3),
+            try_share: 0.3,
+            keep_alive_share: 0.2,
+            max_sleep: standard.ttl / 5,
             ..standard
         }
     }
@@ -253,6 +287,10 @@ pub struct Client {
     lock_rounds: u32,
     /// The clients take read locks too: writers call `write_lock`.
     read_write: bool,
+    /// A permit is one of this many ([`Settings::permits`]).
+    permits: u32,
+    /// [`Settings::unsafe_majority`].
+    unsafe_majority: bool,
 }
 
 /// How a recorded call went, before it becomes an [`Outcome`].
@@ -318,6 +356,8 @@ impl Client {
             write_margin: settings.write_margin,
             lock_rounds: settings.lock_rounds(),
             read_write: settings.takes_read_locks(),
+            permits: settings.permits.unwrap_or(1),
+            unsafe_majority: settings.unsafe_majority,
         })
     }
 
@@ -394,8 +434,8 @@ impl Client {
     }
 
     /// Acquires lock `lock` as `request` says: `lock` (`write_lock` where
-    /// the clients take read locks too) or `read_lock`, or their `try_`
-    /// forms when `once`.
+    /// the clients take read locks too), `read_lock` or a permit of the
+    /// name's semaphore (`acquire`), or their `try_` forms when `once`.
     pub async fn take(&mut self, lock: usize, request: Request) -> Option<Held> {
         let name = lock_name(lock);
         let call = if request.once {
@@ -405,6 +445,15 @@ impl Client {
         };
         let locker = &self.locker;
         let read_write = self.read_write;
+        let (permits, unsafe_majority) = (self.permits, self.unsafe_majority);
+        let semaphore = move |name| {
+            let semaphore = locker.semaphore(name, permits);
+            if unsafe_majority {
+                semaphore.unsafe_majority()
+            } else {
+                semaphore
+            }
+        };
         let invoke = Instant::now();
         let ran = guarded(async move {
             let Request {
@@ -418,6 +467,7 @@ impl Client {
                 let mut req = match mode {
                     Mode::Read => locker.try_read_lock(name),
                     Mode::Write => locker.try_lock(name),
+                    Mode::Permit => semaphore(name).try_acquire(),
                 };
                 if let Some(ttl) = ttl {
                     req = req.ttl(ttl);
@@ -431,6 +481,7 @@ impl Client {
                     Mode::Read => locker.read_lock(name),
                     Mode::Write if read_write => locker.write_lock(name),
                     Mode::Write => locker.lock(name),
+                    Mode::Permit => semaphore(name).acquire(),
                 };
                 if let Some(ttl) = ttl {
                     req = req.ttl(ttl);
@@ -710,7 +761,9 @@ pub async fn work(mut client: Client, settings: Arc<Settings>, seed: u64, deadli
 fn draw(settings: &Settings, keep_alive_share: f64, rng: &mut StdRng) -> Request {
     let once = rng.random_bool(settings.try_share);
     let chance = |rng: &mut StdRng, share: f64| share > 0.0 && rng.random_bool(share);
-    let mode = if chance(rng, settings.read_share) {
+    let mode = if settings.permits.is_some() {
+        Mode::Permit
+    } else if chance(rng, settings.read_share) {
         Mode::Read
     } else {
         Mode::Write
@@ -797,5 +850,26 @@ mod tests {
         assert_eq!(settings.lock_rounds(), 5);
         assert_eq!(Settings::standard(true).lock_rounds(), 4);
         assert_eq!(settings.longest_wait(), settings.ttl * 6);
+    }
+
+    #[test]
+    fn the_semaphore_workload_takes_only_permits_some_once_some_kept_alive() {
+        let settings = Settings::semaphore(false);
+        assert_eq!((settings.permits, settings.locks), (Some(3), 2));
+        assert!(!settings.unsafe_majority && settings.unfenced.is_empty());
+        let mut rng = StdRng::seed_from_u64(7);
+        let draws: Vec<Request> = (0..1000)
+            .map(|_| draw(&settings, settings.keep_alive_share, &mut rng))
+            .collect();
+        assert!(draws
+            .iter()
+            .all(|r| r.mode == Mode::Permit && r.wait.is_none()));
+        let once = draws.iter().filter(|r| r.once).count();
+        assert!((250..=350).contains(&once), "{once} try_acquire");
+        let kept = draws.iter().filter(|r| r.keep_alive).count();
+        assert!((150..=250).contains(&kept), "{kept} kept alive");
+        // Permits wait and are bounded as locks are.
+        assert_eq!(settings.lock_rounds(), 4);
+        assert_eq!(settings.longest_wait(), settings.ttl);
     }
 }
