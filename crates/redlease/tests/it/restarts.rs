@@ -257,8 +257,9 @@ async fn one_server_given_twice_is_refused() {
     // A Locker whose connections already reached both names (here through
     // inspect) refuses before sending a lock request (SET or script).
     let known = locker_of(urls.clone());
-    let before = crate::support::lock_calls(nodes.node(1)).await;
     known.admin().inspect("job").await.unwrap();
+    // Counted after inspect, whose look at the lock's modes is a script.
+    let before = crate::support::lock_calls(nodes.node(1)).await;
     let refused = known.try_lock("job").await;
     assert!(
         matches!(refused, Err(Error::SameServer { .. })),
