@@ -268,6 +268,8 @@ impl LockStatus {
     /// match status.mode() {
     ///     Some(redlease::LockMode::Shared) => println!("{} readers", status.readers()),
     ///     Some(redlease::LockMode::Exclusive) => println!("a writer"),
+    ///     Some(redlease::LockMode::Permit) => println!("{} permit holders", status.readers()),
+    ///     Some(_) => println!("held"),
     ///     None => println!("not held"),
     /// }
     /// # }

@@ -117,32 +117,37 @@ impl FromRedisValue for AcquireAllReply {
         let Value::Array(items) = &v else {
             return Err(bad());
         };
-        let ints: Vec<i64> = items
-            .iter()
-            .map(|item| match item {
-                Value::Int(i) => Ok(*i),
-                _ => Err(bad()),
-            })
-            .collect::<Result<_, _>>()?;
+        let int = |item: &Value| match item {
+            Value::Int(i) => Ok(*i),
+            _ => Err(bad()),
+        };
         let natural = |i: i64| u64::try_from(i).map_err(|_| bad());
-        match ints.as_slice() {
-            [0, index, pttl, waiting, owner] => Ok(AcquireAllReply::Held {
-                index: usize::try_from(*index)
-                    .ok()
-                    .and_then(|i| i.checked_sub(1))
-                    .ok_or_else(bad)?,
-                expires_in: match *pttl {
-                    -1 => None,
-                    ms => Some(Duration::from_millis(natural(ms)?)),
-                },
-                // Counted by the server: never below zero in fact.
-                waiting: (*waiting).max(0) as u64,
-                owner: u32::try_from(*owner).map_err(|_| bad())?,
-            }),
+        let head = items.first().map(int).transpose()?;
+        match (head, items.len()) {
+            (Some(0), 5) => {
+                let [_, index, pttl, waiting, owner] = [0, 1, 2, 3, 4].map(|i| int(&items[i]));
+                let (index, pttl, waiting, owner) = (index?, pttl?, waiting?, owner?);
+                Ok(AcquireAllReply::Held {
+                    index: usize::try_from(index)
+                        .ok()
+                        .and_then(|i| i.checked_sub(1))
+                        .ok_or_else(bad)?,
+                    expires_in: match pttl {
+                        -1 => None,
+                        ms => Some(Duration::from_millis(natural(ms)?)),
+                    },
+                    // Counted by the server: never below zero in fact.
+                    waiting: waiting.max(0) as u64,
+                    owner: u32::try_from(owner).map_err(|_| bad())?,
+                })
+            }
             // The clock's two numbers cannot be told from two fences by
             // shape: `check` holds the reply to what was asked.
-            [1, rest @ ..] if !rest.is_empty() => Ok(AcquireAllReply::Taken {
-                fences: rest.iter().map(|&f| natural(f)).collect::<Result<_, _>>()?,
+            (Some(1), 2..) => Ok(AcquireAllReply::Taken {
+                fences: items[1..]
+                    .iter()
+                    .map(|f| int(f).and_then(natural))
+                    .collect::<Result<_, _>>()?,
                 clock: None,
             }),
             _ => Err(bad()),
