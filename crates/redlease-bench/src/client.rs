@@ -76,6 +76,20 @@ pub trait LockClient: Send + Sync + 'static {
         async move { Err(error.into()) }
     }
 
+    /// Blocking acquire of every lock of `names`, held together, like
+    /// [`acquire`](Self::acquire), for a client that can; the others fail
+    /// (the runner never asks them: see `Workload::has_peers`).
+    fn acquire_all(
+        &self,
+        names: &[String],
+    ) -> impl Future<Output = Result<Self::Guard, BenchError>> + Send {
+        let error = format!(
+            "{} takes no several locks at once (asked for {names:?})",
+            self.label()
+        );
+        async move { Err(error.into()) }
+    }
+
     /// Gives the lock back; an error if it was no longer ours.
     fn release(&self, guard: Self::Guard) -> impl Future<Output = Result<(), BenchError>> + Send;
 }
@@ -173,7 +187,58 @@ impl LockClient for Redlease {
         Ok(semaphore.acquire().await?)
     }
 
+    async fn acquire_all(&self, names: &[String]) -> Result<Self::Guard, BenchError> {
+        // All or none, one lease for them all: one script call per node
+        // to take them, one to give them back.
+        Ok(self.locker.lock_all(names.iter().cloned()).await?)
+    }
+
     async fn release(&self, lease: Self::Guard) -> Result<(), BenchError> {
         Ok(lease.release().await?)
+    }
+}
+
+/// The library without `lock_all`: several locks taken one after another
+/// with `lock`, in the order given, and released in reverse, as a caller
+/// holding nested locks would. Its own `Locker`, with the defaults (as the
+/// `redlease` client's).
+pub struct Nested {
+    lib: Redlease,
+}
+
+impl Nested {
+    /// Must run inside the Tokio runtime.
+    pub fn new(urls: &[String]) -> Result<Self, BenchError> {
+        Ok(Nested {
+            lib: Redlease::new(urls, Variant::Default)?,
+        })
+    }
+}
+
+impl LockClient for Nested {
+    /// The leases in the order they were taken.
+    type Guard = Vec<redlease::Lease>;
+
+    fn label(&self) -> &'static str {
+        "nested"
+    }
+
+    async fn acquire(&self, name: &str) -> Result<Self::Guard, BenchError> {
+        Ok(vec![self.lib.locker.lock(name).await?])
+    }
+
+    async fn acquire_all(&self, names: &[String]) -> Result<Self::Guard, BenchError> {
+        let mut leases = Vec::with_capacity(names.len());
+        for name in names {
+            leases.push(self.lib.locker.lock(name.as_str()).await?);
+        }
+        Ok(leases)
+    }
+
+    async fn release(&self, leases: Self::Guard) -> Result<(), BenchError> {
+        for lease in leases.into_iter().rev() {
+            lease.release().await?;
+        }
+        Ok(())
     }
 }

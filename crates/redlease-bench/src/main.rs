@@ -13,6 +13,7 @@
 //! ```
 
 mod client;
+mod commands;
 mod conn;
 mod cpu;
 mod raw;
@@ -61,7 +62,7 @@ struct Args {
     nodes: Vec<usize>,
     /// Concurrent workers for contended and read-mostly (default 8),
     /// semaphore (default 16) and independent (default 64); uncontended
-    /// always has 1.
+    /// and multi always have 1.
     #[arg(long)]
     workers: Option<usize>,
     /// Measured seconds per client and workload (fractions allowed).
@@ -128,7 +129,11 @@ enum WorkloadArg {
     /// K workers (default 16) on one semaphore of 4 permits (redlease
     /// only: no other client has semaphores).
     Semaphore,
-    /// All five, one after another.
+    /// 1 worker holding 4 fresh names at once each cycle, with `lock_all`
+    /// and with 4 nested `lock` calls, and the servers' round trips and
+    /// commands per cycle (redlease only).
+    Multi,
+    /// All six, one after another.
     All,
     /// Many leases held at once under automatic renewal (--leases, TTL 3 s,
     /// held for --seconds): client CPU, memory, round trips, leases lost
@@ -228,11 +233,14 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
         WorkloadArg::Independent => vec![Workload::Independent],
         WorkloadArg::ReadMostly => vec![Workload::ReadMostly],
         WorkloadArg::Semaphore => vec![Workload::Semaphore],
+        WorkloadArg::Multi => vec![Workload::Multi],
         WorkloadArg::All => Workload::ALL.to_vec(),
         WorkloadArg::Renewal => return Err("the renewal workload runs on its own".into()),
     };
-    if args.workers.is_some() && workloads == [Workload::Uncontended] {
-        eprintln!("note: --workers is ignored for uncontended, which always has 1 worker");
+    if args.workers.is_some() && workloads.iter().all(|w| w.single_worker()) {
+        eprintln!(
+            "note: --workers is ignored for uncontended and multi, which always have 1 worker"
+        );
     }
     Ok(Plan {
         workloads,
@@ -274,8 +282,8 @@ fn check_cluster_args(k: usize, args: &Args) -> Result<(), BenchError> {
     }
     if args.workload == WorkloadArg::Renewal {
         return Err(
-            "--cluster runs the uncontended, contended, independent, read-mostly and semaphore \
-             workloads; the renewal workload does not take --cluster"
+            "--cluster runs the uncontended, contended, independent, read-mostly, semaphore and \
+             multi workloads; the renewal workload does not take --cluster"
                 .into(),
         );
     }
@@ -430,39 +438,44 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
     let mut reports = Vec::new();
     for &n in &plan.node_counts {
         // Our own redis-server processes unless --urls; stopped at the end
-        // of this iteration.
-        let (_nodes, urls, pids) = if let Some(cluster) = &cluster {
+        // of this iteration. Each server process's own URL too, for its
+        // counters (every process of a cluster).
+        let (_nodes, urls, server_urls, pids) = if let Some(cluster) = &cluster {
             // Server CPU is every cluster process's, summed.
             let pids: Vec<u32> = cluster.iter().filter_map(RedisNode::pid).collect();
             if pids.len() != cluster.len() {
                 return Err("--cluster: a redis-server node of the cluster is not running".into());
             }
-            (None, vec![cluster.cluster_url()], pids)
+            (None, vec![cluster.cluster_url()], cluster.urls(), pids)
         } else if plan.urls.is_empty() {
             let nodes = RedisNodes::start(n);
             let urls = nodes.urls();
             let pids: Vec<u32> = nodes.iter().filter_map(|node| node.pid()).collect();
-            (Some(nodes), urls, pids)
+            (Some(nodes), urls.clone(), urls, pids)
         } else {
-            (None, plan.urls.clone(), Vec::new())
+            (None, plan.urls.clone(), plan.urls.clone(), Vec::new())
         };
         for &workload in &plan.workloads {
-            let workers = match workload {
-                Workload::Uncontended => 1,
-                _ => plan.workers.unwrap_or(workload.default_workers()),
+            let workers = if workload.single_worker() {
+                1
+            } else {
+                plan.workers.unwrap_or(workload.default_workers())
             };
             let tag = format!("bench-{run_id}-{workload}-{n}");
             let report = runtime.block_on(runner::measure(
                 &plan.settings,
                 workload,
                 &urls,
-                &pids,
+                runner::Servers {
+                    pids: &pids,
+                    urls: &server_urls,
+                },
                 workers,
                 plan.cluster,
                 &tag,
             ))?;
             eprintln!(
-                "done: {workload} on {}, {workers} worker(s): redlease {:.0}/s{}{}{}{}",
+                "done: {workload} on {}, {workers} worker(s): redlease {:.0}/s{}{}{}{}{}",
                 report.deployment(),
                 report.lib.cycles_per_s,
                 report
@@ -481,6 +494,16 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
                     .map(|p| format!(
                         " ({} permits, at most {} held at once)",
                         p.permits, p.holders.peak
+                    ))
+                    .unwrap_or_default(),
+                report
+                    .nested
+                    .as_ref()
+                    .map(|nested| format!(
+                        " with lock_all{}, nested {:.0}/s{}",
+                        round_trips(&report.lib),
+                        nested.cycles_per_s,
+                        round_trips(nested)
                     ))
                     .unwrap_or_default(),
                 report
@@ -526,6 +549,16 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
         }
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// " (R round trips per cycle and node)" of a multi run whose servers'
+/// counters were read, else nothing.
+fn round_trips(run: &report::ClientRun) -> String {
+    run.multi
+        .as_ref()
+        .and_then(|m| m.served.as_ref())
+        .map(|s| format!(" ({:.2} round trips per cycle and node)", s.round_trips))
+        .unwrap_or_default()
 }
 
 fn print_header(plan: &Plan) {
@@ -603,6 +636,25 @@ mod tests {
         assert_eq!(one.workers, None);
         assert_eq!(Workload::Semaphore.default_workers(), 16);
         assert!(!Workload::Semaphore.has_peers());
+    }
+
+    #[test]
+    fn all_runs_multi_too_with_one_worker_whatever_workers_says() {
+        let all = plan(Args::parse_from(["bench"])).unwrap();
+        assert!(all.workloads.contains(&Workload::Multi));
+        let one = plan(Args::parse_from([
+            "bench",
+            "--workload",
+            "multi",
+            "--workers",
+            "8",
+        ]))
+        .unwrap();
+        assert_eq!(one.workloads, vec![Workload::Multi]);
+        assert!(Workload::Multi.single_worker());
+        assert_eq!(Workload::Multi.default_workers(), 1);
+        assert!(!Workload::Multi.has_peers());
+        assert!(!Workload::Semaphore.single_worker());
     }
 
     #[test]

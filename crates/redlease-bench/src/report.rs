@@ -1,11 +1,14 @@
 //! Turning measured outcomes into figures: the readable table and the
 //! one-JSON-object-per-workload lines.
 
+use std::collections::BTreeMap;
+
 use crate::stats::LockMode;
 use serde_json::{json, Map, Value};
 
+use crate::commands::Served;
 use crate::stats::{self, Cycle, Handoffs, Holders, Percentiles, Sharing};
-use crate::workloads::{Outcome, Workload, PERMITS};
+use crate::workloads::{Outcome, Workload, MULTI_NAMES, PERMITS};
 
 /// One client's figures for one workload.
 #[derive(Debug)]
@@ -27,6 +30,8 @@ pub struct ClientRun {
     pub read_write: Option<ReadWrite>,
     /// Semaphore workload only.
     pub permits: Option<Permits>,
+    /// Multi workload only.
+    pub multi: Option<Multi>,
 }
 
 /// What only a contended run has.
@@ -63,6 +68,58 @@ pub struct Permits {
     pub holders: Holders,
 }
 
+/// What only a multi run has: how many names each cycle held, and what
+/// the servers served per cycle.
+#[derive(Debug)]
+pub struct Multi {
+    /// Names held together each cycle.
+    pub names: usize,
+    /// Per cycle and node of the quorum (a cluster's processes summed as
+    /// its one node); `None` when some slice's counters could not be read.
+    pub served: Option<ServedPerCycle>,
+}
+
+/// The servers' counters per cycle and node (see `commands`).
+#[derive(Debug, PartialEq)]
+pub struct ServedPerCycle {
+    /// Read events on client sockets: with one worker, round trips.
+    pub round_trips: f64,
+    /// Commands executed, a script's inner calls included.
+    pub commands: f64,
+    /// The same by command name.
+    pub calls: BTreeMap<String, f64>,
+}
+
+impl ServedPerCycle {
+    /// `total` served over `cycles` cycles on `nodes` nodes.
+    fn new(total: &Served, cycles: u64, nodes: usize) -> Option<ServedPerCycle> {
+        let per = (cycles as f64) * (nodes as f64);
+        if per <= 0.0 {
+            return None;
+        }
+        Some(ServedPerCycle {
+            round_trips: total.reads as f64 / per,
+            commands: total.commands as f64 / per,
+            calls: total
+                .calls
+                .iter()
+                .map(|(name, &n)| (name.clone(), n as f64 / per))
+                .collect(),
+        })
+    }
+
+    /// "evalsha 2.00, set 4.00": the calls, most first.
+    fn calls_text(&self) -> String {
+        let mut calls: Vec<(&String, &f64)> = self.calls.iter().collect();
+        calls.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+        calls
+            .iter()
+            .map(|(name, n)| format!("{name} {n:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// Completed writes minus the final counter, summed over the slices.
 fn lost_updates(slices: &[Outcome]) -> i64 {
     slices
@@ -79,8 +136,14 @@ fn lost_updates(slices: &[Outcome]) -> i64 {
 }
 
 impl ClientRun {
-    /// Figures over all measured slices (rounds) of one client.
-    pub fn new(client: &'static str, workload: Workload, slices: &[Outcome]) -> ClientRun {
+    /// Figures over all measured slices (rounds) of one client, on `nodes`
+    /// nodes of the quorum.
+    pub fn new(
+        client: &'static str,
+        workload: Workload,
+        nodes: usize,
+        slices: &[Outcome],
+    ) -> ClientRun {
         let cycles: Vec<Cycle> = slices
             .iter()
             .flat_map(|o| o.cycles.iter().copied())
@@ -98,6 +161,7 @@ impl ClientRun {
         let contended = counted && workload == Workload::Contended;
         let read_mostly = counted && workload == Workload::ReadMostly;
         let semaphore = !slices.is_empty() && workload == Workload::Semaphore;
+        let multi = !slices.is_empty() && workload == Workload::Multi;
         let rate = |n: u64| {
             if elapsed_s > 0.0 {
                 n as f64 / elapsed_s
@@ -152,6 +216,24 @@ impl ClientRun {
                 permits: PERMITS,
                 wait: stats::acquire_latencies(&cycles),
                 holders: stats::holders(slices.iter().map(|o| &o.cycles[..]), PERMITS),
+            }),
+            multi: multi.then(|| Multi {
+                names: MULTI_NAMES,
+                served: slices
+                    .iter()
+                    .map(|o| o.served.as_ref())
+                    .collect::<Option<Vec<&Served>>>()
+                    .and_then(|all| {
+                        let mut total = Served::default();
+                        for s in all {
+                            total.reads += s.reads;
+                            total.commands += s.commands;
+                            for (name, n) in &s.calls {
+                                *total.calls.entry(name.clone()).or_default() += n;
+                            }
+                        }
+                        ServedPerCycle::new(&total, ops, nodes)
+                    }),
             }),
         }
     }
@@ -234,6 +316,29 @@ impl ClientRun {
             out.insert("overlaps".into(), json!(p.holders.overlaps));
             out.insert("peak_holders".into(), json!(p.holders.peak));
         }
+        if let Some(m) = &self.multi {
+            out.insert("names".into(), json!(m.names));
+            let served = m.served.as_ref();
+            out.insert(
+                "round_trips_per_cycle_per_node".into(),
+                json!(served.map(|s| round(s.round_trips, 3))),
+            );
+            out.insert(
+                "commands_per_cycle_per_node".into(),
+                json!(served.map(|s| round(s.commands, 3))),
+            );
+            out.insert(
+                "calls_per_cycle_per_node".into(),
+                served.map_or(Value::Null, |s| {
+                    Value::Object(
+                        s.calls
+                            .iter()
+                            .map(|(name, &n)| (name.clone(), json!(round(n, 3))))
+                            .collect(),
+                    )
+                }),
+            );
+        }
         out.insert("per_worker".into(), json!(self.per_worker));
     }
 
@@ -280,6 +385,9 @@ pub struct WorkloadReport {
     /// `SET NX PX` and compare-and-delete: the floor.
     pub plain: Option<ClientRun>,
     pub rslock: Option<ClientRun>,
+    /// Multi only: the library with one `lock` after another instead of
+    /// `lock_all` (`lib`).
+    pub nested: Option<ClientRun>,
     /// The library with fencing tokens on (`--compare fenced`).
     pub fenced: Option<ClientRun>,
     /// The library with the clock-jump guard off (`--compare unguarded`).
@@ -327,6 +435,7 @@ impl WorkloadReport {
             self.raw.as_ref(),
             self.plain.as_ref(),
             self.rslock.as_ref(),
+            self.nested.as_ref(),
             self.fenced.as_ref(),
             self.unguarded.as_ref(),
         ]
@@ -388,6 +497,16 @@ impl WorkloadReport {
                 json!(round(ratio(self.lib.cycles_per_s, rs.cycles_per_s), 3)),
             );
         }
+        if let Some(nested) = &self.nested {
+            out.insert(
+                "nested_cycles_per_s".into(),
+                json!(round(nested.cycles_per_s, 1)),
+            );
+            out.insert(
+                "ratio_vs_nested".into(),
+                json!(round(ratio(self.lib.cycles_per_s, nested.cycles_per_s), 3)),
+            );
+        }
         if let Some(raw) = &self.raw {
             out.insert("raw".into(), raw.json());
         }
@@ -396,6 +515,9 @@ impl WorkloadReport {
         }
         if let Some(rs) = &self.rslock {
             out.insert("rslock".into(), rs.json());
+        }
+        if let Some(nested) = &self.nested {
+            out.insert("nested".into(), nested.json());
         }
         if let Some(f) = &self.fenced {
             out.insert("fenced".into(), f.json());
@@ -417,7 +539,8 @@ fn ratio(a: f64, b: f64) -> f64 {
 
 /// The readable tables: throughput and latency for every run, then the
 /// hand-off details of the contended runs, the reads and writes of the
-/// read-mostly runs and the permits of the semaphore runs.
+/// read-mostly runs, the permits of the semaphore runs and what the
+/// servers served per cycle of the multi runs.
 pub fn table(reports: &[WorkloadReport]) -> String {
     let mut main = vec![row(&[
         "workload",
@@ -583,6 +706,52 @@ pub fn table(reports: &[WorkloadReport]) -> String {
         out.push('\n');
         out.push_str(&render(&semaphore));
     }
+
+    let mut multi = vec![row(&[
+        "multi",
+        "nodes",
+        "names",
+        "client",
+        "takes",
+        "cycles/s",
+        "vs nested",
+        "round trips/node",
+        "commands/node",
+        "calls per cycle and node",
+    ])];
+    for r in reports {
+        for run in r.runs() {
+            let Some(m) = &run.multi else { continue };
+            let served = m.served.as_ref();
+            multi.push(vec![
+                String::new(),
+                r.nodes_cell(),
+                m.names.to_string(),
+                run.client.into(),
+                if run.client == "nested" {
+                    format!("{} x lock", m.names)
+                } else {
+                    "lock_all".into()
+                },
+                format!("{:.0}", run.cycles_per_s),
+                r.nested.as_ref().map_or_else(
+                    || "-".into(),
+                    |n| format!("{:.3}", ratio(run.cycles_per_s, n.cycles_per_s)),
+                ),
+                served.map_or_else(|| "-".into(), |s| format!("{:.2}", s.round_trips)),
+                served.map_or_else(|| "-".into(), |s| format!("{:.2}", s.commands)),
+                served.map_or_else(|| "-".into(), ServedPerCycle::calls_text),
+            ]);
+        }
+    }
+    if multi.len() > 1 {
+        out.push_str(
+            "\nmulti: per cycle and node of the quorum, from the servers' INFO: round trips = \
+             read events on client sockets, commands = commands executed (a script's own \
+             calls included)\n",
+        );
+        out.push_str(&render(&multi));
+    }
     out
 }
 
@@ -736,6 +905,7 @@ mod tests {
             final_counter: Some(counter),
             client_cpu: Duration::from_micros(50),
             server_cpu: None,
+            served: None,
         }
     }
 
@@ -744,6 +914,7 @@ mod tests {
         let ok = ClientRun::new(
             "x",
             Workload::Contended,
+            1,
             &[contended_slice(4, 4), contended_slice(3, 3)],
         );
         assert_eq!(ok.ops, 7);
@@ -754,6 +925,7 @@ mod tests {
         let lost = ClientRun::new(
             "x",
             Workload::Contended,
+            1,
             &[contended_slice(4, 4), contended_slice(3, 2)],
         );
         assert_eq!(lost.contention.as_ref().unwrap().lost_updates, 1);
@@ -765,6 +937,7 @@ mod tests {
         let run = ClientRun::new(
             "x",
             Workload::Contended,
+            1,
             &[contended_slice(5, 5), contended_slice(5, 5)],
         );
         // 10 cycles in 2 ms; 100 us of CPU over 10 cycles.
@@ -807,13 +980,19 @@ mod tests {
             final_counter: Some(counter),
             client_cpu: Duration::from_micros(50),
             server_cpu: None,
+            served: None,
         }
     }
 
     #[test]
     fn read_mostly_splits_reads_and_writes_and_fails_on_a_writer_among_readers() {
         // 3 readers together, then 2 writers; the counter counts writes only.
-        let ok = ClientRun::new("x", Workload::ReadMostly, &[read_mostly_slice(3, 2, 2, 60)]);
+        let ok = ClientRun::new(
+            "x",
+            Workload::ReadMostly,
+            1,
+            &[read_mostly_slice(3, 2, 2, 60)],
+        );
         assert!(ok.contention.is_none());
         let rw = ok.read_write.as_ref().unwrap();
         assert_eq!((rw.reads, rw.writes, rw.lost_updates), (3, 2, 0));
@@ -831,11 +1010,21 @@ mod tests {
         assert!(json.get("handoff_p50_us").is_none());
 
         // The first writer took the lock at 40, while the readers held it.
-        let overlap = ClientRun::new("x", Workload::ReadMostly, &[read_mostly_slice(3, 2, 2, 40)]);
+        let overlap = ClientRun::new(
+            "x",
+            Workload::ReadMostly,
+            1,
+            &[read_mostly_slice(3, 2, 2, 40)],
+        );
         assert_eq!(overlap.read_write.as_ref().unwrap().sharing.overlaps, 1);
         assert!(overlap.violation().unwrap().contains("1 holds taken"));
         // A write lost, counted against writes (not all cycles).
-        let lost = ClientRun::new("x", Workload::ReadMostly, &[read_mostly_slice(3, 2, 1, 60)]);
+        let lost = ClientRun::new(
+            "x",
+            Workload::ReadMostly,
+            1,
+            &[read_mostly_slice(3, 2, 1, 60)],
+        );
         assert_eq!(lost.read_write.as_ref().unwrap().lost_updates, 1);
         assert!(lost.violation().unwrap().contains("lost_updates = 1"));
     }
@@ -863,6 +1052,7 @@ mod tests {
             final_counter: Some(0),
             client_cpu: Duration::from_micros(50),
             server_cpu: None,
+            served: None,
         }
     }
 
@@ -872,6 +1062,7 @@ mod tests {
         let full = ClientRun::new(
             "x",
             Workload::Semaphore,
+            1,
             &[semaphore_slice(PERMITS), semaphore_slice(PERMITS)],
         );
         assert!(full.contention.is_none() && full.read_write.is_none());
@@ -895,6 +1086,7 @@ mod tests {
         let over = ClientRun::new(
             "x",
             Workload::Semaphore,
+            1,
             &[semaphore_slice(PERMITS), semaphore_slice(PERMITS + 1)],
         );
         let p = over.permits.as_ref().unwrap();
@@ -902,5 +1094,74 @@ mod tests {
         assert_eq!(p.holders.overlaps, 1);
         let why = over.violation().unwrap();
         assert!(why.contains(&format!("{} holders", PERMITS + 1)), "{why}");
+    }
+
+    /// A multi slice: `cycles` cycles, with what the servers served.
+    fn multi_slice(cycles: usize, served: Option<Served>) -> Outcome {
+        Outcome {
+            served,
+            ..contended_slice(cycles, 0)
+        }
+    }
+
+    fn served(reads: u64, commands: u64, evalsha: u64) -> Served {
+        Served {
+            reads,
+            commands,
+            calls: BTreeMap::from([("evalsha".to_string(), evalsha)]),
+        }
+    }
+
+    #[test]
+    fn multi_divides_what_the_servers_served_by_cycles_and_nodes() {
+        // 10 cycles on 5 nodes: 100 reads, 950 commands, 100 EVALSHA.
+        let run = ClientRun::new(
+            "redlease",
+            Workload::Multi,
+            5,
+            &[
+                multi_slice(4, Some(served(40, 380, 40))),
+                multi_slice(6, Some(served(60, 570, 60))),
+            ],
+        );
+        assert!(run.contention.is_none() && run.permits.is_none());
+        let m = run.multi.as_ref().unwrap();
+        assert_eq!(m.names, MULTI_NAMES);
+        let s = m.served.as_ref().unwrap();
+        assert_eq!(
+            *s,
+            ServedPerCycle {
+                round_trips: 2.0,
+                commands: 19.0,
+                calls: BTreeMap::from([("evalsha".to_string(), 2.0)]),
+            }
+        );
+        assert_eq!(s.calls_text(), "evalsha 2.00");
+        assert_eq!(run.violation(), None);
+        let json = run.json();
+        assert_eq!(json["names"], MULTI_NAMES);
+        assert_eq!(json["round_trips_per_cycle_per_node"], 2.0);
+        assert_eq!(json["commands_per_cycle_per_node"], 19.0);
+        assert_eq!(json["calls_per_cycle_per_node"]["evalsha"], 2.0);
+
+        // One slice whose counters could not be read: no figure at all,
+        // rather than one over the other slices' cycles.
+        let partial = ClientRun::new(
+            "redlease",
+            Workload::Multi,
+            1,
+            &[multi_slice(4, Some(served(8, 76, 8))), multi_slice(6, None)],
+        );
+        assert_eq!(partial.multi.as_ref().unwrap().served, None);
+        assert!(partial.json()["round_trips_per_cycle_per_node"].is_null());
+        // Other workloads carry no multi figures.
+        let other = ClientRun::new(
+            "x",
+            Workload::Uncontended,
+            1,
+            &[multi_slice(4, Some(served(8, 76, 8)))],
+        );
+        assert!(other.multi.is_none());
+        assert!(other.json().get("names").is_none());
     }
 }

@@ -2,13 +2,16 @@
 //! rounds (redlease, raw, plain, rslock; then raw, plain, rslock, redlease;
 //! ...), so a
 //! change in machine load hits all of them alike and the ratios hold. The
-//! read-mostly and semaphore workloads run the library's clients only (no
-//! peer has a read-write lock or a semaphore).
+//! read-mostly, semaphore and multi workloads run the library's clients
+//! only (no peer has a read-write lock, a semaphore or a lease over
+//! several locks); multi runs the library twice, with `lock_all` and with
+//! nested `lock` calls, and counts what the servers serve per slice.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{fence_key_for, key_for, BenchError, LockClient, Redlease, Variant};
+use crate::client::{fence_key_for, key_for, BenchError, LockClient, Nested, Redlease, Variant};
+use crate::commands::Counters;
 use crate::conn::NodeConn;
 use crate::cpu;
 use crate::raw::{Flavor, Raw};
@@ -39,6 +42,7 @@ pub struct Settings {
 enum Subject {
     Lib(Arc<Redlease>),
     Raw(Arc<Raw>),
+    Nested(Arc<Nested>),
     #[cfg(feature = "rslock")]
     Rslock(Arc<crate::rslock_cmp::Rslock>),
 }
@@ -48,6 +52,7 @@ impl Subject {
         match self {
             Subject::Lib(c) => c.label(),
             Subject::Raw(c) => c.label(),
+            Subject::Nested(c) => c.label(),
             #[cfg(feature = "rslock")]
             Subject::Rslock(c) => c.label(),
         }
@@ -60,6 +65,7 @@ impl Subject {
             Subject::Lib(_) => 'L',
             Subject::Raw(c) if c.label() == "plain" => 'P',
             Subject::Raw(_) => 'R',
+            Subject::Nested(_) => 'N',
             #[cfg(feature = "rslock")]
             Subject::Rslock(_) => 'S',
         }
@@ -72,10 +78,17 @@ impl Subject {
         duration: Duration,
         counter: &Counter,
         tag: &str,
-        server_pids: &[u32],
+        watch: &Watch<'_>,
     ) -> Result<Outcome, BenchError> {
         let tag = format!("{tag}-{}", self.letter());
-        let before = cpu::sample(server_pids);
+        // Outside the CPU window: the counters' own INFO calls are not the
+        // client's cost.
+        let counters = watch.counters;
+        let served_before = match counters {
+            Some(c) => c.sample().await.ok(),
+            None => None,
+        };
+        let before = cpu::sample(watch.pids);
         let outcome = match self {
             Subject::Lib(c) => {
                 workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
@@ -83,28 +96,55 @@ impl Subject {
             Subject::Raw(c) => {
                 workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
             }
+            Subject::Nested(c) => {
+                workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
+            }
             #[cfg(feature = "rslock")]
             Subject::Rslock(c) => {
                 workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
             }
         };
-        let (client_cpu, server_cpu) = cpu::sample(server_pids).since(&before);
+        let (client_cpu, server_cpu) = cpu::sample(watch.pids).since(&before);
         let mut outcome = outcome.map_err(|e| format!("{}, {workload}: {e}", self.label()))?;
         outcome.client_cpu = client_cpu;
         outcome.server_cpu = server_cpu;
+        if let (Some(counters), Some(before)) = (counters, served_before) {
+            outcome.served = counters
+                .sample()
+                .await
+                .ok()
+                .map(|after| after.since(&before, counters.processes()));
+        }
         Ok(outcome)
     }
+}
+
+/// The server processes behind the nodes, as far as they can be watched.
+#[derive(Clone, Copy, Debug)]
+pub struct Servers<'a> {
+    /// Their pids, for their CPU (none on nodes given with `--urls`).
+    pub pids: &'a [u32],
+    /// A plain URL of each (each node, or each process of a cluster), for
+    /// their counters (read by the multi workload only).
+    pub urls: &'a [String],
+}
+
+/// What a slice samples around itself: the servers' CPU, and their
+/// counters when there are some to read.
+struct Watch<'a> {
+    pids: &'a [u32],
+    counters: Option<&'a Counters>,
 }
 
 /// Builds the clients, warms each up, then runs `settings.rounds` rounds of
 /// one slice per client, rotating the order every round. `cluster`: the
 /// primaries of the cluster that `urls` (one `redis+cluster://` URL) names,
-/// for the report; `server_pids` are then all of its processes.
+/// for the report; `servers` are then all of its processes.
 pub async fn measure(
     settings: &Settings,
     workload: Workload,
     urls: &[String],
-    server_pids: &[u32],
+    servers: Servers<'_>,
     workers: usize,
     cluster: Option<usize>,
     tag: &str,
@@ -125,6 +165,25 @@ pub async fn measure(
     }
     let permit_quorum = (workload == Workload::Semaphore).then(|| lib.permit_quorum(PERMITS));
     let mut subjects = vec![Subject::Lib(Arc::new(lib))];
+    let mut counters = None;
+    if workload == Workload::Multi {
+        subjects.push(Subject::Nested(Arc::new(Nested::new(urls)?)));
+        // Best effort: nodes given with --urls may refuse INFO (ACL).
+        let connected = match Counters::connect(servers.urls).await {
+            Ok(c) => c.sample().await.map(|_| c),
+            Err(e) => Err(e),
+        };
+        counters = match connected {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!(
+                    "note: multi: the servers' counters cannot be read ({e}): \
+                     no round trips or commands per cycle"
+                );
+                None
+            }
+        };
+    }
     if workload.has_peers() {
         subjects.push(Subject::Raw(Arc::new(
             Raw::connect(urls, Flavor::Raw).await?,
@@ -154,7 +213,10 @@ pub async fn measure(
                 settings.warmup,
                 &counter,
                 &format!("{tag}-warm"),
-                server_pids,
+                &Watch {
+                    pids: servers.pids,
+                    counters: None,
+                },
             )
             .await?;
             tokio::time::sleep(SETTLE).await;
@@ -171,7 +233,10 @@ pub async fn measure(
                     settings.slice,
                     &counter,
                     &format!("{tag}-r{round}"),
-                    server_pids,
+                    &Watch {
+                        pids: servers.pids,
+                        counters: counters.as_ref(),
+                    },
                 )
                 .await?;
             slices[i].push(outcome);
@@ -181,7 +246,7 @@ pub async fn measure(
     let mut runs: Vec<ClientRun> = subjects
         .iter()
         .zip(&slices)
-        .map(|(s, outcomes)| ClientRun::new(s.label(), workload, outcomes))
+        .map(|(s, outcomes)| ClientRun::new(s.label(), workload, urls.len(), outcomes))
         .collect();
     let mut take = |label: &str| {
         runs.iter()
@@ -193,6 +258,7 @@ pub async fn measure(
     };
     let (raw, plain) = (take("raw"), take("plain"));
     let rslock = take("rslock");
+    let nested = take("nested");
     let fenced = take("redlease+fence");
     let unguarded = take("no-clock-guard");
     Ok(WorkloadReport {
@@ -207,6 +273,7 @@ pub async fn measure(
         raw,
         plain,
         rslock,
+        nested,
         fenced,
         unguarded,
     })

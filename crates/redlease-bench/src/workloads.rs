@@ -1,7 +1,8 @@
-//! The five workloads, written once over [`LockClient`] so the library, the
+//! The six workloads, written once over [`LockClient`] so the library, the
 //! raw baseline and rslock run exactly the same loop, with the same keys and
 //! the same timestamps around the same calls (read-mostly needs read-write
-//! locks and semaphore a semaphore, which only the library has).
+//! locks, semaphore a semaphore and multi several locks in one lease, which
+//! only the library has).
 
 use std::fmt;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use redis::AsyncCommands;
 
 use crate::client::{BenchError, LockClient};
+use crate::commands::Served;
 use crate::conn::NodeConn;
 use crate::stats::Cycle;
 
@@ -33,6 +35,11 @@ pub enum Workload {
     /// INCR counter, DECR counter, release. The library only: the other
     /// clients have no semaphore.
     Semaphore,
+    /// 1 worker, [`MULTI_NAMES`] fresh names each cycle, all held at once,
+    /// then released: `lock_all` of them (the library), or one `lock` after
+    /// another in a fixed order and the releases in reverse (the `nested`
+    /// client). The library only.
+    Multi,
 }
 
 /// Share of the read-mostly workload's cycles that take a read lock.
@@ -41,13 +48,17 @@ pub const READ_SHARE: f64 = 0.9;
 /// Permits of the semaphore workload's one semaphore.
 pub const PERMITS: u32 = 4;
 
+/// Names the multi workload holds at once, each cycle.
+pub const MULTI_NAMES: usize = 4;
+
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Uncontended,
         Workload::Contended,
         Workload::Independent,
         Workload::ReadMostly,
         Workload::Semaphore,
+        Workload::Multi,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,14 +68,23 @@ impl Workload {
             Workload::Independent => "independent",
             Workload::ReadMostly => "read-mostly",
             Workload::Semaphore => "semaphore",
+            Workload::Multi => "multi",
         }
     }
 
     /// Whether the raw, plain and rslock clients run it too: not
-    /// read-mostly nor semaphore, as none of them has a read-write lock or
-    /// a semaphore.
+    /// read-mostly, semaphore nor multi, as none of them has a read-write
+    /// lock, a semaphore or a lease over several locks.
     pub fn has_peers(self) -> bool {
-        !matches!(self, Workload::ReadMostly | Workload::Semaphore)
+        !matches!(
+            self,
+            Workload::ReadMostly | Workload::Semaphore | Workload::Multi
+        )
+    }
+
+    /// Whether it always has one worker, whatever `--workers` says.
+    pub fn single_worker(self) -> bool {
+        matches!(self, Workload::Uncontended | Workload::Multi)
     }
 
     /// Whether its workers fight over one name and touch a counter while
@@ -76,10 +96,11 @@ impl Workload {
         )
     }
 
-    /// Workers when `--workers` is not given (uncontended is always 1).
+    /// Workers when `--workers` is not given (uncontended and multi are
+    /// always 1).
     pub fn default_workers(self) -> usize {
         match self {
-            Workload::Uncontended => 1,
+            Workload::Uncontended | Workload::Multi => 1,
             Workload::Contended | Workload::ReadMostly => 8,
             Workload::Semaphore => 16,
             Workload::Independent => 64,
@@ -112,6 +133,9 @@ pub struct Outcome {
     pub client_cpu: Duration,
     /// CPU used by the redis-server nodes, when they are ours to watch.
     pub server_cpu: Option<Duration>,
+    /// What the servers served, summed over them (filled in by the runner
+    /// for the multi workload, when their counters could be read).
+    pub served: Option<Served>,
 }
 
 /// Where the contended, read-mostly and semaphore workloads keep the
@@ -147,6 +171,8 @@ pub async fn phase<C: LockClient>(
         let client = client.clone();
         let names = if shared {
             Names::Shared(format!("{tag}-shared"))
+        } else if workload == Workload::Multi {
+            Names::FreshSet(format!("{tag}-w{id}-"))
         } else {
             Names::Fresh(format!("{tag}-w{id}-"))
         };
@@ -198,6 +224,7 @@ pub async fn phase<C: LockClient>(
         final_counter,
         client_cpu: Duration::ZERO,
         server_cpu: None,
+        served: None,
     })
 }
 
@@ -207,6 +234,9 @@ enum Names {
     Fresh(String),
     /// The one name all workers fight over.
     Shared(String),
+    /// [`MULTI_NAMES`] new names every cycle, `prefix` + cycle number +
+    /// `-` + 0, 1, ...: taken together, in that order.
+    FreshSet(String),
 }
 
 /// How a worker holds its name, cycle after cycle.
@@ -251,6 +281,7 @@ async fn worker<C: LockClient>(
 ) -> Result<Vec<Cycle>, BenchError> {
     let mut cycles = Vec::new();
     let mut fresh = String::new();
+    let mut set: Vec<String> = Vec::new();
     for i in 0..MAX_CYCLES_PER_WORKER {
         if Instant::now() >= end {
             break;
@@ -263,13 +294,21 @@ async fn worker<C: LockClient>(
                 let _ = write!(fresh, "{prefix}{i}");
                 &fresh
             }
+            Names::FreshSet(prefix) => {
+                // Built before the clock starts, like the other names;
+                // taken as a set below, so no one name.
+                set.clear();
+                set.extend((0..MULTI_NAMES).map(|k| format!("{prefix}{i}-{k}")));
+                ""
+            }
         };
         let mode = holds.next();
         let acquire_start = Instant::now();
-        let guard = match mode {
-            LockMode::Exclusive => client.acquire(name).await?,
-            LockMode::Shared => client.acquire_read(name).await?,
-            LockMode::Permit => client.acquire_permit(name, PERMITS).await?,
+        let guard = match (&names, mode) {
+            (Names::FreshSet(_), _) => client.acquire_all(&set).await?,
+            (_, LockMode::Exclusive) => client.acquire(name).await?,
+            (_, LockMode::Shared) => client.acquire_read(name).await?,
+            (_, LockMode::Permit) => client.acquire_permit(name, PERMITS).await?,
         };
         let acquire_returned = Instant::now();
         if let Some((conn, key)) = &counter {
