@@ -21,6 +21,7 @@ mod sentinel;
 mod signals;
 mod status;
 mod table;
+mod take;
 
 use std::process::ExitCode;
 
@@ -42,7 +43,7 @@ struct Cli {
     command: Command,
 
     /// Log what redlease and its lock library do, on stderr: -v info, -vv
-    /// debug, -vvv trace [default: warnings only; with `run --quiet`,
+    /// debug, -vvv trace [default: warnings only; with --quiet,
     /// errors only]. RUST_LOG, when set, overrides this (e.g.
     /// RUST_LOG=redlease=debug, or redis=debug for the Redis client).
     #[arg(short, long, action = ArgAction::Count, global = true)]
