@@ -48,6 +48,16 @@ pub struct ExtendArgs {
     #[arg(long, value_name = "D", value_parser = duration::parse_positive)]
     ttl: Option<Duration>,
 
+    /// Require N replicas to acknowledge the extension (WAIT), as `acquire
+    /// --durable N` did for the lock: without, a failover may bring back
+    /// the lock's earlier end (see docs/deployments.md).
+    #[arg(long, value_name = "N")]
+    durable: Option<u32>,
+
+    /// How long the extension waits for the --durable replicas.
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = duration::parse_positive, requires = "durable")]
+    durable_timeout: Duration,
+
     /// Say nothing on success.
     #[arg(short, long)]
     quiet: bool,
@@ -65,7 +75,11 @@ pub async fn extend(args: ExtendArgs) -> Exit {
         Ok(handle) => handle,
         Err(exit) => return exit,
     };
-    let locker = match handle.locker(&args.nodes, args.ttl) {
+    let durability = match args.durable {
+        Some(replicas) => redlease::Durability::required(replicas, args.durable_timeout),
+        None => redlease::Durability::off(),
+    };
+    let locker = match handle.locker(&args.nodes, args.ttl, durability) {
         Ok(locker) => locker,
         Err(exit) => return exit,
     };
@@ -83,7 +97,12 @@ pub async fn extend(args: ExtendArgs) -> Exit {
         None => Ok(()),
     };
     let names = handle::listed(lease.resources());
-    let left = lease.remaining();
+    // As asked, not the lease's validity, which the library counts
+    // shorter by its drift allowance.
+    let by = args
+        .ttl
+        .or_else(|| handle.facts().map(|f| f.ttl))
+        .unwrap_or_else(|| lease.remaining());
     // Not ours to release: the handle's holder keeps it (this only takes
     // the lease off this Locker's books, with nothing sent).
     let _ = lease.export();
@@ -97,8 +116,8 @@ pub async fn extend(args: ExtendArgs) -> Exit {
         Ok(()) if args.quiet => Exit::code(exit::OK),
         Ok(()) => {
             eprintln!(
-                "redlease: extended {names}: held for {} more",
-                duration::show(left)
+                "redlease: extended {names}: held for {} from now",
+                duration::show(by)
             );
             Exit::code(exit::OK)
         }

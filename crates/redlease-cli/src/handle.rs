@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::time::Duration;
 
-use redlease::{Error, Locker};
+use redlease::{Durability, Error, Locker};
 
 use crate::errors::chain;
 use crate::exit::{self, Exit};
@@ -78,9 +78,15 @@ impl Handle {
     }
 
     /// A Locker that takes the handle: over `nodes`, with its key prefix,
-    /// and a TTL as long as the longer of its own and `ttl` (`extend
-    /// --ttl`), so that the restart quarantine covers both. No I/O.
-    pub fn locker(&self, nodes: &NodesArg, ttl: Option<Duration>) -> Result<Locker, Exit> {
+    /// a TTL as long as the longer of its own and `ttl` (`extend --ttl`),
+    /// so that the restart quarantine covers both, and `durability` for
+    /// its writes. No I/O.
+    pub fn locker(
+        &self,
+        nodes: &NodesArg,
+        ttl: Option<Duration>,
+        durability: Durability,
+    ) -> Result<Locker, Exit> {
         let (_, mut builder) = nodes.builder()?;
         let facts = self.facts();
         if let Some(facts) = &facts {
@@ -90,6 +96,7 @@ impl Handle {
             builder = builder.ttl(longest);
         }
         builder
+            .durability(durability)
             .build()
             .map_err(|e| Exit::with(exit::USAGE, chain(&e)))
     }

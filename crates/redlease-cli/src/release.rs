@@ -95,7 +95,7 @@ async fn by_handle(args: &ReleaseArgs) -> Exit {
         Ok(handle) => handle,
         Err(exit) => return exit,
     };
-    let locker = match handle.locker(&args.admin.nodes, None) {
+    let locker = match handle.locker(&args.admin.nodes, None, redlease::Durability::off()) {
         Ok(locker) => locker,
         Err(exit) => return exit,
     };

@@ -78,7 +78,7 @@ fn an_acquired_lock_is_held_until_released_by_its_handle() {
     assert!(
         extended
             .one_line_error()
-            .starts_with("redlease: extended \"deploy\": held for 1m5"),
+            .starts_with("redlease: extended \"deploy\": held for 2m00s from now"),
         "{extended:#?}"
     );
     assert!(!extended.stderr.contains(&handle), "{extended:#?}");
@@ -209,7 +209,10 @@ fn a_handle_carries_its_key_prefix_and_ttl() {
         LIMIT,
     );
     extended.expect(0);
-    assert!(extended.stderr.contains("held for 4m5"), "{extended:#?}");
+    assert_eq!(
+        extended.stderr, "redlease: extended \"report\": held for 5m00s from now\n",
+        "{extended:#?}"
+    );
     run(
         cmd(&urls, "release")
             .args(["--handle", &handle])
@@ -401,4 +404,35 @@ echo done
         ended.stderr, "redlease: released \"deploy\"\n",
         "{ended:#?}"
     );
+}
+
+#[test]
+fn a_durable_lock_is_extended_durably() {
+    let primary = RedisNode::start();
+    let mut replica = RedisNode::start_with(
+        redlease_testkit::NodeConfig::new()
+            .arg("replicaof", &format!("127.0.0.1 {}", primary.port())),
+    );
+    eventually(Duration::from_secs(10), "the replica to sync", || {
+        let mut con = replica.client().get_connection().expect("connect");
+        redis::cmd("INFO")
+            .arg("replication")
+            .query::<String>(&mut con)
+            .expect("INFO")
+            .contains("master_link_status:up")
+    });
+    let urls = [primary.url()];
+    let durable = ["--durable", "1"];
+    let handle = handle_of(&acquire(&urls, &["ledger"], &durable));
+    with_handle(&urls, "extend", &handle, &durable).expect(0);
+    // No replica acknowledges: the extension does not count.
+    replica.pause();
+    let unacknowledged = with_handle(&urls, "extend", &handle, &durable);
+    replica.resume();
+    unacknowledged.expect(69);
+    assert!(
+        unacknowledged.one_line_error().contains("replica"),
+        "{unacknowledged:#?}"
+    );
+    with_handle(&urls, "release", &handle, &[]).expect(0);
 }
