@@ -57,6 +57,7 @@ fn flag(field: &str) -> &str {
         "urls" => "--nodes",
         "key_prefix" => "--key-prefix",
         "permits" => "--permits",
+        "advanced.restart_quarantine" => "--restart-quarantine",
         other => other,
     }
 }

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 /// The command (or check) succeeded.
 pub const OK: u8 = 0;
-/// `run`: the lock is held elsewhere (default of `--conflict-exit-code`).
+/// `run`, `acquire`: the lock is held elsewhere (default of
+/// `--conflict-exit-code`).
 /// `doctor`: a check FAILed. `demo`: its own checks failed.
 pub const CONFLICT: u8 = 1;
 /// Bad command line: unknown flag, bad duration or URL, no command.
@@ -21,7 +22,8 @@ pub const UNAVAILABLE: u8 = 69;
 /// A bug or an unexpected failure in redlease itself (EX_SOFTWARE).
 pub const INTERNAL: u8 = 70;
 /// `run`: the lease was lost while the command ran; the command was
-/// stopped (EX_TEMPFAIL: trying again later may well work).
+/// stopped (EX_TEMPFAIL: trying again later may well work). `extend`,
+/// `release`: the handle's lease is gone (expired, released, taken over).
 pub const LOST: u8 = 75;
 /// `run`: the command exited 0, but the lock's release was refused for a
 /// missing ACL permission (EX_NOPERM): the lock stays until its TTL runs
@@ -39,14 +41,16 @@ pub const SIGNAL_BASE: u8 = 128;
 pub const TABLE: &str = "\
 Exit codes:
   0      success (run: the command exited 0)
-  1      run: the lock is held elsewhere (or --conflict-exit-code N);
+  1      run, acquire: the lock is held elsewhere (or --conflict-exit-code N);
          doctor: a check FAILed; demo: its checks failed
-  2      usage error: unknown flag, bad duration or URL, no command after --;
+  2      usage error: unknown flag, bad duration or URL, no command after --,
+         no lease handle or text that is not one (extend, release);
          run --permits: another N than the name's holders give
   69     Redis unavailable: no quorum of nodes answered (run, status);
          redis-server not installed (demo)
   70     internal error in redlease
-  75     run: the lease was lost while the command ran; the command was stopped
+  75     run: the lease was lost while the command ran; the command was stopped;
+         extend, release: the handle is stale (its lock is no longer held)
   77     run: the command exited 0, but the user may not release the lock
          (ACL: NOPERM); it stays held until its TTL runs out
   126    run: the command could not be executed

@@ -2,14 +2,17 @@
 //! lock, check the nodes, or watch a demo. This file is the command line:
 //! parsing, one-line usage errors, and dispatch.
 
+mod acquire;
 mod cluster;
 mod demo;
 mod doctor;
 mod duration;
 mod errors;
 mod exit;
+mod extend;
 mod facts;
 mod guardian;
+mod handle;
 mod logging;
 mod metrics_http;
 mod nodes;
@@ -21,6 +24,7 @@ mod sentinel;
 mod signals;
 mod status;
 mod table;
+mod take;
 
 use std::process::ExitCode;
 
@@ -42,7 +46,7 @@ struct Cli {
     command: Command,
 
     /// Log what redlease and its lock library do, on stderr: -v info, -vv
-    /// debug, -vvv trace [default: warnings only; with `run --quiet`,
+    /// debug, -vvv trace [default: warnings only; with --quiet,
     /// errors only]. RUST_LOG, when set, overrides this (e.g.
     /// RUST_LOG=redlease=debug, or redis=debug for the Redis client).
     #[arg(short, long, action = ArgAction::Count, global = true)]
@@ -53,10 +57,14 @@ struct Cli {
 enum Command {
     /// Run a command while holding a lock (flock(1) across machines)
     Run(run::RunArgs),
+    /// Take a lock for a script's steps and print its handle
+    Acquire(acquire::AcquireArgs),
+    /// Extend the lock of a handle `acquire` printed
+    Extend(extend::ExtendArgs),
+    /// Release the lock of a handle `acquire` printed, or delete a stuck lock whoever holds it (--force)
+    Release(release::ReleaseArgs),
     /// Show whether a lock is held on each node, and its fencing counter
     Status(status::StatusArgs),
-    /// Delete a stuck lock whoever holds it (--force)
-    Release(release::ReleaseArgs),
     /// Check every node for settings that can break a lock
     Doctor(doctor::DoctorArgs),
     /// Start 5 local Redis nodes and watch workers share a lock through node failures
@@ -92,7 +100,13 @@ fn main() -> ExitCode {
             }
         },
     };
-    let quiet = matches!(&cli.command, Command::Run(args) if args.quiet());
+    let quiet = match &cli.command {
+        Command::Run(args) => args.quiet(),
+        Command::Acquire(args) => args.quiet(),
+        Command::Extend(args) => args.quiet(),
+        Command::Release(args) => args.quiet(),
+        _ => false,
+    };
     logging::init(cli.verbose, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -114,6 +128,8 @@ fn main() -> ExitCode {
         tokio::spawn(async move {
             match cli.command {
                 Command::Run(args) => run::run(args).await,
+                Command::Acquire(args) => acquire::acquire(args).await,
+                Command::Extend(args) => extend::extend(args).await,
                 Command::Status(args) => status::status(args).await,
                 Command::Release(args) => release::release(args).await,
                 Command::Doctor(args) => doctor::doctor(args).await,
@@ -184,10 +200,35 @@ fn one_line(e: &clap::Error, args: &[String]) -> String {
             .find(|a| Cli::command().find_subcommand(a.as_str()).is_some())
             .cloned(),
     };
+    let message = without_handles(message, args);
     match subcommand {
         Some(sub) => format!("{message}; see `redlease {sub} --help`"),
         None => format!("{message}; see `redlease --help`"),
     }
+}
+
+/// `message` without the lease handles the arguments hold, which clap
+/// may quote (`redlease extend rlh1...`, the `--handle` forgotten): a
+/// handle is a secret. Short words are left alone: no handle is short,
+/// and they could be part of any message.
+fn without_handles(message: String, args: &[String]) -> String {
+    let mut secrets: Vec<&str> = Vec::new();
+    for (i, arg) in args.iter().enumerate() {
+        if let Some(value) = arg.strip_prefix("--handle=") {
+            secrets.push(value);
+        } else if arg == "--handle" {
+            secrets.extend(args.get(i + 1).map(String::as_str));
+        } else if arg.starts_with("rlh") {
+            secrets.push(arg);
+        }
+    }
+    secrets
+        .into_iter()
+        .map(str::trim)
+        .filter(|secret| secret.len() >= 16)
+        .fold(message, |message, secret| {
+            message.replace(secret, "<handle>")
+        })
 }
 
 /// What an unexpected argument clap reports most likely was, when that
@@ -410,6 +451,46 @@ mod tests {
             "true",
         ]);
         assert!(cli.is_ok(), "{cli:?}");
+    }
+
+    #[test]
+    fn a_misplaced_handle_is_not_shown() {
+        let handle = "rlh1.x.60000.0123456789abcdef0123456789abcdef0123456789abcdef.72.61.1";
+        let (_, line) = error_for(&["redlease", "extend", handle]);
+        assert!(line.contains("unexpected argument '<handle>'"), "{line}");
+        assert!(!line.contains("0123456789abcdef"), "{line}");
+        let (_, line) = error_for(&["redlease", "run", "--key", "k", "echo", handle]);
+        assert!(!line.contains("0123456789abcdef"), "{line}");
+        let (_, line) = error_for(&["redlease", "release", "--handle", handle, "--force"]);
+        assert!(line.contains("cannot be used with"), "{line}");
+        assert!(!line.contains("0123456789abcdef"), "{line}");
+    }
+
+    #[test]
+    fn release_takes_a_handle_or_force_with_a_key() {
+        let (_, line) = error_for(&["redlease", "release", "--force"]);
+        assert!(line.contains("--key"), "{line}");
+        let (_, line) = error_for(&["redlease", "release", "--handle", "h", "--key", "k"]);
+        assert!(line.contains("cannot be used with"), "{line}");
+        for args in [
+            &["redlease", "release", "--force", "--key", "k"][..],
+            &["redlease", "release", "--handle", "h"],
+            &["redlease", "release"],
+            &["redlease", "extend", "--ttl", "1m"],
+        ] {
+            let cli = Cli::try_parse_from(args);
+            assert!(cli.is_ok(), "{args:?}: {cli:?}");
+        }
+    }
+
+    #[test]
+    fn several_keys_are_parsed_and_acquire_has_its_own_ttl() {
+        let cli = Cli::try_parse_from(["redlease", "acquire", "--key", "b", "--key", "a"]).unwrap();
+        let shown = format!("{cli:?}");
+        assert!(shown.contains("key: [\"b\", \"a\"]"), "{shown}");
+        assert!(shown.contains("ttl: 60s"), "{shown}");
+        let cli = Cli::try_parse_from(["redlease", "run", "--key", "a", "--", "true"]).unwrap();
+        assert!(format!("{cli:?}").contains("ttl: 10s"), "{cli:?}");
     }
 
     #[test]

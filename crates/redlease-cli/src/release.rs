@@ -1,17 +1,28 @@
-//! `redlease release --force`: delete a stuck lock whoever holds it, with
-//! the library's `Admin::force_release`.
+//! `redlease release`: give back a lock `redlease acquire` took, by its
+//! handle (the library's `Locker::release_handle`), or delete a stuck lock
+//! whoever holds it with `--force` (`Admin::force_release`).
 
-use clap::Args;
+use clap::{ArgGroup, Args};
 use redlease::Error;
 
 use crate::errors::chain;
 use crate::exit::{self, Exit};
-use crate::status::LockArg;
+use crate::handle::{self, Handle};
+use crate::status::AdminArg;
 
 #[derive(Args, Debug)]
-#[command(after_help = "\
-A lock is normally released by its holder, whose secret token alone can \
-delete it. --force deletes the key on every node whoever holds it, and \
+#[command(
+    group(ArgGroup::new("how").args(["handle", "force"]).multiple(false)),
+    after_help = "\
+With a handle (--handle H, or REDLEASE_HANDLE when neither --handle nor \
+--force is given), releases the lock `redlease acquire` took, as its holder: \
+on every node that still holds it with the handle's token, never anyone \
+else's. A stale handle (its lock expired, was released already, or was \
+taken over) exits 75: nothing was released, and the work done under it may \
+have overlapped with another holder's. Give the same --nodes (or \
+REDLEASE_NODES) as the acquire; the key prefix comes with the handle.
+
+--force --key NAME deletes the key on every node whoever holds it, and \
 wakes the processes waiting for it. A holder that is still at work is not \
 told until its next renewal (up to a third of its TTL later): until then two \
 holders may run. Use it for a lock whose holder is known to be dead and \
@@ -19,36 +30,99 @@ whose TTL is too long to wait out. The fencing counter (kept for locks taken \
 with fencing on, as `redlease run` takes them) stays, so the next holder's \
 token is still higher than the old holder's.
 
-Example:
+Examples:
+  H=$(redlease acquire --key deploy --ttl 5m) || exit
+  ./deploy.sh; redlease release --handle \"$H\"
   redlease status --key nightly-report      # who holds it, for how long
   redlease release --force --key nightly-report
 
-Exit codes: 0 deleted (or there was nothing to delete) on every node; 2 \
-usage (including a missing --force); 69 a node did not answer (the others \
-were cleared).")]
+Exit codes: 0 released (--force: deleted, or there was nothing to delete, \
+on every node); 2 usage (including neither a handle nor --force, and text \
+that is not a handle); 69 a node did not answer (--force: the others were \
+cleared); 75 the handle is stale."
+)]
 pub struct ReleaseArgs {
     #[command(flatten)]
-    lock: LockArg,
+    admin: AdminArg,
 
-    /// Delete the lock whoever holds it. Required: without the holder's
-    /// token there is no other kind of release.
-    #[arg(long)]
+    /// The lock's name, with --force.
+    #[arg(long, value_name = "NAME")]
+    key: Option<String>,
+
+    /// The handle `redlease acquire` printed: release its lock, as its
+    /// holder [default: $REDLEASE_HANDLE, unless --force is given].
+    #[arg(
+        long,
+        value_name = "HANDLE",
+        value_parser = handle::parse,
+        conflicts_with_all = ["key", "key_prefix", "timeout"]
+    )]
+    handle: Option<Handle>,
+
+    /// Delete the lock --key names whoever holds it. Without the holder's
+    /// handle there is no other kind of release.
+    #[arg(long, requires = "key")]
     force: bool,
+
+    /// Say nothing on success.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+impl ReleaseArgs {
+    /// `--quiet`: also keeps the library's warnings out of stderr.
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
 }
 
 pub async fn release(args: ReleaseArgs) -> Exit {
-    if !args.force {
-        return Exit::with(
+    match (&args.key, args.force) {
+        (Some(name), true) => force(&args, name).await,
+        (Some(_), false) => Exit::with(
             exit::USAGE,
-            "only the holder can release a lock; `--force` deletes it whoever holds it \
+            "only the holder can release a lock: give its handle (--handle, or \
+             REDLEASE_HANDLE, from `redlease acquire`); `--force` deletes it whoever holds it \
              (read `redlease release --help` first)",
-        );
+        ),
+        (None, _) => by_handle(&args).await,
     }
-    let (urls, locker) = match args.lock.locker() {
+}
+
+/// `--handle H` (or `REDLEASE_HANDLE`): the library's `release_handle`.
+async fn by_handle(args: &ReleaseArgs) -> Exit {
+    let handle = match Handle::given(args.handle.clone()) {
+        Ok(handle) => handle,
+        Err(exit) => return exit,
+    };
+    let locker = match handle.locker(&args.admin.nodes, None, redlease::Durability::off()) {
+        Ok(locker) => locker,
+        Err(exit) => return exit,
+    };
+    let released = locker.release_handle(handle.text()).await;
+    // Its requests to slower nodes would die with this process and leave
+    // a key there until its TTL: let them finish first.
+    locker.close().await;
+    match released {
+        Ok(()) if args.quiet => Exit::code(exit::OK),
+        Ok(()) => {
+            let names = handle.facts().map(|f| f.listed());
+            eprintln!(
+                "redlease: released {}",
+                names.as_deref().unwrap_or("the handle's lock")
+            );
+            Exit::code(exit::OK)
+        }
+        Err(e) => handle::failed(&e, "nothing was released"),
+    }
+}
+
+/// `--force --key NAME`: `Admin::force_release`.
+async fn force(args: &ReleaseArgs, name: &str) -> Exit {
+    let (urls, locker) = match args.admin.locker() {
         Ok(made) => made,
         Err(exit) => return exit,
     };
-    let name = args.lock.name();
     let key = locker.admin().key(name);
     match locker.admin().force_release(name).await {
         Ok(0) => {
@@ -56,17 +130,21 @@ pub async fn release(args: ReleaseArgs) -> Exit {
                 1 => "its node".to_string(),
                 n => format!("any of the {n} nodes"),
             };
-            println!("lock {name:?} (key {key}) was not held on {nodes}: nothing was deleted");
+            if !args.quiet {
+                println!("lock {name:?} (key {key}) was not held on {nodes}: nothing was deleted");
+            }
             Exit::code(exit::OK)
         }
         Ok(deleted) => {
-            println!(
-                "force-released lock {:?} (key {key}): a key was deleted on {deleted} of {} \
-                 node{}; any fencing counter is kept",
-                name,
-                urls.len(),
-                if urls.len() == 1 { "" } else { "s" }
-            );
+            if !args.quiet {
+                println!(
+                    "force-released lock {:?} (key {key}): a key was deleted on {deleted} of {} \
+                     node{}; any fencing counter is kept",
+                    name,
+                    urls.len(),
+                    if urls.len() == 1 { "" } else { "s" }
+                );
+            }
             Exit::code(exit::OK)
         }
         Err(e @ Error::InvalidInput { .. }) => Exit::with(exit::USAGE, chain(&e)),

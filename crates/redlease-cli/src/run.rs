@@ -11,7 +11,7 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlease::{Acquire, Error, Lease, Locker, LostReason, RetryPolicy, Semaphore, TryAcquire};
+use redlease::{Error, Lease, LostReason};
 use rustix::process::{self, Signal};
 use tokio::process::{Child, Command};
 
@@ -19,8 +19,8 @@ use crate::duration;
 use crate::errors::chain;
 use crate::exit::{self, Exit};
 use crate::guardian::Guardian;
-use crate::nodes::NodesArg;
 use crate::signals::{self, Signals, Target};
+use crate::take::{check_servers, TakeArgs, Taker};
 
 /// How often leftovers of a stopped command are looked for.
 const GROUP_POLL: Duration = Duration::from_millis(50);
@@ -34,7 +34,16 @@ const ORDINARY_PAUSE: Duration = Duration::from_millis(100);
 #[command(after_help = "\
 The command gets REDLEASE_KEY (the lock name) and REDLEASE_FENCING_TOKEN (a \
 number larger than that of every earlier holder: pass it to the resource \
-you write to, so it can reject a stale writer).
+you write to, so it can reject a stale writer), and REDLEASE_FENCING_TOKENS, \
+one NAME=TOKEN line per name.
+
+With --key given more than once (--key a --key b), the command runs under \
+every one of the locks, taken at once or not at all (no two runs that share \
+a name can deadlock, whatever order they give them in); a lost one stops it \
+as a lost lock does. REDLEASE_KEY and REDLEASE_FENCING_TOKEN are then the \
+first name's in sorted order, and REDLEASE_FENCING_TOKENS has a line for each \
+(`for pair in $REDLEASE_FENCING_TOKENS` splits them, names without spaces). \
+Several keys are taken alone, as a writer: not with --shared or --permits.
 
 With --shared, the command runs under a read (shared) hold of the lock: any \
 number of --shared runs of one name run at the same time, and none while a \
@@ -76,6 +85,7 @@ it died of signal N).
 
 Examples:
   redlease run --key nightly-report -- ./report.sh --full
+  redlease run --key account:7 --key account:3 -- ./transfer.sh 7 3
   redlease run --shared --key catalog -- ./export-catalog.sh   # readers at once
   redlease run --key catalog -- ./rebuild-catalog.sh           # alone
   redlease run --permits 4 --key encoders -- ./encode.sh       # 4 at once
@@ -89,73 +99,13 @@ nodes answered; 75 lease lost; 77 \
 the command exited 0 but the release was refused (ACL: NOPERM); 126/127 command not executable / not found. See `redlease --help`.")]
 pub struct RunArgs {
     #[command(flatten)]
-    nodes: NodesArg,
-
-    /// The lock's name; every machine that must not run the command at the
-    /// same time uses the same name.
-    #[arg(long, value_name = "NAME")]
-    key: String,
-
-    /// Take the lock shared, as a reader: --shared runs of one name run
-    /// at the same time, but never while a plain run of it (a writer)
-    /// holds the lock or waits for it [default: alone, as a writer].
-    #[arg(long)]
-    shared: bool,
-
-    /// Take one of N permits of a semaphore named --key instead of the
-    /// lock: at most N runs of the name at once, fleet-wide. Every run of
-    /// the name gives the same N.
-    #[arg(long, value_name = "N", value_parser = parse_permits, conflicts_with = "shared")]
-    permits: Option<u32>,
-
-    /// With --permits: accept a semaphore on which no node may fail (each
-    /// permit needs every node, as 2 permits over 3 nodes do), which is
-    /// otherwise refused: one node down then stops every run of the name.
-    #[arg(long, requires = "permits")]
-    allow_no_failures: bool,
-
-    /// How long the lock outlives redlease if it dies without releasing
-    /// (e.g. its machine crashes). It is renewed every third of this while
-    /// the command runs, so the command itself may run for any time.
-    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse_positive)]
-    ttl: Duration,
-
-    /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m) [default:
-    /// wait as long as it takes, like flock].
-    #[arg(long, value_name = "D", value_parser = duration::parse)]
-    wait: Option<Duration>,
-
-    /// Do not wait: if the lock is held, exit at once with the conflict code.
-    #[arg(long, conflicts_with = "wait")]
-    no_wait: bool,
-
-    /// Exit code when the lock could not be had (in time).
-    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
-    conflict_exit_code: u8,
+    take: TakeArgs,
 
     /// How long the command may take to exit after it was told to stop
     /// (SIGTERM on a lost lease; SIGTERM, SIGINT or SIGQUIT passed on; redlease
     /// killed) before its process group gets SIGKILL.
     #[arg(long, value_name = "D", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
-
-    /// Require N replicas to acknowledge every write of the lease (WAIT), for
-    /// locks on replicated primaries (Sentinel, a cluster with replicas)
-    /// that must survive a failover: a lock not acknowledged in time is not
-    /// taken (tried again within the wait, as a busy lock is), and a
-    /// failover ends the lease (see docs/deployments.md).
-    #[arg(long, value_name = "N")]
-    durable: Option<u32>,
-
-    /// How long each write waits for the --durable replicas; must be
-    /// shorter than the node timeout (5% of the TTL unless set otherwise).
-    #[arg(long, value_name = "D", default_value = "100ms", value_parser = duration::parse_positive, requires = "durable")]
-    durable_timeout: Duration,
-
-    /// Prefix of the lock's Redis key (the key is PREFIX{NAME}); must match
-    /// other programs that take the same lock with the library.
-    #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
-    key_prefix: String,
 
     /// Serve the lock's metrics (acquire latency and outcome, renewals,
     /// node errors, a lost lease) in Prometheus text format at
@@ -168,11 +118,6 @@ pub struct RunArgs {
     #[arg(long)]
     foreground: bool,
 
-    /// Say nothing when the lock is held elsewhere (just exit with the
-    /// conflict code), as suits a cron job that often finds it busy.
-    #[arg(short, long)]
-    quiet: bool,
-
     /// The command to run, and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -181,122 +126,14 @@ pub struct RunArgs {
 impl RunArgs {
     /// `--quiet`: also keeps the library's warnings out of stderr.
     pub fn quiet(&self) -> bool {
-        self.quiet
-    }
-
-    /// What the run holds: `--permits N` one of N permits, `--shared` the
-    /// lock as a reader, else the lock alone.
-    fn hold(&self) -> Hold {
-        match (self.permits, self.shared) {
-            (Some(permits), _) => Hold::Permit {
-                permits,
-                allow_no_failures: self.allow_no_failures,
-            },
-            (None, true) => Hold::Shared,
-            (None, false) => Hold::Alone,
-        }
-    }
-}
-
-/// What a run holds while its command runs: the three kinds of run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Hold {
-    /// The lock, alone (as a writer): a plain run.
-    Alone,
-    /// The lock, shared with other readers: `--shared`.
-    Shared,
-    /// One of `permits` permits of a semaphore: `--permits N`.
-    Permit {
-        permits: u32,
-        /// `--allow-no-failures`.
-        allow_no_failures: bool,
-    },
-}
-
-impl Hold {
-    /// One attempt at it.
-    fn try_acquire<'a>(self, locker: &'a Locker, key: &str) -> TryAcquire<'a> {
-        match self {
-            Hold::Alone => locker.try_lock(key),
-            Hold::Shared => locker.try_read_lock(key),
-            Hold::Permit {
-                permits,
-                allow_no_failures,
-            } => semaphore(locker, key, permits, allow_no_failures).try_acquire(),
-        }
-    }
-
-    /// A request that waits for it.
-    fn acquire<'a>(self, locker: &'a Locker, key: &str) -> Acquire<'a> {
-        match self {
-            Hold::Alone => locker.write_lock(key),
-            Hold::Shared => locker.read_lock(key),
-            Hold::Permit {
-                permits,
-                allow_no_failures,
-            } => semaphore(locker, key, permits, allow_no_failures).acquire(),
-        }
-    }
-
-    /// What a run of this kind holds of `key`, for messages: "the lock
-    /// "K"", "its permit of "K"".
-    fn held(self, key: &str) -> String {
-        match self {
-            Hold::Alone | Hold::Shared => format!("the lock {key:?}"),
-            Hold::Permit { .. } => format!("its permit of {key:?}"),
-        }
-    }
-
-    /// Why a run of this kind could not have `key`, as a refused attempt
-    /// found it (a reader is kept out by a writer alone, holding or
-    /// waiting; a permit also by a lock of its name).
-    fn taken(self, key: &str) -> String {
-        match self {
-            Hold::Alone => format!("lock {key:?} is held by another owner"),
-            Hold::Shared => format!("lock {key:?} is held by a writer or has one waiting"),
-            Hold::Permit { permits: 1, .. } => {
-                format!("the 1 permit of {key:?} is held (or a lock of that name is)")
-            }
-            Hold::Permit { permits, .. } => {
-                format!("all {permits} permits of {key:?} are held (or a lock of that name is)")
-            }
-        }
-    }
-}
-
-/// The semaphore `--permits` runs take a permit of.
-fn semaphore<'a>(
-    locker: &'a Locker,
-    key: &str,
-    permits: u32,
-    allow_no_failures: bool,
-) -> Semaphore<'a> {
-    let semaphore = locker.semaphore(key, permits);
-    match allow_no_failures {
-        true => semaphore.allow_no_failures(),
-        false => semaphore,
-    }
-}
-
-/// `--permits N`: a positive number (0 would admit no run at all).
-fn parse_permits(text: &str) -> Result<u32, String> {
-    match text.trim().parse::<u32>() {
-        Ok(0) => Err(
-            "0 permits would admit no run: a semaphore needs at least 1 permit \
-             (--permits 1 runs one at a time)"
-                .to_string(),
-        ),
-        Ok(permits) => Ok(permits),
-        Err(_) => Err(format!(
-            "{:?} is not a number of permits; write e.g. --permits 4",
-            text.trim()
-        )),
+        self.take.quiet
     }
 }
 
 pub async fn run(args: RunArgs) -> Exit {
-    let (_, builder) = match args.nodes.builder() {
-        Ok(made) => made,
+    let take = &args.take;
+    let want = match take.want() {
+        Ok(want) => want,
         Err(exit) => return exit,
     };
     // Before any lock I/O: from here on a signal cannot kill redlease
@@ -319,76 +156,45 @@ pub async fn run(args: RunArgs) -> Exit {
             );
         }
     }
-    let durability = match args.durable {
-        Some(replicas) => redlease::Durability::required(replicas, args.durable_timeout),
-        None => redlease::Durability::off(),
-    };
-    // Fencing on: the command gets the lease's token (REDLEASE_FENCING_TOKEN).
-    let locker = match builder
-        .fencing(true)
-        .ttl(args.ttl)
-        .key_prefix(args.key_prefix.as_str())
-        .durability(durability)
-        .build()
-    {
+    // Fencing on: the command gets the lease's tokens (REDLEASE_FENCING_TOKEN).
+    let locker = match take.locker(&want) {
         Ok(locker) => locker,
-        Err(e) => return Exit::with(exit::USAGE, chain(&e)),
+        Err(exit) => return exit,
     };
-    // A bad name is refused before any connection is made.
-    if let Err(e) = locker.admin().check_name(&args.key) {
-        return Exit::with(exit::USAGE, chain(&e));
-    }
     let mut ttl_warned = false;
-    if let Some(warning) = ttl_warning(args.ttl).filter(|_| !args.quiet) {
+    if let Some(warning) = ttl_warning(take.ttl).filter(|_| !take.quiet) {
         eprintln!("redlease: {warning}");
         ttl_warned = true;
     }
-    // One server given twice (localhost and 127.0.0.1, say) would count
-    // twice: refuse before waiting. Nodes that are down are checked when
-    // they answer (the lock then fails the same way).
-    // A URL whose scheme does not match its port (TLS or not) cannot
-    // work however long one waits: say so now, with the scheme to use.
-    match locker.admin().check_servers().await {
-        Err(e) => return Exit::with(exit::USAGE, chain(&e)),
-        Ok(unreached) => {
-            let wrong: Vec<String> = unreached
-                .iter()
-                .filter(|e| matches!(e.kind(), redlease::NodeErrorKind::WrongScheme(_)))
-                .map(|e| e.to_string())
-                .collect();
-            if !wrong.is_empty() {
-                return Exit::with(exit::USAGE, wrong.join("; "));
-            }
-        }
+    if let Err(exit) = check_servers(&locker).await {
+        return exit;
     }
 
     let started = Instant::now();
     let mut first_try = Duration::ZERO;
-    let lease = tokio::select! {
-        got = acquire(&locker, &args, &mut first_try) => match got {
-            Ok(lease) => lease,
-            Err(e) => return not_acquired(&e, &args, started.elapsed()),
-        },
-        sig = signals.recv() => {
-            // The acquisition was dropped; an attempt in flight undoes
-            // itself in the background: wait for that before exiting.
-            locker.close().await;
-            return Exit::code(exit::signal_code(sig.as_raw()));
-        }
+    let taken = take
+        .take(
+            &locker,
+            &want,
+            true,
+            &mut signals,
+            &mut first_try,
+            Taker::Run,
+        )
+        .await;
+    let lease = match taken {
+        Ok(lease) => lease,
+        Err(exit) => return exit,
     };
-
-    let fencing_token = lease
-        .fencing_token()
-        .expect("run's Locker draws fencing tokens");
     tracing::info!(
-        key = %args.key,
-        hold = ?args.hold(),
-        fencing_token,
+        key = %want.listed(),
+        hold = ?want.hold,
+        fencing_token = ?lease.fencing_token(),
         waited = %duration::show(started.elapsed()),
         "took the lock; starting the command"
     );
-    if let Some(warning) = round_trip_warning(args.ttl, first_try) {
-        if !args.quiet && !ttl_warned {
+    if let Some(warning) = round_trip_warning(take.ttl, first_try) {
+        if !take.quiet && !ttl_warned {
             eprintln!("redlease: {warning}");
         }
     }
@@ -407,7 +213,7 @@ pub async fn run(args: RunArgs) -> Exit {
             );
         }
     };
-    let mut child = match spawn(&args, fencing_token, &guardian) {
+    let mut child = match spawn(&args, &lease, &guardian) {
         Ok(child) => child,
         Err(e) => {
             let guardian = guardian.dismiss();
@@ -418,19 +224,28 @@ pub async fn run(args: RunArgs) -> Exit {
             return cannot_spawn(&args.command[0], &e);
         }
     };
-    let ended = supervise(&mut child, &lease, &mut signals, &mut guardian, &args).await;
+    let held = want.held();
+    let ended = supervise(
+        &mut child,
+        &lease,
+        &mut signals,
+        &mut guardian,
+        &args,
+        &held,
+    )
+    .await;
     // The command ended: nothing is left to guard. What it left running
     // behind it is not stopped on a normal end, nor if redlease dies while
     // releasing (the keys then expire by their TTL).
     let guardian = guardian.dismiss();
-    tracing::info!(key = %args.key, status = ?ended.status, "the command ended; releasing");
+    tracing::info!(key = %want.listed(), status = ?ended.status, "the command ended; releasing");
     let released = lease.release().await;
     // The release returns once a quorum confirmed; its requests to slower
     // nodes would die with this process and leave a key there until its
     // TTL: let them finish first.
     locker.close().await;
     guardian.reap().await;
-    finish(ended, released, &args.hold().held(&args.key))
+    finish(ended, released, &held)
 }
 
 /// How long a lease outlives its last renewal: renewed every third of the
@@ -484,232 +299,28 @@ fn round_trip_warning(ttl: Duration, first_try: Duration) -> Option<String> {
     })
 }
 
-/// Takes what `args.hold()` names: one attempt, then (unless --no-wait)
-/// waits for it. `first_try` gets how long the first attempt took.
-async fn acquire(
-    locker: &Locker,
-    args: &RunArgs,
-    first_try: &mut Duration,
-) -> Result<Lease, Error> {
-    // A wait too long for the clock to represent is no bound at all.
-    let deadline = args.wait.and_then(|wait| Instant::now().checked_add(wait));
-    let tried = Instant::now();
-    let key = args.key.as_str();
-    let hold = args.hold();
-    let first = hold.try_acquire(locker, key).keep_alive().await;
-    *first_try = tried.elapsed();
-    match first {
-        Ok(lease) => return Ok(lease),
-        Err(e) if no_wait(args) || !worth_waiting(&e) => return Err(e),
-        Err(e) => {
-            // Said once, before the wait: it can be as long as the TTL.
-            let quarantine = args.nodes.restart_quarantine(args.ttl);
-            let note = quarantine_note(&e, quarantine).or_else(|| replicas_note(&e));
-            if let Some(note) = note.filter(|_| !args.quiet) {
-                eprintln!("redlease: {note}");
-            }
-        }
-    }
-    let request = hold.acquire(locker, key).keep_alive();
-    match deadline {
-        Some(deadline) => {
-            request
-                .wait(deadline.saturating_duration_since(Instant::now()))
-                .await
-        }
-        // Like flock: without --wait, as long as it takes.
-        None => request.retry(RetryPolicy::forever()).await,
-    }
-}
-
-/// What a wait for quarantined nodes (`e` is the first attempt's error)
-/// is about to cost, and why, if the quarantine is what keeps the lock:
-/// which servers (re)started or had their clock jump, and how to turn the
-/// restart quarantine off where it is not needed.
-fn quarantine_note(e: &Error, quarantine: Duration) -> Option<String> {
-    use redlease::{NodeErrorKind, Quarantine};
-    let wait = e.quarantine_wait()?;
-    let mut restarted = Vec::new();
-    let mut jumped = Vec::new();
-    for failure in e.node_errors() {
-        match failure.kind() {
-            NodeErrorKind::Quarantined {
-                cause: Quarantine::Restarted { up },
-                ..
-            } if *up < Duration::from_secs(1) => {
-                restarted.push(format!("{} just started", failure.node()))
-            }
-            NodeErrorKind::Quarantined {
-                cause: Quarantine::Restarted { up },
-                ..
-            } => restarted.push(format!(
-                "{} started {} ago",
-                failure.node(),
-                duration::show(*up)
-            )),
-            NodeErrorKind::Quarantined {
-                cause: Quarantine::ClockJumped { ahead },
-                ..
-            } => jumped.push(format!(
-                "{}'s clock jumped {} ahead",
-                failure.node(),
-                duration::show(*ahead)
-            )),
-            _ => {}
-        }
-    }
-    let mut why = Vec::new();
-    if !restarted.is_empty() {
-        why.push(format!(
-            "{}, and a server casts no vote for a lock until it has been up for {} (after \
-             a restart it may have lost locks it granted; a new one cannot show it granted \
-             none)",
-            restarted.join(", "),
-            duration::show(quarantine)
-        ));
-    }
-    if !jumped.is_empty() {
-        why.push(format!(
-            "{} (expiring its keys early), and casts no vote for a lock for a while",
-            jumped.join(", ")
-        ));
-    }
-    let mut note = format!(
-        "waiting {} for {}: {}",
-        duration::show(wait),
-        match restarted.is_empty() {
-            false => "the restart quarantine",
-            true => "a server whose clock jumped",
-        },
-        why.join("; ")
-    );
-    if !restarted.is_empty() {
-        note += ". If every server keeps its data across restarts (appendonly yes and \
-                 appendfsync always, on a disk it restarts from), --restart-quarantine 0s \
-                 turns the quarantine off";
-    }
-    Some(note)
-}
-
-/// Why the wait may be long when too few replicas acknowledged the first
-/// attempt's write (as right after a failover, while the replicas sync).
-fn replicas_note(e: &Error) -> Option<String> {
-    let short: Vec<String> = e
-        .node_errors()
-        .iter()
-        .filter_map(|f| match f.kind() {
-            redlease::NodeErrorKind::NotReplicated {
-                acknowledged,
-                wanted,
-            } => Some(format!(
-                "{}: {acknowledged} of {wanted} replica(s) acknowledged",
-                f.node()
-            )),
-            _ => None,
-        })
-        .collect();
-    (!short.is_empty()).then(|| {
-        format!(
-            "waiting for replicas to acknowledge the lock ({}): a lock too few replicas \
-             hold does not count (--durable); --wait bounds the wait",
-            short.join("; ")
-        )
-    })
-}
-
-/// `--wait 0` is `--no-wait`, as with flock.
-fn no_wait(args: &RunArgs) -> bool {
-    args.no_wait || args.wait == Some(Duration::ZERO)
-}
-
-/// Whether waiting can help: someone holds the lock, or the nodes were only
-/// slow. When no node holds it and a quorum failed, waiting would only hide
-/// unreachable nodes (possibly forever), so that is reported at once.
-fn worth_waiting(e: &Error) -> bool {
-    match e {
-        Error::Taken { .. } | Error::ValidityExhausted { .. } => true,
-        // Held somewhere, nodes that vote again once their restart
-        // quarantine is over, or a write too few replicas acknowledged
-        // (a primary whose replicas are still syncing, as right after a
-        // failover): new locks wait for the replicas.
-        Error::NoQuorum {
-            refused_by, failed, ..
-        } => {
-            !refused_by.is_empty()
-                || failed.iter().any(|f| {
-                    matches!(
-                        f.kind(),
-                        redlease::NodeErrorKind::Quarantined { .. }
-                            | redlease::NodeErrorKind::NotReplicated { .. }
-                    )
-                })
-        }
-        _ => false,
-    }
-}
-
-/// The exit for a lock we could not take.
-fn not_acquired(e: &Error, args: &RunArgs, waited: Duration) -> Exit {
-    let cause = match e {
-        Error::WaitTimeout { last, .. } => last.as_ref(),
-        other => other,
-    };
-    match cause {
-        Error::Taken { held_on, nodes, .. } => {
-            let when = if no_wait(args) {
-                String::new()
-            } else {
-                format!(" after waiting {}", duration::show(waited))
-            };
-            let message = format!(
-                "{} (on {} of {nodes} nodes){when}; the command was not run",
-                args.hold().taken(&args.key),
-                held_on.len()
-            );
-            match args.quiet {
-                true => Exit::code(args.conflict_exit_code),
-                false => Exit::with(args.conflict_exit_code, message),
-            }
-        }
-        Error::InvalidInput { .. } => Exit::with(exit::USAGE, chain(e)),
-        // Runs of one name that disagree on N: a setup mistake that waiting
-        // does not fix, and that a --conflict-exit-code 0 must not hide.
-        Error::PermitsDiffer {
-            resource,
-            asked,
-            held,
-            node,
-            ..
-        } => Exit::with(
-            exit::USAGE,
-            format!(
-                "semaphore {resource:?} is held with --permits {held} on {node}, and \
-                 this run gives --permits {asked}: every run of a name must give the same \
-                 number while any of its permits is held; the command was not run"
-            ),
-        ),
-        Error::NoQuorum { .. } | Error::ValidityExhausted { .. } => Exit::with(
-            exit::UNAVAILABLE,
-            format!(
-                "{}; the command was not run (`redlease doctor` checks the nodes)",
-                chain(e)
-            ),
-        ),
-        _ => Exit::with(
-            exit::INTERNAL,
-            format!("{}; the command was not run", chain(e)),
-        ),
-    }
-}
-
-/// Starts the command with the lock's name and fencing token in its
+/// Starts the command with the lock's name and fencing tokens in its
 /// environment, and its stdio shared with ours; it announces itself to the
 /// `guardian` before it execs.
-fn spawn(args: &RunArgs, fencing_token: u64, guardian: &Guardian) -> io::Result<Child> {
+fn spawn(args: &RunArgs, lease: &Lease, guardian: &Guardian) -> io::Result<Child> {
+    let token = |name: &str| {
+        lease
+            .fencing_token_of(name)
+            .expect("run's Locker draws fencing tokens")
+    };
+    // One NAME=TOKEN line per name, in the lease's (sorted) order.
+    let tokens: Vec<String> = lease
+        .resources()
+        .map(|name| format!("{name}={}", token(name)))
+        .collect();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
-        .env("REDLEASE_KEY", &args.key)
-        .env("REDLEASE_FENCING_TOKEN", fencing_token.to_string());
+        .env("REDLEASE_KEY", lease.resource())
+        .env(
+            "REDLEASE_FENCING_TOKEN",
+            token(lease.resource()).to_string(),
+        )
+        .env("REDLEASE_FENCING_TOKENS", tokens.join("\n"));
     if !args.foreground {
         cmd.process_group(0);
     }
@@ -775,6 +386,7 @@ async fn supervise(
     signals: &mut Signals,
     guardian: &mut Guardian,
     args: &RunArgs,
+    held: &str,
 ) -> Ended {
     let Some(target) = child
         .id()
@@ -795,10 +407,10 @@ async fn supervise(
     // Renewals move the lease's end every third of the TTL; the guardian
     // hears of it a little later, which only makes its kill-by earlier.
     let mut renewed = tokio::time::interval(
-        (args.ttl / 6).clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        (args.take.ttl / 6).clamp(Duration::from_millis(10), Duration::from_secs(1)),
     );
     renewed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let margin = drift(args.ttl);
+    let margin = drift(args.take.ttl);
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
@@ -812,7 +424,7 @@ async fn supervise(
                 eprintln!(
                     "redlease: lost {} while the command ran ({why}); sent it SIGTERM \
                      (SIGKILL in {})",
-                    args.hold().held(&args.key),
+                    held,
                     duration::show(kill_in)
                 );
                 if kill_at.is_none() {
@@ -870,7 +482,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// The exit after the command ended and the lock was given back.
-/// `held` names what the run held ([`Hold::held`]).
+/// `held` names what the run held ([`Want::held`]).
 fn finish(ended: Ended, released: Result<(), Error>, held: &str) -> Exit {
     let code = match ended.status {
         Ok(status) => exit::of_status(status),

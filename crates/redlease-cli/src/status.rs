@@ -39,19 +39,20 @@ Example:
 Exit codes: 0 the state is known (held or free); 2 usage; 69 too few nodes \
 answered to tell.")]
 pub struct StatusArgs {
-    #[command(flatten)]
-    lock: LockArg,
-}
-
-/// The lock `status` and `release` act on, and how long each node may take.
-#[derive(Args, Debug)]
-pub struct LockArg {
-    #[command(flatten)]
-    nodes: NodesArg,
-
     /// The lock's name.
     #[arg(long, value_name = "NAME")]
     key: String,
+
+    #[command(flatten)]
+    admin: AdminArg,
+}
+
+/// Where `status` and `release --force` find a lock: the nodes, the key
+/// prefix, and how long each node may take.
+#[derive(Args, Debug)]
+pub struct AdminArg {
+    #[command(flatten)]
+    pub nodes: NodesArg,
 
     /// Prefix of the lock's Redis key (the key is PREFIX{NAME}).
     #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
@@ -62,13 +63,8 @@ pub struct LockArg {
     timeout: Duration,
 }
 
-impl LockArg {
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.key
-    }
-
-    /// A Locker for looking at or clearing the lock: it names the keys
+impl AdminArg {
+    /// A Locker for looking at or clearing a lock: it names the keys
     /// exactly as `run` and the library do, checks the node list, and
     /// bounds each node by the timeout (to connect, and to answer).
     /// Building it does no I/O.
@@ -87,11 +83,11 @@ impl LockArg {
 }
 
 pub async fn status(args: StatusArgs) -> Exit {
-    let (_, locker) = match args.lock.locker() {
+    let (_, locker) = match args.admin.locker() {
         Ok(made) => made,
         Err(exit) => return exit,
     };
-    let status = match locker.admin().inspect(args.lock.name()).await {
+    let status = match locker.admin().inspect(args.key.as_str()).await {
         Ok(status) => status,
         Err(e @ Error::InvalidInput { .. }) => return Exit::with(exit::USAGE, chain(&e)),
         Err(e) => return Exit::with(exit::INTERNAL, chain(&e)),
@@ -104,14 +100,14 @@ pub async fn status(args: StatusArgs) -> Exit {
         (Some(LockMode::Permit), Some(permits)) => println!(
             "semaphore {:?} (key {}) on {nodes} node{plural}, {permits} permit{}, each held on \
              {} of them",
-            args.lock.name(),
+            args.key.as_str(),
             status.key,
             if permits == 1 { "" } else { "s" },
-            locker.semaphore(args.lock.name(), permits).quorum()
+            locker.semaphore(args.key.as_str(), permits).quorum()
         ),
         _ => println!(
             "lock {:?} (key {}) on {nodes} node{plural}, quorum {}",
-            args.lock.name(),
+            args.key.as_str(),
             status.key,
             locker.admin().quorum()
         ),

@@ -6,6 +6,7 @@ mod demo;
 mod deployments;
 mod doctor;
 mod guardian;
+mod handles;
 mod logging;
 mod permits;
 mod release;

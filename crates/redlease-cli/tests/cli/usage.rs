@@ -79,6 +79,9 @@ fn every_command_has_help_with_its_exit_codes() {
     for args in [
         &["--help"][..],
         &["run", "--help"],
+        &["acquire", "--help"],
+        &["extend", "--help"],
+        &["release", "--help"],
         &["status", "--help"],
         &["doctor", "--help"],
         &["demo", "--help"],
@@ -100,6 +103,14 @@ fn every_command_has_help_with_its_exit_codes() {
         "REDLEASE_FENCING_TOKEN",
     ] {
         assert!(out.stdout.contains(flag), "run --help lacks {flag}");
+    }
+    assert!(out.stdout.contains("REDLEASE_FENCING_TOKENS"), "{out:#?}");
+    for command in ["acquire", "extend", "release"] {
+        let out = run(redlease().args([command, "--help"]), LIMIT);
+        assert!(
+            out.stdout.contains("REDLEASE_HANDLE"),
+            "{command}: {out:#?}"
+        );
     }
     let out = run(redlease().arg("--help"), LIMIT);
     for text in ["--verbose", "-vv", "RUST_LOG"] {
@@ -202,6 +213,8 @@ fn bad_lock_names_get_one_message_everywhere() {
     for key in ["", long.as_str()] {
         for args in [
             &["run", "--key", key, "--", "true"][..],
+            &["run", "--key", "fine", "--key", key, "--", "true"],
+            &["acquire", "--key", key],
             &["status", "--key", key],
             &["release", "--force", "--key", key],
         ] {

@@ -1,0 +1,580 @@
+//! Taking a lock from the command line, for `run` and `acquire`: the
+//! flags that say what to take (one name or several, alone, shared or a
+//! permit) and how long to wait, the Locker they make, and the wait itself
+//! with its notes and its exit when the lock could not be had.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use redlease::{Acquire, Error, Lease, Locker, RetryPolicy, Semaphore, TryAcquire};
+
+use crate::duration;
+use crate::errors::chain;
+use crate::exit::{self, Exit};
+use crate::nodes::NodesArg;
+use crate::signals::Signals;
+
+/// What to take and how to wait for it: `run`'s and `acquire`'s flags.
+#[derive(Args, Debug)]
+pub struct TakeArgs {
+    #[command(flatten)]
+    pub nodes: NodesArg,
+
+    /// The lock's name: every process that must not hold it at the same
+    /// time uses the same name. Given again (--key a --key b), every one of
+    /// the locks at once or none, as a writer (not with --shared or
+    /// --permits).
+    #[arg(long, value_name = "NAME", required = true)]
+    key: Vec<String>,
+
+    /// Take the lock shared, as a reader: --shared holders of one name
+    /// hold it at the same time, but never while a writer (a plain run or
+    /// acquire) holds the lock or waits for it [default: alone, as a
+    /// writer].
+    #[arg(long)]
+    shared: bool,
+
+    /// Take one of N permits of a semaphore named --key instead of the
+    /// lock: at most N holders of the name at once, fleet-wide. Every
+    /// holder of the name gives the same N.
+    #[arg(long, value_name = "N", value_parser = parse_permits, conflicts_with = "shared")]
+    permits: Option<u32>,
+
+    /// With --permits: accept a semaphore on which no node may fail (each
+    /// permit needs every node, as 2 permits over 3 nodes do), which is
+    /// otherwise refused: one node down then stops every holder of the
+    /// name.
+    #[arg(long, requires = "permits")]
+    allow_no_failures: bool,
+
+    /// How long the lock outlives redlease if it dies without releasing
+    /// (e.g. its machine crashes). It is renewed every third of this while
+    /// the command runs, so the command itself may run for any time.
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse_positive)]
+    pub ttl: Duration,
+
+    /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m) [default:
+    /// wait as long as it takes, like flock].
+    #[arg(long, value_name = "D", value_parser = duration::parse)]
+    wait: Option<Duration>,
+
+    /// Do not wait: if the lock is held, exit at once with the conflict code.
+    #[arg(long, conflicts_with = "wait")]
+    no_wait: bool,
+
+    /// Exit code when the lock could not be had (in time).
+    #[arg(long, value_name = "N", default_value_t = exit::CONFLICT)]
+    conflict_exit_code: u8,
+
+    /// Require N replicas to acknowledge every write of the lease (WAIT), for
+    /// locks on replicated primaries (Sentinel, a cluster with replicas)
+    /// that must survive a failover: a lock not acknowledged in time is not
+    /// taken (tried again within the wait, as a busy lock is), and a
+    /// failover ends the lease (see docs/deployments.md).
+    #[arg(long, value_name = "N")]
+    durable: Option<u32>,
+
+    /// How long each write waits for the --durable replicas; must be
+    /// shorter than the node timeout (5% of the TTL unless set otherwise).
+    #[arg(long, value_name = "D", default_value = "100ms", value_parser = duration::parse_positive, requires = "durable")]
+    durable_timeout: Duration,
+
+    /// Prefix of the lock's Redis key (the key is PREFIX{NAME}); must match
+    /// other programs that take the same lock with the library.
+    #[arg(long, value_name = "PREFIX", default_value = "redlease:")]
+    key_prefix: String,
+
+    /// Say nothing when the lock is held elsewhere (just exit with the
+    /// conflict code), as suits a cron job that often finds it busy.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+impl TakeArgs {
+    /// What to take: `--permits N` one of N permits, `--shared` the lock
+    /// as a reader, else the lock alone; several `--key`, every lock of
+    /// them alone (a usage error with `--shared` or `--permits`).
+    pub fn want(&self) -> Result<Want, Exit> {
+        let hold = match (self.permits, self.shared) {
+            (Some(permits), _) => Hold::Permit {
+                permits,
+                allow_no_failures: self.allow_no_failures,
+            },
+            (None, true) => Hold::Shared,
+            (None, false) => Hold::Alone,
+        };
+        // In the library's canonical order, each once, as `lock_all` takes
+        // them and the lease lists them.
+        let mut names = self.key.clone();
+        names.sort_unstable();
+        names.dedup();
+        if names.len() > 1 && hold != Hold::Alone {
+            let flag = match hold {
+                Hold::Shared => "--shared",
+                _ => "--permits",
+            };
+            return Err(Exit::with(
+                exit::USAGE,
+                format!(
+                    "{flag} takes one --key: several names are taken at once only alone, as \
+                     a writer (give one --key, or drop {flag})"
+                ),
+            ));
+        }
+        Ok(Want { hold, names })
+    }
+
+    /// The Locker for taking `want`, with fencing on (the holder gets
+    /// each name's fencing token), the TTL, key prefix and durability the
+    /// flags give; every name is checked. No I/O.
+    pub fn locker(&self, want: &Want) -> Result<Locker, Exit> {
+        let (_, builder) = self.nodes.builder()?;
+        let durability = match self.durable {
+            Some(replicas) => redlease::Durability::required(replicas, self.durable_timeout),
+            None => redlease::Durability::off(),
+        };
+        let locker = builder
+            .fencing(true)
+            .ttl(self.ttl)
+            .key_prefix(self.key_prefix.as_str())
+            .durability(durability)
+            .build()
+            .map_err(|e| Exit::with(exit::USAGE, chain(&e)))?;
+        // A bad name is refused before any connection is made.
+        for name in &want.names {
+            if let Err(e) = locker.admin().check_name(name) {
+                return Err(Exit::with(exit::USAGE, chain(&e)));
+            }
+        }
+        Ok(locker)
+    }
+
+    /// Takes `want`: one attempt, then (unless --no-wait) waits for it,
+    /// kept alive from the start if `keep_alive`. A signal meanwhile ends
+    /// the wait (exit 128+N); a lock that could not be had is the exit
+    /// [`not_acquired`] tells. `first_try` gets how long the first attempt
+    /// took.
+    pub async fn take(
+        &self,
+        locker: &Locker,
+        want: &Want,
+        keep_alive: bool,
+        signals: &mut Signals,
+        first_try: &mut Duration,
+        by: Taker,
+    ) -> Result<Lease, Exit> {
+        let started = Instant::now();
+        tokio::select! {
+            got = self.acquire(locker, want, keep_alive, first_try) => {
+                got.map_err(|e| self.not_acquired(&e, want, started.elapsed(), by))
+            }
+            sig = signals.recv() => {
+                // The acquisition was dropped; an attempt in flight undoes
+                // itself in the background: wait for that before exiting.
+                locker.close().await;
+                Err(Exit::code(exit::signal_code(sig.as_raw())))
+            }
+        }
+    }
+
+    /// One attempt at `want`, then (unless --no-wait) a wait for it.
+    async fn acquire(
+        &self,
+        locker: &Locker,
+        want: &Want,
+        keep_alive: bool,
+        first_try: &mut Duration,
+    ) -> Result<Lease, Error> {
+        // A wait too long for the clock to represent is no bound at all.
+        let deadline = self.wait.and_then(|wait| Instant::now().checked_add(wait));
+        let tried = Instant::now();
+        let attempt = want.try_acquire(locker);
+        let first = match keep_alive {
+            true => attempt.keep_alive().await,
+            false => attempt.await,
+        };
+        *first_try = tried.elapsed();
+        match first {
+            Ok(lease) => return Ok(lease),
+            Err(e) if self.no_wait() || !worth_waiting(&e) => return Err(e),
+            Err(e) => {
+                // Said once, before the wait: it can be as long as the TTL.
+                let quarantine = self.nodes.restart_quarantine(self.ttl);
+                let note = quarantine_note(&e, quarantine).or_else(|| replicas_note(&e));
+                if let Some(note) = note.filter(|_| !self.quiet) {
+                    eprintln!("redlease: {note}");
+                }
+            }
+        }
+        let request = match keep_alive {
+            true => want.acquire(locker).keep_alive(),
+            false => want.acquire(locker),
+        };
+        match deadline {
+            Some(deadline) => {
+                request
+                    .wait(deadline.saturating_duration_since(Instant::now()))
+                    .await
+            }
+            // Like flock: without --wait, as long as it takes.
+            None => request.retry(RetryPolicy::forever()).await,
+        }
+    }
+
+    /// `--wait 0` is `--no-wait`, as with flock.
+    fn no_wait(&self) -> bool {
+        self.no_wait || self.wait == Some(Duration::ZERO)
+    }
+
+    /// The exit for a lock we could not take; `waited` is how long we
+    /// tried.
+    fn not_acquired(&self, e: &Error, want: &Want, waited: Duration, by: Taker) -> Exit {
+        let not_done = by.not_done();
+        let cause = match e {
+            Error::WaitTimeout { last, .. } => last.as_ref(),
+            other => other,
+        };
+        match cause {
+            Error::Taken { held_on, nodes, .. } => {
+                let when = if self.no_wait() {
+                    String::new()
+                } else {
+                    format!(" after waiting {}", duration::show(waited))
+                };
+                let message = format!(
+                    "{} (on {} of {nodes} nodes){when}; {not_done}",
+                    want.taken(),
+                    held_on.len(),
+                );
+                match self.quiet {
+                    true => Exit::code(self.conflict_exit_code),
+                    false => Exit::with(self.conflict_exit_code, message),
+                }
+            }
+            Error::InvalidInput { .. } => Exit::with(exit::USAGE, chain(e)),
+            // Holders of one name that disagree on N: a setup mistake that
+            // waiting does not fix, and that a --conflict-exit-code 0 must
+            // not hide.
+            Error::PermitsDiffer {
+                resource,
+                asked,
+                held,
+                node,
+                ..
+            } => Exit::with(
+                exit::USAGE,
+                format!(
+                    "semaphore {resource:?} is held with --permits {held} on {node}, and \
+                     this {} gives --permits {asked}: every holder of a name must give the \
+                     same number while any of its permits is held; {not_done}",
+                    by.noun()
+                ),
+            ),
+            Error::NoQuorum { .. } | Error::ValidityExhausted { .. } => Exit::with(
+                exit::UNAVAILABLE,
+                format!(
+                    "{}; {not_done} (`redlease doctor` checks the nodes)",
+                    chain(e)
+                ),
+            ),
+            _ => Exit::with(exit::INTERNAL, format!("{}; {not_done}", chain(e))),
+        }
+    }
+}
+
+/// Which command takes the lock, for its messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taker {
+    Run,
+    Acquire,
+}
+
+impl Taker {
+    /// What the command is called in a message: "this run gives ...".
+    fn noun(self) -> &'static str {
+        match self {
+            Taker::Run => "run",
+            Taker::Acquire => "acquire",
+        }
+    }
+
+    /// What did not happen when the lock could not be had.
+    fn not_done(self) -> &'static str {
+        match self {
+            Taker::Run => "the command was not run",
+            Taker::Acquire => "nothing was acquired",
+        }
+    }
+}
+
+/// How a name is held: the three kinds of run (and of acquire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// The lock, alone (as a writer): a plain run.
+    Alone,
+    /// The lock, shared with other readers: `--shared`.
+    Shared,
+    /// One of `permits` permits of a semaphore: `--permits N`.
+    Permit {
+        permits: u32,
+        /// `--allow-no-failures`.
+        allow_no_failures: bool,
+    },
+}
+
+/// What to take: a hold of one name, or every lock of several names at
+/// once (alone: [`TakeArgs::want`] refuses several names in another hold).
+#[derive(Clone, Debug)]
+pub struct Want {
+    pub hold: Hold,
+    /// Sorted, each once, as the library takes and lists them; at least
+    /// one.
+    pub names: Vec<String>,
+}
+
+impl Want {
+    /// The first name (of several, the first in sorted order).
+    fn name(&self) -> &str {
+        &self.names[0]
+    }
+
+    /// Several names, taken together with the library's `lock_all`.
+    fn all(&self) -> bool {
+        self.names.len() > 1
+    }
+
+    /// One attempt at it.
+    fn try_acquire<'a>(&self, locker: &'a Locker) -> TryAcquire<'a> {
+        match self.hold {
+            Hold::Alone if self.all() => locker.try_lock_all(&self.names),
+            Hold::Alone => locker.try_lock(self.name()),
+            Hold::Shared => locker.try_read_lock(self.name()),
+            Hold::Permit {
+                permits,
+                allow_no_failures,
+            } => semaphore(locker, self.name(), permits, allow_no_failures).try_acquire(),
+        }
+    }
+
+    /// A request that waits for it.
+    fn acquire<'a>(&self, locker: &'a Locker) -> Acquire<'a> {
+        match self.hold {
+            Hold::Alone if self.all() => locker.lock_all(&self.names),
+            Hold::Alone => locker.write_lock(self.name()),
+            Hold::Shared => locker.read_lock(self.name()),
+            Hold::Permit {
+                permits,
+                allow_no_failures,
+            } => semaphore(locker, self.name(), permits, allow_no_failures).acquire(),
+        }
+    }
+
+    /// The names, for messages: `"a"`, or `"a", "b"`.
+    pub fn listed(&self) -> String {
+        let quoted: Vec<String> = self.names.iter().map(|n| format!("{n:?}")).collect();
+        quoted.join(", ")
+    }
+
+    /// What a holder of this holds, for messages: "the lock "K"", "the
+    /// locks "A", "B"", "its permit of "K"".
+    pub fn held(&self) -> String {
+        match self.hold {
+            Hold::Alone if self.all() => format!("the locks {}", self.listed()),
+            Hold::Alone | Hold::Shared => format!("the lock {}", self.listed()),
+            Hold::Permit { .. } => format!("its permit of {}", self.listed()),
+        }
+    }
+
+    /// Why it could not be had, as a refused attempt found it (a reader is
+    /// kept out by a writer alone, holding or waiting; a permit also by a
+    /// lock of its name; several locks by any one of them).
+    fn taken(&self) -> String {
+        let key = self.listed();
+        match self.hold {
+            Hold::Alone if self.all() => {
+                format!("one or more of the locks {key} are held by another owner")
+            }
+            Hold::Alone => format!("lock {key} is held by another owner"),
+            Hold::Shared => format!("lock {key} is held by a writer or has one waiting"),
+            Hold::Permit { permits: 1, .. } => {
+                format!("the 1 permit of {key} is held (or a lock of that name is)")
+            }
+            Hold::Permit { permits, .. } => {
+                format!("all {permits} permits of {key} are held (or a lock of that name is)")
+            }
+        }
+    }
+}
+
+/// The semaphore `--permits` holders take a permit of.
+fn semaphore<'a>(
+    locker: &'a Locker,
+    key: &str,
+    permits: u32,
+    allow_no_failures: bool,
+) -> Semaphore<'a> {
+    let semaphore = locker.semaphore(key, permits);
+    match allow_no_failures {
+        true => semaphore.allow_no_failures(),
+        false => semaphore,
+    }
+}
+
+/// `--permits N`: a positive number (0 would admit no run at all).
+fn parse_permits(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err(
+            "0 permits would admit no run: a semaphore needs at least 1 permit \
+             (--permits 1 runs one at a time)"
+                .to_string(),
+        ),
+        Ok(permits) => Ok(permits),
+        Err(_) => Err(format!(
+            "{:?} is not a number of permits; write e.g. --permits 4",
+            text.trim()
+        )),
+    }
+}
+
+/// One server given twice (localhost and 127.0.0.1, say) would count
+/// twice: refused before waiting. Nodes that are down are checked when
+/// they answer (the lock then fails the same way). A URL whose scheme does
+/// not match its port (TLS or not) cannot work however long one waits:
+/// said now, with the scheme to use.
+pub async fn check_servers(locker: &Locker) -> Result<(), Exit> {
+    match locker.admin().check_servers().await {
+        Err(e) => Err(Exit::with(exit::USAGE, chain(&e))),
+        Ok(unreached) => {
+            let wrong: Vec<String> = unreached
+                .iter()
+                .filter(|e| matches!(e.kind(), redlease::NodeErrorKind::WrongScheme(_)))
+                .map(|e| e.to_string())
+                .collect();
+            match wrong.is_empty() {
+                true => Ok(()),
+                false => Err(Exit::with(exit::USAGE, wrong.join("; "))),
+            }
+        }
+    }
+}
+
+/// What a wait for quarantined nodes (`e` is the first attempt's error)
+/// is about to cost, and why, if the quarantine is what keeps the lock:
+/// which servers (re)started or had their clock jump, and how to turn the
+/// restart quarantine off where it is not needed.
+fn quarantine_note(e: &Error, quarantine: Duration) -> Option<String> {
+    use redlease::{NodeErrorKind, Quarantine};
+    let wait = e.quarantine_wait()?;
+    let mut restarted = Vec::new();
+    let mut jumped = Vec::new();
+    for failure in e.node_errors() {
+        match failure.kind() {
+            NodeErrorKind::Quarantined {
+                cause: Quarantine::Restarted { up },
+                ..
+            } if *up < Duration::from_secs(1) => {
+                restarted.push(format!("{} just started", failure.node()))
+            }
+            NodeErrorKind::Quarantined {
+                cause: Quarantine::Restarted { up },
+                ..
+            } => restarted.push(format!(
+                "{} started {} ago",
+                failure.node(),
+                duration::show(*up)
+            )),
+            NodeErrorKind::Quarantined {
+                cause: Quarantine::ClockJumped { ahead },
+                ..
+            } => jumped.push(format!(
+                "{}'s clock jumped {} ahead",
+                failure.node(),
+                duration::show(*ahead)
+            )),
+            _ => {}
+        }
+    }
+    let mut why = Vec::new();
+    if !restarted.is_empty() {
+        why.push(format!(
+            "{}, and a server casts no vote for a lock until it has been up for {} (after \
+             a restart it may have lost locks it granted; a new one cannot show it granted \
+             none)",
+            restarted.join(", "),
+            duration::show(quarantine)
+        ));
+    }
+    if !jumped.is_empty() {
+        why.push(format!(
+            "{} (expiring its keys early), and casts no vote for a lock for a while",
+            jumped.join(", ")
+        ));
+    }
+    let mut note = format!(
+        "waiting {} for {}: {}",
+        duration::show(wait),
+        match restarted.is_empty() {
+            false => "the restart quarantine",
+            true => "a server whose clock jumped",
+        },
+        why.join("; ")
+    );
+    if !restarted.is_empty() {
+        note += ". If every server keeps its data across restarts (appendonly yes and \
+                 appendfsync always, on a disk it restarts from), --restart-quarantine 0s \
+                 turns the quarantine off";
+    }
+    Some(note)
+}
+
+/// Why the wait may be long when too few replicas acknowledged the first
+/// attempt's write (as right after a failover, while the replicas sync).
+fn replicas_note(e: &Error) -> Option<String> {
+    let short: Vec<String> = e
+        .node_errors()
+        .iter()
+        .filter_map(|f| match f.kind() {
+            redlease::NodeErrorKind::NotReplicated {
+                acknowledged,
+                wanted,
+            } => Some(format!(
+                "{}: {acknowledged} of {wanted} replica(s) acknowledged",
+                f.node()
+            )),
+            _ => None,
+        })
+        .collect();
+    (!short.is_empty()).then(|| {
+        format!(
+            "waiting for replicas to acknowledge the lock ({}): a lock too few replicas \
+             hold does not count (--durable); --wait bounds the wait",
+            short.join("; ")
+        )
+    })
+}
+
+/// Whether waiting can help: someone holds the lock, or the nodes were only
+/// slow. When no node holds it and a quorum failed, waiting would only hide
+/// unreachable nodes (possibly forever), so that is reported at once.
+fn worth_waiting(e: &Error) -> bool {
+    match e {
+        Error::Taken { .. } | Error::ValidityExhausted { .. } => true,
+        // Held somewhere, nodes that vote again once their restart
+        // quarantine is over, or a write too few replicas acknowledged
+        // (a primary whose replicas are still syncing, as right after a
+        // failover): new locks wait for the replicas.
+        Error::NoQuorum {
+            refused_by, failed, ..
+        } => {
+            !refused_by.is_empty()
+                || failed.iter().any(|f| {
+                    matches!(
+                        f.kind(),
+                        redlease::NodeErrorKind::Quarantined { .. }
+                            | redlease::NodeErrorKind::NotReplicated { .. }
+                    )
+                })
+        }
+        _ => false,
+    }
+}
