@@ -83,7 +83,7 @@ pub async fn try_all(
             "pexpire" => vec!["PEXPIRE", key, "10000"],
             "pexpiretime" => vec!["PEXPIRETIME", key],
             "pttl" => vec!["PTTL", key],
-            // A read lock's commands: on the probe key, a string by now
+            // A read lock's and a semaphore's commands: on the probe key, a string by now
             // (WRONGTYPE, past the ACL), or else a set they empty.
             "pexpireat" => vec!["PEXPIREAT", key, "4102444800000"],
             "zadd" => vec!["ZADD", key, "0", "doctor-probe"],
@@ -92,6 +92,7 @@ pub async fn try_all(
             "zcount" => vec!["ZCOUNT", key, "-inf", "+inf"],
             "zrem" => vec!["ZREM", key, "doctor-probe"],
             "zremrangebyscore" => vec!["ZREMRANGEBYSCORE", key, "-inf", "+inf"],
+            "zcard" => vec!["ZCARD", key],
             // Last of the key's commands, by the declaration's order.
             "del" => vec!["DEL", key],
             "pubsub|numsub" => vec!["PUBSUB", "NUMSUB", channel],
