@@ -65,16 +65,12 @@ impl Handle {
     /// [`Facts`]); `None` for a text that does not read so, which the
     /// library then refuses, saying why.
     pub fn facts(&self) -> Option<Facts> {
-        // The library's format: rlh1.MODE.TTL.TOKEN.PREFIX.NAMES.FENCES,
-        // PREFIX and each of NAMES (joined by `-`) hex-encoded.
-        let parts: Vec<&str> = self.0.split('.').collect();
-        let ["rlh1", _, ttl, _, prefix, names, _] = parts[..] else {
-            return None;
-        };
-        let ttl = Duration::from_millis(ttl.parse().ok()?);
-        let prefix = unhex(prefix)?;
-        let names = names.split('-').map(unhex).collect::<Option<Vec<_>>>()?;
-        Some(Facts { ttl, prefix, names })
+        let info = redlease::HandleInfo::parse(&self.0).ok()?;
+        Some(Facts {
+            ttl: info.ttl,
+            prefix: info.key_prefix,
+            names: info.names,
+        })
     }
 
     /// A Locker that takes the handle: over `nodes`, with its key prefix,
@@ -146,14 +142,6 @@ fn from_env(value: Option<OsString>) -> Result<Handle, Exit> {
     }
 }
 
-fn unhex(text: &str) -> Option<String> {
-    let bytes = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
-}
-
 /// The exit for a handle the library could not extend or release: a
 /// stale handle (the lease is gone) is [`exit::LOST`], never a success;
 /// text that is not a handle a usage error. `done` says what was not done.
@@ -191,8 +179,9 @@ mod tests {
     #[test]
     fn the_ttl_prefix_and_names_are_read_from_the_text() {
         // "redlease:" and the names "a.b", "c-d", hex-encoded.
-        let text = "rlh1.x.300000.0123.7265646c656173653a.612e62-632d64.7-9";
-        let facts = Handle(text.into()).facts().unwrap();
+        let token = "0".repeat(48);
+        let text = format!("rlh1.x.300000.{token}.7265646c656173653a.612e62-632d64.7-9");
+        let facts = Handle(text).facts().unwrap();
         assert_eq!(facts.ttl, Duration::from_secs(300));
         assert_eq!(facts.prefix, "redlease:");
         assert_eq!(facts.names, ["a.b", "c-d"]);

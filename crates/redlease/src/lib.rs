@@ -118,6 +118,7 @@ pub use crate::api::acquire::Acquire;
 pub use crate::api::admin::Admin;
 pub use crate::api::advanced::Advanced;
 pub use crate::api::builder::LockerBuilder;
+pub use crate::api::handle::HandleInfo;
 pub use crate::api::lease::Lease;
 pub use crate::api::lease_handle::LeaseHandle;
 pub use crate::api::locker::{Locker, MAX_KEY_LEN};

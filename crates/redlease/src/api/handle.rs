@@ -2,7 +2,7 @@
 //! handle (see [`Lease::export`]), or gives it back without adopting it.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::api::lease::Lease;
 use crate::api::locker::Locker;
@@ -13,7 +13,61 @@ use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::release::Ownership;
 use crate::core::error::{Error, Op};
 use crate::core::handle::Exported;
+use crate::core::mode::{Hold, LockMode};
 use crate::core::quorum::Decision;
+
+/// What a lease handle ([`Lease::export`]) says, read without the token
+/// it carries: for a program that must build a Locker able to adopt it
+/// (the same key prefix, a TTL the restart quarantine covers) or name its
+/// locks in messages. No I/O.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redlease::Error> {
+/// # let nodes = redlease_testkit::RedisNodes::start(1);
+/// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+/// let handle = locker.lock_all(["b", "a"]).await?.export();
+/// let info = redlease::HandleInfo::parse(&handle)?;
+/// assert_eq!(info.names, ["a", "b"]);
+/// assert_eq!(info.key_prefix, "redlease:");
+/// # locker.release_handle(&handle).await }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HandleInfo {
+    /// The names the lease holds, in their canonical order.
+    pub names: Vec<String>,
+    /// How it holds them.
+    pub mode: LockMode,
+    /// A semaphore's number of permits, for [`LockMode::Permit`].
+    pub permits: Option<u32>,
+    /// The TTL it was taken with, which `adopt` extends it by.
+    pub ttl: Duration,
+    /// The key prefix of the Locker that took it: an adopting Locker
+    /// needs the same.
+    pub key_prefix: String,
+    /// Each name's fencing token, when drawn.
+    pub fencing_tokens: Option<Vec<u64>>,
+}
+
+impl HandleInfo {
+    /// Reads `handle`; [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// for a string that is not a handle.
+    pub fn parse(handle: &str) -> Result<HandleInfo, Error> {
+        let exported = Exported::decode(handle).map_err(|why| Error::invalid("handle", why))?;
+        Ok(HandleInfo {
+            names: exported.names,
+            mode: exported.hold.mode(),
+            permits: match exported.hold {
+                Hold::Permit { permits, .. } => Some(permits.get()),
+                _ => None,
+            },
+            ttl: exported.ttl,
+            key_prefix: exported.prefix,
+            fencing_tokens: exported.fences,
+        })
+    }
+}
 
 /// A handle read and checked against `engine`'s settings, before any I/O.
 fn read(engine: &Engine, handle: &str) -> Result<(Exported, Ownership), Error> {
