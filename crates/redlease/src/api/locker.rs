@@ -213,9 +213,9 @@ impl Locker {
         let names: Vec<String> = names.into_iter().map(Into::into).collect();
         let retry = self.engine.settings().retry.clone();
         let empty = names.is_empty();
-        Acquire::all(&self.engine, names, retry).refused(
-            empty.then(|| crate::Error::invalid("names", "lock_all needs at least one name")),
-        )
+        Acquire::all(&self.engine, names, retry).refused(empty.then(|| {
+            crate::core::error::Error::invalid("names", "lock_all needs at least one name")
+        }))
     }
 
     /// Makes exactly one attempt at every lock of `names`, all or none, as
@@ -239,9 +239,9 @@ impl Locker {
     {
         let names: Vec<String> = names.into_iter().map(Into::into).collect();
         let empty = names.is_empty();
-        TryAcquire::all(&self.engine, names).refused(
-            empty.then(|| crate::Error::invalid("names", "try_lock_all needs at least one name")),
-        )
+        TryAcquire::all(&self.engine, names).refused(empty.then(|| {
+            crate::core::error::Error::invalid("names", "try_lock_all needs at least one name")
+        }))
     }
 
     /// A counting semaphore named `resource` with `permits` permits: at
