@@ -11,7 +11,7 @@ use crate::core::token::Token;
 use crate::core::vote_guard::{ClockSample, ServerFacts};
 use crate::protocol::acquire::{
     AcquireRequest, AcquireScriptReply, FenceRaised, OnRefusal, RaiseFenceRequest, RefusedReply,
-    RefusedRequest,
+    RefusedRequest, ServerTime,
 };
 use crate::protocol::lua::{ACQUIRE, RAISE_FENCE, REFUSED};
 use crate::transport::shard_conn;
@@ -26,6 +26,19 @@ enum Plain {
     Held(RefusedReply, u32),
     /// The server does not know `SET ... NX GET`: nothing was written.
     Unsupported,
+}
+
+/// A scripted acquire's reply, before it is judged (see
+/// [`Node::judge_scripted`]).
+pub(super) enum Scripted {
+    /// Taken, with the fencing token or generation, and the server's
+    /// clock when asked for.
+    Taken {
+        fence: Option<u64>,
+        clock: Option<ServerTime>,
+    },
+    /// Refused, as this reply says.
+    Refused(AcquireReply),
 }
 
 /// A node's answer to an acquire.
@@ -232,27 +245,41 @@ impl Node {
         let (reply, replicas, shard) = self
             .bounded(timeout, Gate::New, &keys.lock, exchange)
             .await?;
-        match request.check(reply) {
-            Ok(AcquireScriptReply::Taken { fence, clock }) => {
-                // A "yes" carries the server's clock when asked for.
+        let answer = request.check(reply).map(|reply| match reply {
+            AcquireScriptReply::Taken { fence, clock } => Scripted::Taken { fence, clock },
+            AcquireScriptReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            } => Scripted::Refused(AcquireReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            }),
+        });
+        self.judge_scripted(sent, shard, replicas, answer)
+    }
+
+    /// A scripted acquire's answer (the acquire script's, a read's or a
+    /// permit's), judged: a "yes" as a vote, with the server's clock it
+    /// carried (when asked for) read against `sent`; a refusal as one; a
+    /// reply that does not answer the request as a protocol error.
+    pub(super) fn judge_scripted(
+        &self,
+        sent: std::time::Instant,
+        shard: Option<Arc<ServerFacts>>,
+        replicas: Option<u32>,
+        answer: Result<Scripted, String>,
+    ) -> Result<AcquireReply, NodeError> {
+        match answer {
+            Ok(Scripted::Taken { fence, clock }) => {
                 let clock = clock.map(|t| {
                     let received = std::time::Instant::now();
                     ClockSample::new(sent, received, t.secs, t.micros)
                 });
                 self.judge_grant(shard, clock, fence, replicas)
             }
-            Ok(AcquireScriptReply::Held {
-                expires_in,
-                waiting,
-                owner,
-            }) => self.judge_refusal(
-                shard,
-                AcquireReply::Held {
-                    expires_in,
-                    waiting,
-                    owner,
-                },
-            ),
+            Ok(Scripted::Refused(refusal)) => self.judge_refusal(shard, refusal),
             Err(what) => Err(self.error(NodeErrorKind::Protocol(what))),
         }
     }

@@ -8,9 +8,8 @@ use std::time::Duration;
 use crate::core::mode::Hold;
 
 use crate::core::keys::LockKeys;
-use crate::core::node_error::{NodeError, NodeErrorKind};
+use crate::core::node_error::NodeError;
 use crate::core::token::Token;
-use crate::core::vote_guard::ClockSample;
 use crate::protocol::acquire::OnRefusal;
 use crate::protocol::lua::{PERMIT_ACQUIRE, READ_ACQUIRE, READ_EXTEND, READ_RELEASE};
 use crate::protocol::lua::{WRITER_CLEAR, WRITER_WAITS};
@@ -21,6 +20,7 @@ use crate::protocol::shared::{
     WriterMarkReply, WriterWaitsRequest,
 };
 
+use super::acquire::Scripted;
 use super::{AcquireReply, Gate, Node};
 
 impl Node {
@@ -65,35 +65,27 @@ impl Node {
         let (reply, replicas, shard) = self
             .bounded(timeout, Gate::New, &keys.lock, exchange)
             .await?;
-        match request.check(reply) {
-            Ok(ReadAcquireReply::Taken { generation, clock }) => {
-                let clock = clock.map(|t| {
-                    let received = std::time::Instant::now();
-                    ClockSample::new(sent, received, t.secs, t.micros)
-                });
-                self.judge_grant(shard, clock, Some(generation), replicas)
+        let answer = request.check(reply).map(|reply| match reply {
+            ReadAcquireReply::Taken { generation, clock } => Scripted::Taken {
+                fence: Some(generation),
+                clock,
+            },
+            ReadAcquireReply::HeldByWriter {
+                expires_in,
+                waiting,
+                owner,
             }
-            Ok(
-                ReadAcquireReply::HeldByWriter {
-                    expires_in,
-                    waiting,
-                    owner,
-                }
-                | ReadAcquireReply::WriterWaits {
-                    expires_in,
-                    waiting,
-                    owner,
-                },
-            ) => self.judge_refusal(
-                shard,
-                AcquireReply::Held {
-                    expires_in,
-                    waiting,
-                    owner,
-                },
-            ),
-            Err(what) => Err(self.error(NodeErrorKind::Protocol(what))),
-        }
+            | ReadAcquireReply::WriterWaits {
+                expires_in,
+                waiting,
+                owner,
+            } => Scripted::Refused(AcquireReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            }),
+        });
+        self.judge_scripted(sent, shard, replicas, answer)
     }
 
     /// Removes our read hold or permit (`hold`); `Ok(false)` if it was not
@@ -196,31 +188,22 @@ impl Node {
         let (reply, replicas, shard) = self
             .bounded(timeout, Gate::New, &keys.lock, exchange)
             .await?;
-        match request.check(reply) {
-            Ok(PermitAcquireReply::Taken { fence, clock }) => {
-                let clock = clock.map(|t| {
-                    let received = std::time::Instant::now();
-                    ClockSample::new(sent, received, t.secs, t.micros)
-                });
-                self.judge_grant(shard, clock, fence, replicas)
-            }
-            Ok(PermitAcquireReply::Held {
+        let answer = request.check(reply).map(|reply| match reply {
+            PermitAcquireReply::Taken { fence, clock } => Scripted::Taken { fence, clock },
+            PermitAcquireReply::Held {
                 expires_in,
                 waiting,
                 owner,
-            }) => self.judge_refusal(
-                shard,
-                AcquireReply::Held {
-                    expires_in,
-                    waiting,
-                    owner,
-                },
-            ),
-            Ok(PermitAcquireReply::Differs { permits }) => {
-                self.judge_refusal(shard, AcquireReply::PermitsDiffer { permits })
+            } => Scripted::Refused(AcquireReply::Held {
+                expires_in,
+                waiting,
+                owner,
+            }),
+            PermitAcquireReply::Differs { permits } => {
+                Scripted::Refused(AcquireReply::PermitsDiffer { permits })
             }
-            Err(what) => Err(self.error(NodeErrorKind::Protocol(what))),
-        }
+        });
+        self.judge_scripted(sent, shard, replicas, answer)
     }
 
     /// Marks a writer refused by readers as waiting, for `ttl`, so that
