@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::examples::{fmt_ms, keep_example};
 use crate::history::{Call, ErrorKind, History, LeaseId, Op, Outcome};
 use crate::rw_checker;
 
@@ -129,9 +130,6 @@ pub struct Verdict {
 /// 0 there.
 pub const JUDGED_ELSEWHERE: [&str; 2] = ["overlap", "expired_lease_returned"];
 
-/// How many examples per category are kept.
-pub(crate) const EXAMPLES: usize = 5;
-
 impl Verdict {
     pub fn total(&self) -> u64 {
         self.overlap
@@ -160,19 +158,6 @@ impl Verdict {
 
     fn example(&mut self, category: &'static str, text: impl FnOnce() -> String) {
         keep_example(&mut self.examples, category, text);
-    }
-}
-
-/// Adds `text` to `category`'s examples unless it has [`EXAMPLES`]
-/// already (`text` is only spelled then).
-pub(crate) fn keep_example(
-    examples: &mut BTreeMap<&'static str, Vec<String>>,
-    category: &'static str,
-    text: impl FnOnce() -> String,
-) {
-    let list = examples.entry(category).or_default();
-    if list.len() < EXAMPLES {
-        list.push(text());
     }
 }
 
@@ -217,10 +202,6 @@ fn who_when(op: &Op) -> String {
         op.worker,
         fmt_ms(op.invoke)
     )
-}
-
-pub(crate) fn fmt_ms(d: Duration) -> String {
-    format!("{:.1}ms", d.as_secs_f64() * 1e3)
 }
 
 /// One span per successful acquire (see [`rw_checker::leases`]).

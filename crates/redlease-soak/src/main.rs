@@ -42,6 +42,7 @@
 mod checker;
 mod controls;
 mod deployment;
+mod examples;
 mod failover_controls;
 mod faults;
 mod history;

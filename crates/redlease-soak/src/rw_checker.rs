@@ -56,7 +56,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::checker::{fmt_ms, keep_example};
+use crate::examples::{fmt_ms, keep_example};
 pub use crate::history::Mode;
 use crate::history::{Call, History, LeaseId, Op, Outcome};
 

@@ -39,7 +39,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::checker::{fmt_ms, keep_example};
+use crate::examples::{fmt_ms, keep_example};
 use crate::history::{History, LeaseId, Mode};
 use crate::rw_checker::{self, returned_expired, RwLease, Span};
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::checker::EXAMPLES;
+use crate::examples::EXAMPLES;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -1,5 +1,5 @@
 use super::*;
-use crate::checker::EXAMPLES;
+use crate::examples::EXAMPLES;
 use crate::history::{Call, NotCounted, Op, Outcome};
 
 fn ms(n: u64) -> Duration {
