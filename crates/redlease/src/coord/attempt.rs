@@ -21,9 +21,11 @@ use crate::transport::node::{AcquireReply, OnRefusal};
 /// Which side of a lock an attempt asks for.
 #[derive(Clone, Copy)]
 pub(crate) enum Side<'a> {
-    /// The lock alone. `mark`: the waiting writer's name in a
+    /// The lock alone, or several. `mark`: the waiting writer's name in a
     /// writer-waiting mark, if it has one, set where readers refuse it
-    /// and the attempt marks holders for waiters (see [`OnRefusal`]).
+    /// and the attempt marks holders for waiters (see [`OnRefusal`]); for
+    /// several locks, the waiter's reservation mark (see
+    /// [`Reservation`](crate::coord::reserve::Reservation)).
     Write { mark: Option<&'a Token> },
     /// A read hold among other readers.
     Read,
@@ -111,7 +113,8 @@ pub(crate) async fn attempt(
             let (token, ttl_ms, timeout) = (&ownership.token, timing.ttl_ms(), timing.node_timeout);
             let reply = match (hold, &all) {
                 (Hold::Exclusive, Some(all)) => {
-                    node.acquire_all(all, token, ttl_ms, timeout, fenced, on_refusal)
+                    let reserve = mark.as_ref();
+                    node.acquire_all(all, token, ttl_ms, timeout, fenced, on_refusal, reserve)
                         .await
                 }
                 (Hold::Exclusive, None) => {

@@ -11,5 +11,6 @@ pub(crate) mod guard;
 pub(crate) mod lane;
 pub(crate) mod release;
 pub(crate) mod renew;
+pub(crate) mod reserve;
 pub(crate) mod subscription;
 pub(crate) mod wait;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::coord::attempt::{attempt, Grant, Side};
 use crate::coord::engine::Engine;
+use crate::coord::reserve::Reservation;
 use crate::coord::subscription::Waiters;
 use crate::core::error::{Error, Failure};
 use crate::core::keys::{release_channel, LockKeys};
@@ -25,7 +26,9 @@ use crate::transport::node::OnRefusal;
 ///
 /// A writer that readers refused marks itself waiting from its next
 /// attempt on (see [`WriterMark`]), so that new readers queue behind it,
-/// and clears the mark when it stops waiting.
+/// and clears the mark when it stops waiting. A multi-lock that was
+/// refused reserves its names from its next attempt on (see
+/// [`Reservation`]), and gives back what is left when it stops waiting.
 ///
 /// Cancel safe: a dropped attempt undoes itself, a dropped [`Waiters`]
 /// leaves the queues and, if it was the last, unsubscribes, and a dropped
@@ -47,6 +50,8 @@ pub(crate) async fn lock(
     let channels = || -> Vec<String> { keys.iter().map(|k| release_channel(&k.lock)).collect() };
     let mut waiter: Option<Waiters> = None;
     let mut mark = WriterMark::default();
+    let many = keys.len() > 1;
+    let mut reservation = Reservation::default();
     let mut last: Option<Failure> = None;
     let mut attempts: u32 = 0;
 
@@ -75,7 +80,10 @@ pub(crate) async fn lock(
                 crowd: last.as_ref().map_or(0, |f| f.busy.crowd),
                 quarantine_left: last.as_ref().and_then(|f| f.error.quarantine_left()),
             };
-            let delay = policy.fallback_delay(rand::random::<f64>(), &waiting, now, deadline);
+            let mut delay = policy.fallback_delay(rand::random::<f64>(), &waiting, now, deadline);
+            if let Some(renew) = reservation.renew_within(timing) {
+                delay = delay.min(renew);
+            }
             let span = tracing::debug_span!(
                 "redlease.wait",
                 delay_ms = delay.as_millis() as u64,
@@ -129,6 +137,9 @@ pub(crate) async fn lock(
             OnRefusal::Mark
         };
         let side = match hold {
+            Hold::Exclusive if many => Side::Write {
+                mark: reservation.mark(),
+            },
             Hold::Exclusive => Side::Write { mark: mark.token() },
             Hold::Shared => Side::Read,
             Hold::Permit { permits, majority } => Side::Permit { permits, majority },
@@ -148,7 +159,9 @@ pub(crate) async fn lock(
             Err(f) => f,
         };
         tracing::debug!(resource, attempts, error = %failure.error, "lock busy");
-        if mode == LockMode::Exclusive && failure.busy.readers {
+        if many {
+            reservation.wanted(engine, keys, timing);
+        } else if mode == LockMode::Exclusive && failure.busy.readers {
             mark.wanted(engine, &keys[0], timing);
         }
         if policy.attempts.is_some_and(|max| attempts >= max) {

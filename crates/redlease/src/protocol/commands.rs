@@ -524,6 +524,7 @@ mod tests {
             include_str!("scripts/permit_acquire.lua"),
             include_str!("scripts/acquire_all.lua"),
             include_str!("scripts/release_all.lua"),
+            include_str!("scripts/unreserve.lua"),
         ];
         let declared = |name: &str| COMMANDS.iter().any(|c| c.name == name);
         let mut called = Vec::new();

@@ -198,6 +198,8 @@ pub(crate) static ACQUIRE_ALL: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/acquire_all.lua")));
 pub(crate) static RELEASE_ALL: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/release_all.lua")));
+pub(crate) static UNRESERVE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/unreserve.lua")));
 // A semaphore's permit (see `permits`).
 pub(crate) static PERMIT_ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/permit_acquire.lua")));
@@ -216,7 +218,7 @@ pub(crate) static READ_INSPECT: LazyLock<Lua> =
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 18] = [
+    let scripts: [(&str, &Lua); 19] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
         ("release", &RELEASE_SHARDED),
@@ -232,6 +234,7 @@ pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> 
         ("permit acquire", &PERMIT_ACQUIRE),
         ("multi-key acquire", &ACQUIRE_ALL),
         ("multi-key release", &RELEASE_ALL),
+        ("multi-key unreserve", &UNRESERVE),
         ("writer-waiting mark", &WRITER_WAITS),
         ("writer-waiting clear", &WRITER_CLEAR),
         ("read inspect", &READ_INSPECT),

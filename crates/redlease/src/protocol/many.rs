@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::{Cmd, FromRedisValue, ParsingError, Value};
 
 use super::acquire::{OnRefusal, ServerTime};
-use super::lua::{malformed, millis, Flag, PubSub, ACQUIRE_ALL, RELEASE_ALL};
+use super::lua::{malformed, millis, Flag, PubSub, ACQUIRE_ALL, RELEASE_ALL, UNRESERVE};
 
 /// The multi-key acquire (acquire_all.lua): take every lock or none.
 ///
@@ -21,7 +21,9 @@ use super::lua::{malformed, millis, Flag, PubSub, ACQUIRE_ALL, RELEASE_ALL};
 ///   `NUMSUB` or `SHARDNUMSUB` ([`PubSub`]); `ARGV[7]` [`Flag`]: draw
 ///   fencing tokens; `ARGV[8]` the Locker's tag; `ARGV[9]` [`Flag`]: mark
 ///   the holders of another Locker for its waiters ([`OnRefusal`]);
-///   `ARGV[10]` k.
+///   `ARGV[10]` k; `ARGV[11]` the waiter's reservation mark (`''`: none);
+///   `ARGV[12]` how long a reservation lasts (ms, the TTL); `ARGV[13]`
+///   `PUBLISH` or `SPUBLISH` ([`PubSub`]).
 /// - Reply ([`AcquireAllReply`]): all taken, `{1, fence_1..fence_k}` and
 ///   `seconds, microseconds` of `TIME` when asked for; lock `i` held,
 ///   `{0, i, pttl, waiting, owner}`.
@@ -38,6 +40,11 @@ pub(crate) struct AcquireAllRequest<'a> {
     pub(crate) pubsub: PubSub,
     pub(crate) tag: &'a str,
     pub(crate) on_refusal: OnRefusal,
+    /// A waiting caller's reservation mark: a refusal reserves the free
+    /// names before the first held one and claims that one (see
+    /// acquire_all.lua). Only with [`OnRefusal::Mark`]: an attempt after
+    /// which nobody waits reserves nothing.
+    pub(crate) reserve: Option<&'a str>,
 }
 
 impl AcquireAllRequest<'_> {
@@ -64,7 +71,13 @@ impl AcquireAllRequest<'_> {
                 .arg(Flag(self.fenced()))
                 .arg(self.tag)
                 .arg(Flag(self.on_refusal == OnRefusal::Mark))
-                .arg(self.keys.len());
+                .arg(self.keys.len())
+                .arg(match self.on_refusal {
+                    OnRefusal::Mark => self.reserve.unwrap_or(""),
+                    OnRefusal::LeaveAlone => "",
+                })
+                .arg(millis(self.ttl))
+                .arg(self.pubsub.publish());
         })
     }
 
@@ -209,6 +222,35 @@ impl ReleaseAllRequest<'_> {
     }
 }
 
+/// A waiting multi-lock's reservations given back (unreserve.lua).
+///
+/// - `KEYS[1..k]` the lock keys (one hash slot on a cluster).
+/// - `ARGV[1]` the reservation mark; `ARGV[2]` `PUBLISH` or `SPUBLISH`
+///   ([`PubSub`]).
+/// - Reply: how many reservations were given back.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UnreserveRequest<'a> {
+    pub(crate) keys: &'a [&'a str],
+    pub(crate) mark: &'a str,
+    pub(crate) pubsub: PubSub,
+}
+
+impl UnreserveRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        UNRESERVE.call(|c| {
+            c.arg(self.keys.len());
+            for key in self.keys {
+                c.arg(*key);
+            }
+            c.arg(self.mark).arg(self.pubsub.publish());
+        })
+    }
+}
+
+#[cfg(test)]
+mod servers;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +280,7 @@ mod tests {
             pubsub: PubSub::Classic,
             tag: "tag",
             on_refusal: OnRefusal::Mark,
+            reserve: Some("m"),
         }
     }
 
@@ -262,7 +305,10 @@ mod tests {
                 "1",
                 "tag",
                 "1",
-                "2"
+                "2",
+                "m",
+                "1000",
+                "PUBLISH"
             ]
         );
         let release = ReleaseAllRequest {

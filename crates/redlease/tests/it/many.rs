@@ -248,3 +248,135 @@ async fn handles_of_every_kind_of_lease() {
         "only the fencing counters: x, y, doc (read), pool"
     );
 }
+
+/// Two tasks of another Locker keep one of {a, b} taken at every moment:
+/// each holds its name 80 ms and takes it again at once, b's holds half a
+/// hold after a's. A multi-lock that only retried would never find both
+/// free; its reservations hand it the names one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_single_lockers_does_not_starve_a_multi_lock() {
+    stream_of_single_lockers(RedisNodes::start(1)).await;
+}
+
+/// The same over a quorum of 3 nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_single_lockers_does_not_starve_a_multi_lock_on_3_nodes() {
+    stream_of_single_lockers(RedisNodes::start(3)).await;
+}
+
+async fn stream_of_single_lockers(nodes: RedisNodes) {
+    let singles = locker(&nodes);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let taken = Arc::new(AtomicUsize::new(0));
+    let hold = Duration::from_millis(80);
+    let mut stream = Vec::new();
+    for (name, offset) in [("a", Duration::ZERO), ("b", hold / 2)] {
+        let (singles, stop, taken) = (singles.clone(), stop.clone(), taken.clone());
+        stream.push(tokio::spawn(async move {
+            tokio::time::sleep(offset).await;
+            // Bounded: 200 holds of 80 ms, or until told to stop.
+            for _ in 0..200 {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let lease = singles
+                    .lock(name)
+                    .wait(Duration::from_secs(10))
+                    .await
+                    .unwrap();
+                taken.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(hold).await;
+                lease.release().await.unwrap();
+            }
+        }));
+    }
+    tokio::time::sleep(4 * hold).await;
+    let multi = locker(&nodes);
+    let before = taken.load(Ordering::SeqCst);
+    let lease = multi
+        .lock_all(["a", "b"])
+        .wait(Duration::from_secs(8))
+        .await
+        .expect("the multi-lock got in");
+    assert!(before >= 3, "the stream ran before ({before} holds)");
+    lease.release().await.unwrap();
+    // And the stream goes on after it.
+    let after = taken.load(Ordering::SeqCst);
+    for _ in 0..100 {
+        if taken.load(Ordering::SeqCst) >= after + 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    assert!(
+        taken.load(Ordering::SeqCst) >= after + 2,
+        "the stream resumed"
+    );
+    for task in stream {
+        tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    multi.admin().wait_for_background().await;
+    for i in 0..nodes.len() {
+        assert_eq!(dbsize(nodes.node(i)).await, 0, "no reservation is left");
+    }
+}
+
+/// A caller that nests its locks in sorted order (a, then b) while a
+/// multi-lock of {a, b} waits: neither waits on the other for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_single_locks_in_sorted_order_pass_a_waiting_multi_lock() {
+    let nodes = RedisNodes::start(3);
+    let (nester, multi) = (locker(&nodes), locker(&nodes));
+    let a = nester.lock("a").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let lease = multi
+            .lock_all(["a", "b"])
+            .wait(Duration::from_secs(10))
+            .await;
+        (lease, multi)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The waiter claims a and reserves nothing after it: b is free.
+    let b = nester
+        .lock("b")
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("b is not reserved behind a held a");
+    b.release().await.unwrap();
+    a.release().await.unwrap();
+    let (lease, _multi) = tokio::time::timeout(Duration::from_secs(12), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    lease.unwrap().release().await.unwrap();
+}
+
+/// A multi-lock that gives up leaves no reservation or claim behind: the
+/// names are free to single lockers at once, and b's release is not
+/// handed to anyone.
+#[tokio::test]
+async fn a_multi_lock_that_gives_up_gives_its_reservations_back() {
+    let nodes = RedisNodes::start(1);
+    let (holder, multi) = (locker(&nodes), locker(&nodes));
+    let b = holder.lock("b").await.unwrap();
+    let gave_up = multi
+        .lock_all(["a", "b"])
+        .wait(Duration::from_millis(600))
+        .await;
+    assert!(
+        matches!(gave_up, Err(Error::WaitTimeout { .. })),
+        "{gave_up:?}"
+    );
+    multi.admin().wait_for_background().await;
+    let (a_key, b_key) = (multi.admin().key("a"), multi.admin().key("b"));
+    assert_eq!(get(nodes.node(0), &a_key).await, None, "a is not reserved");
+    assert_eq!(get(nodes.node(0), &format!("{b_key}:claim")).await, None);
+    b.release().await.unwrap();
+    assert_eq!(get(nodes.node(0), &b_key).await, None, "b went to no one");
+    let both = holder.try_lock_all(["a", "b"]).await.unwrap();
+    both.release().await.unwrap();
+}

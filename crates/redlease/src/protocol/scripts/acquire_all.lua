@@ -9,22 +9,47 @@
 -- (as acquire.lua); ARGV[5] '1' to append the server clock (TIME) to a
 -- "yes"; ARGV[6] NUMSUB, or SHARDNUMSUB on a cluster; ARGV[7] '1' to draw
 -- fencing tokens; ARGV[8] the Locker's tag; ARGV[9] '1' to mark the
--- holders of another Locker for its waiters (as acquire.lua); ARGV[10] k.
+-- holders of another Locker for its waiters (as acquire.lua); ARGV[10] k;
+-- ARGV[11] the waiter's reservation mark, or '' for an attempt that will
+-- not wait; ARGV[12] how long a reservation lasts, in ms; ARGV[13]
+-- PUBLISH, or SPUBLISH on a cluster.
 -- Nothing is written unless every lock is free: then all are taken.
 -- Returns {1, fence_1 .. fence_k[, seconds, microseconds]} (each fence 0
 -- when none was drawn) when all are taken by us; {0, i, pttl, waiting,
 -- owner} when lock i (1-based) is held, the first held one in the order
 -- given, as acquire.lua answers for it. Every held lock of another
 -- Locker is marked, so that the release of any of them is published.
+--
+-- Reservations keep a waiting multi-lock from being starved by a stream
+-- of single-name lockers that always leaves one of its names taken. A
+-- refused waiter (ARGV[11] not empty) reserves the free names before the
+-- first held one, by writing MARK~ into their lock keys (a plain SET NX,
+-- a reader or a permit is then refused, as by a holder), and claims the
+-- first held one by writing MARK to its key .. ':claim' (the same hash
+-- tag, so the same slot) and marking its holder, so that the holder's
+-- release (release.lua, release_all.lua, read_release.lua) turns the
+-- claim into a reservation instead of leaving the name to whoever comes
+-- first. Its later names it leaves free, and gives back any it had
+-- reserved: a waiter only ever holds reservations on a prefix of its
+-- names in the canonical order, plus one claim, so waiters that reserve
+-- (and single lockers that nest names in that order) cannot wait on each
+-- other in a circle. A name reserved or claimed by another waiter counts
+-- as held. Every reservation and claim lasts ARGV[12] ms and is renewed
+-- by each refused attempt; taking the names uses them up.
 local k = tonumber(ARGV[10])
 local value = ARGV[1]
 if ARGV[4] == '1' then
   value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
 end
+local mark = ARGV[11]
+local reserved = mark .. '~'
+local ours = {}
 local first = nil
 for i = 1, k do
   local holder = redis.pcall('GET', KEYS[i])
-  if holder then
+  if holder and #mark > 0 and holder == reserved then
+    ours[i] = true
+  elseif holder then
     first = first or i
     if ARGV[9] == '1' and type(holder) == 'string'
         and string.sub(holder, 1, #ARGV[8]) ~= ARGV[8]
@@ -37,6 +62,33 @@ for i = 1, k do
   end
 end
 if first then
+  if #mark > 0 then
+    for i = 1, first - 1 do
+      redis.call('SET', KEYS[i], reserved, 'PX', ARGV[12])
+    end
+    local claim = KEYS[first] .. ':claim'
+    local claimed = redis.call('GET', claim)
+    if not claimed or claimed == mark then
+      redis.call('SET', claim, mark, 'PX', ARGV[12])
+      -- Its release must look for the claim: a marked value's does.
+      local holder = redis.pcall('GET', KEYS[first])
+      if type(holder) == 'string' and string.byte(holder, -1) ~= 42 then
+        local hex = string.match(holder, '^%x*')
+        if #hex == 48 and (#holder == 48 or string.byte(holder, 49) == 124) then
+          redis.call('SET', KEYS[first], holder .. '*', 'KEEPTTL')
+        end
+      end
+    end
+    for i = first + 1, k do
+      if ours[i] then
+        redis.call('DEL', KEYS[i])
+        redis.pcall(ARGV[13], KEYS[i] .. ':released', string.sub(redis.sha1hex(mark), 1, 16))
+      end
+      if redis.call('GET', KEYS[i] .. ':claim') == mark then
+        redis.call('DEL', KEYS[i] .. ':claim')
+      end
+    end
+  end
   -- pcall: an ACL user without the PUBSUB command still gets its answer.
   local waiting = redis.pcall('PUBSUB', ARGV[6], KEYS[first] .. ':released')
   if type(waiting) == 'table' and type(waiting[2]) == 'number' then
@@ -54,7 +106,15 @@ if first then
 end
 local out = {1}
 for i = 1, k do
-  redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
+  if ours[i] then
+    -- Single lockers wait behind a reservation: publish the release.
+    redis.call('SET', KEYS[i], value .. '*', 'PX', ARGV[2])
+  else
+    redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
+  end
+  if #mark > 0 and redis.call('GET', KEYS[i] .. ':claim') == mark then
+    redis.call('DEL', KEYS[i] .. ':claim')
+  end
   local fence = 0
   if ARGV[7] == '1' then
     -- As acquire.lua: a counter that expired idle restarts from the

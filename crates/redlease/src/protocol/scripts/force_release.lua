@@ -4,10 +4,11 @@
 -- once.
 -- KEYS[1] lock key; KEYS[2] its readers; KEYS[3] its writer-waiting mark
 -- (see read_acquire.lua); KEYS[4] a semaphore's permit holders (see
--- permit_acquire.lua). ARGV[1] release channel; ARGV[2] an id of this
+-- permit_acquire.lua). A waiting multi-lock's claim on it (KEYS[1] ..
+-- ':claim', acquire_all.lua) goes too. ARGV[1] release channel; ARGV[2] an id of this
 -- release; ARGV[3] PUBLISH, or SPUBLISH on a cluster.
 -- Returns 1 if a key was deleted, 0 if there was none.
-if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) > 0 then
+if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[1] .. ':claim') > 0 then
   redis.pcall(ARGV[3], ARGV[1], ARGV[2])
   return 1
 end

@@ -43,6 +43,15 @@ if last then
   redis.call('PEXPIREAT', KEYS[2], last)
 elseif shared then
   freed = redis.call('DEL', KEYS[1]) == 1
+  if freed and ARGV[5] == '1' then
+    -- A waiting multi-lock's claim becomes its reservation (release.lua).
+    local claim = KEYS[1] .. ':claim'
+    local left = redis.call('PTTL', claim)
+    if left > 0 then
+      redis.call('SET', KEYS[1], redis.call('GET', claim) .. '~', 'PX', left)
+      redis.call('DEL', claim)
+    end
+  end
 end
 if ARGV[5] == '1' and (freed or (removed > 0 and ARGV[6] == '1')) then
   -- pcall: an ACL user without channel rights can still release; its

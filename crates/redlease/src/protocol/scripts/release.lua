@@ -34,6 +34,14 @@ if next ~= 124 and next ~= 42 then -- '|' or '*'
 end
 redis.call('DEL', KEYS[1])
 if not ARGV[2] and string.byte(value, -1) == 42 then
+  -- A waiting multi-lock's claim (acquire_all.lua) becomes its
+  -- reservation: the name goes to it, not to whoever comes first.
+  local claim = KEYS[1] .. ':claim'
+  local left = redis.call('PTTL', claim)
+  if left > 0 then
+    redis.call('SET', KEYS[1], redis.call('GET', claim) .. '~', 'PX', left)
+    redis.call('DEL', claim)
+  end
   -- pcall: an ACL user without channel rights (or a server without
   -- SPUBLISH) can still release; its waiters fall back to their timers.
   redis.pcall('PUBLISH', KEYS[1] .. ':released', string.sub(redis.sha1hex(ARGV[1]), 1, 16))

@@ -18,6 +18,13 @@ for i = 1, #KEYS do
   if ours then
     redis.call('DEL', KEYS[i])
     if ARGV[3] == '1' and string.byte(value, -1) == 42 then
+      -- A waiting multi-lock's claim becomes its reservation (release.lua).
+      local claim = KEYS[i] .. ':claim'
+      local left = redis.call('PTTL', claim)
+      if left > 0 then
+        redis.call('SET', KEYS[i], redis.call('GET', claim) .. '~', 'PX', left)
+        redis.call('DEL', claim)
+      end
       -- pcall: an ACL user without channel rights can still release.
       redis.pcall(ARGV[2], KEYS[i] .. ':released', string.sub(redis.sha1hex(ARGV[1]), 1, 16))
     end

@@ -14,8 +14,10 @@ use crate::core::token::Token;
 use crate::core::vote_guard::ClockSample;
 use crate::protocol::acquire::OnRefusal;
 use crate::protocol::lease::{ExtendManyRequest, Renewed};
-use crate::protocol::lua::{ACQUIRE_ALL, EXTEND_MANY, RELEASE_ALL};
-use crate::protocol::many::{AcquireAllReply, AcquireAllRequest, ReleaseAllRequest};
+use crate::protocol::lua::{ACQUIRE_ALL, EXTEND_MANY, RELEASE_ALL, UNRESERVE};
+use crate::protocol::many::{
+    AcquireAllReply, AcquireAllRequest, ReleaseAllRequest, UnreserveRequest,
+};
 
 use super::{AcquireReply, Gate, Node};
 
@@ -40,6 +42,12 @@ impl Node {
     /// cluster whose keys span slots, a refusal may leave the other slots'
     /// keys taken: the attempt's cleanup releases them (a refusal here
     /// does not rule the node out).
+    ///
+    /// `reserve`: a waiting caller's reservation mark; a refusal after
+    /// which it waits reserves the free names before the first held one
+    /// and claims that one (see acquire_all.lua), and a grant uses them
+    /// up. [`Node::unreserve`] gives them back.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire_all(
         &self,
         keys: &[LockKeys],
@@ -48,6 +56,7 @@ impl Node {
         timeout: Duration,
         fenced: bool,
         on_refusal: OnRefusal,
+        reserve: Option<&Token>,
     ) -> Result<AcquireReply, NodeError> {
         let cluster = self.deployment.is_cluster();
         let groups = by_slot(cluster, keys.iter().map(|k| &*k.lock));
@@ -68,6 +77,7 @@ impl Node {
                 pubsub: self.pubsub(),
                 tag: self.settings.tag.as_str(),
                 on_refusal,
+                reserve: reserve.map(Token::as_str),
             };
             let call = request.call();
             let mut conn = self.conn.clone();
@@ -186,6 +196,34 @@ impl Node {
             all &= flags.iter().all(|&deleted| deleted);
         }
         Ok(all)
+    }
+
+    /// Gives back the reservations and claims of mark `mark` on `keys`
+    /// (see [`Node::acquire_all`]); the number of reservations freed.
+    pub(crate) async fn unreserve(
+        &self,
+        keys: &[Arc<str>],
+        mark: &Token,
+        timeout: Duration,
+    ) -> Result<u64, NodeError> {
+        let groups = by_slot(self.deployment.is_cluster(), keys.iter().map(|k| &**k));
+        let calls = groups.iter().map(|group| {
+            let names: Vec<&str> = group.iter().map(|&i| &*keys[i]).collect();
+            let call = UnreserveRequest {
+                keys: &names,
+                mark: mark.as_str(),
+                pubsub: self.pubsub(),
+            }
+            .call();
+            let mut conn = self.conn.clone();
+            let request = Box::pin(async move { conn.eval::<u64>(&UNRESERVE, &call).await });
+            self.bounded(timeout, Gate::Cleanup, &keys[group[0]], request)
+        });
+        let mut freed = 0;
+        for answer in join_all(calls).await {
+            freed += answer?;
+        }
+        Ok(freed)
     }
 
     /// Sets a new TTL on every key of `keys` that holds `token`;
