@@ -43,7 +43,10 @@ a name can deadlock, whatever order they give them in); a lost one stops it \
 as a lost lock does. REDLEASE_KEY and REDLEASE_FENCING_TOKEN are then the \
 first name's in sorted order, and REDLEASE_FENCING_TOKENS has a line for each \
 (`for pair in $REDLEASE_FENCING_TOKENS` splits them, names without spaces). \
-Several keys are taken alone, as a writer: not with --shared or --permits.
+Several keys are taken alone, as a writer, or all shared with --shared; \
+--read-key NAME adds a name held shared beside them, in the same all-or-none \
+step (readers of it run beside, writers of it wait). --permits takes one \
+--key.
 
 With --shared, the command runs under a read (shared) hold of the lock: any \
 number of --shared runs of one name run at the same time, and none while a \

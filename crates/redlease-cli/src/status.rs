@@ -150,9 +150,10 @@ pub async fn status(args: StatusArgs) -> Exit {
     let waiting = status.waiting();
     let verdict = status.verdict();
     let holder = holder(status.mode(), status.readers(), status.permits());
-    let writer_waits = match status.writer_waits() {
-        true => "; a writer waits (new readers wait behind it)",
-        false => "",
+    let writer_waits = match (status.writer_waits(), status.reserved()) {
+        (true, _) => "; a writer waits (new readers wait behind it)",
+        (false, true) => "; reserved for a set of locks (lock_all, run with several --key) that waits for its other names",
+        (false, false) => "",
     };
     println!(
         "{}{writer_waits}; {waiting} process{} waiting; {counter}",
@@ -204,6 +205,9 @@ fn show_node(s: &NodeLockState) -> String {
     let mut cell = show_key(s.key, holder(s.mode, s.readers, s.permits).as_ref());
     if s.writer_waits {
         cell += ", a writer waits";
+    }
+    if s.reserved {
+        cell += ", reserved for a waiting set";
     }
     if s.quarantine.is_some() {
         cell += ", quarantined";

@@ -22,10 +22,17 @@ pub struct TakeArgs {
 
     /// The lock's name: every process that must not hold it at the same
     /// time uses the same name. Given again (--key a --key b), every one of
-    /// the locks at once or none, as a writer (not with --shared or
-    /// --permits).
+    /// the locks at once or none (as a writer, or all as a reader with
+    /// --shared; not with --permits).
     #[arg(long, value_name = "NAME", required = true)]
     key: Vec<String>,
+
+    /// A name to hold shared, as a reader, together with the --key locks,
+    /// all at once or none: readers of it run beside, writers wait (e.g.
+    /// --key account:3 --key account:7 --read-key rates). A name given as
+    /// --key too is held alone.
+    #[arg(long, value_name = "NAME", conflicts_with = "permits")]
+    read_key: Vec<String>,
 
     /// Take the lock shared, as a reader: --shared holders of one name
     /// hold it at the same time, but never while a writer (a plain run or
@@ -93,7 +100,8 @@ pub struct TakeArgs {
 impl TakeArgs {
     /// What to take: `--permits N` one of N permits, `--shared` the lock
     /// as a reader, else the lock alone; several `--key`, every lock of
-    /// them alone (a usage error with `--shared` or `--permits`).
+    /// them in that hold, and the `--read-key` names shared with them (a
+    /// usage error with `--permits`).
     pub fn want(&self) -> Result<Want, Exit> {
         let hold = match (self.permits, self.shared) {
             (Some(permits), _) => Hold::Permit {
@@ -105,23 +113,25 @@ impl TakeArgs {
         };
         // In the library's canonical order, each once, as `lock_all` takes
         // them and the lease lists them.
-        let mut names = self.key.clone();
+        let mut names: Vec<String> = self.key.iter().chain(&self.read_key).cloned().collect();
         names.sort_unstable();
         names.dedup();
-        if names.len() > 1 && hold != Hold::Alone {
-            let flag = match hold {
-                Hold::Shared => "--shared",
-                _ => "--permits",
-            };
+        if names.len() > 1 && matches!(hold, Hold::Permit { .. }) {
             return Err(Exit::with(
                 exit::USAGE,
-                format!(
-                    "{flag} takes one --key: several names are taken at once only alone, as \
-                     a writer (give one --key, or drop {flag})"
-                ),
+                "--permits takes one --key: a semaphore's permit is taken alone (give one \
+                 --key, or drop --permits)",
             ));
         }
-        Ok(Want { hold, names })
+        let read: Vec<String> = match hold {
+            Hold::Shared => names.clone(),
+            _ => names
+                .iter()
+                .filter(|n| !self.key.contains(n))
+                .cloned()
+                .collect(),
+        };
+        Ok(Want { hold, names, read })
     }
 
     /// The Locker for taking `want`, with fencing on (the holder gets
@@ -323,13 +333,16 @@ pub enum Hold {
 }
 
 /// What to take: a hold of one name, or every lock of several names at
-/// once (alone: [`TakeArgs::want`] refuses several names in another hold).
+/// once, some or all of them shared ([`TakeArgs::want`] refuses several
+/// names with a permit).
 #[derive(Clone, Debug)]
 pub struct Want {
     pub hold: Hold,
     /// Sorted, each once, as the library takes and lists them; at least
     /// one.
     pub names: Vec<String>,
+    /// Those of `names` held shared, in the same order.
+    pub read: Vec<String>,
 }
 
 impl Want {
@@ -343,29 +356,39 @@ impl Want {
         self.names.len() > 1
     }
 
+    /// The names held alone.
+    fn written(&self) -> Vec<&str> {
+        let written = self.names.iter().filter(|n| !self.read.contains(n));
+        written.map(String::as_str).collect()
+    }
+
     /// One attempt at it.
     fn try_acquire<'a>(&self, locker: &'a Locker) -> TryAcquire<'a> {
+        let written = self.written();
         match self.hold {
-            Hold::Alone if self.all() => locker.try_lock_all(&self.names),
-            Hold::Alone => locker.try_lock(self.name()),
-            Hold::Shared => locker.try_read_lock(self.name()),
             Hold::Permit {
                 permits,
                 allow_no_failures,
             } => semaphore(locker, self.name(), permits, allow_no_failures).try_acquire(),
+            _ if !self.all() && written.is_empty() => locker.try_read_lock(self.name()),
+            _ if !self.all() => locker.try_lock(self.name()),
+            _ if written.is_empty() => locker.try_read_lock(self.name()).and_read(&self.read[1..]),
+            _ => locker.try_lock_all(written).and_read(&self.read),
         }
     }
 
     /// A request that waits for it.
     fn acquire<'a>(&self, locker: &'a Locker) -> Acquire<'a> {
+        let written = self.written();
         match self.hold {
-            Hold::Alone if self.all() => locker.lock_all(&self.names),
-            Hold::Alone => locker.write_lock(self.name()),
-            Hold::Shared => locker.read_lock(self.name()),
             Hold::Permit {
                 permits,
                 allow_no_failures,
             } => semaphore(locker, self.name(), permits, allow_no_failures).acquire(),
+            _ if !self.all() && written.is_empty() => locker.read_lock(self.name()),
+            _ if !self.all() => locker.write_lock(self.name()),
+            _ if written.is_empty() => locker.read_lock(self.name()).and_read(&self.read[1..]),
+            _ => locker.lock_all(written).and_read(&self.read),
         }
     }
 
@@ -379,9 +402,9 @@ impl Want {
     /// locks "A", "B"", "its permit of "K"".
     pub fn held(&self) -> String {
         match self.hold {
-            Hold::Alone if self.all() => format!("the locks {}", self.listed()),
-            Hold::Alone | Hold::Shared => format!("the lock {}", self.listed()),
             Hold::Permit { .. } => format!("its permit of {}", self.listed()),
+            _ if self.all() => format!("the locks {}", self.listed()),
+            _ => format!("the lock {}", self.listed()),
         }
     }
 
@@ -391,7 +414,7 @@ impl Want {
     fn taken(&self) -> String {
         let key = self.listed();
         match self.hold {
-            Hold::Alone if self.all() => {
+            _ if self.all() => {
                 format!("one or more of the locks {key} are held by another owner")
             }
             Hold::Alone => format!("lock {key} is held by another owner"),

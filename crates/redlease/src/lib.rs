@@ -11,7 +11,8 @@
 //! lock: any number of readers, or one writer, with writer preference.
 //! [`Locker::semaphore`] admits at most N holders at once, each permit a
 //! lease of its own, over a quorum large enough for N.
-//! [`Locker::lock_all`] takes several locks at once, all or none, and
+//! [`Locker::lock_all`] takes several locks at once, all or none (some
+//! of them shared, with [`Acquire::and_read`]), and
 //! [`Lease::export`] hands a lease to another process, which
 //! [adopts](Locker::adopt) it.
 //!

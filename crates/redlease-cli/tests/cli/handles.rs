@@ -263,15 +263,20 @@ fn shared_holds_and_permits_are_acquired_too() {
     for handle in &permits {
         with_handle(&urls, "release", handle, &[]).expect(0);
     }
-    // Several keys are taken alone only.
-    for flag in [&["--shared"][..], &["--permits", "2"]] {
-        let refused = acquire(&urls, &["a", "b"], flag);
-        refused.expect(2);
-        assert!(
-            refused.one_line_error().contains("takes one --key"),
-            "{refused:#?}"
-        );
+    // Several keys with --shared: all read, beside other readers; a
+    // writer of one of them is refused. A permit is taken alone.
+    let readers = handle_of(&acquire(&urls, &["a", "b"], &["--shared"]));
+    let more = handle_of(&acquire(&urls, &["b", "a"], &["--shared", "--no-wait"]));
+    acquire(&urls, &["b"], &["--no-wait"]).expect(1);
+    for handle in [&readers, &more] {
+        with_handle(&urls, "release", handle, &[]).expect(0);
     }
+    let refused = acquire(&urls, &["a", "b"], &["--permits", "2"]);
+    refused.expect(2);
+    assert!(
+        refused.one_line_error().contains("takes one --key"),
+        "{refused:#?}"
+    );
 }
 
 #[test]
@@ -349,21 +354,40 @@ fn run_with_several_keys_holds_them_all_while_the_command_runs() {
         handle_of(&acquire(&urls, &[key], &["--no-wait", "--ttl", "1s"]));
     }
 
-    // Only alone: several keys with --shared or --permits are refused.
-    for flag in [&["--shared"][..], &["--permits", "2"]] {
-        let refused = run(
-            cmd(&urls, "run")
-                .args(["--key", "a", "--key", "b"])
-                .args(flag)
-                .args(["--", "true"]),
+    // Several keys with --permits are refused.
+    let refused = run(
+        cmd(&urls, "run")
+            .args(["--key", "a", "--key", "b", "--permits", "2"])
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    refused.expect(2);
+    assert!(
+        refused.one_line_error().contains("takes one --key"),
+        "{refused:#?}"
+    );
+
+    // A name read beside the written ones: it runs while another reader
+    // holds that name, and not while a writer does.
+    let reader = handle_of(&acquire(&urls, &["rates"], &["--shared"]));
+    let read_run = |no_wait: bool| {
+        let mut c = cmd(&urls, "run");
+        c.args(["--key", "a", "--read-key", "rates"]);
+        if no_wait {
+            c.arg("--no-wait");
+        }
+        run(
+            c.args(["--", "sh", "-c", "echo \"$REDLEASE_FENCING_TOKENS\""]),
             LIMIT,
-        );
-        refused.expect(2);
-        assert!(
-            refused.one_line_error().contains("takes one --key"),
-            "{refused:#?}"
-        );
-    }
+        )
+    };
+    let beside = read_run(true);
+    beside.expect(0);
+    assert!(beside.stdout.contains("rates="), "{beside:#?}");
+    with_handle(&urls, "release", &reader, &[]).expect(0);
+    let writer = handle_of(&acquire(&urls, &["rates"], &[]));
+    read_run(true).expect(1);
+    with_handle(&urls, "release", &writer, &[]).expect(0);
 }
 
 #[test]

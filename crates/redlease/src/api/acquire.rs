@@ -41,9 +41,9 @@ pub struct Acquire<'a> {
     /// Why the request cannot be sent, found when it was made (a
     /// semaphore whose settings cannot work): returned before any I/O.
     refused: Option<Error>,
-    /// The other names of a multi-lock (`lock_all`), taken with
-    /// `resource`, all or none.
-    others: Vec<String>,
+    /// The other names of a multi-lock (`lock_all`, `and_read`), taken
+    /// with `resource`, all or none, each in its hold.
+    others: Vec<(String, Hold)>,
 }
 
 impl std::fmt::Debug for Acquire<'_> {
@@ -82,14 +82,68 @@ impl<'a> Acquire<'a> {
         let mut names = names.into_iter();
         let first = names.next().unwrap_or_default();
         let mut request = Acquire::new(engine, first, retry, Hold::Exclusive);
-        request.others = names.collect();
+        request.others = names.map(|name| (name, Hold::Exclusive)).collect();
         request
+    }
+
+    /// Adds `names` as read holds: see [`Acquire::and_read`].
+    pub(crate) fn reading(mut self, names: Vec<String>) -> Self {
+        if matches!(self.hold, Hold::Permit { .. }) {
+            let why = "a semaphore's permit is taken alone: and_read takes locks, not permits";
+            self.refused = self.refused.or(Some(Error::invalid("names", why)));
+        }
+        self.others
+            .extend(names.into_iter().map(|name| (name, Hold::Shared)));
+        self
     }
 
     /// A request that fails with `why` before any I/O when awaited.
     pub(crate) fn refused(mut self, why: Option<Error>) -> Self {
         self.refused = why;
         self
+    }
+
+    /// Takes read holds on `names` too, with this request's lock or locks,
+    /// all or none: a set in which some names are written and others only
+    /// read. A name asked for both ways is taken exclusively. The names
+    /// are taken in one canonical order, as [`Locker::lock_all`] takes
+    /// them, in one round trip per node (per hash slot on a cluster).
+    /// Each name keeps its own mode ([`Lease::mode_of`]) and fencing token
+    /// ([`Lease::fencing_token_of`]; a read hold's is the write generation
+    /// it reads, as [`Locker::read_lock`]'s). Refused before any I/O on a
+    /// semaphore's permit.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// use redlease::LockMode;
+    /// // Move money between two accounts at today's rates: the accounts
+    /// // alone, the rates shared with other readers.
+    /// let transfer = locker
+    ///     .lock_all(["account:7", "account:3"])
+    ///     .and_read(["rates"])
+    ///     .await?;
+    /// assert_eq!(transfer.mode_of("rates"), Some(LockMode::Shared));
+    /// assert_eq!(transfer.mode_of("account:3"), Some(LockMode::Exclusive));
+    /// let reader = locker.read_lock("rates").await?; // readers share it
+    /// assert!(locker.try_lock("account:3").await.is_err());
+    /// reader.release().await?;
+    /// transfer.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Locker::lock_all`]: crate::Locker::lock_all
+    /// [`Locker::read_lock`]: crate::Locker::read_lock
+    /// [`Lease::mode_of`]: crate::Lease::mode_of
+    /// [`Lease::fencing_token_of`]: crate::Lease::fencing_token_of
+    pub fn and_read<I, S>(self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.reading(names.into_iter().map(Into::into).collect())
     }
 
     /// Use this TTL instead of the Locker's.
@@ -224,7 +278,7 @@ impl<'a> Acquire<'a> {
         let engine = self.engine;
         let settings = engine.settings();
         crate::core::keys::check_resource(&settings.prefix, &self.resource)?;
-        for other in &self.others {
+        for (other, _) in &self.others {
             crate::core::keys::check_resource(&settings.prefix, other)?;
         }
         let timing = engine.timing("ttl", self.ttl.unwrap_or(settings.ttl))?;
@@ -245,7 +299,7 @@ impl<'a> Acquire<'a> {
             std::slice::from_ref(&keys),
             timing,
             &self.retry,
-            self.hold,
+            &[self.hold],
         )
         .await?;
         let mut lease = match Lease::new(grant, self.resource) {
@@ -262,15 +316,35 @@ impl<'a> Acquire<'a> {
 
 impl Acquire<'_> {
     /// A multi-lock's acquire: its names in one canonical order (sorted,
-    /// each once), so that every caller takes overlapping sets alike.
+    /// each once, exclusive where asked both ways), so that every caller
+    /// takes overlapping sets alike.
     async fn run_all(self, timing: crate::core::validity::Timing) -> Result<Lease, Error> {
         let engine = self.engine;
-        let mut names: Vec<String> = std::iter::once(self.resource).chain(self.others).collect();
-        names.sort_unstable();
-        names.dedup();
-        let keys: Vec<_> = names.iter().map(|name| engine.keys(name)).collect();
+        let mut named: Vec<(String, Hold)> = std::iter::once((self.resource, self.hold))
+            .chain(self.others)
+            .collect();
+        // Exclusive (false) before shared (true), so dedup keeps it.
+        named.sort_unstable_by(|(a, x), (b, y)| {
+            a.cmp(b)
+                .then((*x == Hold::Shared).cmp(&(*y == Hold::Shared)))
+        });
+        named.dedup_by(|later, kept| later.0 == kept.0);
+        if named.len() == 1 {
+            // One name after all (`lock("a").and_read(["a"])`).
+            let (name, hold) = named.pop().expect("one");
+            let request = Acquire {
+                resource: name,
+                hold,
+                others: Vec::new(),
+                ..self
+            };
+            return Box::pin(request.run()).await;
+        }
+        let keys: Vec<_> = named.iter().map(|(name, _)| engine.keys(name)).collect();
+        let holds: Vec<Hold> = named.iter().map(|&(_, hold)| hold).collect();
+        let names: Vec<String> = named.into_iter().map(|(name, _)| name).collect();
         let label = names.join(", ");
-        let grant = wait::lock(engine, &label, &keys, timing, &self.retry, self.hold).await?;
+        let grant = wait::lock(engine, &label, &keys, timing, &self.retry, &holds).await?;
         let mut lease = match Lease::new_all(grant, names) {
             Ok(lease) => lease,
             Err(unregistered) => return Err(Box::pin(unregistered.give_back()).await),

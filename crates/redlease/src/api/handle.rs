@@ -37,8 +37,11 @@ use crate::core::quorum::Decision;
 pub struct HandleInfo {
     /// The names the lease holds, in their canonical order.
     pub names: Vec<String>,
-    /// How it holds them.
+    /// How it holds them (the first name, for several names held in
+    /// different modes: see `modes`).
     pub mode: LockMode,
+    /// How it holds each name, in the order of `names`.
+    pub modes: Vec<LockMode>,
     /// A semaphore's number of permits, for [`LockMode::Permit`].
     pub permits: Option<u32>,
     /// The TTL it was taken with, which `adopt` extends it by.
@@ -55,10 +58,12 @@ impl HandleInfo {
     /// for a string that is not a handle.
     pub fn parse(handle: &str) -> Result<HandleInfo, Error> {
         let exported = Exported::decode(handle).map_err(|why| Error::invalid("handle", why))?;
+        let hold = exported.hold();
         Ok(HandleInfo {
             names: exported.names,
-            mode: exported.hold.mode(),
-            permits: match exported.hold {
+            mode: hold.mode(),
+            modes: exported.holds.iter().map(|h| h.mode()).collect(),
+            permits: match hold {
                 Hold::Permit { permits, .. } => Some(permits.get()),
                 _ => None,
             },
@@ -95,10 +100,14 @@ fn read(engine: &Engine, handle: &str) -> Result<(Exported, Ownership), Error> {
         keys[0].clone(),
         engine.nodes().len(),
         exported.token.clone(),
-        exported.hold,
+        exported.hold(),
     );
     if keys.len() > 1 {
-        ownership.others = Some(keys[1..].iter().cloned().collect());
+        let others = keys[1..]
+            .iter()
+            .cloned()
+            .zip(exported.holds[1..].iter().copied());
+        ownership.others = Some(others.collect());
     }
     Ok((exported, ownership))
 }

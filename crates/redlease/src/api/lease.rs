@@ -241,6 +241,10 @@ impl Lease {
     /// assert_eq!(lease.mode(), redlease::LockMode::Exclusive);
     /// # lease.release().await }
     /// ```
+    ///
+    /// A lease of several names answers for the first of its
+    /// [`resources`](Self::resources); [`mode_of`](Self::mode_of) tells
+    /// each name's.
     pub fn mode(&self) -> LockMode {
         self.guard.ownership.hold.mode()
     }
@@ -461,7 +465,7 @@ impl Lease {
                 let expired = self.lost_reason() == Some(LostReason::Expired);
                 let error = replies
                     .shortfall(Op::Extend, engine.nodes())
-                    .into_error(self.resource(), expired);
+                    .into_error(&self.label(), expired);
                 if matches!(error, Error::NotHeld { .. }) {
                     // A majority no longer has our token: the lease is gone.
                     let why = if expired {
@@ -505,7 +509,7 @@ impl Lease {
                     refused: refused_on.into_iter().map(Refusal::bare).collect(),
                     failed,
                 };
-                Err(shortfall.into_error(self.resource(), true))
+                Err(shortfall.into_error(&self.label(), true))
             }
             Err(ExtendFailure::Lost {
                 why,
@@ -610,7 +614,7 @@ impl Lease {
                 let expired = Instant::now() >= self.valid_until_now();
                 Err(replies
                     .shortfall(Op::Release, engine.nodes())
-                    .into_error(self.resource(), expired))
+                    .into_error(&self.label(), expired))
             }
         };
         self.guard.disarm();

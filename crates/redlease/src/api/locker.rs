@@ -154,7 +154,7 @@ impl Locker {
     /// A reader waits while a writer holds the lock, and while a writer
     /// waits for it (writer preference: see [`write_lock`](Self::write_lock)).
     /// The lease is the same [`Lease`](crate::Lease) as a writer's (keep
-    /// it alive, extend it, release it), in [`LockMode::Shared`]; its
+    /// it alive, extend it, release it), in [`LockMode::Shared`](crate::LockMode::Shared); its
     /// [`fencing_token`](crate::Lease::fencing_token) is the newest write
     /// generation it can see (see "Read-write locks" in the library
     /// manual, `docs/library.md`).

@@ -66,6 +66,32 @@ impl<'a> TryAcquire<'a> {
         }
     }
 
+    /// Takes read holds on `names` too, all or none: see
+    /// [`Acquire::and_read`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let writer = locker.lock("rates").await?;
+    /// // The rates are being written: nothing is taken.
+    /// assert!(locker.try_lock("report").and_read(["rates"]).await.is_err());
+    /// assert!(locker.try_lock("report").await?.release().await.is_ok());
+    /// # writer.release().await }
+    /// ```
+    pub fn and_read<I, S>(self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        TryAcquire {
+            once: self
+                .once
+                .reading(names.into_iter().map(Into::into).collect()),
+        }
+    }
+
     /// Use this TTL instead of the Locker's.
     ///
     /// ```

@@ -21,11 +21,9 @@ use crate::transport::node::{AcquireReply, OnRefusal};
 /// Which side of a lock an attempt asks for.
 #[derive(Clone, Copy)]
 pub(crate) enum Side<'a> {
-    /// The lock alone, or several. `mark`: the waiting writer's name in a
+    /// The lock alone. `mark`: the waiting writer's name in a
     /// writer-waiting mark, if it has one, set where readers refuse it
-    /// and the attempt marks holders for waiters (see [`OnRefusal`]); for
-    /// several locks, the waiter's reservation mark (see
-    /// [`Reservation`](crate::coord::reserve::Reservation)).
+    /// and the attempt marks holders for waiters (see [`OnRefusal`]).
     Write { mark: Option<&'a Token> },
     /// A read hold among other readers.
     Read,
@@ -33,6 +31,14 @@ pub(crate) enum Side<'a> {
     Permit {
         permits: std::num::NonZeroU32,
         majority: bool,
+    },
+    /// Several locks, all or none, each in its hold of `holds` (exclusive
+    /// or shared), in the order of the keys. `mark`: the waiter's
+    /// reservation mark (see
+    /// [`Reservation`](crate::coord::reserve::Reservation)).
+    Many {
+        holds: &'a [Hold],
+        mark: Option<&'a Token>,
     },
 }
 
@@ -42,6 +48,7 @@ impl Side<'_> {
             Side::Write { .. } => Hold::Exclusive,
             Side::Read => Hold::Shared,
             Side::Permit { permits, majority } => Hold::Permit { permits, majority },
+            Side::Many { holds, .. } => holds[0],
         }
     }
 }
@@ -68,7 +75,7 @@ pub(crate) struct Grant {
 }
 
 /// One attempt on `keys` with `timing`, for `side`: one lock, or with
-/// several keys (writers only), all of them or none. `on_refusal`:
+/// several keys ([`Side::Many`]), all of them or none. `on_refusal`:
 /// whether the caller waits for the lock if this attempt is refused, and
 /// so marks the holder for waiters (see [`OnRefusal`]).
 ///
@@ -83,7 +90,7 @@ pub(crate) async fn attempt(
     on_refusal: OnRefusal,
 ) -> Result<Grant, Failure> {
     let many = keys.len() > 1;
-    debug_assert!(!keys.is_empty() && (!many || matches!(side, Side::Write { .. })));
+    debug_assert!(!keys.is_empty() && many == matches!(side, Side::Many { .. }));
     // One server under two names: refused before anything is written.
     if let Some(e) = engine.same_server() {
         return Err(e.into());
@@ -91,12 +98,18 @@ pub(crate) async fn attempt(
     let hold = side.hold();
     let nodes = engine.nodes().len();
     let mut ownership = Ownership::new(keys[0].lock.clone(), nodes, &engine.settings().tag, hold);
-    if many {
-        ownership.others = Some(keys[1..].iter().map(|k| k.lock.clone()).collect());
+    // A multi-lock's holds, shared by the requests.
+    let holds: Option<Arc<[Hold]>> = match side {
+        Side::Many { holds, .. } => Some(holds.into()),
+        _ => None,
+    };
+    if let Some(holds) = &holds {
+        let others = keys[1..].iter().zip(&holds[1..]);
+        ownership.others = Some(others.map(|(k, &h)| (k.lock.clone(), h)).collect());
     }
     let ownership = Arc::new(ownership);
     let mark = match side {
-        Side::Write { mark } => mark.cloned(),
+        Side::Write { mark } | Side::Many { mark, .. } => mark.cloned(),
         Side::Read | Side::Permit { .. } => None,
     };
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
@@ -108,25 +121,27 @@ pub(crate) async fn attempt(
     let all: Option<Arc<[LockKeys]>> = many.then(|| keys.into());
     let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
         let (ownership, mark) = (ownership.clone(), mark.clone());
-        let (key, all) = (keys[0].clone(), all.clone());
+        let (key, all, holds) = (keys[0].clone(), all.clone(), holds.clone());
         async move {
             let (token, ttl_ms, timeout) = (&ownership.token, timing.ttl_ms(), timing.node_timeout);
-            let reply = match (hold, &all) {
-                (Hold::Exclusive, Some(all)) => {
+            let reply = match (hold, &all, &holds) {
+                (_, Some(all), Some(holds)) => {
                     let reserve = mark.as_ref();
-                    node.acquire_all(all, token, ttl_ms, timeout, fenced, on_refusal, reserve)
-                        .await
+                    node.acquire_all(
+                        all, holds, token, ttl_ms, timeout, fenced, on_refusal, reserve,
+                    )
+                    .await
                 }
-                (Hold::Exclusive, None) => {
+                (Hold::Exclusive, ..) => {
                     let mark = mark.as_ref();
                     node.acquire(&key, token, ttl_ms, timeout, fenced, on_refusal, mark)
                         .await
                 }
-                (Hold::Shared, _) => {
+                (Hold::Shared, ..) => {
                     node.read_acquire(&key, token, ttl_ms, timeout, on_refusal, fenced)
                         .await
                 }
-                (Hold::Permit { permits, .. }, _) => {
+                (Hold::Permit { permits, .. }, ..) => {
                     node.permit_acquire(&key, token, permits, ttl_ms, timeout, fenced)
                         .await
                 }
@@ -232,13 +247,21 @@ pub(crate) async fn attempt(
                 (true, Side::Read) => timing
                     .check_usable(Op::Acquire, resource, start)
                     .map(|()| vec![fences[0].iter().copied().max().unwrap_or(0)]),
-                // Each key's token settled as one lock's would be.
-                (true, Side::Write { .. } | Side::Permit { .. }) => {
+                // Each key's token settled as one lock's would be, a
+                // read hold's as a reader's.
+                (true, Side::Write { .. } | Side::Permit { .. } | Side::Many { .. }) => {
                     let mut settled = Ok(Vec::with_capacity(keys.len()));
-                    for (key, drawn) in keys.iter().zip(&fences) {
-                        let one =
-                            Box::pin(fence::settle(engine, resource, key, drawn, timing, start));
-                        settled = match (settled, one.await) {
+                    for (i, (key, drawn)) in keys.iter().zip(&fences).enumerate() {
+                        let one = match &holds {
+                            Some(holds) if holds[i] == Hold::Shared => timing
+                                .check_usable(Op::Acquire, resource, start)
+                                .map(|()| drawn.iter().copied().max().unwrap_or(0)),
+                            _ => {
+                                Box::pin(fence::settle(engine, resource, key, drawn, timing, start))
+                                    .await
+                            }
+                        };
+                        settled = match (settled, one) {
                             (Ok(mut all), Ok(fence)) => {
                                 all.push(fence);
                                 Ok(all)

@@ -13,12 +13,17 @@ use crate::core::node_error::NodeError;
 use crate::core::token::{LockerTag, Token};
 use crate::transport::node::Node;
 
+/// The other locks of a multi-lock, after its first, each with its hold
+/// (exclusive or shared), in the canonical order.
+pub(crate) type Others = Arc<[(Arc<str>, Hold)]>;
+
 /// One acquisition's claim on a lock: the key, the token, the mode it
 /// holds the lock in, and which nodes may hold it.
 pub(crate) struct Ownership {
     pub(crate) key: Arc<str>,
-    /// The other locks taken with `key`, all or none (`lock_all`).
-    pub(crate) others: Option<Arc<[Arc<str>]>>,
+    /// The other locks taken with `key`, all or none (`lock_all`), each
+    /// with its hold (exclusive or shared; `hold` is `key`'s).
+    pub(crate) others: Option<Others>,
     pub(crate) token: Token,
     pub(crate) hold: Hold,
     pub(crate) written: Written,
@@ -50,7 +55,14 @@ impl Ownership {
 
     /// Every key held: `key`, then the others taken with it.
     pub(crate) fn each_key(&self) -> impl Iterator<Item = &Arc<str>> {
-        std::iter::once(&self.key).chain(self.others.iter().flat_map(|o| o.iter()))
+        std::iter::once(&self.key).chain(self.others.iter().flat_map(|o| o.iter().map(|(k, _)| k)))
+    }
+
+    /// The hold on each key of [`each_key`](Self::each_key), in order.
+    pub(crate) fn holds(&self) -> Vec<Hold> {
+        std::iter::once(self.hold)
+            .chain(self.others.iter().flat_map(|o| o.iter().map(|&(_, h)| h)))
+            .collect()
     }
 
     /// [`each_key`](Self::each_key), collected.
@@ -70,7 +82,7 @@ impl Ownership {
         let (key, token) = (&self.key, &self.token);
         if self.others.is_some() {
             return node
-                .release_all(&self.keys(), token, announce, timeout)
+                .release_all(&self.keys(), &self.holds(), token, announce, timeout)
                 .await;
         }
         match self.hold {
@@ -92,7 +104,9 @@ impl Ownership {
     ) -> Result<bool, NodeError> {
         let (key, token) = (&self.key, &self.token);
         if self.others.is_some() {
-            return node.extend_all(&self.keys(), token, ttl_ms, timeout).await;
+            return node
+                .extend_all(&self.keys(), &self.holds(), token, ttl_ms, timeout)
+                .await;
         }
         match self.hold {
             Hold::Exclusive => node.extend(key, token, ttl_ms, timeout).await,

@@ -3,10 +3,11 @@
 //!
 //! A multi-lock waits until every name is free at once. Single-name
 //! lockers that come and go can always leave one of them taken, so a
-//! waiter that only retries may never get in. Once refused, the waiter
-//! draws a reservation mark, and each later attempt that is refused
-//! reserves, on each node, the free names before the first held one (in
-//! the canonical order) and claims that one: a reserved name refuses
+//! waiter that only retries may never get in. Once it has waited half its
+//! TTL ([`Reservation::wanted`]), the waiter draws a reservation mark, and
+//! each later attempt that is refused reserves, on each node, the free
+//! names before the first held one (in the canonical order) and claims
+//! that one: a reserved name refuses
 //! everyone else, and a claimed name's release hands it to the waiter as
 //! a reservation. The reserved prefix only grows until the waiter holds
 //! every name. Reservations last the waiter's TTL and every attempt renews
@@ -28,8 +29,10 @@ use crate::core::keys::LockKeys;
 use crate::core::token::Token;
 use crate::core::validity::Timing;
 
-/// A waiting multi-lock's reservation mark, drawn at its first refusal
-/// (so an uncontended `lock_all` costs nothing more). Dropped, whether the
+/// A waiting multi-lock's reservation mark, drawn once it has waited half
+/// its TTL (so an uncontended `lock_all`, or one that soon gets in, costs
+/// nothing more, and single lockers that queued before it are not
+/// overtaken by a set that has hardly waited). Dropped, whether the
 /// waiter took its names or gave up, it gives back what is left on every
 /// node, in the background: the reservations and claim of a node that
 /// did not grant the names, or all of them for a waiter that gave up
@@ -50,10 +53,16 @@ impl Reservation {
         self.0.as_ref().map(|r| &r.mark)
     }
 
-    /// The multi-lock of `keys` was refused: reserve from the next attempt
-    /// on.
-    pub(crate) fn wanted(&mut self, engine: &Arc<Engine>, keys: &[LockKeys], timing: Timing) {
-        if self.0.is_none() {
+    /// The multi-lock of `keys` was refused, having waited `waited` so
+    /// far: from half its TTL on, reserve from the next attempt on.
+    pub(crate) fn wanted(
+        &mut self,
+        engine: &Arc<Engine>,
+        keys: &[LockKeys],
+        timing: Timing,
+        waited: Duration,
+    ) {
+        if self.0.is_none() && waited >= timing.ttl / 2 {
             self.0 = Some(Reserved {
                 engine: engine.clone(),
                 keys: keys.iter().map(|k| k.lock.clone()).collect(),
@@ -63,10 +72,14 @@ impl Reservation {
         }
     }
 
-    /// How long the waiter may sleep before an attempt must renew its
-    /// reservations: half of their lifetime, once it has any.
-    pub(crate) fn renew_within(&self, timing: Timing) -> Option<Duration> {
-        self.0.as_ref().map(|_| timing.ttl / 2)
+    /// How long the waiter may sleep, having waited `waited`: until it is
+    /// due to reserve, and once it reserves, half their lifetime (each
+    /// attempt renews them).
+    pub(crate) fn wake_within(&self, timing: Timing, waited: Duration) -> Duration {
+        match self.0 {
+            Some(_) => timing.ttl / 2,
+            None => (timing.ttl / 2).saturating_sub(waited),
+        }
     }
 }
 

@@ -19,7 +19,8 @@ use crate::core::token::Token;
 use crate::core::validity::Timing;
 use crate::transport::node::OnRefusal;
 
-/// Tries to take the lock in `mode` until it succeeds, fails for good (bad
+/// Tries to take the lock of `keys`, each in its hold of `holds` (one
+/// lock, or several all or none), until it succeeds, fails for good (bad
 /// input, a closed Locker), or the policy's attempts or deadline run out.
 /// Out of attempts: the last error as it is. Past the deadline:
 /// [`Error::WaitTimeout`] wrapping it.
@@ -39,9 +40,17 @@ pub(crate) async fn lock(
     keys: &[LockKeys],
     timing: Timing,
     policy: &RetryPolicy,
-    hold: Hold,
+    holds: &[Hold],
 ) -> Result<Grant, Error> {
-    let mode = hold.mode();
+    debug_assert_eq!(keys.len(), holds.len());
+    let hold = holds[0];
+    let many = keys.len() > 1;
+    // A multi-lock queues in this Locker as a writer does, whatever its
+    // holds: alone at the front.
+    let mode = match many {
+        true => LockMode::Exclusive,
+        false => hold.mode(),
+    };
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
     let waits = policy.attempts != Some(1);
@@ -50,7 +59,6 @@ pub(crate) async fn lock(
     let channels = || -> Vec<String> { keys.iter().map(|k| release_channel(&k.lock)).collect() };
     let mut waiter: Option<Waiters> = None;
     let mut mark = WriterMark::default();
-    let many = keys.len() > 1;
     let mut reservation = Reservation::default();
     let mut last: Option<Failure> = None;
     let mut attempts: u32 = 0;
@@ -81,8 +89,8 @@ pub(crate) async fn lock(
                 quarantine_left: last.as_ref().and_then(|f| f.error.quarantine_left()),
             };
             let mut delay = policy.fallback_delay(rand::random::<f64>(), &waiting, now, deadline);
-            if let Some(renew) = reservation.renew_within(timing) {
-                delay = delay.min(renew);
+            if many {
+                delay = delay.min(reservation.wake_within(timing, start.elapsed()));
             }
             let span = tracing::debug_span!(
                 "redlease.wait",
@@ -137,7 +145,8 @@ pub(crate) async fn lock(
             OnRefusal::Mark
         };
         let side = match hold {
-            Hold::Exclusive if many => Side::Write {
+            _ if many => Side::Many {
+                holds,
                 mark: reservation.mark(),
             },
             Hold::Exclusive => Side::Write { mark: mark.token() },
@@ -160,7 +169,7 @@ pub(crate) async fn lock(
         };
         tracing::debug!(resource, attempts, error = %failure.error, "lock busy");
         if many {
-            reservation.wanted(engine, keys, timing);
+            reservation.wanted(engine, keys, timing, start.elapsed());
         } else if mode == LockMode::Exclusive && failure.busy.readers {
             mark.wanted(engine, &keys[0], timing);
         }

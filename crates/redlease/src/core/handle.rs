@@ -2,7 +2,9 @@
 //! perhaps, needs to continue it (see `Lease::export`). Pure: no I/O.
 //!
 //! The text is `rlh1.MODE.TTL.TOKEN.PREFIX.NAMES.FENCES`: `MODE` is `x`
-//! (alone), `s` (a read hold) or `pN` (one of N permits); `TTL` the
+//! (alone), `s` (a read hold) or `pN` (one of N permits), and for several
+//! names one letter per name, `x` or `s` (a lone `x`: every name alone);
+//! `TTL` the
 //! lease's TTL in milliseconds; `TOKEN` the lease's token (48 hex
 //! digits), which is what lets the holder of the handle release the lease
 //! and nobody else, so the handle is a secret like the token; `PREFIX`
@@ -22,7 +24,8 @@ const VERSION: &str = "rlh1";
 /// What a handle holds.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct Exported {
-    pub(crate) hold: Hold,
+    /// Each name's hold, in the order of `names`.
+    pub(crate) holds: Vec<Hold>,
     pub(crate) ttl: Duration,
     pub(crate) token: Token,
     pub(crate) prefix: String,
@@ -36,7 +39,7 @@ impl std::fmt::Debug for Exported {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // No token: a handle in the logs must not release the lease.
         f.debug_struct("Exported")
-            .field("hold", &self.hold)
+            .field("holds", &self.holds)
             .field("ttl", &self.ttl)
             .field("names", &self.names)
             .finish_non_exhaustive()
@@ -59,12 +62,21 @@ fn unhex(text: &str) -> Option<String> {
 }
 
 impl Exported {
+    /// The first name's hold (the only one's, for a lease of one name).
+    pub(crate) fn hold(&self) -> Hold {
+        self.holds[0]
+    }
+
     /// The handle's text.
     pub(crate) fn encode(&self) -> String {
-        let mode = match self.hold {
-            Hold::Exclusive => "x".to_string(),
-            Hold::Shared => "s".to_string(),
-            Hold::Permit { permits, .. } => format!("p{permits}"),
+        let mode: String = match &self.holds[..] {
+            [Hold::Exclusive] => "x".into(),
+            [Hold::Shared] => "s".into(),
+            [Hold::Permit { permits, .. }] => format!("p{permits}"),
+            several => several
+                .iter()
+                .map(|h| if *h == Hold::Shared { 's' } else { 'x' })
+                .collect(),
         };
         let names: Vec<String> = self.names.iter().map(|n| hex(n)).collect();
         let fences: Vec<String> = self.fences.iter().flatten().map(u64::to_string).collect();
@@ -90,19 +102,18 @@ impl Exported {
         if version != VERSION {
             return Err(bad(&format!("version {version:?}, not {VERSION}")));
         }
-        let hold = match mode {
-            "x" => Hold::Exclusive,
-            "s" => Hold::Shared,
-            p => {
-                let permits = p
-                    .strip_prefix('p')
-                    .and_then(|n| n.parse::<NonZeroU32>().ok())
-                    .ok_or_else(|| bad(&format!("mode {p:?}")))?;
-                Hold::Permit {
+        let permit = |p: &str| {
+            p.strip_prefix('p')
+                .and_then(|n| n.parse::<NonZeroU32>().ok())
+                .map(|permits| Hold::Permit {
                     permits,
                     majority: false,
-                }
-            }
+                })
+        };
+        let letter = |c: char| match c {
+            'x' => Some(Hold::Exclusive),
+            's' => Some(Hold::Shared),
+            _ => None,
         };
         let ttl = ttl
             .parse::<u64>()
@@ -118,9 +129,21 @@ impl Exported {
             .collect::<Option<Vec<String>>>()
             .filter(|n| !n.is_empty() && n.iter().all(|n| !n.is_empty()))
             .ok_or_else(|| bad("its names"))?;
-        if names.len() > 1 && hold != Hold::Exclusive {
-            return Err(bad("several names held in a shared mode"));
+        let holds: Vec<Hold> = match (names.len(), mode) {
+            (1, m) => m
+                .parse::<char>()
+                .ok()
+                .and_then(letter)
+                .or_else(|| permit(m))
+                .map(|h| vec![h]),
+            (n, "x") => Some(vec![Hold::Exclusive; n]),
+            (n, m) => m
+                .chars()
+                .map(letter)
+                .collect::<Option<Vec<Hold>>>()
+                .filter(|h| h.len() == n),
         }
+        .ok_or_else(|| bad(&format!("mode {mode:?} for {} names", names.len())))?;
         let fences = match fences {
             "" => None,
             f => Some(
@@ -132,7 +155,7 @@ impl Exported {
             ),
         };
         Ok(Exported {
-            hold,
+            holds,
             ttl,
             token,
             prefix,
@@ -149,7 +172,7 @@ mod tests {
 
     fn exported(hold: Hold, names: &[&str], fences: Option<Vec<u64>>) -> Exported {
         Exported {
-            hold,
+            holds: vec![hold; names.len()],
             ttl: Duration::from_secs(30),
             token: Token::generate(&LockerTag::generate()),
             prefix: "redlease:".into(),
@@ -169,6 +192,10 @@ mod tests {
             exported(Hold::Exclusive, &["a.b-c", "d/é"], Some(vec![7, 1 << 60])),
             exported(Hold::Shared, &["catalog"], Some(vec![0])),
             exported(permit, &["pool"], None),
+            Exported {
+                holds: vec![Hold::Shared, Hold::Exclusive, Hold::Shared],
+                ..exported(Hold::Exclusive, &["r", "w", "s"], None)
+            },
         ] {
             let text = e.encode();
             assert!(text.starts_with("rlh1."), "{text}");
@@ -203,6 +230,9 @@ mod tests {
             with(6, "1"),
             with(6, "1-x"),
             with(1, "s"),
+            with(1, "xsx"),
+            with(1, "xp"),
+            with(1, "p2"),
         ] {
             let e = Exported::decode(&text).expect_err(&text);
             assert!(e.starts_with("not a lease handle"), "{e}");

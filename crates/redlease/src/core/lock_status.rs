@@ -82,6 +82,10 @@ pub struct NodeLockState {
     /// A writer waits for the readers to leave, and new readers wait
     /// behind it (see [`Locker::write_lock`](crate::Locker::write_lock)).
     pub writer_waits: bool,
+    /// The key is reserved for a waiting multi-lock (see
+    /// [`Locker::lock_all`](crate::Locker::lock_all)): held by no one
+    /// yet, and taken by no one else until that waiter has it or gives up.
+    pub reserved: bool,
 }
 
 /// A node whose "yes" to an acquire does not count yet
@@ -325,6 +329,21 @@ impl LockStatus {
         self.answers().any(|s| s.writer_waits)
     }
 
+    /// Whether some node keeps the lock reserved for a waiting
+    /// multi-lock (see [`Locker::lock_all`](crate::Locker::lock_all)):
+    /// the key is there, but no lease holds it yet.
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// if status.reserved() {
+    ///     println!("reserved for a set of locks that waits for its other names");
+    /// }
+    /// # }
+    /// ```
+    pub fn reserved(&self) -> bool {
+        self.answers().any(|s| s.reserved)
+    }
+
     fn answers(&self) -> impl Iterator<Item = &NodeLockState> {
         self.nodes.iter().filter_map(|(_, s)| s.as_ref().ok())
     }
@@ -357,6 +376,7 @@ mod tests {
                             readers: 0,
                             permits: None,
                             writer_waits: false,
+                            reserved: false,
                         }),
                         None => Err(NodeError::new(
                             id.clone(),

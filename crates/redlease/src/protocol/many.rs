@@ -9,6 +9,8 @@ use redis::{Cmd, FromRedisValue, ParsingError, Value};
 
 use super::acquire::{OnRefusal, ServerTime};
 use super::lua::{malformed, millis, Flag, PubSub, ACQUIRE_ALL, RELEASE_ALL, UNRESERVE};
+use super::shared::READERS;
+use crate::core::mode::Hold;
 
 /// The multi-key acquire (acquire_all.lua): take every lock or none.
 ///
@@ -23,7 +25,8 @@ use super::lua::{malformed, millis, Flag, PubSub, ACQUIRE_ALL, RELEASE_ALL, UNRE
 ///   the holders of another Locker for its waiters ([`OnRefusal`]);
 ///   `ARGV[10]` k; `ARGV[11]` the waiter's reservation mark (`''`: none);
 ///   `ARGV[12]` how long a reservation lasts (ms, the TTL); `ARGV[13]`
-///   `PUBLISH` or `SPUBLISH` ([`PubSub`]).
+///   `PUBLISH` or `SPUBLISH` ([`PubSub`]); `ARGV[14]` each key's mode
+///   ([`modes`]); `ARGV[15]` [`READERS`].
 /// - Reply ([`AcquireAllReply`]): all taken, `{1, fence_1..fence_k}` and
 ///   `seconds, microseconds` of `TIME` when asked for; lock `i` held,
 ///   `{0, i, pttl, waiting, owner}`.
@@ -45,6 +48,21 @@ pub(crate) struct AcquireAllRequest<'a> {
     /// acquire_all.lua). Only with [`OnRefusal::Mark`]: an attempt after
     /// which nobody waits reserves nothing.
     pub(crate) reserve: Option<&'a str>,
+    /// Each key's hold, in the order of `keys`: exclusive or shared.
+    pub(crate) holds: &'a [Hold],
+}
+
+/// The keys' modes as the multi-key scripts read them: one character per
+/// key, `w` for an exclusive lock, `r` for a read hold.
+pub(crate) fn modes(holds: &[Hold]) -> String {
+    holds
+        .iter()
+        .map(|hold| match hold {
+            Hold::Shared => 'r',
+            // A multi-lock takes no permits (refused before any I/O).
+            Hold::Exclusive | Hold::Permit { .. } => 'w',
+        })
+        .collect()
 }
 
 impl AcquireAllRequest<'_> {
@@ -77,7 +95,9 @@ impl AcquireAllRequest<'_> {
                     OnRefusal::LeaveAlone => "",
                 })
                 .arg(millis(self.ttl))
-                .arg(self.pubsub.publish());
+                .arg(self.pubsub.publish())
+                .arg(modes(self.holds))
+                .arg(READERS);
         })
     }
 
@@ -197,7 +217,8 @@ impl AcquireAllReply {
 /// - `KEYS[1..k]` the lock keys (one hash slot on a cluster).
 /// - `ARGV[1]` the token; `ARGV[2]` `PUBLISH` or `SPUBLISH` ([`PubSub`]);
 ///   `ARGV[3]` [`Flag`]: announce (not for the cleanup of a failed
-///   attempt).
+///   attempt); `ARGV[4]` each key's mode ([`modes`]); `ARGV[5]`
+///   [`READERS`].
 /// - Reply ([`Renewed`], one flag per key): deleted, or not ours.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReleaseAllRequest<'a> {
@@ -205,6 +226,8 @@ pub(crate) struct ReleaseAllRequest<'a> {
     pub(crate) token: &'a str,
     pub(crate) pubsub: PubSub,
     pub(crate) announce: bool,
+    /// Each key's hold, in the order of `keys`.
+    pub(crate) holds: &'a [Hold],
 }
 
 impl ReleaseAllRequest<'_> {
@@ -217,7 +240,9 @@ impl ReleaseAllRequest<'_> {
             }
             c.arg(self.token)
                 .arg(self.pubsub.publish())
-                .arg(Flag(self.announce));
+                .arg(Flag(self.announce))
+                .arg(modes(self.holds))
+                .arg(READERS);
         })
     }
 }
@@ -281,6 +306,7 @@ mod tests {
             tag: "tag",
             on_refusal: OnRefusal::Mark,
             reserve: Some("m"),
+            holds: &[Hold::Exclusive, Hold::Shared],
         }
     }
 
@@ -308,7 +334,9 @@ mod tests {
                 "2",
                 "m",
                 "1000",
-                "PUBLISH"
+                "PUBLISH",
+                "wr",
+                "readers"
             ]
         );
         let release = ReleaseAllRequest {
@@ -316,10 +344,11 @@ mod tests {
             token: "t",
             pubsub: PubSub::Sharded,
             announce: false,
+            holds: &[Hold::Exclusive, Hold::Exclusive],
         };
         assert_eq!(
             args(&release.call())[2..],
-            ["2", "p{a}", "p{b}", "t", "SPUBLISH", "0"]
+            ["2", "p{a}", "p{b}", "t", "SPUBLISH", "0", "ww", "readers"]
         );
     }
 

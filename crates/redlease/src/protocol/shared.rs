@@ -544,6 +544,8 @@ pub(crate) enum Mode {
     Shared,
     /// A semaphore's holders, of this many permits.
     Permits(u32),
+    /// Reserved for a waiting multi-lock (see acquire_all.lua).
+    Reserved,
 }
 
 /// A node's view of a lock's two modes (see [`ReadInspectRequest`]).
@@ -581,6 +583,7 @@ impl FromRedisValue for SharedState {
             (1, -1 | 0.., 0) => Mode::Exclusive,
             (2, -1 | 0.., 0) => Mode::Shared,
             (3, -1 | 0.., 1..) => Mode::Permits(u32::try_from(permits).map_err(|_| bad())?),
+            (4, -1 | 0.., 0) => Mode::Reserved,
             _ => return Err(bad()),
         };
         Ok(SharedState {

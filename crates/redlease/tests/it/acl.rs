@@ -459,6 +459,29 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     second.release().await.unwrap();
     first.release().await.unwrap();
 
+    // Several names, one read: a set that waits (reserving and claiming)
+    // and gives up (giving them back), and a set taken, kept alive and
+    // released.
+    let set = readers
+        .lock_all(["set-a", "set-b"])
+        .and_read(["set-r"])
+        .keep_alive()
+        .await
+        .unwrap();
+    // It reserves once it has waited half its TTL (0.6 s), from its
+    // next attempt on (1.2 s).
+    let gave_up = writer
+        .lock_all(["set-0", "set-b"])
+        .ttl(Duration::from_millis(1200))
+        .wait(Duration::from_millis(1600))
+        .await;
+    assert!(
+        matches!(gave_up, Err(Error::WaitTimeout { .. })),
+        "{gave_up:?}"
+    );
+    set.release().await.unwrap();
+    writer.admin().wait_for_background().await;
+
     // Nothing was refused (redis-rs names itself with CLIENT SETINFO on
     // each connection and ignores a refusal: not needed; Redis 6.0 logs it
     // as `client`), and every command the rule grants was used.

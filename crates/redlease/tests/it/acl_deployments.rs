@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use redlease::acl::{AclRule, Deployment};
-use redlease::{Capabilities, Durability, Locker, RetryPolicy};
+use redlease::{Capabilities, Durability, Error, Locker, RetryPolicy};
 use redlease_testkit::cluster::RedisCluster;
 use redlease_testkit::sentinel::{SentinelSet, PRIMARY_NAME};
 use redlease_testkit::{NodeConfig, RedisNode};
@@ -105,7 +105,58 @@ async fn lock_cycle(url: &str, durability: Durability) {
     );
     read_cycle(&holder, waiter_side).await;
     permit_cycle(&holder, build(Duration::from_secs(5))).await;
+    set_cycle(&holder, build(Duration::from_secs(5))).await;
     holder.close().await;
+}
+
+/// Several names through the same deployment, one of them read: a kept
+/// -alive set renewed twice over, a second set that waits for two of its
+/// names (reserving and claiming them) and is woken by the release (its
+/// timer being 5 s), and a third that gives up (its reservations given
+/// back).
+async fn set_cycle(holder: &Locker, other: Locker) {
+    let set = holder
+        .lock_all(["set-a", "set-b"])
+        .and_read(["set-r"])
+        .keep_alive()
+        .await
+        .expect("a set");
+    // It reserves once it has waited half its TTL (0.6 s), from its
+    // next attempt on (1.2 s).
+    let gave_up = holder
+        .lock_all(["set-0", "set-a"])
+        .ttl(Duration::from_millis(1200))
+        .wait(Duration::from_millis(1600))
+        .await;
+    assert!(
+        matches!(gave_up, Err(Error::WaitTimeout { .. })),
+        "{gave_up:?}"
+    );
+    let waiter = tokio::spawn(async move {
+        let lease = other.lock_all(["set-a", "set-b"]).await;
+        (Instant::now(), lease, other)
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!set.is_lost(), "{:?}", set.lost_reason());
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    set.release().await.unwrap();
+    let (acquired, second, other) = waiter.await.unwrap();
+    second.expect("the waiter gets it").release().await.unwrap();
+    assert!(
+        acquired - released < Duration::from_millis(500),
+        "woken by the release, not its 5 s timer: {:?}",
+        acquired - released
+    );
+    holder.admin().wait_for_background().await;
+    let free = holder
+        .try_lock_all(["set-0", "set-a", "set-b", "set-r"])
+        .await;
+    free.expect("nothing left reserved")
+        .release()
+        .await
+        .unwrap();
+    other.close().await;
 }
 
 /// A semaphore's permits through the same deployment: two held (one kept

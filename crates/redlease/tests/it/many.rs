@@ -176,6 +176,22 @@ async fn names_across_cluster_shards() {
     again.release().await.unwrap();
     other.admin().wait_for_background().await;
     assert!(other.try_lock("elsewhere").await.is_ok(), "no leftover");
+    // Some names read, on other shards: shared with readers, renewed.
+    let mixed = locker
+        .lock(names[0].as_str())
+        .and_read(&names[1..4])
+        .keep_alive()
+        .await
+        .unwrap();
+    let reader = other.try_read_lock(names[2].as_str()).await.unwrap();
+    assert!(other.try_lock(names[3].as_str()).await.is_err());
+    assert!(other.try_read_lock(names[0].as_str()).await.is_err());
+    reader.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!mixed.is_lost(), "{:?}", mixed.lost_reason());
+    mixed.release().await.unwrap();
+    let again = other.try_lock_all(&names).await.unwrap();
+    again.release().await.unwrap();
 }
 
 /// A lease handed to another Locker (another process, say) by its handle:
@@ -293,8 +309,10 @@ async fn stream_of_single_lockers(nodes: RedisNodes) {
     tokio::time::sleep(4 * hold).await;
     let multi = locker(&nodes);
     let before = taken.load(Ordering::SeqCst);
+    // It reserves once it has waited half its TTL.
     let lease = multi
         .lock_all(["a", "b"])
+        .ttl(Duration::from_secs(1))
         .wait(Duration::from_secs(8))
         .await
         .expect("the multi-lock got in");
@@ -363,15 +381,28 @@ async fn a_multi_lock_that_gives_up_gives_its_reservations_back() {
     let nodes = RedisNodes::start(1);
     let (holder, multi) = (locker(&nodes), locker(&nodes));
     let b = holder.lock("b").await.unwrap();
-    let gave_up = multi
-        .lock_all(["a", "b"])
-        .wait(Duration::from_millis(600))
-        .await;
+    let waiting = tokio::spawn({
+        let multi = multi.clone();
+        async move {
+            // It reserves once it has waited half its TTL (0.6 s), from
+            // its next attempt on (1.2 s).
+            multi
+                .lock_all(["a", "b"])
+                .ttl(Duration::from_millis(1200))
+                .wait(Duration::from_millis(2000))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = holder.admin().inspect("a").await.unwrap();
+    assert!(status.reserved(), "a is reserved meanwhile: {status:?}");
+    let gave_up = waiting.await.unwrap();
     assert!(
         matches!(gave_up, Err(Error::WaitTimeout { .. })),
         "{gave_up:?}"
     );
     multi.admin().wait_for_background().await;
+    assert!(!holder.admin().inspect("a").await.unwrap().reserved());
     let (a_key, b_key) = (multi.admin().key("a"), multi.admin().key("b"));
     assert_eq!(get(nodes.node(0), &a_key).await, None, "a is not reserved");
     assert_eq!(get(nodes.node(0), &format!("{b_key}:claim")).await, None);
@@ -379,4 +410,134 @@ async fn a_multi_lock_that_gives_up_gives_its_reservations_back() {
     assert_eq!(get(nodes.node(0), &b_key).await, None, "b went to no one");
     let both = holder.try_lock_all(["a", "b"]).await.unwrap();
     both.release().await.unwrap();
+}
+
+/// A set with names written and a name read: other readers share the read
+/// name, writers wait for it; each name keeps its mode and fencing token
+/// (the read one's is the last write generation), through renewal and a
+/// handle; losing the read hold loses the whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_of_written_and_read_names() {
+    use redlease::LockMode;
+    let nodes = RedisNodes::start(3);
+    let (locker, other) = (fenced_locker(&nodes), fenced_locker(&nodes));
+    let writer = other.lock("rates").await.unwrap();
+    let generation = token(&writer);
+    writer.release().await.unwrap();
+    let ttl = Duration::from_secs(1);
+    let set = locker
+        .lock_all(["account:7", "account:3"])
+        .and_read(["rates", "account:7"])
+        .ttl(ttl)
+        .keep_alive()
+        .await
+        .unwrap();
+    assert_eq!(
+        set.resources().collect::<Vec<_>>(),
+        ["account:3", "account:7", "rates"]
+    );
+    assert_eq!(set.mode_of("rates"), Some(LockMode::Shared));
+    assert_eq!(
+        set.mode_of("account:7"),
+        Some(LockMode::Exclusive),
+        "alone wins"
+    );
+    assert_eq!(set.fencing_token_of("rates"), Some(generation));
+    assert!(set.fencing_token_of("account:3").is_some_and(|t| t > 0));
+    let reader = other.try_read_lock("rates").await.expect("readers share");
+    assert!(other.try_lock("rates").await.is_err(), "a writer waits");
+    assert!(other.try_read_lock("account:3").await.is_err());
+    reader.release().await.unwrap();
+    tokio::time::sleep(ttl * 5 / 2).await;
+    assert!(
+        !set.is_lost(),
+        "renewed in both modes: {:?}",
+        set.lost_reason()
+    );
+    // Handed over, the modes go with it.
+    let handle = set.export();
+    let info = redlease::HandleInfo::parse(&handle).unwrap();
+    let modes = [LockMode::Exclusive, LockMode::Exclusive, LockMode::Shared];
+    assert_eq!(info.modes, modes);
+    let adopted = other.adopt(&handle).await.unwrap();
+    assert_eq!(adopted.mode_of("rates"), Some(LockMode::Shared));
+    assert!(other.try_lock("rates").await.is_err());
+    adopted.release().await.unwrap();
+    let free = other
+        .try_lock_all(["account:3", "account:7", "rates"])
+        .await;
+    free.expect("all given back").release().await.unwrap();
+
+    // The read hold taken away behind its back: the lease is lost.
+    let set = locker
+        .lock("a")
+        .and_read(["r"])
+        .ttl(ttl)
+        .keep_alive()
+        .await
+        .unwrap();
+    let readers = format!("{}:readers", locker.admin().key("r"));
+    for i in 0..nodes.len() {
+        command(nodes.node(i), &["DEL", &readers]).await;
+    }
+    let lost = tokio::time::timeout(2 * ttl, set.lost()).await;
+    assert!(lost.is_ok(), "the lease is lost with its read hold");
+}
+
+/// A writer waiting for readers keeps new sets that read the name out,
+/// as it keeps out new readers; and a set that wants a name alone while
+/// readers hold it waits, marked, until the last one leaves.
+#[tokio::test]
+async fn sets_and_writers_wait_for_each_other_in_turn() {
+    let nodes = RedisNodes::start(1);
+    let (locker, other) = (locker(&nodes), locker(&nodes));
+    let reader = other.read_lock("doc").await.unwrap();
+    let writer = tokio::spawn({
+        let other = other.clone();
+        async move { other.write_lock("doc").wait(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = locker.try_lock("x").and_read(["doc"]).await;
+    assert!(refused.is_err(), "behind the waiting writer: {refused:?}");
+    reader.release().await.unwrap();
+    let writer = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    writer.release().await.unwrap();
+
+    // A set wanting doc alone while a stream of readers holds it.
+    let first = other.read_lock("doc").await.unwrap();
+    let set = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            // Marked once it has waited half its TTL (0.5 s), from its
+            // next attempt on (1 s).
+            locker
+                .lock_all(["doc", "y"])
+                .ttl(Duration::from_secs(1))
+                .wait(Duration::from_secs(10))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let late = other.try_read_lock("doc").await;
+    assert!(late.is_err(), "new readers wait behind the set: {late:?}");
+    first.release().await.unwrap();
+    let set = tokio::time::timeout(Duration::from_secs(5), set)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    set.release().await.unwrap();
+    let permit = locker
+        .semaphore("pool", 2)
+        .acquire()
+        .and_read(["doc"])
+        .await;
+    assert!(
+        matches!(permit, Err(Error::InvalidInput { .. })),
+        "{permit:?}"
+    );
 }

@@ -5,6 +5,7 @@
 
 use super::Lease;
 use crate::core::error::Error;
+use crate::core::mode::LockMode;
 
 /// The names of a multi-lock, in their canonical order, and each one's
 /// fencing token when drawn.
@@ -65,6 +66,42 @@ impl Lease {
         }
     }
 
+    /// The lease's names for an error: its resource, or every name of a
+    /// multi-lock (a refusal of the release or extend of several names
+    /// says no more than that one or more of them is gone).
+    pub(super) fn label(&self) -> std::borrow::Cow<'_, str> {
+        match &self.all {
+            None => self.resource().into(),
+            Some(all) => all.names.join(", ").into(),
+        }
+    }
+
+    /// How this lease holds `name`, one of [`resources`](Self::resources):
+    /// a set taken with [`and_read`](crate::Acquire::and_read) holds some
+    /// names shared and the others alone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// use redlease::LockMode;
+    /// let lease = locker.lock("report").and_read(["catalog"]).await?;
+    /// assert_eq!(lease.mode_of("report"), Some(LockMode::Exclusive));
+    /// assert_eq!(lease.mode_of("catalog"), Some(LockMode::Shared));
+    /// assert_eq!(lease.mode_of("other"), None);
+    /// # lease.release().await }
+    /// ```
+    pub fn mode_of(&self, name: &str) -> Option<LockMode> {
+        match &self.all {
+            None => (name == self.resource()).then(|| self.mode()),
+            Some(all) => {
+                let i = all.names.iter().position(|n| n == name)?;
+                self.guard.ownership.holds().get(i).map(|h| h.mode())
+            }
+        }
+    }
+
     /// Hands the lease over as a handle: a string another Locker (in this
     /// process or another, with the same nodes and key prefix) turns back
     /// into a lease with [`Locker::adopt`](crate::Locker::adopt), or gives
@@ -100,7 +137,7 @@ impl Lease {
             None => self.fencing_token().map(|f| vec![f]),
         };
         let handle = crate::core::handle::Exported {
-            hold: self.guard.ownership.hold,
+            holds: self.guard.ownership.holds(),
             ttl: self.guard.timing.ttl,
             token: self.guard.ownership.token.clone(),
             prefix: engine.settings().prefix.clone(),

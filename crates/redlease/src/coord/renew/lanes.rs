@@ -195,29 +195,35 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
     let mut calls = Vec::new();
     let lone = entries.iter().take_while(|e| e.others.is_none()).count();
     let (mut rest, many) = entries.split_at(lone);
-    // A multi-lock's keys: one call, or on a cluster one per slot, in a
-    // row (its flags are the next places of the batch, in key order
-    // within each slot).
+    // A multi-lock's keys: one call per mode (exclusive, then shared),
+    // and on a cluster per slot, in a row (its flags are the next places
+    // of the batch, in key order within each call).
     for e in many {
-        let keys: Vec<&str> = std::iter::once(&*e.key)
-            .chain(e.others.iter().flat_map(|o| o.iter().map(|k| &**k)))
+        let keys: Vec<(&str, Hold)> = std::iter::once((&*e.key, e.hold))
+            .chain(
+                e.others
+                    .iter()
+                    .flat_map(|o| o.iter().map(|(k, h)| (&**k, *h))),
+            )
             .collect();
-        let mut slots: Vec<u16> = match by_slot {
-            true => keys.iter().map(|k| hash_slot(k)).collect(),
-            false => vec![0],
-        };
-        slots.sort_unstable();
-        slots.dedup();
-        for slot in slots {
+        let mut groups: Vec<(u16, bool)> = keys
+            .iter()
+            .map(|&(k, h)| (if by_slot { hash_slot(k) } else { 0 }, h == Hold::Shared))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        for (slot, shared) in groups {
             let leases = keys
                 .iter()
-                .filter(|k| !by_slot || hash_slot(k) == slot)
-                .map(|k| (*k, e.token.as_str(), e.timing.ttl));
-            calls.push(ExtendMany::new(
-                leases,
-                by_slot.then_some(slot),
-                bind_lineage,
-            ));
+                .filter(move |&&(k, h)| {
+                    (!by_slot || hash_slot(k) == slot) && (h == Hold::Shared) == shared
+                })
+                .map(|&(k, _)| (k, e.token.as_str(), e.timing.ttl));
+            let slot = by_slot.then_some(slot);
+            calls.push(match shared {
+                false => ExtendMany::new(leases, slot, bind_lineage),
+                true => ExtendMany::members(leases, Members::Readers, slot, bind_lineage),
+            });
         }
     }
     let many_calls = std::mem::take(&mut calls);

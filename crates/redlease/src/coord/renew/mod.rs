@@ -85,7 +85,7 @@ struct Entry {
     key: Arc<str>,
     /// The other keys of a multi-lock, renewed with `key`: the lease is
     /// confirmed by a node only when all of them are.
-    others: Option<Arc<[Arc<str>]>>,
+    others: Option<crate::coord::release::Others>,
     token: Token,
     /// Renewed as a writer's lock, a read hold or a permit.
     hold: Hold,

@@ -54,7 +54,19 @@ fn acquire_all(
     token: &str,
     mark: Option<&str>,
 ) -> AcquireAllReply {
+    acquire_modes(conn, keys, &vec![Hold::Exclusive; keys.len()], token, mark)
+}
+
+/// [`acquire_all`] with a hold per key.
+fn acquire_modes(
+    conn: &mut Connection,
+    keys: &[&str],
+    holds: &[Hold],
+    token: &str,
+    mark: Option<&str>,
+) -> AcquireAllReply {
     let request = AcquireAllRequest {
+        holds,
         keys,
         fence_keys: &[],
         token,
@@ -79,6 +91,13 @@ fn release(conn: &mut Connection, key: &str, token: &str) -> i64 {
         pubsub: PubSub::Classic,
     };
     run(conn, request.script().whole(&request.call()))
+}
+
+/// A reader's score that stays live for the test: a minute from now, in
+/// Unix milliseconds (the server's clock is this machine's).
+fn in_a_minute() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.unwrap().as_millis() as u64 + 60_000
 }
 
 fn held_at(reply: &AcquireAllReply) -> Option<usize> {
@@ -141,6 +160,7 @@ fn a_claimed_name_is_handed_to_the_waiter_and_single_lockers_wait() {
         token: &multi,
         pubsub: PubSub::Classic,
         announce: true,
+        holds: &[Hold::Exclusive; 3],
     }
     .call();
     let done: String = run(&mut conn, RELEASE_ALL.whole(&release));
@@ -207,7 +227,7 @@ fn the_last_readers_release_hands_a_claimed_name_over() {
     let (reader, multi, mark) = (token("bb", 1), token("aa", 2), token("aa", 3));
     set(&mut conn, b, READERS);
     let mut zadd = command("ZADD");
-    zadd.arg("p{b}:readers").arg(i64::MAX / 2).arg(&reader);
+    zadd.arg("p{b}:readers").arg(in_a_minute()).arg(&reader);
     let _: i64 = run(&mut conn, zadd);
     let refused = acquire_all(&mut conn, &[a, b], &multi, Some(&mark));
     assert_eq!(held_at(&refused), Some(1));
@@ -231,4 +251,80 @@ fn the_last_readers_release_hands_a_claimed_name_over() {
     assert_eq!(get(&mut conn, b), Some(format!("{mark}~")));
     let taken = acquire_all(&mut conn, &[a, b], &multi, Some(&mark));
     assert_eq!(held_at(&taken), None, "{taken:?}");
+}
+
+fn zscore(conn: &mut Connection, key: &str, member: &str) -> Option<f64> {
+    let mut cmd = command("ZSCORE");
+    cmd.arg(key).arg(member);
+    run(conn, cmd)
+}
+
+#[test]
+fn read_holds_are_shared_with_readers_and_refused_by_writers() {
+    let node = RedisNode::start();
+    let mut conn = node.client().get_connection().unwrap();
+    let (a, r) = ("p{a}", "p{r}");
+    let holds = [Hold::Exclusive, Hold::Shared];
+    let (reader, multi) = (token("bb", 1), token("aa", 2));
+    // Another reader holds r: a multi-lock that only reads r joins it.
+    set(&mut conn, r, READERS);
+    let mut zadd = command("ZADD");
+    zadd.arg("p{r}:readers").arg(in_a_minute()).arg(&reader);
+    let _: i64 = run(&mut conn, zadd);
+    let taken = acquire_modes(&mut conn, &[a, r], &holds, &multi, None);
+    assert_eq!(held_at(&taken), None, "{taken:?}");
+    assert_eq!(get(&mut conn, a).as_deref(), Some(&*multi));
+    assert_eq!(get(&mut conn, r).as_deref(), Some(READERS));
+    assert!(zscore(&mut conn, "p{r}:readers", &multi).is_some());
+    // Giving it back leaves the other reader in, and r held by it.
+    let call = ReleaseAllRequest {
+        keys: &[a, r],
+        token: &multi,
+        pubsub: PubSub::Classic,
+        announce: true,
+        holds: &holds,
+    }
+    .call();
+    let done: String = run(&mut conn, RELEASE_ALL.whole(&call));
+    assert_eq!(done, "11");
+    assert_eq!(get(&mut conn, a), None);
+    assert_eq!(get(&mut conn, r).as_deref(), Some(READERS));
+    assert!(zscore(&mut conn, "p{r}:readers", &multi).is_none());
+    assert!(zscore(&mut conn, "p{r}:readers", &reader).is_some());
+
+    // A waiting writer's mark keeps the set out of r...
+    set(&mut conn, "p{r}:writer", &token("cc", 3));
+    let refused = acquire_modes(&mut conn, &[a, r], &holds, &multi, None);
+    assert_eq!(held_at(&refused), Some(1), "{refused:?}");
+    assert_eq!(get(&mut conn, a), None, "nothing was taken");
+    // ...and a set that wants r alone, refused by its readers, marks
+    // itself waiting there (the writer's mark gone meanwhile).
+    let mut del = command("DEL");
+    del.arg("p{r}:writer");
+    let _: i64 = run(&mut conn, del);
+    let mark = token("aa", 4);
+    let alone = [Hold::Exclusive, Hold::Exclusive];
+    let refused = acquire_modes(&mut conn, &[a, r], &alone, &multi, Some(&mark));
+    assert_eq!(held_at(&refused), Some(1));
+    assert_eq!(get(&mut conn, "p{r}:writer").as_deref(), Some(&*mark));
+    assert_eq!(get(&mut conn, "p{r}:claim").as_deref(), Some(&*mark));
+    // The last reader's release hands r over; the set takes both alone,
+    // and its mark is gone.
+    let call = ReadReleaseRequest {
+        key: r,
+        set_key: "p{r}:readers",
+        marker: READERS,
+        announce_each: false,
+        token: &reader,
+        bind_lineage: false,
+        pubsub: PubSub::Classic,
+        announce: true,
+    }
+    .call();
+    let _: i64 = run(&mut conn, crate::protocol::lua::READ_RELEASE.whole(&call));
+    let taken = acquire_modes(&mut conn, &[a, r], &alone, &multi, Some(&mark));
+    assert_eq!(held_at(&taken), None, "{taken:?}");
+    assert_eq!(get(&mut conn, r), Some(format!("{multi}*")));
+    assert_eq!(get(&mut conn, "p{r}:writer"), None);
+    assert_eq!(get(&mut conn, "p{r}:claim"), None);
 }

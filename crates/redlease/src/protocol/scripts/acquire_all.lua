@@ -12,8 +12,14 @@
 -- holders of another Locker for its waiters (as acquire.lua); ARGV[10] k;
 -- ARGV[11] the waiter's reservation mark, or '' for an attempt that will
 -- not wait; ARGV[12] how long a reservation lasts, in ms; ARGV[13]
--- PUBLISH, or SPUBLISH on a cluster.
--- Nothing is written unless every lock is free: then all are taken.
+-- PUBLISH, or SPUBLISH on a cluster; ARGV[14] each lock's mode, one
+-- character per key: 'w' exclusive, 'r' a read hold (as read_acquire.lua
+-- takes one: the readers in KEYS[i] .. ':readers', a writer's waiting
+-- mark in KEYS[i] .. ':writer', the same hash tag); ARGV[15] the readers
+-- marker.
+-- Nothing is written unless every lock is free (for a read hold: held by
+-- no writer, and no writer waits for it): then all are taken. A read
+-- hold's fence is the counter's generation, never drawn.
 -- Returns {1, fence_1 .. fence_k[, seconds, microseconds]} (each fence 0
 -- when none was drawn) when all are taken by us; {0, i, pttl, waiting,
 -- owner} when lock i (1-based) is held, the first held one in the order
@@ -35,20 +41,41 @@
 -- (and single lockers that nest names in that order) cannot wait on each
 -- other in a circle. A name reserved or claimed by another waiter counts
 -- as held. Every reservation and claim lasts ARGV[12] ms and is renewed
--- by each refused attempt; taking the names uses them up.
+-- by each refused attempt; taking the names uses them up. A claim on a
+-- name readers hold that the waiter wants exclusive also sets the
+-- writer-waiting mark (as writer_waits.lua), so that new readers queue
+-- behind it; the grant or unreserve.lua removes it.
 local k = tonumber(ARGV[10])
+local modes, readers = ARGV[14], ARGV[15]
 local value = ARGV[1]
 if ARGV[4] == '1' then
   value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
 end
 local mark = ARGV[11]
 local reserved = mark .. '~'
+local clock = nil
+local function now_ms()
+  clock = clock or redis.call('TIME')
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end
+local function shared(i)
+  return string.byte(modes, i) == 114 -- 'r'
+end
+local function marked_by_another(i)
+  local waits = redis.call('GET', KEYS[i] .. ':writer')
+  return waits and (#mark == 0 or (waits ~= mark and waits ~= mark .. '*'))
+end
 local ours = {}
 local first = nil
 for i = 1, k do
   local holder = redis.pcall('GET', KEYS[i])
   if holder and #mark > 0 and holder == reserved then
     ours[i] = true
+  elseif shared(i) and (not holder or holder == readers) then
+    -- Free to a reader, unless a writer waits for it.
+    if marked_by_another(i) then
+      first = first or i
+    end
   elseif holder then
     first = first or i
     if ARGV[9] == '1' and type(holder) == 'string'
@@ -78,6 +105,16 @@ if first then
           redis.call('SET', KEYS[first], holder .. '*', 'KEEPTTL')
         end
       end
+      -- Readers hold it and we want it alone: new readers wait behind us.
+      local waits = KEYS[first] .. ':writer'
+      if holder == readers and not shared(first) then
+        local current = redis.call('GET', waits)
+        if current == mark .. '*' then
+          redis.call('PEXPIRE', waits, ARGV[12])
+        elseif not current or current == mark then
+          redis.call('SET', waits, mark, 'PX', ARGV[12])
+        end
+      end
     end
     for i = first + 1, k do
       if ours[i] then
@@ -97,35 +134,80 @@ if first then
     waiting = 0
   end
   local owner = redis.pcall('GET', KEYS[first])
+  local pttl = redis.call('PTTL', KEYS[first])
+  if not owner or owner == readers and shared(first) then
+    -- Refused by a waiting writer's mark: its owner and lifetime.
+    owner = redis.call('GET', KEYS[first] .. ':writer')
+    pttl = redis.call('PTTL', KEYS[first] .. ':writer')
+  end
   if type(owner) == 'string' then
     owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|*]*')), 1, 7), 16)
   else
     owner = 0
   end
-  return {0, first, redis.call('PTTL', KEYS[first]), waiting, owner}
+  return {0, first, pttl, waiting, owner}
 end
 local out = {1}
 for i = 1, k do
-  if ours[i] then
-    -- Single lockers wait behind a reservation: publish the release.
-    redis.call('SET', KEYS[i], value .. '*', 'PX', ARGV[2])
-  else
-    redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
-  end
-  if #mark > 0 and redis.call('GET', KEYS[i] .. ':claim') == mark then
-    redis.call('DEL', KEYS[i] .. ':claim')
-  end
   local fence = 0
-  if ARGV[7] == '1' then
-    -- As acquire.lua: a counter that expired idle restarts from the
-    -- server clock in microseconds, cut to 100 ms.
-    fence = redis.call('INCR', KEYS[k + i])
-    if fence == 1 then
-      local now = redis.call('TIME')
-      fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
-      redis.call('SET', KEYS[k + i], string.format('%.0f', fence))
+  if shared(i) then
+    local now = now_ms()
+    local set = KEYS[i] .. ':readers'
+    redis.call('ZREMRANGEBYSCORE', set, '-inf', string.format('%.0f', now))
+    redis.call('ZADD', set, string.format('%.0f', now + tonumber(ARGV[2])), value)
+    local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')[2]
+    if redis.pcall('GET', KEYS[i]) ~= readers then
+      redis.call('SET', KEYS[i], readers)
     end
-    redis.call('PEXPIRE', KEYS[k + i], ARGV[3])
+    redis.call('PEXPIREAT', KEYS[i], last)
+    redis.call('PEXPIREAT', set, last)
+    if ours[i] then
+      -- Readers refused by our reservation may join us now.
+      redis.pcall(ARGV[13], KEYS[i] .. ':released', string.sub(redis.sha1hex(mark), 1, 16))
+    end
+    if ARGV[7] == '1' then
+      -- The generation, as read_acquire.lua reads it (restarted from the
+      -- clock if the counter is gone).
+      fence = redis.call('GET', KEYS[k + i])
+      if fence then
+        fence = tonumber(fence)
+        if not fence then
+          return redis.error_reply('ERR the fencing counter is not a number')
+        end
+      else
+        now_ms()
+        fence = tonumber(clock[1]) * 1000000 + math.floor(tonumber(clock[2]) / 100000) * 100000
+        redis.call('SET', KEYS[k + i], string.format('%.0f', fence), 'PX', ARGV[3])
+      end
+    end
+  else
+    -- Single lockers wait behind a reservation, readers behind our
+    -- waiting mark once another Locker's marked it: publish the release.
+    if ours[i] or (#mark > 0 and redis.call('GET', KEYS[i] .. ':writer') == mark .. '*') then
+      redis.call('SET', KEYS[i], value .. '*', 'PX', ARGV[2])
+    else
+      redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
+    end
+    if ARGV[7] == '1' then
+      -- As acquire.lua: a counter that expired idle restarts from the
+      -- server clock in microseconds, cut to 100 ms.
+      fence = redis.call('INCR', KEYS[k + i])
+      if fence == 1 then
+        local now = redis.call('TIME')
+        fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
+        redis.call('SET', KEYS[k + i], string.format('%.0f', fence))
+      end
+      redis.call('PEXPIRE', KEYS[k + i], ARGV[3])
+    end
+  end
+  if #mark > 0 then
+    if redis.call('GET', KEYS[i] .. ':claim') == mark then
+      redis.call('DEL', KEYS[i] .. ':claim')
+    end
+    local waits = redis.call('GET', KEYS[i] .. ':writer')
+    if waits == mark or waits == mark .. '*' then
+      redis.call('DEL', KEYS[i] .. ':writer')
+    end
   end
   out[i + 1] = fence
 end

@@ -5,7 +5,8 @@
 -- permit_acquire.lua). ARGV[1] the readers marker.
 -- Returns {mode, pttl, members, writer, permits}: mode 0 free, 1 held by
 -- a writer (or by a value that is not a lock's), 2 held by readers, 3 a
--- semaphore's permits; pttl the lock key's PTTL; members the live readers
+-- semaphore's permits, 4 reserved for a waiting multi-lock (a value
+-- ending in '~', see acquire_all.lua); pttl the lock key's PTTL; members the live readers
 -- or permit holders; writer the mark's PTTL (-2: no writer waits);
 -- permits the semaphore's number of permits (0 unless mode 3).
 local clock = redis.call('TIME')
@@ -17,6 +18,8 @@ if holder == ARGV[1] then
 elseif type(holder) == 'string' and string.match(holder, '^permits:%d+$') then
   mode, members = 3, KEYS[4]
   permits = tonumber(string.sub(holder, 9))
+elseif type(holder) == 'string' and string.byte(holder, -1) == 126 then
+  mode = 4
 elseif holder then
   mode = 1
 end

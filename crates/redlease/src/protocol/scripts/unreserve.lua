@@ -6,7 +6,9 @@
 -- ARGV[2] PUBLISH, or SPUBLISH on a cluster.
 -- A key that holds MARK~ is deleted and the release announced (as
 -- release.lua's, with the mark's id): single lockers wait behind it. A
--- claim (the key .. ':claim') that holds MARK is deleted.
+-- claim (the key .. ':claim') that holds MARK is deleted, and so is a
+-- writer-waiting mark (the key .. ':writer') that holds MARK, announced:
+-- readers wait behind it.
 -- Returns how many reservations were given back.
 local reserved = ARGV[1] .. '~'
 local freed = 0
@@ -20,6 +22,11 @@ for i = 1, #KEYS do
   local claim = KEYS[i] .. ':claim'
   if redis.pcall('GET', claim) == ARGV[1] then
     redis.call('DEL', claim)
+  end
+  local waits = redis.pcall('GET', KEYS[i] .. ':writer')
+  if waits == ARGV[1] or waits == ARGV[1] .. '*' then
+    redis.call('DEL', KEYS[i] .. ':writer')
+    redis.pcall(ARGV[2], KEYS[i] .. ':released', string.sub(redis.sha1hex(ARGV[1]), 1, 16))
   end
 end
 return freed

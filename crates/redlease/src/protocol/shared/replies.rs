@@ -298,6 +298,15 @@ fn inspect_replies_are_read_strictly() {
         })
     );
     assert_eq!(
+        read(&[4, 800, 0, -2, 0]),
+        Ok(SharedState {
+            mode: Mode::Reserved,
+            expires_in: Some(Duration::from_millis(800)),
+            readers: 0,
+            writer_waits: None
+        })
+    );
+    assert_eq!(
         read(&[3, 900, 2, -2, 5]),
         Ok(SharedState {
             mode: Mode::Permits(5),
@@ -309,7 +318,7 @@ fn inspect_replies_are_read_strictly() {
     for reply in [
         ints(&[0, 100, 0, -2, 0]),
         ints(&[1, -2, 0, -2, 0]),
-        ints(&[4, 100, 0, -2, 0]),
+        ints(&[5, 100, 0, -2, 0]),
         ints(&[2, 100, -1, -2, 0]),
         ints(&[2, 100, 0, -3, 0]),
         ints(&[2, 100, 0, -2]),

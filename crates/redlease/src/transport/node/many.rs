@@ -9,15 +9,17 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::core::keys::{hash_slot, LockKeys};
+use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::token::Token;
 use crate::core::vote_guard::ClockSample;
 use crate::protocol::acquire::OnRefusal;
 use crate::protocol::lease::{ExtendManyRequest, Renewed};
-use crate::protocol::lua::{ACQUIRE_ALL, EXTEND_MANY, RELEASE_ALL, UNRESERVE};
+use crate::protocol::lua::{ACQUIRE_ALL, EXTEND_MANY, READ_EXTEND_MANY, RELEASE_ALL, UNRESERVE};
 use crate::protocol::many::{
     AcquireAllReply, AcquireAllRequest, ReleaseAllRequest, UnreserveRequest,
 };
+use crate::protocol::shared::{Members, ReadExtendManyRequest};
 
 use super::{AcquireReply, Gate, Node};
 
@@ -51,6 +53,7 @@ impl Node {
     pub(crate) async fn acquire_all(
         &self,
         keys: &[LockKeys],
+        holds: &[Hold],
         token: &Token,
         ttl_ms: u64,
         timeout: Duration,
@@ -62,6 +65,7 @@ impl Node {
         let groups = by_slot(cluster, keys.iter().map(|k| &*k.lock));
         let calls = groups.iter().map(|group| async move {
             let names: Vec<&str> = group.iter().map(|&i| &*keys[i].lock).collect();
+            let holds: Vec<Hold> = group.iter().map(|&i| holds[i]).collect();
             let fence_keys: Vec<String> = match fenced {
                 true => group.iter().map(|&i| keys[i].fence()).collect(),
                 false => Vec::new(),
@@ -78,6 +82,7 @@ impl Node {
                 tag: self.settings.tag.as_str(),
                 on_refusal,
                 reserve: reserve.map(Token::as_str),
+                holds: &holds,
             };
             let call = request.call();
             let mut conn = self.conn.clone();
@@ -165,6 +170,7 @@ impl Node {
     pub(crate) async fn release_all(
         &self,
         keys: &[Arc<str>],
+        holds: &[Hold],
         token: &Token,
         announce: bool,
         timeout: Duration,
@@ -172,11 +178,13 @@ impl Node {
         let groups = by_slot(self.deployment.is_cluster(), keys.iter().map(|k| &**k));
         let calls = groups.iter().map(|group| {
             let names: Vec<&str> = group.iter().map(|&i| &*keys[i]).collect();
+            let holds: Vec<Hold> = group.iter().map(|&i| holds[i]).collect();
             let call = ReleaseAllRequest {
                 keys: &names,
                 token: token.as_str(),
                 pubsub: self.pubsub(),
                 announce,
+                holds: &holds,
             }
             .call();
             let mut conn = self.conn.clone();
@@ -226,26 +234,51 @@ impl Node {
         Ok(freed)
     }
 
-    /// Sets a new TTL on every key of `keys` that holds `token`;
-    /// `Ok(true)` only if all of them did.
+    /// Sets a new TTL on every key of `keys` that holds `token`, each in
+    /// its hold of `holds`; `Ok(true)` only if all of them did.
     pub(crate) async fn extend_all(
         &self,
         keys: &[Arc<str>],
+        holds: &[Hold],
         token: &Token,
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let groups = by_slot(self.deployment.is_cluster(), keys.iter().map(|k| &**k));
+        let cluster = self.deployment.is_cluster();
+        // One call per slot and mode.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for group in by_slot(cluster, keys.iter().map(|k| &**k)) {
+            let (shared, alone): (Vec<usize>, Vec<usize>) =
+                group.into_iter().partition(|&i| holds[i] == Hold::Shared);
+            groups.extend([alone, shared].into_iter().filter(|g| !g.is_empty()));
+        }
         let ttl = Duration::from_millis(ttl_ms);
+        let bind_lineage = self.binds_lineage();
         let calls = groups.iter().map(|group| {
-            let (call, len) = ExtendManyRequest {
-                leases: group.iter().map(|&i| (&*keys[i], token.as_str(), ttl)),
-                bind_lineage: self.binds_lineage(),
-            }
-            .call();
+            let leases = group.iter().map(|&i| (&*keys[i], token.as_str(), ttl));
+            let shared = holds[group[0]] == Hold::Shared;
+            let ((call, len), lua) = match shared {
+                false => (
+                    ExtendManyRequest {
+                        leases,
+                        bind_lineage,
+                    }
+                    .call(),
+                    &*EXTEND_MANY,
+                ),
+                true => (
+                    ReadExtendManyRequest {
+                        leases,
+                        members: Members::Readers,
+                        bind_lineage,
+                    }
+                    .call(),
+                    &*READ_EXTEND_MANY,
+                ),
+            };
             async move {
                 let (reply, replicas): (Renewed, _) = self
-                    .run(&EXTEND_MANY, call, timeout, Gate::New, &keys[group[0]])
+                    .run(lua, call, timeout, Gate::New, &keys[group[0]])
                     .await?;
                 Ok::<_, NodeError>((reply, replicas, len))
             }

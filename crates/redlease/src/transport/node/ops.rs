@@ -179,7 +179,7 @@ impl Node {
             waiting: subscribers.iter().map(|(_, n)| n).sum(),
             quarantine: shard.and_then(|facts| self.quarantine(&facts)),
             mode: match modes.mode {
-                Mode::Free => None,
+                Mode::Free | Mode::Reserved => None,
                 Mode::Exclusive => Some(LockMode::Exclusive),
                 Mode::Shared => Some(LockMode::Shared),
                 Mode::Permits(_) => Some(LockMode::Permit),
@@ -190,6 +190,7 @@ impl Node {
             },
             readers: modes.readers,
             writer_waits: modes.writer_waits.is_some(),
+            reserved: modes.mode == Mode::Reserved,
         })
     }
 
