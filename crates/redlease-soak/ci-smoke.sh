@@ -14,6 +14,14 @@
 # least; about 25 s with its start and drain), judged by the semaphore
 # checker too, and its control: permits counted at a plain majority,
 # three holders of two permits (about 6 s).
+# Then multi-locks: the same faults while clients take 2 or 3 of 4 names
+# at once (lock_all) beside single-name locks of the same names, for 20 s
+# (120 acquisitions and 5 faults at least: 395-458 came before lock_all
+# reserved names, 217-277 with its reservations; about 24 s with its
+# start and drain), judged by the multi-lock checker too (overlap per
+# name, token order per name, whole grants, lock_all starved by single
+# lockers), and its control: a multi-lease that lost a name to a plain
+# DEL, which a single-name locker then takes (about 4 s).
 # Then the deployment scenarios, 10 s each (a cluster and a Sentinel
 # primary as the one node, failed over under the clients; and 15 s of
 # cluster primaries restarted empty), and their negative controls (the
@@ -50,6 +58,8 @@ soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario control-rw-writer-mark-erased --expect-violation
 "$soak" --scenario sem-mixed --nodes 5 --seconds 20 --min-acquired 300 --min-faults 5
 "$soak" --scenario control-sem-majority --expect-violation
+"$soak" --scenario multi-mixed --nodes 5 --seconds 20 --min-acquired 120 --min-faults 5
+"$soak" --scenario control-multi-partial-release --expect-violation
 "$soak" --scenario cluster-failover --seconds 10 --min-acquired 100 --min-faults 1
 # Cluster primaries without replicas restarted empty at once: the restart
 # quarantine keeps each restarted shard from voting (about 20 s).

@@ -22,7 +22,12 @@
 //! return and the order of tokens of (1) and (3) are left to it, and the
 //! rest applies to both modes. In a semaphore run (`Config::semaphore`)
 //! the semaphore checker (`sem_checker`) judges them so: `N` permits hold
-//! together; permits write nothing.
+//! together; permits write nothing. In a multi-lock run
+//! (`Config::multi`) the multi-lock checker (`multi_checker`) judges
+//! them so: a multi-lease is one lease per name, and its own checks say
+//! which call took each. Checks 2 and 3's fenced writes apply per name
+//! as they are. A multi-lock's call is counted, bounded and classified
+//! once (`Op::is_call`), not once per name.
 //!
 //! Measurement only ever narrows the intervals of (1): "returned" is read
 //! after the call returns and "release began" before it starts, so timing
@@ -62,6 +67,11 @@ pub struct Config {
     /// ([`crate::sem_checker`]), as in a read-write run. Every other check
     /// applies as it is (a permit writes nothing).
     pub semaphore: bool,
+    /// Some leases hold several names (`lock_all`), recorded per name:
+    /// the lease checks are the multi-lock checker's
+    /// ([`crate::multi_checker`]), as in a read-write run. Every other
+    /// check applies per name as it is.
+    pub multi: bool,
 }
 
 impl Default for Config {
@@ -72,6 +82,7 @@ impl Default for Config {
             same_server: None,
             read_write: false,
             semaphore: false,
+            multi: false,
         }
     }
 }
@@ -125,9 +136,9 @@ pub struct Verdict {
     pub examples: BTreeMap<&'static str, Vec<String>>,
 }
 
-/// The categories a read-write or a semaphore run leaves to its own
-/// checker (see [`Config::read_write`], [`Config::semaphore`]): they stay
-/// 0 there.
+/// The categories a read-write, a semaphore or a multi-lock run leaves
+/// to its own checker (see [`Config::read_write`], [`Config::semaphore`],
+/// [`Config::multi`]): they stay 0 there.
 pub const JUDGED_ELSEWHERE: [&str; 2] = ["overlap", "expired_lease_returned"];
 
 impl Verdict {
@@ -177,7 +188,7 @@ struct Span {
 /// Runs every check.
 pub fn check(history: &History, state: &FinalState, config: &Config) -> Verdict {
     let mut verdict = Verdict::default();
-    if !config.read_write && !config.semaphore {
+    if !config.read_write && !config.semaphore && !config.multi {
         let spans = spans(history);
         check_overlap(&spans, &mut verdict);
         check_token_order(&spans, &mut verdict);
@@ -454,7 +465,7 @@ fn allowed(call: Call, kind: ErrorKind, same_server: bool) -> bool {
 
 fn check_errors(history: &History, state: &FinalState, config: &Config, verdict: &mut Verdict) {
     let mut panics_seen = 0u64;
-    for op in history {
+    for op in history.iter().filter(|op| op.is_call()) {
         let Outcome::Failed(kind, text) = &op.outcome else {
             continue;
         };
@@ -489,7 +500,7 @@ fn check_bounds(history: &History, state: &FinalState, config: &Config, verdict:
             )
         });
     }
-    for op in history {
+    for op in history.iter().filter(|op| op.is_call()) {
         let Some(bound) = op.bound else { continue };
         let busy = op
             .duration()
@@ -564,6 +575,7 @@ mod tests {
             valid_until: None,
             token: None,
             not_counted: NotCounted::default(),
+            multi: None,
         }
     }
 
@@ -933,6 +945,46 @@ mod tests {
         assert_eq!(check(&h, &s, &Config::default()).untyped_error, 2);
         s.process_panics = 3; // two more in background tasks
         assert_eq!(check(&h, &s, &Config::default()).untyped_error, 4);
+    }
+
+    #[test]
+    fn a_multi_locks_call_is_classified_and_bounded_once_not_per_name() {
+        // One lock_all of locks 0 and 1, recorded per name: a release
+        // that failed as it may not, and took too long.
+        let multi = crate::history::Multi {
+            attempt: 0,
+            locks: vec![0, 1],
+        };
+        let h: History = [0, 1]
+            .into_iter()
+            .map(|lock| {
+                let mut o = op(0, Some(lock as LeaseId), Call::Release, 0, 900);
+                o.lock = lock;
+                o.bound = Some(ms(120));
+                o.outcome = Outcome::Failed(ErrorKind::Taken, "taken?".into());
+                o.multi = Some(multi.clone());
+                o
+            })
+            .collect();
+        let v = check(&h, &state(0), &Config::default());
+        assert_eq!((v.untyped_error, v.unbounded_call), (1, 1), "{v:?}");
+        // The lease checks are the multi-lock checker's there.
+        let mut overlapping = clean_history();
+        overlapping.extend(lease_ops(&L {
+            worker: 3,
+            lease: 3,
+            returned: 300,
+            valid_until: 800,
+            release: Some(310),
+            token: 10,
+            read: 2,
+        }));
+        let multi = Config {
+            multi: true,
+            ..Config::default()
+        };
+        assert_eq!(check(&overlapping, &state(3), &multi).overlap, 0);
+        assert!(check(&overlapping, &state(3), &Config::default()).overlap > 0);
     }
 
     #[test]

@@ -46,6 +46,12 @@
 //!   node is restarted with its data. Three holders at once, each on 2 of
 //!   3 nodes, each node holding 2. Judged by the semaphore checker, it
 //!   passes only if `over_permits` is flagged. Always 3 nodes.
+//! - `control-multi-partial-release` (in `multi`): a multi-lease that
+//!   lost one of its names. A takes locks 0 and 1 with `try_lock_all`;
+//!   the soak deletes lock 1's key on every node (plain `DEL`: freeing
+//!   one name of a set by hand, which the library has no call for); B
+//!   takes lock 1 while A's lease is valid, and both write it. Judged by
+//!   the multi-lock checker, it passes only if `name_overlap` is flagged.
 //!
 //! Every control turns the restart quarantine off: the first two because
 //! it is what they show, `control-sem-majority` because its restarted
@@ -68,6 +74,8 @@ use crate::sem_checker::Semaphores;
 use crate::store::Store;
 use crate::watchdog::Watchdog;
 use crate::workload::{lock_name, Client, Request, Settings};
+
+mod multi;
 
 pub const CONTROLS: &[(&str, &str)] = &[
     (
@@ -102,6 +110,11 @@ pub const CONTROLS: &[(&str, &str)] = &[
         "control-sem-majority",
         "2 permits counted at a plain majority of 3 fsync'd nodes, each taken while another \
          node is down: 3 holders (must be flagged over_permits; always 3 nodes)",
+    ),
+    (
+        multi::NAME,
+        "a multi-lease's holder frees one of its names with a plain DEL and goes on; a \
+         single-name locker takes it meanwhile (must be flagged name_overlap)",
     ),
 ];
 
@@ -217,7 +230,13 @@ impl Bench {
         let elapsed = self.rec.epoch().elapsed();
         let stalls = self.watchdog.stop();
         let leftover_keys = rig::leftover_keys(&self.addrs).await?;
-        let counters = Store::connect(&self.data.url()).await?.counters(1).await?;
+        let history = self.rec.history();
+        // Every lock the control touched (most touch lock 0 only).
+        let locks = history.iter().map(|op| op.lock + 1).max().unwrap_or(1);
+        let counters = Store::connect(&self.data.url())
+            .await?
+            .counters(locks)
+            .await?;
         Ok(Run {
             scenario: name.to_string(),
             seed,
@@ -225,7 +244,7 @@ impl Bench {
             seconds: (elapsed.as_secs_f64() * 10.0).round() / 10.0,
             elapsed,
             ttl,
-            history: self.rec.history(),
+            history,
             faults: faults.iter().copied().collect(),
             state: FinalState {
                 counters,
@@ -238,6 +257,7 @@ impl Bench {
             same_server: None,
             read_write: None,
             semaphore: None,
+            multi: None,
         })
     }
 }
@@ -257,6 +277,7 @@ pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
         "control-rw-writer-skips-readers" => writer_skips_readers(nodes, seed).await,
         "control-rw-writer-mark-erased" => writer_mark_erased(nodes, seed).await,
         "control-sem-majority" => sem_majority(seed).await,
+        multi::NAME => multi::partial_release(nodes, seed).await,
         other => Err(format!("unknown control {other:?}")),
     }
 }

@@ -334,6 +334,7 @@ pub async fn run(
         same_server: None,
         read_write: None,
         semaphore: None,
+        multi: None,
     })
 }
 

@@ -415,6 +415,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
         same_server: None,
         read_write: None,
         semaphore: None,
+        multi: None,
     })
 }
 
@@ -622,5 +623,6 @@ async fn empty_restart(name: &str, seed: u64) -> Result<Run, String> {
         same_server: None,
         read_write: None,
         semaphore: None,
+        multi: None,
     })
 }

@@ -2,6 +2,13 @@
 //! complete times on the monotonic clock, result or error, `valid_until` and
 //! fencing token. Times are offsets from the run's epoch, so a history is
 //! plain data the checker can judge without clocks.
+//!
+//! A multi-lock (`lock_all`) is recorded per name: its acquire, extends,
+//! release and the calls under it appear once for each name it holds,
+//! each name with a lease number and a fencing token of its own, all
+//! marked with the [`Multi`] attempt they belong to. So every per-lock
+//! check sees a multi-lock's names as it sees single locks; the first
+//! name's operation stands for the library call ([`Op::is_call`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -205,6 +212,16 @@ impl NotCounted {
     }
 }
 
+/// The `lock_all` (or `try_lock_all`) attempt an operation belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Multi {
+    /// The attempt, numbered across the run.
+    pub attempt: u64,
+    /// The names asked for, by lock index, sorted and each once (the
+    /// library's canonical order for names of one digit).
+    pub locks: Vec<usize>,
+}
+
 /// The result of an operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -248,19 +265,36 @@ pub struct Op {
     pub token: Option<u64>,
     /// Votes a failed acquire (or `check_servers`) did not count.
     pub not_counted: NotCounted,
+    /// A multi-lock's: the attempt, and every name of it. A granted one
+    /// is recorded once per name it holds (`lock` that name, `lease` the
+    /// name's own number), a failed acquire once, on its first name.
+    pub multi: Option<Multi>,
 }
 
 impl Op {
     /// The call's name, with the mode of an acquire: `read_lock`,
-    /// `try_read_lock` for readers, `acquire`, `try_acquire` for permits.
+    /// `try_read_lock` for readers, `acquire`, `try_acquire` for permits,
+    /// `lock_all`, `try_lock_all` for multi-locks.
     pub fn label(&self) -> &'static str {
         match (self.call, self.mode) {
+            (Call::Lock, _) if self.multi.is_some() => "lock_all",
+            (Call::TryLock, _) if self.multi.is_some() => "try_lock_all",
             (Call::Lock, Mode::Read) => "read_lock",
             (Call::TryLock, Mode::Read) => "try_read_lock",
             (Call::Lock, Mode::Permit) => "acquire",
             (Call::TryLock, Mode::Permit) => "try_acquire",
             (call, _) => call.label(),
         }
+    }
+
+    /// Whether this operation stands for a call of its own: every
+    /// single-lock operation, and a multi-lock's on its first name (the
+    /// others repeat it for their names). Calls are counted, bounded and
+    /// classified by these only.
+    pub fn is_call(&self) -> bool {
+        self.multi
+            .as_ref()
+            .is_none_or(|m| m.locks.first() == Some(&self.lock))
     }
 
     pub fn duration(&self) -> Duration {
@@ -284,6 +318,7 @@ pub struct Recorder {
     epoch: Instant,
     ops: Arc<Mutex<Vec<Op>>>,
     leases: Arc<AtomicU64>,
+    attempts: Arc<AtomicU64>,
 }
 
 impl Recorder {
@@ -292,6 +327,7 @@ impl Recorder {
             epoch,
             ops: Arc::new(Mutex::new(Vec::new())),
             leases: Arc::new(AtomicU64::new(0)),
+            attempts: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -310,6 +346,11 @@ impl Recorder {
 
     pub fn next_lease(&self) -> LeaseId {
         self.leases.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The number of the next multi-lock attempt ([`Multi::attempt`]).
+    pub fn next_attempt(&self) -> u64 {
+        self.attempts.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn push(&self, op: Op) {

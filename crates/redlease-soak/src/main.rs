@@ -18,6 +18,15 @@
 //! at once than permits, tokens that do not go up, a permit returned
 //! expired).
 //!
+//! `multi-mixed` runs the mixed faults under multi-locks: clients take 2
+//! or 3 of 4 names at once (`lock_all`, `try_lock_all`) or one of them
+//! (`lock`, `try_lock`); a multi-lease is recorded per name, and the
+//! multi-lock checker judges it too (two holders of a name at once,
+//! whichever call took them; tokens out of order per name; a lease
+//! returned expired; a lease without every name asked for; a `lock_all`
+//! starved by later single-name lockers), beside the lost updates and
+//! fenced writes of every name.
+//!
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
 //!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N]
@@ -47,6 +56,7 @@ mod failover_controls;
 mod faults;
 mod history;
 mod inject;
+mod multi_checker;
 mod panics;
 mod replicated;
 mod report;
@@ -271,6 +281,7 @@ async fn main() -> ExitCode {
         same_server: run.same_server,
         read_write: run.read_write.is_some(),
         semaphore: run.semaphore.is_some(),
+        multi: run.multi.is_some(),
         ..checker::Config::default()
     };
     let verdict = checker::check(&run.history, &run.state, &config);
@@ -282,6 +293,10 @@ async fn main() -> ExitCode {
         .semaphore
         .as_ref()
         .map(|sem| sem_checker::judge(&run.history, sem, &run.state.stalls));
+    let multi = run
+        .multi
+        .as_ref()
+        .map(|multi| multi_checker::judge(&run.history, multi, &run.state.stalls));
     if !args.json {
         print!(
             "{}",
@@ -290,25 +305,29 @@ async fn main() -> ExitCode {
                 &verdict,
                 rw.as_ref(),
                 sem.as_ref(),
+                multi.as_ref(),
                 &replay_command(&args, seed, run.nodes)
             )
         );
     }
     let total = verdict.total()
         + rw.as_ref().map_or(0, |rw| rw.total())
-        + sem.as_ref().map_or(0, |sem| sem.total());
-    // A control that names the check it must trip (one of the read-write
-    // or the semaphore checker's) passes only by that one.
+        + sem.as_ref().map_or(0, |sem| sem.total())
+        + multi.as_ref().map_or(0, |multi| multi.total());
+    // A control that names the check it must trip (one of the read-write,
+    // the semaphore or the multi-lock checker's) passes only by that one.
     let flagged_by = run
         .read_write
         .as_ref()
         .and_then(|rw| rw.flagged_by)
-        .or(run.semaphore.as_ref().and_then(|sem| sem.flagged_by));
+        .or(run.semaphore.as_ref().and_then(|sem| sem.flagged_by))
+        .or(run.multi.as_ref().and_then(|multi| multi.flagged_by));
     let found = match flagged_by {
         Some(name) => rw
             .iter()
             .flat_map(|rw| rw.counts())
             .chain(sem.iter().flat_map(|sem| sem.counts()))
+            .chain(multi.iter().flat_map(|multi| multi.counts()))
             .any(|(n, count)| n == name && count > 0),
         None => total > 0,
     };
@@ -355,7 +374,7 @@ async fn main() -> ExitCode {
     }
     println!(
         "{}",
-        report::json(&run, &verdict, rw.as_ref(), sem.as_ref())
+        report::json(&run, &verdict, rw.as_ref(), sem.as_ref(), multi.as_ref())
     );
     if ok {
         ExitCode::SUCCESS

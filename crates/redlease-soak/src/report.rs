@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::checker::{FinalState, Verdict, JUDGED_ELSEWHERE};
 use crate::history::{Call, ErrorKind, History, Mode, Outcome};
+use crate::multi_checker::{MultiLocks, MultiVerdict};
 use crate::rw_checker::{self, ReadWrite, RwVerdict};
 use crate::sem_checker::{SemVerdict, Semaphores};
 
@@ -34,14 +35,17 @@ pub struct Run {
     /// A semaphore run: the semaphore checker judges it too, with these
     /// settings.
     pub semaphore: Option<Semaphores>,
+    /// A multi-lock run: the multi-lock checker judges it too, with these
+    /// settings.
+    pub multi: Option<MultiLocks>,
 }
 
 impl Run {
-    /// Library calls made.
+    /// Library calls made (a multi-lock's once, not once per name).
     pub fn operations(&self) -> u64 {
         self.history
             .iter()
-            .filter(|op| op.call.is_library())
+            .filter(|op| op.call.is_library() && op.is_call())
             .count() as u64
     }
 
@@ -53,18 +57,19 @@ impl Run {
         let ops = self
             .history
             .iter()
-            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock))
+            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.is_call())
             .filter(|op| op.not_counted.quarantined() > 0);
         ops.fold((0, 0), |(all, refused), op| {
             (all + 1, refused + u64::from(op.not_counted.decisive))
         })
     }
 
-    /// Leases handed out.
+    /// Leases handed out (a multi-lease once, however many names it holds).
     pub fn acquired(&self) -> u64 {
         self.history
             .iter()
             .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+            .filter(|op| op.is_call())
             .count() as u64
     }
 }
@@ -88,12 +93,14 @@ fn ms(d: Duration) -> String {
 
 /// The readable summary (everything but the JSON line); `rw`: the
 /// read-write checker's verdict, in a read-write run; `sem`: the
-/// semaphore checker's, in a semaphore run.
+/// semaphore checker's, in a semaphore run; `multi`: the multi-lock
+/// checker's, in a multi-lock run.
 pub fn summary(
     run: &Run,
     verdict: &Verdict,
     rw: Option<&RwVerdict>,
     sem: Option<&SemVerdict>,
+    multi: Option<&MultiVerdict>,
     command: &str,
 ) -> String {
     let mut out = String::new();
@@ -116,22 +123,26 @@ pub fn summary(
 
     let _ = writeln!(w, "\noperations: {} library calls", run.operations());
     // Acquires by mode (readers' and permits' apart, where there are
-    // any); extends and releases of every mode.
+    // any); extends and releases of every mode; a multi-lock's calls
+    // among them, once each.
     let rows = [
-        (Call::Lock, Some(Mode::Write)),
-        (Call::TryLock, Some(Mode::Write)),
-        (Call::Lock, Some(Mode::Read)),
-        (Call::TryLock, Some(Mode::Read)),
-        (Call::Lock, Some(Mode::Permit)),
-        (Call::TryLock, Some(Mode::Permit)),
+        (Call::Lock, Some((Mode::Write, false))),
+        (Call::TryLock, Some((Mode::Write, false))),
+        (Call::Lock, Some((Mode::Write, true))),
+        (Call::TryLock, Some((Mode::Write, true))),
+        (Call::Lock, Some((Mode::Read, false))),
+        (Call::TryLock, Some((Mode::Read, false))),
+        (Call::Lock, Some((Mode::Permit, false))),
+        (Call::TryLock, Some((Mode::Permit, false))),
         (Call::Extend, None),
         (Call::Release, None),
     ];
-    for (call, mode) in rows {
+    for (call, kind) in rows {
         let ops: Vec<_> = run
             .history
             .iter()
-            .filter(|op| op.call == call && mode.is_none_or(|m| op.mode == m))
+            .filter(|op| op.call == call && op.is_call())
+            .filter(|op| kind.is_none_or(|(m, multi)| op.mode == m && op.multi.is_some() == multi))
             .collect();
         if ops.is_empty() {
             continue;
@@ -171,6 +182,7 @@ pub fn summary(
         .history
         .iter()
         .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+        .filter(|op| op.is_call())
         .filter_map(|op| op.valid_until.map(|v| v.saturating_sub(op.complete)))
         .collect();
     left.sort();
@@ -216,11 +228,14 @@ pub fn summary(
     if let Some(sem) = sem {
         semaphore_observations(w, run, sem);
     }
+    if let Some(multi) = multi {
+        multi_observations(w, run, multi);
+    }
 
     let _ = writeln!(w, "\nchecks:");
     checks(
         w,
-        &exclusive_counts(verdict, rw.is_some() || sem.is_some()),
+        &exclusive_counts(verdict, rw.is_some() || sem.is_some() || multi.is_some()),
         &verdict.examples,
     );
     if let Some(rw) = rw {
@@ -237,11 +252,19 @@ pub fn summary(
         );
         checks(w, &sem.counts(), &sem.examples);
     }
+    if let Some(multi) = multi {
+        let _ = writeln!(
+            w,
+            "multi-lock checks (overlap, token order and expiry at return per name, whole \
+             grants, lock_all waits):"
+        );
+        checks(w, &multi.counts(), &multi.examples);
+    }
     out
 }
 
-/// The exclusive checker's categories, but those a read-write or
-/// semaphore run leaves to its own checker (`elsewhere`).
+/// The exclusive checker's categories, but those a read-write, semaphore
+/// or multi-lock run leaves to its own checker (`elsewhere`).
 fn exclusive_counts(verdict: &Verdict, elsewhere: bool) -> Vec<(&'static str, u64)> {
     verdict
         .counts()
@@ -346,6 +369,47 @@ fn semaphore_observations(w: &mut String, run: &Run, sem: &SemVerdict) {
     );
 }
 
+/// Multi-leases and single leases granted, and how long the `lock_all`
+/// calls waited.
+fn multi_observations(w: &mut String, run: &Run, multi: &MultiVerdict) {
+    let f = &multi.figures;
+    let names: u64 = run
+        .history
+        .iter()
+        .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+        .filter(|op| op.multi.is_some())
+        .count() as u64;
+    let granted = f.waiting.1 + f.once.1;
+    let _ = writeln!(
+        w,
+        "multi-lock: {granted} multi-leases ({names} names in all, {:.1} per lease) and {} \
+         single leases; lock_all {} calls, {} granted; try_lock_all {} calls, {} granted",
+        names as f64 / granted.max(1) as f64,
+        f.single_leases,
+        f.waiting.0,
+        f.waiting.1,
+        f.once.0,
+        f.once.1,
+    );
+    if f.waiting.0 == 0 {
+        return;
+    }
+    let _ = writeln!(
+        w,
+        "      lock_all waits: max {} (any client); {} judged for starvation ({} gave up), \
+         longest {}; longest kept out by later single lockers {} (bound {})",
+        ms(f.max_wait),
+        f.judged.0,
+        f.judged.1,
+        ms(f.max_judged_wait),
+        ms(f.max_kept_out),
+        ms(run
+            .multi
+            .as_ref()
+            .map_or(Duration::ZERO, |m| m.starvation_bound)),
+    );
+}
+
 /// Things that are not violations but say how the library behaved.
 fn observations(w: &mut String, run: &Run) {
     let exhausted = run
@@ -441,12 +505,14 @@ fn observations(w: &mut String, run: &Run) {
 
 /// The one-line JSON report; a read-write run's has `rw_violations` too,
 /// a semaphore run's `sem_violations` and `sem_peak` (the most holders at
-/// once, per name).
+/// once, per name), a multi-lock run's `multi_violations` and `multi`
+/// (its calls and waits).
 pub fn json(
     run: &Run,
     verdict: &Verdict,
     rw: Option<&RwVerdict>,
     sem: Option<&SemVerdict>,
+    multi: Option<&MultiVerdict>,
 ) -> String {
     let faults: serde_json::Map<String, serde_json::Value> = run
         .faults
@@ -459,7 +525,10 @@ pub fn json(
             .map(|(k, n)| (k.to_string(), json!(n)))
             .collect()
     };
-    let violations = map(&exclusive_counts(verdict, rw.is_some() || sem.is_some()));
+    let violations = map(&exclusive_counts(
+        verdict,
+        rw.is_some() || sem.is_some() || multi.is_some(),
+    ));
     let mut report = json!({
         "scenario": run.scenario,
         "seed": run.seed,
@@ -483,6 +552,23 @@ pub fn json(
             .collect::<serde_json::Map<_, _>>()
             .into();
     }
+    if let Some(multi) = multi {
+        let f = &multi.figures;
+        let ms = |d: Duration| json!(d.as_millis() as u64);
+        report["multi_violations"] = serde_json::Value::Object(map(&multi.counts()));
+        report["multi"] = json!({
+            "lock_all": f.waiting.0,
+            "lock_all_granted": f.waiting.1,
+            "try_lock_all": f.once.0,
+            "try_lock_all_granted": f.once.1,
+            "single_leases": f.single_leases,
+            "max_wait_ms": ms(f.max_wait),
+            "judged_waits": f.judged.0,
+            "judged_gave_up": f.judged.1,
+            "max_judged_wait_ms": ms(f.max_judged_wait),
+            "max_kept_out_ms": ms(f.max_kept_out),
+        });
+    }
     report.to_string()
 }
 
@@ -505,6 +591,7 @@ mod tests {
             same_server: None,
             read_write: None,
             semaphore: None,
+            multi: None,
         }
     }
 
@@ -516,11 +603,11 @@ mod tests {
             ..RwVerdict::default()
         };
         let line: serde_json::Value =
-            serde_json::from_str(&json(&run(), &verdict, Some(&rw), None)).unwrap();
+            serde_json::from_str(&json(&run(), &verdict, Some(&rw), None, None)).unwrap();
         assert!(line["violations"].get("overlap").is_none(), "{line}");
         assert_eq!(line["violations"]["lost_update"], 0);
         assert_eq!(line["rw_violations"]["writer_overlap"], 2);
-        let text = summary(&run(), &verdict, Some(&rw), None, "replay");
+        let text = summary(&run(), &verdict, Some(&rw), None, None, "replay");
         assert!(
             text.contains("writer_overlap                2  VIOLATION"),
             "{text}"
@@ -528,10 +615,51 @@ mod tests {
         assert!(!text.contains("  overlap "), "{text}");
         // An exclusive run's report is as it was.
         let line: serde_json::Value =
-            serde_json::from_str(&json(&run(), &verdict, None, None)).unwrap();
+            serde_json::from_str(&json(&run(), &verdict, None, None, None)).unwrap();
         assert_eq!(line["violations"]["overlap"], 0);
         assert!(line.get("rw_violations").is_none());
         assert!(line.get("sem_violations").is_none());
+    }
+
+    #[test]
+    fn a_multi_lock_report_shows_its_checker_and_its_waits() {
+        let verdict = Verdict::default();
+        let multi = MultiVerdict {
+            name_overlap: 1,
+            figures: crate::multi_checker::MultiFigures {
+                waiting: (10, 9),
+                once: (4, 1),
+                max_wait: Duration::from_millis(4001),
+                max_kept_out: Duration::from_millis(250),
+                ..Default::default()
+            },
+            ..MultiVerdict::default()
+        };
+        let mut run = run();
+        run.multi = Some(MultiLocks {
+            waits_judged: vec![6, 7],
+            starvation_bound: Duration::from_secs(3),
+            fenced: true,
+            flagged_by: None,
+        });
+        let line: serde_json::Value =
+            serde_json::from_str(&json(&run, &verdict, None, None, Some(&multi))).unwrap();
+        assert!(line["violations"].get("overlap").is_none(), "{line}");
+        assert_eq!(line["multi_violations"]["name_overlap"], 1);
+        assert_eq!(line["multi"]["lock_all_granted"], 9);
+        assert_eq!(line["multi"]["max_wait_ms"], 4001);
+        assert_eq!(line["multi"]["max_kept_out_ms"], 250);
+        let text = summary(&run, &verdict, None, None, Some(&multi), "replay");
+        assert!(
+            text.contains("name_overlap                  1  VIOLATION"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lock_all 10 calls, 9 granted; try_lock_all 4 calls, 1 granted")
+                && text.contains("max 4001 ms (any client)")
+                && text.contains("single lockers 250 ms (bound 3000 ms)"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -548,13 +676,13 @@ mod tests {
             flagged_by: Some("over_permits"),
         });
         let line: serde_json::Value =
-            serde_json::from_str(&json(&run, &verdict, None, Some(&sem))).unwrap();
+            serde_json::from_str(&json(&run, &verdict, None, Some(&sem), None)).unwrap();
         assert!(line["violations"].get("overlap").is_none(), "{line}");
         assert_eq!(line["sem_violations"]["over_permits"], 1);
         assert_eq!(line["sem_violations"]["fencing"], 0);
         assert_eq!(line["sem_peak"]["0"], 3);
         assert!(line.get("rw_violations").is_none());
-        let text = summary(&run, &verdict, None, Some(&sem), "replay");
+        let text = summary(&run, &verdict, None, Some(&sem), None, "replay");
         assert!(
             text.contains("over_permits                  1  VIOLATION"),
             "{text}"

@@ -23,6 +23,10 @@
 //! a holder reads the counter, sleeps, sometimes extends, and writes
 //! nothing (several hold at once).
 //!
+//! The multi-lock workload ([`Settings::multi`], in [`multi`]) takes 2 or
+//! 3 names at once with `lock_all` half the time, one name with `lock`
+//! otherwise, and runs the critical section above on every name it holds.
+//!
 //! Bounds a call must return within (check 5 adds a slack), from the
 //! library's docs, with `nt` the client's node timeout:
 //! - `try_lock`: `3 x nt` (acquire round, fencing write-back, cleanup);
@@ -31,7 +35,8 @@
 //!   `wait + 5 x nt` for writers: one that readers kept waiting clears its
 //!   writer-waiting mark on every node before it returns the lease (and
 //!   `read_lock` is given the same bound); a permit's `try_acquire` and
-//!   `acquire` as `try_lock` and `lock`;
+//!   `acquire`, and `try_lock_all` and `lock_all`, as `try_lock` and
+//!   `lock`;
 //! - `extend`, `release`: `2 x nt` (waiting out the acquire's stragglers,
 //!   then one round);
 //! - `check_servers`: the connect timeout plus `nt` (each node at once).
@@ -46,9 +51,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlease::{Durability, Lease, Locker, RetryPolicy};
 
-use crate::history::{Call, ErrorKind, LeaseId, Mode, NotCounted, Op, Outcome, Recorder};
+use crate::history::{Call, ErrorKind, LeaseId, Mode, Multi, NotCounted, Op, Outcome, Recorder};
 use crate::panics;
 use crate::store::Store;
+
+pub mod multi;
 
 /// Upper bound on critical sections per worker, whatever the run time.
 const MAX_CYCLES: usize = 1_000_000;
@@ -116,6 +123,11 @@ pub struct Settings {
     /// (`Semaphore::unsafe_majority`, unsafe beyond one permit): the
     /// negative control's clients only.
     pub unsafe_majority: bool,
+    /// Share of acquisitions that take several names at once with
+    /// `lock_all` (0: none; see [`Settings::multi`]).
+    pub multi_share: f64,
+    /// How long a `lock_all` waits (`None`: `wait`, as every lock).
+    pub multi_wait: Option<Duration>,
 }
 
 impl Settings {
@@ -151,6 +163,8 @@ impl Settings {
             key_prefix: None,
             permits: None,
             unsafe_majority: false,
+            multi_share: 0.0,
+            multi_wait: None,
         }
     }
 
@@ -188,6 +202,25 @@ impl Settings {
         }
     }
 
+    /// The multi-lock workload on [`standard`](Self::standard)'s clients:
+    /// 4 names; half the acquisitions take 2 or 3 of them at once
+    /// (`lock_all`, or `try_lock_all` as often as `try_lock`), the other
+    /// half one name (`lock`, `try_lock`); a `lock_all` waits up to 8 x
+    /// TTL (4 s), so one kept out beyond the multi checker's starvation
+    /// bound would be seen; 10% of the leases of either kind kept alive.
+    /// Every client has fencing on: each name's token orders its fenced
+    /// store.
+    pub fn multi(patient: bool) -> Settings {
+        let standard = Settings::standard(patient);
+        Settings {
+            locks: 4,
+            multi_share: 0.5,
+            multi_wait: Some(standard.ttl * 8),
+            keep_alive_share: 0.1,
+            ..standard
+        }
+    }
+
     /// Whether the clients take read locks too.
     pub fn takes_read_locks(&self) -> bool {
         self.read_share > 0.0
@@ -195,7 +228,10 @@ impl Settings {
 
     /// The longest any acquire of these clients may wait.
     pub fn longest_wait(&self) -> Duration {
-        self.writer_wait.map_or(self.wait, |w| w.max(self.wait))
+        [self.writer_wait, self.multi_wait]
+            .into_iter()
+            .flatten()
+            .fold(self.wait, Duration::max)
     }
 
     /// Node timeouts a waiting acquire may spend beyond its wait (see the
@@ -255,6 +291,30 @@ impl Held {
     pub fn mode(&self) -> Mode {
         Mode::of(self.lease.mode())
     }
+
+    /// The lease's one name, as the calls under it are recorded.
+    pub fn part(&self) -> Part<'_> {
+        Part {
+            lease: &self.lease,
+            id: self.id,
+            lock: self.lock,
+            token: self.token(),
+            multi: None,
+        }
+    }
+}
+
+/// One name of a lease, as the calls made under it are recorded: a
+/// lock's only name, or one of a multi-lock's (see [`multi`]).
+pub struct Part<'a> {
+    pub lease: &'a Lease,
+    /// The name's lease number in the history.
+    pub id: LeaseId,
+    pub lock: usize,
+    /// The name's fencing token.
+    pub token: Option<u64>,
+    /// The multi-lock it is one name of.
+    pub multi: Option<&'a Multi>,
 }
 
 /// What to acquire, and how.
@@ -392,6 +452,7 @@ impl Client {
             valid_until: None,
             token: None,
             not_counted: NotCounted::default(),
+            multi: None,
         }
     }
 
@@ -545,24 +606,30 @@ impl Client {
         result
     }
 
-    fn lease_op(&self, held: &Held, call: Call, invoke: Instant) -> Op {
-        let mut op = self.op(held.lock, Some(held.id), call, invoke);
-        op.mode = held.mode();
-        op.valid_until = Some(self.rec.at(held.lease.valid_until()));
-        op.token = held.token();
+    fn lease_op(&self, part: &Part<'_>, call: Call, invoke: Instant) -> Op {
+        let mut op = self.op(part.lock, Some(part.id), call, invoke);
+        op.mode = Mode::of(part.lease.mode());
+        op.valid_until = Some(self.rec.at(part.lease.valid_until()));
+        op.token = part.token;
+        op.multi = part.multi.cloned();
         op
     }
 
     /// Whether more than the write margin is left of the lease.
-    fn may_write(&self, held: &Held) -> bool {
-        Instant::now() + self.write_margin < held.lease.valid_until()
+    fn may_write(&self, part: &Part<'_>) -> bool {
+        Instant::now() + self.write_margin < part.lease.valid_until()
     }
 
     /// GETs the lock's counter.
     pub async fn read(&mut self, held: &Held) -> Option<u64> {
+        self.read_part(&held.part()).await
+    }
+
+    /// GETs the counter of the part's lock.
+    pub async fn read_part(&mut self, part: &Part<'_>) -> Option<u64> {
         let invoke = Instant::now();
-        let result = self.store.read(held.lock).await;
-        let mut op = self.lease_op(held, Call::Read, invoke);
+        let result = self.store.read(part.lock).await;
+        let mut op = self.lease_op(part, Call::Read, invoke);
         let value = match result {
             Ok(v) => {
                 op.outcome = Outcome::Value(v);
@@ -580,15 +647,20 @@ impl Client {
     /// SETs the counter to `value`: only with more than the write margin
     /// left, unless `unchecked` (the sleepy-holder control). True if acknowledged.
     pub async fn write(&mut self, held: &Held, value: u64, unchecked: bool) -> bool {
+        self.write_part(&held.part(), value, unchecked).await
+    }
+
+    /// [`write`](Self::write) of the part's lock's counter.
+    pub async fn write_part(&mut self, part: &Part<'_>, value: u64, unchecked: bool) -> bool {
         let invoke = Instant::now();
-        if !unchecked && !self.may_write(held) {
-            let mut op = self.lease_op(held, Call::Write, invoke);
+        if !unchecked && !self.may_write(part) {
+            let mut op = self.lease_op(part, Call::Write, invoke);
             op.outcome = Outcome::Skipped;
             self.rec.push(op);
             return false;
         }
-        let result = self.store.write(held.lock, value).await;
-        let mut op = self.lease_op(held, Call::Write, invoke);
+        let result = self.store.write(part.lock, value).await;
+        let mut op = self.lease_op(part, Call::Write, invoke);
         op.outcome = match result {
             Ok(()) => Outcome::Value(value),
             Err(e) => Outcome::Failed(ErrorKind::Data, e),
@@ -601,18 +673,24 @@ impl Client {
     /// Writes to the fenced store with the lease's token, under the same
     /// margin rule. `Some(accepted)` when it was sent and answered.
     pub async fn fenced_write(&mut self, held: &Held, unchecked: bool) -> Option<bool> {
+        self.fenced_write_part(&held.part(), unchecked).await
+    }
+
+    /// [`fenced_write`](Self::fenced_write) to the part's lock's store,
+    /// with the part's token.
+    pub async fn fenced_write_part(&mut self, part: &Part<'_>, unchecked: bool) -> Option<bool> {
         // A lease without a token has nothing to write with.
-        let token = held.token()?;
+        let token = part.token?;
         let invoke = Instant::now();
-        if !unchecked && !self.may_write(held) {
-            let mut op = self.lease_op(held, Call::FencedWrite, invoke);
+        if !unchecked && !self.may_write(part) {
+            let mut op = self.lease_op(part, Call::FencedWrite, invoke);
             op.outcome = Outcome::Skipped;
             self.rec.push(op);
             return None;
         }
-        let value = format!("worker {} lease {}", self.worker, held.id);
-        let result = self.store.fenced_write(held.lock, token, &value).await;
-        let mut op = self.lease_op(held, Call::FencedWrite, invoke);
+        let value = format!("worker {} lease {}", self.worker, part.id);
+        let result = self.store.fenced_write(part.lock, token, &value).await;
+        let mut op = self.lease_op(part, Call::FencedWrite, invoke);
         let accepted = match result {
             Ok(true) => Some(true),
             Ok(false) => {
@@ -633,7 +711,7 @@ impl Client {
         let ttl = self.ttl;
         let invoke = Instant::now();
         let ran = guarded(held.lease.extend(ttl)).await;
-        let mut op = self.lease_op(held, Call::Extend, invoke);
+        let mut op = self.lease_op(&held.part(), Call::Extend, invoke);
         let ok = matches!(ran, Ran::Ok(()));
         op.outcome = Self::failed(ran);
         self.rec.push(op);
@@ -675,7 +753,7 @@ impl Client {
         urls: &[String],
     ) -> Result<(), ErrorKind> {
         let key = self.locker.admin().key(held.lease.resource());
-        let mut op = self.lease_op(&held, Call::Release, Instant::now());
+        let mut op = self.lease_op(&held.part(), Call::Release, Instant::now());
         let mut result = Ok(());
         for url in urls {
             let deleted = async {
@@ -708,7 +786,7 @@ impl Client {
     /// Drops the lease without `release`: the library releases it in the
     /// background. Recorded first, as the moment the lease was given up.
     pub fn abandon(&mut self, held: Held) {
-        let mut op = self.lease_op(&held, Call::Abandon, Instant::now());
+        let mut op = self.lease_op(&held.part(), Call::Abandon, Instant::now());
         op.complete = op.invoke;
         self.rec.push(op);
         drop(held);

@@ -338,6 +338,7 @@ fn op(worker: usize, lease: Option<LeaseId>, call: Call, mode: Mode, at: (u64, u
         valid_until: None,
         token: None,
         not_counted: crate::history::NotCounted::default(),
+        multi: None,
     }
 }
 

@@ -222,6 +222,7 @@ fn op(lease: LeaseId, call: Call, mode: Mode, at: (u64, u64)) -> Op {
         valid_until: None,
         token: None,
         not_counted: NotCounted::default(),
+        multi: None,
     }
 }
 
