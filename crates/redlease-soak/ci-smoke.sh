@@ -16,9 +16,8 @@
 # three holders of two permits (about 6 s).
 # Then multi-locks: the same faults while clients take 2 or 3 of 4 names
 # at once (lock_all) beside single-name locks of the same names, for 20 s
-# (120 acquisitions and 5 faults at least: 395-458 came before lock_all
-# reserved names, 217-277 with its reservations; about 24 s with its
-# start and drain), judged by the multi-lock checker too (overlap per
+# (120 acquisitions and 5 faults at least, about 340 in a run; about 24 s
+# with its start and drain), judged by the multi-lock checker too (overlap per
 # name, token order per name, whole grants, lock_all starved by single
 # lockers), and its control: a multi-lease that lost a name to a plain
 # DEL, which a single-name locker then takes (about 4 s).

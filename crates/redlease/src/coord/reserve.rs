@@ -3,8 +3,9 @@
 //!
 //! A multi-lock waits until every name is free at once. Single-name
 //! lockers that come and go can always leave one of them taken, so a
-//! waiter that only retries may never get in. Once it has waited half its
-//! TTL ([`Reservation::wanted`]), the waiter draws a reservation mark, and
+//! waiter that only retries may never get in. Once it has waited its TTL
+//! ([`Reservation::wanted`]), by when every name it found held has had
+//! time to change hands, the waiter draws a reservation mark, and
 //! each later attempt that is refused reserves, on each node, the free
 //! names before the first held one (in the canonical order) and claims
 //! that one: a reserved name refuses
@@ -29,8 +30,8 @@ use crate::core::keys::LockKeys;
 use crate::core::token::Token;
 use crate::core::validity::Timing;
 
-/// A waiting multi-lock's reservation mark, drawn once it has waited half
-/// its TTL (so an uncontended `lock_all`, or one that soon gets in, costs
+/// A waiting multi-lock's reservation mark, drawn once it has waited its
+/// TTL (so an uncontended `lock_all`, or one that soon gets in, costs
 /// nothing more, and single lockers that queued before it are not
 /// overtaken by a set that has hardly waited). Dropped, whether the
 /// waiter took its names or gave up, it gives back what is left on every
@@ -54,7 +55,7 @@ impl Reservation {
     }
 
     /// The multi-lock of `keys` was refused, having waited `waited` so
-    /// far: from half its TTL on, reserve from the next attempt on.
+    /// far: from its TTL on, reserve from the next attempt on.
     pub(crate) fn wanted(
         &mut self,
         engine: &Arc<Engine>,
@@ -62,7 +63,7 @@ impl Reservation {
         timing: Timing,
         waited: Duration,
     ) {
-        if self.0.is_none() && waited >= timing.ttl / 2 {
+        if self.0.is_none() && waited >= timing.ttl {
             self.0 = Some(Reserved {
                 engine: engine.clone(),
                 keys: keys.iter().map(|k| k.lock.clone()).collect(),
@@ -78,7 +79,7 @@ impl Reservation {
     pub(crate) fn wake_within(&self, timing: Timing, waited: Duration) -> Duration {
         match self.0 {
             Some(_) => timing.ttl / 2,
-            None => (timing.ttl / 2).saturating_sub(waited),
+            None => timing.ttl.saturating_sub(waited),
         }
     }
 }

@@ -468,12 +468,12 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
         .keep_alive()
         .await
         .unwrap();
-    // It reserves once it has waited half its TTL (0.6 s), from its
-    // next attempt on (1.2 s).
+    // It reserves once it has waited its TTL (0.6 s), from its next
+    // attempt on (0.9 s).
     let gave_up = writer
         .lock_all(["set-0", "set-b"])
-        .ttl(Duration::from_millis(1200))
-        .wait(Duration::from_millis(1600))
+        .ttl(Duration::from_millis(600))
+        .wait(Duration::from_millis(1400))
         .await;
     assert!(
         matches!(gave_up, Err(Error::WaitTimeout { .. })),

@@ -121,12 +121,12 @@ async fn set_cycle(holder: &Locker, other: Locker) {
         .keep_alive()
         .await
         .expect("a set");
-    // It reserves once it has waited half its TTL (0.6 s), from its
-    // next attempt on (1.2 s).
+    // It reserves once it has waited its TTL (0.6 s), from its next
+    // attempt on (0.9 s).
     let gave_up = holder
         .lock_all(["set-0", "set-a"])
-        .ttl(Duration::from_millis(1200))
-        .wait(Duration::from_millis(1600))
+        .ttl(Duration::from_millis(600))
+        .wait(Duration::from_millis(1400))
         .await;
     assert!(
         matches!(gave_up, Err(Error::WaitTimeout { .. })),

@@ -309,7 +309,7 @@ async fn stream_of_single_lockers(nodes: RedisNodes) {
     tokio::time::sleep(4 * hold).await;
     let multi = locker(&nodes);
     let before = taken.load(Ordering::SeqCst);
-    // It reserves once it has waited half its TTL.
+    // It reserves once it has waited its TTL.
     let lease = multi
         .lock_all(["a", "b"])
         .ttl(Duration::from_secs(1))
@@ -384,16 +384,16 @@ async fn a_multi_lock_that_gives_up_gives_its_reservations_back() {
     let waiting = tokio::spawn({
         let multi = multi.clone();
         async move {
-            // It reserves once it has waited half its TTL (0.6 s), from
-            // its next attempt on (1.2 s).
+            // It reserves once it has waited its TTL (0.6 s), from its
+            // next attempt on (0.9 s).
             multi
                 .lock_all(["a", "b"])
-                .ttl(Duration::from_millis(1200))
-                .wait(Duration::from_millis(2000))
+                .ttl(Duration::from_millis(600))
+                .wait(Duration::from_millis(1800))
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
     let status = holder.admin().inspect("a").await.unwrap();
     assert!(status.reserved(), "a is reserved meanwhile: {status:?}");
     let gave_up = waiting.await.unwrap();
@@ -512,11 +512,11 @@ async fn sets_and_writers_wait_for_each_other_in_turn() {
     let set = tokio::spawn({
         let locker = locker.clone();
         async move {
-            // Marked once it has waited half its TTL (0.5 s), from its
-            // next attempt on (1 s).
+            // Marked once it has waited its TTL (0.6 s), from its next
+            // attempt on (0.9 s).
             locker
                 .lock_all(["doc", "y"])
-                .ttl(Duration::from_secs(1))
+                .ttl(Duration::from_millis(600))
                 .wait(Duration::from_secs(10))
                 .await
         }
