@@ -40,6 +40,30 @@
 //! # async fn build_report(_fence: Option<u64>) {}
 //! ```
 //!
+//! Programs without an async runtime (a CLI, a cron job, worker threads)
+//! use [`blocking`]: the same Locker, settings and leases, with plain
+//! calls; its own threads keep leases alive meanwhile.
+//!
+//! ```
+//! use std::time::Duration;
+//! use redlease::{blocking::Locker, Error};
+//!
+//! fn main() -> Result<(), Error> {
+//! #   let nodes = redlease_testkit::RedisNodes::start(1);
+//! #   let urls = nodes.urls();
+//!     // let urls = ["redis://127.0.0.1:6379"];
+//!     let locker = Locker::builder(urls)
+//!         .ttl(Duration::from_secs(10))
+//! #       .advanced(|a| a.restart_quarantine(Duration::ZERO)) // brand-new test servers
+//!         .build()?;
+//!     let lease = locker.request("nightly-report").keep_alive().lock()?;
+//!     if !lease.is_lost() {
+//!         // ... build the report, checking lease.is_lost() between steps ...
+//!     }
+//!     lease.release()
+//! }
+//! ```
+//!
 //! How the lock works (the algorithm, waiting, renewal, slow nodes,
 //! restarts and clock jumps, fencing, read-write locks, semaphores,
 //! Cluster, Sentinel and durability, TLS, observability) is told in
@@ -118,6 +142,7 @@ mod transport;
 pub use crate::api::acquire::Acquire;
 pub use crate::api::admin::Admin;
 pub use crate::api::advanced::Advanced;
+pub use crate::api::blocking;
 pub use crate::api::builder::LockerBuilder;
 pub use crate::api::handle::HandleInfo;
 pub use crate::api::lease::Lease;

@@ -187,6 +187,25 @@ pub enum Error {
         /// The node that said so.
         node: NodeId,
     },
+    /// A [`blocking`](crate::blocking) call was made on a thread with a
+    /// Tokio runtime (in an async task, a `spawn_blocking` closure, or
+    /// after `Runtime::enter`), where blocking could stall that runtime or
+    /// deadlock on it. Nothing was sent. Use the async API there
+    /// ([`blocking::Locker::as_async`](crate::blocking::Locker::as_async)),
+    /// or call from a thread without a runtime.
+    InsideRuntime,
+    /// A [`blocking::Locker`](crate::blocking::Locker), or one of its
+    /// leases, was used in a child process that inherited it across
+    /// `fork()`: its runtime threads did not survive the fork, and its
+    /// connections are the parent's. Nothing was sent. Build a new Locker
+    /// in the child.
+    #[non_exhaustive]
+    Forked {
+        /// The process the Locker was built in.
+        built_in: u32,
+        /// The process that called: the child.
+        called_in: u32,
+    },
 }
 
 impl Error {
@@ -539,6 +558,20 @@ impl fmt::Display for Error {
             Error::NoRuntime => f.write_str(
                 "no Tokio runtime: build the Locker inside a runtime (#[tokio::main], \
                  block_on, or Runtime::enter)",
+            ),
+            Error::InsideRuntime => f.write_str(
+                "a redlease::blocking call was made inside a Tokio runtime, where blocking \
+                 could stall or deadlock it: use the async API there, or call from a thread \
+                 without a runtime",
+            ),
+            Error::Forked {
+                built_in,
+                called_in,
+            } => write!(
+                f,
+                "this redlease::blocking::Locker was built in process {built_in} and inherited \
+                 across fork() by process {called_in}, where its threads and connections do \
+                 not exist: build a new Locker in the child"
             ),
         }
     }

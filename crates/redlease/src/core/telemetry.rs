@@ -36,6 +36,8 @@ pub(crate) fn outcome(result: Result<(), &Error>) -> &'static str {
             Error::WaitTimeout { .. } => "wait_timeout",
             Error::SameServer { .. } => "same_server",
             Error::PermitsDiffer { .. } => "permits_differ",
+            Error::InsideRuntime => "inside_runtime",
+            Error::Forked { .. } => "forked",
         },
     }
 }

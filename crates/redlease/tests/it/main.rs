@@ -10,6 +10,7 @@ mod acl;
 mod acl_deployments;
 mod admin;
 mod bad_input;
+mod blocking;
 mod bounds;
 mod cluster;
 mod durability;
