@@ -44,11 +44,11 @@
 //! single lock's key (the same key: a node takes every name of the set
 //! or none), and measurement only narrows intervals, as in the other
 //! checkers; each name draws and settles its own token. Check 5 is no
-//! safety property: the library's manual says the multi-lock is not yet
-//! protected from a steady stream of single-name lockers ("Several locks
-//! and handles"), so the bound is generous, and the report gives the
-//! longest wait and the longest time later single lockers kept a
-//! `lock_all` out, flagged or not.
+//! safety property: a waiting set reserves its names only once it has
+//! waited its TTL (the library's manual, "Several locks and handles"),
+//! and faults slow it besides, so the bound is generous, and the report
+//! gives the longest wait and the longest time later single lockers kept
+//! a `lock_all` out, flagged or not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
