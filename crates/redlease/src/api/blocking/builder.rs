@@ -37,6 +37,26 @@ pub struct LockerBuilder {
     inner: AsyncBuilder,
 }
 
+impl Locker {
+    /// Starts configuring a Locker over `urls`, with the settings of
+    /// [`redlease::Locker::builder`](crate::Locker::builder).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::blocking::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .ttl(std::time::Duration::from_secs(30))
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn builder<I, S>(urls: I) -> LockerBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        LockerBuilder::from(crate::api::locker::Locker::builder(urls))
+    }
+}
+
 /// The settings of an async builder, for a blocking Locker.
 ///
 /// ```

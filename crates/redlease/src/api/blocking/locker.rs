@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::api::blocking::acquire::Acquire;
-use crate::api::blocking::builder::LockerBuilder;
 use crate::api::blocking::lease::Lease;
 use crate::api::blocking::runtime::{self, Shared};
 use crate::api::blocking::semaphore::Semaphore;
@@ -55,24 +54,6 @@ impl fmt::Debug for Locker {
 impl Locker {
     pub(super) fn from_shared(shared: Arc<Shared>) -> Locker {
         Locker { shared }
-    }
-
-    /// Starts configuring a Locker over `urls`, with the settings of
-    /// [`redlease::Locker::builder`](crate::Locker::builder).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redlease::Error> {
-    /// let locker = redlease::blocking::Locker::builder(["redis://127.0.0.1:6379"])
-    ///     .ttl(std::time::Duration::from_secs(30))
-    ///     .build()?;
-    /// # let _ = locker; Ok(()) }
-    /// ```
-    pub fn builder<I, S>(urls: I) -> LockerBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        LockerBuilder::from(AsyncLocker::builder(urls))
     }
 
     /// A Locker over `urls` with the default settings.
