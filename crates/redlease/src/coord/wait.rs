@@ -157,12 +157,25 @@ pub(crate) async fn lock(
             Ok(grant) => {
                 // Boxed: only a writer that readers kept waiting has a
                 // mark to clear.
-                Box::pin(mark.took_the_lock(&grant.guard.ownership.token)).await;
-                match (waiter.take(), mode) {
-                    (Some(w), LockMode::Exclusive) => w.acquired(grant.valid_until),
-                    (w, _) => drop(w),
+                let holder = &grant.guard.ownership.token;
+                let by = grant
+                    .valid_until
+                    .checked_sub(2 * timing.drift)
+                    .unwrap_or(grant.valid_until);
+                let cleared = Box::pin(mark.took_the_lock(holder, by)).await;
+                // Clearing it took round trips: a lease spent meanwhile (the
+                // process stalled, say) is not handed out. Dropped, the
+                // grant gives the lock back; the wait goes on.
+                match cleared.then(|| still_usable(&grant, timing, resource)) {
+                    Some(Err(spent)) => Failure::from(spent),
+                    None | Some(Ok(())) => {
+                        match (waiter.take(), mode) {
+                            (Some(w), LockMode::Exclusive) => w.acquired(grant.valid_until),
+                            (w, _) => drop(w),
+                        }
+                        return Ok(grant);
+                    }
                 }
-                return Ok(grant);
             }
             Err(f) if !f.error.is_retryable() => return Err(f.error),
             Err(f) => f,
@@ -195,6 +208,18 @@ pub(crate) async fn lock(
             wait_first = !w.is_head();
             waiter = Some(w);
         }
+    }
+}
+
+/// Whether `grant` still has the validity an acquire must leave a lease
+/// with (see [`Timing::check_usable`]), now that more time has passed.
+fn still_usable(grant: &Grant, timing: Timing, resource: &str) -> Result<(), Error> {
+    match grant
+        .valid_until
+        .checked_sub(timing.ttl.saturating_sub(timing.drift))
+    {
+        Some(start) => timing.check_usable(crate::core::error::Op::Acquire, resource, start),
+        None => Ok(()),
     }
 }
 
@@ -247,12 +272,41 @@ impl WriterMark {
     }
 
     /// The writer took the lock with a lease of token `holder`: clear the
-    /// mark, before the lease is handed out (so its release cannot come
-    /// first).
-    async fn took_the_lock(&mut self, holder: &Token) {
-        if let Some(m) = self.0.take() {
-            clear(&m.engine, &m.key, &m.token, Some(holder), m.timeout).await;
-        }
+    /// mark before the lease is handed out (so that its release cannot
+    /// come first), on a quorum of the nodes, and no later than `by` (a
+    /// silent node would otherwise spend the lease). The other nodes'
+    /// clears go on in the background, where a release that overtakes one
+    /// costs the readers behind the mark there only their wake-up (they
+    /// wait for their timers, at most the mark's TTL). Whether there was a
+    /// mark to clear.
+    async fn took_the_lock(&mut self, holder: &Token, by: Instant) -> bool {
+        use futures_util::StreamExt;
+        let Some(m) = self.0.take() else {
+            return false;
+        };
+        let quorum = crate::core::quorum::quorum(m.engine.nodes().len());
+        let background = m.engine.background().clone();
+        let mut clears: futures_util::stream::FuturesUnordered<_> = m
+            .engine
+            .nodes()
+            .iter()
+            .map(|node| {
+                let (node, key, mark) = (node.clone(), m.key.clone(), m.token.clone());
+                let (holder, timeout) = (holder.clone(), m.timeout);
+                background.spawn(async move {
+                    if let Err(e) = node.writer_clear(&key, &mark, Some(&holder), timeout).await {
+                        tracing::debug!(error = %e, "clearing the writer-waiting mark failed; it expires");
+                    }
+                })
+            })
+            .collect();
+        let quorum_cleared = async {
+            for _ in 0..quorum {
+                clears.next().await;
+            }
+        };
+        let _ = tokio::time::timeout_at(by.into(), quorum_cleared).await;
+        true
     }
 }
 
