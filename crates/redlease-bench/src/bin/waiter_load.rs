@@ -2,7 +2,11 @@
 //! alive; many waiters queue for it. Reports the commands per second the
 //! nodes process while nothing changes hands (the waiters' cost, with the
 //! holder's renewals listed apart), then hands the lock from waiter to
-//! waiter and reports how long each handoff took.
+//! waiter until the queue is drained and reports, for the handoffs, the
+//! commands the nodes processed per handoff, how long each took, and the
+//! order the waiters were served in against the order they arrived in
+//! (they start `--stagger-ms` apart): the share of pairs served the
+//! other way round.
 //!
 //! ```text
 //! cargo run --release -p redlease-bench --bin waiter_load -- --waiters 100 --seconds 20
@@ -40,9 +44,16 @@ struct Args {
     #[arg(long, value_enum)]
     mode: Option<Mode>,
     /// How many handoffs to time after the measurement (each waiter holds
-    /// the lock 20 ms, then releases it to the next).
-    #[arg(long, default_value_t = 50)]
-    handoffs: usize,
+    /// the lock 20 ms, then releases it to the next) [default: every
+    /// waiter's].
+    #[arg(long)]
+    handoffs: Option<usize>,
+    /// Milliseconds between the waiters' arrivals.
+    #[arg(long, default_value_t = 40)]
+    stagger_ms: u64,
+    /// Also print one JSON line per mode with the figures.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -87,28 +98,32 @@ async fn measure(args: &Args, mode: Mode, urls: &[String]) -> Result<(), BenchEr
         Mode::Tasks => Some(builder(urls, ttl).build()?),
         Mode::Lockers => None,
     };
-    // Handoff bookkeeping: when the lock was last given back, and how long
-    // each waiter took to get it after that.
+    // Handoff bookkeeping: when the lock was last given back, how long
+    // each waiter took to get it after that, and who got it in turn.
     let released_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let latencies: Arc<Mutex<Vec<Duration>>> = Arc::new(Mutex::new(Vec::new()));
+    let served: Arc<Mutex<Vec<usize>>> = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
-    for _ in 0..args.waiters {
+    for arrival in 0..args.waiters {
         let locker = match &shared {
             Some(locker) => locker.clone(),
             None => builder(urls, ttl).build()?,
         };
-        let released_at = released_at.clone();
-        let latencies = latencies.clone();
+        let (released_at, latencies, served) =
+            (released_at.clone(), latencies.clone(), served.clone());
         waiters.push(tokio::spawn(async move {
             let lease = locker.lock(name).await?;
             if let Some(at) = *released_at.lock().unwrap() {
                 latencies.lock().unwrap().push(at.elapsed());
             }
+            served.lock().unwrap().push(arrival);
             tokio::time::sleep(Duration::from_millis(20)).await;
             *released_at.lock().unwrap() = Some(Instant::now());
             lease.release().await?;
             Ok::<_, BenchError>(())
         }));
+        // In arrival order, each after the one before has asked.
+        tokio::time::sleep(Duration::from_millis(args.stagger_ms)).await;
     }
     // Let every waiter make its first attempt and subscribe.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -141,16 +156,19 @@ async fn measure(args: &Args, mode: Mode, urls: &[String]) -> Result<(), BenchEr
     }
 
     // Handoffs: the holder lets go, and each waiter passes the lock on.
+    let handoffs = args.handoffs.unwrap_or(args.waiters).min(args.waiters);
+    let before_handoffs = stats(urls).await?;
     *released_at.lock().unwrap() = Some(Instant::now());
     lease.release().await?;
     // Until enough handoffs were timed (or a minute passed), then stop the
     // waiters still queued.
     let limit = Instant::now() + Duration::from_secs(60);
-    while latencies.lock().unwrap().len() < args.handoffs.min(args.waiters)
-        && Instant::now() < limit
-    {
+    while latencies.lock().unwrap().len() < handoffs && Instant::now() < limit {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The last waiter's release is part of its handoff's cost.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after_handoffs = stats(urls).await?;
     for waiter in &waiters {
         waiter.abort();
     }
@@ -160,18 +178,81 @@ async fn measure(args: &Args, mode: Mode, urls: &[String]) -> Result<(), BenchEr
         }
     }
     let mut lat = latencies.lock().unwrap().clone();
+    let order = served.lock().unwrap().clone();
+    let timed = lat.len();
+    let per_handoff = match timed {
+        0 => 0.0,
+        n => (after_handoffs.total - before_handoffs.total) as f64 / n as f64,
+    };
+    let (inverted, pairs) = inversions(&order);
+    let share = match pairs {
+        0 => 0.0,
+        p => inverted as f64 / p as f64,
+    };
     lat.sort();
-    if !lat.is_empty() {
-        let pick = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
-        println!(
-            "  handoffs: {} timed; latency p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms",
-            lat.len(),
-            pick(0.5).as_secs_f64() * 1e3,
-            pick(0.9).as_secs_f64() * 1e3,
-            pick(1.0).as_secs_f64() * 1e3
-        );
+    let pick = |q: f64| match lat.is_empty() {
+        true => 0.0,
+        false => lat[((lat.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3,
+    };
+    println!(
+        "  handoffs: {timed} timed; {per_handoff:.1} commands per handoff over all nodes; \
+         latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pick(0.5),
+        pick(0.99),
+        pick(1.0)
+    );
+    let mut by_command: Vec<(String, f64)> = after_handoffs
+        .calls
+        .iter()
+        .map(|(cmd, n)| {
+            let was = before_handoffs.calls.get(cmd).copied().unwrap_or(0);
+            (cmd.clone(), (n - was) as f64 / timed.max(1) as f64)
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    by_command.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (cmd, n) in &by_command {
+        println!("    {cmd:<24} {n:>8.2} per handoff");
+    }
+    let shown: Vec<String> = order.iter().map(|i| (i + 1).to_string()).collect();
+    println!(
+        "  served (by arrival, 1 first): {}; {inverted} of {pairs} pairs out of arrival order ({:.1}%)",
+        shown.join(" "),
+        share * 100.0
+    );
+    if args.json {
+        let line = serde_json::json!({
+            "mode": format!("{mode:?}").to_lowercase(),
+            "waiters": args.waiters,
+            "nodes": args.nodes,
+            "stagger_ms": args.stagger_ms,
+            "waiting_commands_per_s": total as f64 / secs,
+            "handoffs": timed,
+            "commands_per_handoff": per_handoff,
+            "handoff_p50_ms": pick(0.5),
+            "handoff_p99_ms": pick(0.99),
+            "inverted_pairs": inverted,
+            "pairs": pairs,
+            "inverted_share": share,
+        });
+        println!("{line}");
     }
     Ok(())
+}
+
+/// Pairs of `order` (arrival indices in the order served) served the other
+/// way round from their arrival, and all pairs.
+fn inversions(order: &[usize]) -> (usize, usize) {
+    let n = order.len();
+    let mut inverted = 0;
+    for i in 0..n {
+        for j in i + 1..n {
+            if order[i] > order[j] {
+                inverted += 1;
+            }
+        }
+    }
+    (inverted, n * n.saturating_sub(1) / 2)
 }
 
 /// Commands processed so far, over all nodes: the total, and calls per
