@@ -343,6 +343,28 @@ fn the_families_work_through_the_facade() {
         ["shard:1", "shard:2"]
     );
     both.release().unwrap();
+    // A set with a read name, handed to another Locker by its handle.
+    let set = locker
+        .request_all(["shard:2", "shard:1"])
+        .and_read(["catalog"])
+        .lock()
+        .unwrap();
+    assert_eq!(
+        set.as_async().mode_of("catalog"),
+        Some(redlease::LockMode::Shared)
+    );
+    let reader = locker.request_read("catalog").try_lock().unwrap();
+    reader.release().unwrap();
+    let other = new_locker(&nodes);
+    let adopted = other.adopt(&set.export()).unwrap();
+    assert!(matches!(
+        locker.try_lock("shard:1"),
+        Err(Error::Taken { .. })
+    ));
+    let handle = adopted.export();
+    other.release_handle(&handle).unwrap();
+    assert!(matches!(other.adopt(&handle), Err(Error::NotHeld { .. })));
+    locker.try_lock("shard:1").unwrap().release().unwrap();
 
     let slots = locker.semaphore("slots", 2);
     assert_eq!((slots.permits(), slots.quorum()), (2, 1));

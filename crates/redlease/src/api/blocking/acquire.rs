@@ -42,6 +42,8 @@ pub struct Acquire<'a> {
     retry: Option<RetryPolicy>,
     wait: Option<Duration>,
     keep_alive: bool,
+    /// Names read with the target, all or none ([`Acquire::and_read`]).
+    read: Vec<String>,
 }
 
 /// What a request takes.
@@ -63,6 +65,7 @@ impl fmt::Debug for Acquire<'_> {
             .field("retry", &self.retry)
             .field("wait", &self.wait)
             .field("keep_alive", &self.keep_alive)
+            .field("read", &self.read)
             .finish()
     }
 }
@@ -76,6 +79,7 @@ impl<'a> Acquire<'a> {
             retry: None,
             wait: None,
             keep_alive: false,
+            read: Vec::new(),
         }
     }
 
@@ -89,6 +93,28 @@ impl<'a> Acquire<'a> {
 
     pub(super) fn permit(shared: &'a Arc<Shared>, semaphore: AsyncSemaphore<'a>) -> Self {
         Acquire::new(shared, Target::Permit(semaphore))
+    }
+
+    /// Takes read holds on `names` too, all or none with the target
+    /// ([`Acquire::and_read`](crate::Acquire::and_read)): a set of names
+    /// some written and some only read. The lease's
+    /// [`as_async`](Lease::as_async) tells each name's mode and token.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// let transfer = locker
+    ///     .request_all(["account:7", "account:3"])
+    ///     .and_read(["rates"])
+    ///     .lock()?;
+    /// # transfer.release() }
+    /// ```
+    pub fn and_read<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.read.extend(names.into_iter().map(Into::into));
+        self
     }
 
     /// Use this TTL instead of the Locker's
@@ -178,6 +204,9 @@ impl<'a> Acquire<'a> {
             Target::All(names) => locker.lock_all(names),
             Target::Permit(semaphore) => semaphore.acquire(),
         };
+        if !self.read.is_empty() {
+            request = request.and_read(self.read);
+        }
         if let Some(policy) = self.retry {
             request = request.retry(policy);
         }
@@ -224,6 +253,9 @@ impl<'a> Acquire<'a> {
             Target::All(names) => locker.try_lock_all(names),
             Target::Permit(semaphore) => semaphore.try_acquire(),
         };
+        if !self.read.is_empty() {
+            request = request.and_read(self.read);
+        }
         if let Some(ttl) = self.ttl {
             request = request.ttl(ttl);
         }

@@ -266,6 +266,24 @@ impl Lease {
         Ok(self)
     }
 
+    /// Hands the lease over as a handle another Locker (blocking or async,
+    /// in this process or another) adopts: see
+    /// [`Lease::export`](crate::Lease::export). The lease is off this
+    /// Locker's books, not released, and its drop does nothing.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// let handle = locker.lock("deploy")?.export();
+    /// // ... pass `handle` to the process that finishes the job ...
+    /// # let _ = handle; Ok(()) }
+    /// ```
+    pub fn export(mut self) -> String {
+        self.inner
+            .take()
+            .expect("a lease is whole until it is given up")
+            .export()
+    }
+
     /// The async lease inside, for what the blocking form leaves out (its
     /// [`mode`](crate::Lease::mode), a multi-lock's
     /// [`resources`](crate::Lease::resources) and

@@ -327,6 +327,44 @@ impl Locker {
             .block_on(self.as_async().admin().inspect(resource))?
     }
 
+    /// Takes over an exported lease ([`Lease::export`], or the async
+    /// [`Lease::export`](crate::Lease::export)), as
+    /// [`Locker::adopt`](crate::Locker::adopt) does: checked by extending
+    /// it by its TTL on a quorum; [`Error::NotHeld`] if it is gone.
+    ///
+    /// # Blocking
+    ///
+    /// One round trip per node, at once, each bounded by the node timeout.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker, handle: &str) -> Result<(), redlease::Error> {
+    /// let lease = locker.adopt(handle)?.keep_alive()?;
+    /// // ... finish the job ...
+    /// lease.release()
+    /// # }
+    /// ```
+    pub fn adopt(&self, handle: &str) -> Result<Lease, Error> {
+        let lease = self.shared.block_on(self.as_async().adopt(handle))??;
+        Ok(Lease::new(lease, self.shared.clone()))
+    }
+
+    /// Gives back an exported lease without adopting it, as
+    /// [`Locker::release_handle`](crate::Locker::release_handle) does.
+    ///
+    /// # Blocking
+    ///
+    /// One round trip per node, at once, each bounded by the node timeout.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker, handle: &str) -> Result<(), redlease::Error> {
+    /// locker.release_handle(handle)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn release_handle(&self, handle: &str) -> Result<(), Error> {
+        self.shared
+            .block_on(self.as_async().release_handle(handle))?
+    }
+
     /// Deletes the lock on `resource` on every node, **whoever holds it**,
     /// and wakes its waiters; returns on how many nodes a key was deleted.
     /// An operator's tool that breaks the lock's promise: see
