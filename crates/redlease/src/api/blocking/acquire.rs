@@ -243,27 +243,11 @@ impl<'a> Acquire<'a> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn try_lock(self) -> Result<Lease, Error> {
-        let shared = self.shared;
-        shared.usable()?;
-        let locker = shared.locker();
-        let mut request = match self.target {
-            Target::One { name, read: false } => locker.try_lock(name),
-            Target::One { name, read: true } => locker.try_read_lock(name),
-            Target::All(names) => locker.try_lock_all(names),
-            Target::Permit(semaphore) => semaphore.try_acquire(),
-        };
-        if !self.read.is_empty() {
-            request = request.and_read(self.read);
-        }
-        if let Some(ttl) = self.ttl {
-            request = request.ttl(ttl);
-        }
-        if self.keep_alive {
-            request = request.keep_alive();
-        }
-        let lease = shared.run(request.into_future())?;
-        Ok(Lease::new(lease, shared.clone()))
+    pub fn try_lock(mut self) -> Result<Lease, Error> {
+        // What the async try_ forms are: the request with one attempt.
+        self.retry = Some(RetryPolicy::attempts(std::num::NonZeroU32::MIN));
+        self.wait = None;
+        self.lock()
     }
 
     /// Takes the lock as [`lock`](Self::lock) does, kept alive, runs
