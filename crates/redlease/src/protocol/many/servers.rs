@@ -328,3 +328,28 @@ fn read_holds_are_shared_with_readers_and_refused_by_writers() {
     assert_eq!(get(&mut conn, "p{r}:writer"), None);
     assert_eq!(get(&mut conn, "p{r}:claim"), None);
 }
+
+#[test]
+fn a_read_name_that_readers_hold_is_never_reserved_over_them() {
+    let node = RedisNode::start();
+    let mut conn = node.client().get_connection().unwrap();
+    // r (read by the set) is held by another reader; w (wanted alone) is
+    // held by a writer: the set is refused at w and reserves before it,
+    // but leaves r's key to its readers.
+    let (r, w) = ("p{r}", "p{w}");
+    let holds = [Hold::Shared, Hold::Exclusive];
+    let (reader, multi, mark) = (token("bb", 1), token("aa", 2), token("aa", 3));
+    set(&mut conn, r, READERS);
+    let mut zadd = command("ZADD");
+    zadd.arg("p{r}:readers").arg(in_a_minute()).arg(&reader);
+    let _: i64 = run(&mut conn, zadd);
+    set(&mut conn, w, &token("cc", 4));
+    let refused = acquire_modes(&mut conn, &[r, w], &holds, &multi, Some(&mark));
+    assert_eq!(held_at(&refused), Some(1), "{refused:?}");
+    assert_eq!(
+        get(&mut conn, r).as_deref(),
+        Some(READERS),
+        "the readers keep it"
+    );
+    assert_eq!(get(&mut conn, "p{w}:claim").as_deref(), Some(&*mark));
+}

@@ -29,7 +29,8 @@
 -- Reservations keep a waiting multi-lock from being starved by a stream
 -- of single-name lockers that always leaves one of its names taken. A
 -- refused waiter (ARGV[11] not empty) reserves the free names before the
--- first held one, by writing MARK~ into their lock keys (a plain SET NX,
+-- first held one (a name it reads that other readers hold is left to
+-- them), by writing MARK~ into their lock keys (a plain SET NX,
 -- a reader or a permit is then refused, as by a holder), and claims the
 -- first held one by writing MARK to its key .. ':claim' (the same hash
 -- tag, so the same slot) and marking its holder, so that the holder's
@@ -66,9 +67,11 @@ local function marked_by_another(i)
   return waits and (#mark == 0 or (waits ~= mark and waits ~= mark .. '*'))
 end
 local ours = {}
+local read_held = {}
 local first = nil
 for i = 1, k do
   local holder = redis.pcall('GET', KEYS[i])
+  read_held[i] = holder == readers
   if holder and #mark > 0 and holder == reserved then
     ours[i] = true
   elseif shared(i) and (not holder or holder == readers) then
@@ -91,7 +94,11 @@ end
 if first then
   if #mark > 0 then
     for i = 1, first - 1 do
-      redis.call('SET', KEYS[i], reserved, 'PX', ARGV[12])
+      -- A name we read that readers hold now is left to them: its key
+      -- is their marker, which their renewals look for.
+      if not read_held[i] then
+        redis.call('SET', KEYS[i], reserved, 'PX', ARGV[12])
+      end
     end
     local claim = KEYS[first] .. ':claim'
     local claimed = redis.call('GET', claim)
