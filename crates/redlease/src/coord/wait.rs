@@ -17,7 +17,7 @@ use crate::core::mode::{Hold, LockMode};
 use crate::core::retry::{RetryPolicy, Waiting};
 use crate::core::token::Token;
 use crate::core::validity::Timing;
-use crate::transport::node::OnRefusal;
+use crate::transport::node::{Node, OnRefusal};
 
 /// Tries to take the lock of `keys`, each in its hold of `holds` (one
 /// lock, or several all or none), until it succeeds, fails for good (bad
@@ -294,9 +294,7 @@ impl WriterMark {
                 let (node, key, mark) = (node.clone(), m.key.clone(), m.token.clone());
                 let (holder, timeout) = (holder.clone(), m.timeout);
                 background.spawn(async move {
-                    if let Err(e) = node.writer_clear(&key, &mark, Some(&holder), timeout).await {
-                        tracing::debug!(error = %e, "clearing the writer-waiting mark failed; it expires");
-                    }
+                    clear_on(&node, &key, &mark, Some(&holder), timeout).await
                 })
             })
             .collect();
@@ -320,28 +318,27 @@ impl Drop for WriterMark {
         }
         let background = m.engine.background().clone();
         background.spawn(async move {
-            clear(&m.engine, &m.key, &m.token, None, m.timeout).await;
+            let gives_up = m
+                .engine
+                .nodes()
+                .iter()
+                .map(|node| clear_on(node, &m.key, &m.token, None, m.timeout));
+            futures_util::future::join_all(gives_up).await;
         });
     }
 }
 
-/// Clears the mark `token` names on every node: the writer `took` the
-/// lock with that lease token, or (`None`) gave up, which is announced.
-/// Failures are only logged: the mark expires with the writer's TTL.
-async fn clear(
-    engine: &Engine,
+/// Clears the mark `token` names on `node`: the writer `took` the lock
+/// with that lease token, or (`None`) gave up, which is announced.
+/// A failure is only logged: the mark expires with the writer's TTL.
+async fn clear_on(
+    node: &Node,
     key: &str,
     token: &Token,
     took: Option<&Token>,
     timeout: std::time::Duration,
 ) {
-    let clears = engine
-        .nodes()
-        .iter()
-        .map(|node| node.writer_clear(key, token, took, timeout));
-    for result in futures_util::future::join_all(clears).await {
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "clearing the writer-waiting mark failed; it expires");
-        }
+    if let Err(e) = node.writer_clear(key, token, took, timeout).await {
+        tracing::debug!(error = %e, "clearing the writer-waiting mark failed; it expires");
     }
 }

@@ -100,6 +100,17 @@ fn in_a_minute() -> u64 {
     now.unwrap().as_millis() as u64 + 60_000
 }
 
+/// `reader` holds `key` as a reader for a minute, as read_acquire.lua
+/// leaves it: the readers marker in the lock key, the reader in its set.
+fn hold_as_reader(conn: &mut Connection, key: &str, reader: &str) {
+    set(conn, key, READERS);
+    let mut zadd = command("ZADD");
+    zadd.arg(format!("{key}:readers"))
+        .arg(in_a_minute())
+        .arg(reader);
+    let _: i64 = run(conn, zadd);
+}
+
 fn held_at(reply: &AcquireAllReply) -> Option<usize> {
     match reply {
         AcquireAllReply::Held { index, .. } => Some(*index),
@@ -225,10 +236,7 @@ fn the_last_readers_release_hands_a_claimed_name_over() {
     let mut conn = node.client().get_connection().unwrap();
     let (a, b) = ("p{a}", "p{b}");
     let (reader, multi, mark) = (token("bb", 1), token("aa", 2), token("aa", 3));
-    set(&mut conn, b, READERS);
-    let mut zadd = command("ZADD");
-    zadd.arg("p{b}:readers").arg(in_a_minute()).arg(&reader);
-    let _: i64 = run(&mut conn, zadd);
+    hold_as_reader(&mut conn, b, &reader);
     let refused = acquire_all(&mut conn, &[a, b], &multi, Some(&mark));
     assert_eq!(held_at(&refused), Some(1));
     assert_eq!(
@@ -267,10 +275,7 @@ fn read_holds_are_shared_with_readers_and_refused_by_writers() {
     let holds = [Hold::Exclusive, Hold::Shared];
     let (reader, multi) = (token("bb", 1), token("aa", 2));
     // Another reader holds r: a multi-lock that only reads r joins it.
-    set(&mut conn, r, READERS);
-    let mut zadd = command("ZADD");
-    zadd.arg("p{r}:readers").arg(in_a_minute()).arg(&reader);
-    let _: i64 = run(&mut conn, zadd);
+    hold_as_reader(&mut conn, r, &reader);
     let taken = acquire_modes(&mut conn, &[a, r], &holds, &multi, None);
     assert_eq!(held_at(&taken), None, "{taken:?}");
     assert_eq!(get(&mut conn, a).as_deref(), Some(&*multi));
@@ -339,10 +344,7 @@ fn a_read_name_that_readers_hold_is_never_reserved_over_them() {
     let (r, w) = ("p{r}", "p{w}");
     let holds = [Hold::Shared, Hold::Exclusive];
     let (reader, multi, mark) = (token("bb", 1), token("aa", 2), token("aa", 3));
-    set(&mut conn, r, READERS);
-    let mut zadd = command("ZADD");
-    zadd.arg("p{r}:readers").arg(in_a_minute()).arg(&reader);
-    let _: i64 = run(&mut conn, zadd);
+    hold_as_reader(&mut conn, r, &reader);
     set(&mut conn, w, &token("cc", 4));
     let refused = acquire_modes(&mut conn, &[r, w], &holds, &multi, Some(&mark));
     assert_eq!(held_at(&refused), Some(1), "{refused:?}");
