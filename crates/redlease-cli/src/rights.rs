@@ -93,6 +93,7 @@ pub async fn try_all(
             "zrem" => vec!["ZREM", key, "doctor-probe"],
             "zremrangebyscore" => vec!["ZREMRANGEBYSCORE", key, "-inf", "+inf"],
             "zcard" => vec!["ZCARD", key],
+            "zpopmin" => vec!["ZPOPMIN", key],
             // Last of the key's commands, by the declaration's order.
             "del" => vec!["DEL", key],
             "pubsub|numsub" => vec!["PUBSUB", "NUMSUB", channel],

@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::coord::engine::Engine;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::release::{release_on, Announce, Ownership};
+use crate::coord::turn::Place;
 use crate::coord::{fanout, fence};
 use crate::core::error::{Error, Failure, Op};
 use crate::core::keys::LockKeys;
@@ -24,7 +25,12 @@ pub(crate) enum Side<'a> {
     /// The lock alone. `mark`: the waiting writer's name in a
     /// writer-waiting mark, if it has one, set where readers refuse it
     /// and the attempt marks holders for waiters (see [`OnRefusal`]).
-    Write { mark: Option<&'a Token> },
+    /// `queue`: the waiter's place in the lock's queue, once it queues
+    /// (see [`turn`](crate::coord::turn)).
+    Write {
+        mark: Option<&'a Token>,
+        queue: Option<&'a Place>,
+    },
     /// A read hold among other readers.
     Read,
     /// One of a semaphore's `permits` (`majority`: see [`Hold::Permit`]).
@@ -109,8 +115,12 @@ pub(crate) async fn attempt(
     }
     let ownership = Arc::new(ownership);
     let mark = match side {
-        Side::Write { mark } | Side::Many { mark, .. } => mark.cloned(),
+        Side::Write { mark, .. } | Side::Many { mark, .. } => mark.cloned(),
         Side::Read | Side::Permit { .. } => None,
+    };
+    let queue = match side {
+        Side::Write { queue, .. } => queue.map(Place::spelled),
+        _ => None,
     };
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
     let fenced = engine.settings().fencing;
@@ -122,6 +132,7 @@ pub(crate) async fn attempt(
     let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
         let (ownership, mark) = (ownership.clone(), mark.clone());
         let (key, all, holds) = (keys[0].clone(), all.clone(), holds.clone());
+        let queue = queue.clone();
         async move {
             let (token, ttl_ms, timeout) = (&ownership.token, timing.ttl_ms(), timing.node_timeout);
             let reply = match (hold, &all, &holds) {
@@ -133,9 +144,11 @@ pub(crate) async fn attempt(
                     .await
                 }
                 (Hold::Exclusive, ..) => {
-                    let mark = mark.as_ref();
-                    node.acquire(&key, token, ttl_ms, timeout, fenced, on_refusal, mark)
-                        .await
+                    let (mark, queue) = (mark.as_ref(), queue.as_ref().map(|q| q.args()));
+                    node.acquire(
+                        &key, token, ttl_ms, timeout, fenced, on_refusal, mark, queue,
+                    )
+                    .await
                 }
                 (Hold::Shared, ..) => {
                     node.read_acquire(&key, token, ttl_ms, timeout, on_refusal, fenced)

@@ -13,4 +13,5 @@ pub(crate) mod release;
 pub(crate) mod renew;
 pub(crate) mod reserve;
 pub(crate) mod subscription;
+pub(crate) mod turn;
 pub(crate) mod wait;

@@ -43,6 +43,12 @@ enum Command {
 /// the node confirms. Waiters poll that node's lock meanwhile.
 const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a channel stays subscribed after its last waiter left: a
+/// process that waits for the same lock again soon (contention comes in
+/// runs) neither unsubscribes nor subscribes again, and a waiter that
+/// got the lock costs no UNSUBSCRIBE if its Locker ends meanwhile.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// Channels with waiters, shared by the waiters and the node tasks.
 pub(crate) struct Notifier {
     quorum: usize,
@@ -72,14 +78,30 @@ impl Tasks {
     }
 }
 
-/// The waiters of one lock name.
+/// One waiter on a channel: its number, its wake-up, the mode it wants,
+/// and whether it has a place in the lock's queue on the servers (see
+/// `coord::turn`), where a release wakes it by its number.
+struct Entry {
+    id: u64,
+    notify: Arc<Notify>,
+    mode: LockMode,
+    queued: bool,
+}
+
+/// The waiters of one lock name on one channel: the lock's release
+/// channel, or this Locker's own channel of that lock, on which a handoff
+/// names the waiter it wakes (`targeted`).
 struct Channel {
     /// Tells a node's confirmation apart from one meant for an earlier
     /// subscription of the same name.
     generation: u64,
-    /// Waiters in arrival order, with the mode each wants; a release
-    /// wakes the front (see [`Channel::front`]).
-    waiters: VecDeque<(u64, Arc<Notify>, LockMode)>,
+    /// Waiters in arrival order; a release wakes the front (see
+    /// [`Channel::front`]), a handoff the waiter it names.
+    waiters: VecDeque<Entry>,
+    targeted: bool,
+    /// Counts the times the channel was left empty: a lingering
+    /// unsubscription goes ahead only if nobody came and went since.
+    emptied: u64,
     /// Which nodes confirmed the SUBSCRIBE, and their connection has not
     /// broken since.
     confirmed: watch::Sender<Vec<bool>>,
@@ -157,8 +179,8 @@ impl Notifier {
         tasks.handles.abort();
         tasks.senders.clear();
         for channel in channels.values() {
-            for (_, notify, _) in &channel.waiters {
-                notify.notify_one();
+            for entry in &channel.waiters {
+                entry.notify.notify_one();
             }
         }
     }
@@ -177,10 +199,21 @@ impl Notifier {
             .is_some_and(|c| !c.waiters.is_empty())
     }
 
+    /// A number no other waiter of this Locker has.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Queues a waiter for `mode` on `channel`, subscribing on every node
     /// if it is the first.
     pub(crate) fn join(self: &Arc<Self>, channel: &str, mode: LockMode) -> Waiter {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_id();
+        self.join_as(channel, mode, id, Kind::Plain)
+    }
+
+    /// Queues waiter `id` on `channel` as `kind` says, subscribing on
+    /// every node if it is the first.
+    fn join_as(self: &Arc<Self>, channel: &str, mode: LockMode, id: u64, kind: Kind) -> Waiter {
         let notify = Arc::new(Notify::new());
         let mut channels = self.channels();
         self.ensure_running(&mut channels);
@@ -192,12 +225,19 @@ impl Notifier {
             Channel {
                 generation: id,
                 waiters: VecDeque::new(),
+                targeted: kind == Kind::Own,
+                emptied: 0,
                 confirmed: watch::Sender::new(vec![false; self.nodes]),
                 release: None,
                 taken_until: None,
             }
         });
-        entry.waiters.push_back((id, notify.clone(), mode));
+        entry.waiters.push_back(Entry {
+            id,
+            notify: notify.clone(),
+            mode,
+            queued: kind != Kind::Plain,
+        });
         Waiter {
             notifier: self.clone(),
             channel: channel.to_string(),
@@ -235,7 +275,8 @@ impl Notifier {
                 }
             }
             c.taken_until = None;
-            c.wake_head();
+            // A queued waiter is woken by the node that hands it the lock.
+            c.wake_head(false);
         }
     }
 
@@ -243,11 +284,19 @@ impl Notifier {
     /// first node's word (the lock may already be free on a quorum) and
     /// again when a quorum of nodes confirmed, in case its first try raced
     /// a release still on its way to some nodes.
-    fn published(&self, channel: &str, release_id: &str) {
+    fn published(&self, channel: &str, payload: &str) {
         let quorum = self.quorum;
         let mut channels = self.channels();
         let Some(c) = channels.get_mut(channel) else {
             return;
+        };
+        // A handoff names the waiter it is for: `ID:RELEASE`.
+        let (waiter, release_id) = match c.targeted {
+            true => match payload.split_once(':') {
+                Some((id, release)) => (id.parse::<u64>().ok(), release),
+                None => return,
+            },
+            false => (None, payload),
         };
         let release = match &mut c.release {
             Some(r) if r.id == release_id => r,
@@ -261,8 +310,19 @@ impl Notifier {
             }
         };
         release.heard = release.heard.saturating_add(1);
-        if !release.done && (release.heard == 1 || release.heard == quorum) {
-            c.wake_head();
+        match waiter {
+            // Woken once a quorum of the nodes handed it the lock: before
+            // that, its attempt would find the lock still held elsewhere.
+            Some(id) if release.heard == quorum => {
+                if let Some(entry) = c.waiters.iter().find(|e| e.id == id) {
+                    entry.notify.notify_one();
+                }
+            }
+            Some(_) => {}
+            None if !release.done && (release.heard == 1 || release.heard == quorum) => {
+                c.wake_head(true);
+            }
+            None => {}
         }
     }
 
@@ -283,22 +343,27 @@ impl Notifier {
         for c in self.channels().values_mut() {
             c.confirmed
                 .send_if_modified(|nodes| std::mem::replace(&mut nodes[node], false));
-            // A forced release may have gone unheard too: look.
+            // A forced release may have gone unheard too: look. A handoff
+            // names one waiter, so every waiter of a Locker's own channel
+            // looks.
             c.taken_until = None;
-            c.wake_head();
+            match c.targeted {
+                true => c.waiters.iter().for_each(|e| e.notify.notify_one()),
+                false => c.wake_head(true),
+            }
         }
     }
 
     /// Waiter `id` leaves the queue: `acquired` with its lease's validity
     /// if it took the lock alone (a reader that took a read hold leaves
     /// as one that gave up: the lock is not closed to the next in line).
-    fn leave(&self, channel: &str, id: u64, acquired: Option<Instant>) {
+    fn leave(self: &Arc<Self>, channel: &str, id: u64, acquired: Option<Instant>) {
         let mut channels = self.channels();
         let Some(c) = channels.get_mut(channel) else {
             return;
         };
-        let was_front = c.front().any(|(w, _, _)| *w == id);
-        c.waiters.retain(|(w, _, _)| *w != id);
+        let was_front = c.front().any(|e| e.id == id);
+        c.waiters.retain(|e| e.id != id);
         if let Some(valid_until) = acquired {
             // This release is used up: later echoes of it must not wake the
             // next waiter for a lock that is now ours.
@@ -308,15 +373,45 @@ impl Notifier {
             c.taken_until = Some(valid_until);
             // The next waiter moves up: it needs a timer for the new
             // holder's expiry (waiters behind the first keep none), which
-            // `taken_until` gives without a look at the lock.
-            c.wake_head();
-        } else if was_front {
+            // `taken_until` gives without a look at the lock. (A queued
+            // waiter has a timer of its own.)
+            c.wake_head(false);
+        } else if was_front && !c.targeted {
             // A waiter at the front gave up (dropped, out of time), and may
             // have swallowed a wake-up, or took a read hold (the next in
             // line may be a writer, which must now look): pass it on.
-            c.wake_head();
+            c.wake_head(true);
         }
         if c.waiters.is_empty() {
+            c.emptied += 1;
+            let emptied = c.emptied;
+            let notifier = Arc::downgrade(self);
+            let channel = channel.to_string();
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(async move {
+                        tokio::time::sleep(LINGER).await;
+                        if let Some(n) = notifier.upgrade() {
+                            n.unsubscribe_if_idle(&channel, emptied);
+                        }
+                    });
+                }
+                Err(_) => {
+                    drop(channels);
+                    self.unsubscribe_if_idle(&channel, emptied);
+                }
+            }
+        }
+    }
+
+    /// Unsubscribes from `channel` if nobody has waited on it since it was
+    /// left empty for the `emptied`th time.
+    fn unsubscribe_if_idle(&self, channel: &str, emptied: u64) {
+        let mut channels = self.channels();
+        if channels
+            .get(channel)
+            .is_some_and(|c| c.waiters.is_empty() && c.emptied == emptied)
+        {
             channels.remove(channel);
             self.tasks().send(|| Command::Unsubscribe {
                 channel: channel.to_string(),
@@ -329,26 +424,28 @@ impl Channel {
     /// The waiters a release lets try: the first in line, and if it
     /// wants a read hold, every reader after it up to the first writer
     /// (readers share the lock, so they go together).
-    fn front(&self) -> impl Iterator<Item = &(u64, Arc<Notify>, LockMode)> {
+    fn front(&self) -> impl Iterator<Item = &Entry> {
         let shared = self
             .waiters
             .front()
-            .is_some_and(|(_, _, mode)| *mode == LockMode::Shared);
+            .is_some_and(|e| e.mode == LockMode::Shared);
         let run = match shared {
             true => self
                 .waiters
                 .iter()
-                .take_while(|(_, _, mode)| *mode == LockMode::Shared)
+                .take_while(|e| e.mode == LockMode::Shared)
                 .count(),
             false => 1,
         };
         self.waiters.iter().take(run)
     }
 
-    fn wake_head(&self) {
-        for (_, notify, _) in self.front() {
+    /// Wakes the front; a queued waiter there only if `queued_too` (a
+    /// release that hands the lock on wakes the waiter it goes to).
+    fn wake_head(&self, queued_too: bool) {
+        for entry in self.front().filter(|e| queued_too || !e.queued) {
             // Stores a permit if the waiter is busy retrying: not lost.
-            notify.notify_one();
+            entry.notify.notify_one();
         }
     }
 }
@@ -386,7 +483,7 @@ impl Waiter {
         let channels = self.notifier.channels();
         channels
             .get(&self.channel)
-            .is_some_and(|c| c.front().any(|(id, _, _)| *id == self.id))
+            .is_some_and(|c| c.front().any(|e| e.id == self.id))
     }
 
     /// Resolves when a release wakes this waiter (only ever at the front).
@@ -419,6 +516,24 @@ impl Waiters {
     /// Queues for `mode` on each of `channels`.
     pub(crate) fn join(notifier: &Arc<Notifier>, channels: &[String], mode: LockMode) -> Self {
         Waiters(channels.iter().map(|c| notifier.join(c, mode)).collect())
+    }
+
+    /// An exclusive waiter with place `id` in the lock's queue: on the
+    /// lock's release channel `released` (a release that frees the lock
+    /// wakes the front, which hands it on to the first in line if that is
+    /// not itself), and on this Locker's own channel of the lock `own`,
+    /// where a handoff wakes it by its number.
+    pub(crate) fn join_queued(
+        notifier: &Arc<Notifier>,
+        released: &str,
+        own: &str,
+        id: u64,
+    ) -> Self {
+        let mode = LockMode::Exclusive;
+        Waiters(vec![
+            notifier.join_as(released, mode, id, Kind::Queued),
+            notifier.join_as(own, mode, id, Kind::Own),
+        ])
     }
 
     /// Waits until a quorum confirmed every subscription, at most
@@ -457,6 +572,19 @@ impl Waiters {
     pub(crate) fn taken_until(&self) -> Option<Instant> {
         self.0.iter().filter_map(Waiter::taken_until).max()
     }
+}
+
+/// How a waiter is on a channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Woken at the front by releases.
+    Plain,
+    /// Queued on the servers, on the lock's release channel: woken at the
+    /// front by a release that frees the lock, not by this Locker's own.
+    Queued,
+    /// Queued on the servers, on this Locker's own channel of the lock:
+    /// woken by a handoff that names it.
+    Own,
 }
 
 /// How many nodes confirm a subscription.

@@ -45,6 +45,11 @@ pub(crate) async fn lock(
     debug_assert_eq!(keys.len(), holds.len());
     let hold = holds[0];
     let many = keys.len() > 1;
+    // An exclusive lock that may wait queues on the servers, first come,
+    // first served across processes.
+    if !many && hold == Hold::Exclusive && policy.attempts != Some(1) {
+        return crate::coord::turn::lock(engine, resource, &keys[0], timing, policy).await;
+    }
     // A multi-lock queues in this Locker as a writer does, whatever its
     // holds: alone at the front.
     let mode = match many {
@@ -149,7 +154,10 @@ pub(crate) async fn lock(
                 holds,
                 mark: reservation.mark(),
             },
-            Hold::Exclusive => Side::Write { mark: mark.token() },
+            Hold::Exclusive => Side::Write {
+                mark: mark.token(),
+                queue: None,
+            },
             Hold::Shared => Side::Read,
             Hold::Permit { permits, majority } => Side::Permit { permits, majority },
         };
@@ -213,7 +221,7 @@ pub(crate) async fn lock(
 
 /// Whether `grant` still has the validity an acquire must leave a lease
 /// with (see [`Timing::check_usable`]), now that more time has passed.
-fn still_usable(grant: &Grant, timing: Timing, resource: &str) -> Result<(), Error> {
+pub(crate) fn still_usable(grant: &Grant, timing: Timing, resource: &str) -> Result<(), Error> {
     match grant
         .valid_until
         .checked_sub(timing.ttl.saturating_sub(timing.drift))
@@ -244,7 +252,7 @@ fn taken_by_sibling(w: &Waiters, counts_attempts: bool, now: Instant) -> Option<
 /// behind it), and, announced, when it stops waiting (dropped: in the
 /// background). Costs nothing until readers refuse the writer.
 #[derive(Default)]
-struct WriterMark(Option<Marked>);
+pub(crate) struct WriterMark(Option<Marked>);
 
 struct Marked {
     engine: Arc<Engine>,
@@ -255,12 +263,12 @@ struct Marked {
 
 impl WriterMark {
     /// The mark's token, once there is one.
-    fn token(&self) -> Option<&Token> {
+    pub(crate) fn token(&self) -> Option<&Token> {
         self.0.as_ref().map(|m| &m.token)
     }
 
     /// Readers refused the writer: mark it from the next attempt on.
-    fn wanted(&mut self, engine: &Arc<Engine>, keys: &LockKeys, timing: Timing) {
+    pub(crate) fn wanted(&mut self, engine: &Arc<Engine>, keys: &LockKeys, timing: Timing) {
         if self.0.is_none() {
             self.0 = Some(Marked {
                 engine: engine.clone(),
@@ -279,7 +287,7 @@ impl WriterMark {
     /// costs the readers behind the mark there only their wake-up (they
     /// wait for their timers, at most the mark's TTL). Whether there was a
     /// mark to clear.
-    async fn took_the_lock(&mut self, holder: &Token, by: Instant) -> bool {
+    pub(crate) async fn took_the_lock(&mut self, holder: &Token, by: Instant) -> bool {
         use futures_util::StreamExt;
         let Some(m) = self.0.take() else {
             return false;

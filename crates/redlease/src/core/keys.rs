@@ -145,6 +145,16 @@ pub(crate) fn release_channel(lock_key: &str) -> String {
     suffixed(lock_key, RELEASED_SUFFIX)
 }
 
+/// The channel on which a release hands the lock of `lock_key` to a
+/// waiter of the Locker tagged `tag` (see `coord::turn`): the release
+/// channel, then `:` and the tag, so in the lock's hash slot.
+pub(crate) fn own_channel(lock_key: &str, tag: &str) -> String {
+    let mut text = release_channel(lock_key);
+    text.push(':');
+    text.push_str(tag);
+    text
+}
+
 fn suffixed(key: &str, suffix: &str) -> String {
     let mut text = String::with_capacity(key.len() + suffix.len());
     text.push_str(key);
@@ -192,6 +202,7 @@ mod tests {
         let spelled = format!("KEYS[1] .. '{RELEASED_SUFFIX}'");
         assert!(include_str!("../protocol/scripts/release.lua").contains(&spelled));
         assert_eq!(release_channel("app:{x}"), "app:{x}:released");
+        assert_eq!(own_channel("app:{x}", "0a1b"), "app:{x}:released:0a1b");
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue, ParsingError, Value};
 
-use super::lua::{malformed, millis, small_int_array, Flag, PubSub, ACQUIRE, RAISE_FENCE, REFUSED};
+use super::lua::{
+    malformed, millis, small_int_array, Flag, PubSub, ACQUIRE, LEAVE_QUEUE, RAISE_FENCE, REFUSED,
+};
 
 /// What a refused acquire does to the holder's value: mark it for waiters
 /// (crate docs, "A release is published only when another Locker waits")
@@ -31,6 +33,43 @@ impl OnRefusal {
     }
 }
 
+/// A waiter's place in a lock's queue (queue.lua), as the acquire
+/// scripts take it: `TAG:ID:WINDOW`, scored by `ticket` (0: the
+/// server's clock when it is first queued). Refused, the waiter is queued
+/// if it was not, and the queue lives `lifetime` after its latest arrival.
+/// Only the acquire script reads it: a waiter with a place always runs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QueuePlace<'a> {
+    pub(crate) place: &'a str,
+    pub(crate) ticket: u64,
+    pub(crate) lifetime: Duration,
+}
+
+/// A waiter leaves a lock's queue (leave_queue.lua): its place is
+/// removed, and a lock reserved for it meanwhile is handed on.
+///
+/// - `KEYS[1]` the lock key.
+/// - `ARGV[1]` the place; `ARGV[2]` `PUBLISH` or `SPUBLISH` ([`PubSub`]).
+/// - Reply: 1.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeaveQueueRequest<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) place: &'a str,
+    pub(crate) pubsub: PubSub,
+}
+
+impl LeaveQueueRequest<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        LEAVE_QUEUE.call(|c| {
+            c.arg(1)
+                .arg(self.key)
+                .arg(self.place)
+                .arg(self.pubsub.publish());
+        })
+    }
+}
+
 /// The acquire script (acquire.lua): take the lock if it is free, and
 /// draw its fencing token if asked, in one round trip.
 ///
@@ -42,7 +81,9 @@ impl OnRefusal {
 ///   `ARGV[5]` [`Flag`]: append the server's clock to a "yes"; `ARGV[6]`
 ///   `NUMSUB` or `SHARDNUMSUB` ([`PubSub`]); `ARGV[7]` [`Flag`]: draw a
 ///   fencing token; `ARGV[8]` the Locker's tag; `ARGV[9]` [`Flag`]: mark
-///   a holder of another Locker for its waiters ([`OnRefusal`]).
+///   a holder of another Locker for its waiters ([`OnRefusal`]);
+///   `ARGV[10..13]` a queued waiter's [`QueuePlace`] (`''` for none),
+///   ticket, queue lifetime (ms), and `PUBLISH` or `SPUBLISH`.
 /// - Reply ([`AcquireScriptReply`]): taken, `{1, fence}` with `fence` 0
 ///   when none was drawn, and `seconds, microseconds` of `TIME` after it
 ///   when the clock was asked for; held, `{0, pttl, waiting, owner}`.
@@ -59,6 +100,7 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) fenced: bool,
     pub(crate) tag: &'a str,
     pub(crate) on_refusal: OnRefusal,
+    pub(crate) queue: Option<QueuePlace<'a>>,
 }
 
 impl AcquireRequest<'_> {
@@ -75,6 +117,12 @@ impl AcquireRequest<'_> {
                 .arg(Flag(self.fenced))
                 .arg(self.tag)
                 .arg(self.on_refusal.marks());
+            if let Some(q) = self.queue {
+                c.arg(q.place)
+                    .arg(q.ticket)
+                    .arg(millis(q.lifetime))
+                    .arg(self.pubsub.publish());
+            }
         })
     }
 
@@ -288,6 +336,7 @@ mod tests {
             fenced: true,
             tag: "tag",
             on_refusal: OnRefusal::Mark,
+            queue: None,
         }
     }
 

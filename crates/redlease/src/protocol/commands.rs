@@ -140,6 +140,7 @@ pub const COMMANDS: &[Command] = &[
     need("zrem", When::Always, "no read lock can be released: each stays held until its TTL runs out"),
     need("zremrangebyscore", When::Always, "read locks cannot prune expired readers: they fail"),
     need("zcard", When::Always, "no semaphore permit can be taken: the holders cannot be counted"),
+    need("zpopmin", When::Always, "the release of a lock that waiters marked fails: it hands the lock to the first in line with it"),
     need("del", When::Always, "no release: every lock stays held until its TTL runs out"),
     need("pubsub|numsub", When::NotCluster, "`redlease status` counts the waiters with it: it fails"),
     optional("publish", When::NotCluster, "releases cannot wake other processes' waiters: they poll"),
@@ -414,6 +415,7 @@ mod tests {
             "zrem",
             "zremrangebyscore",
             "zcard",
+            "zpopmin",
             "del",
         ];
         let plain = ["pubsub|numsub", "publish", "subscribe", "unsubscribe"];
@@ -464,7 +466,7 @@ mod tests {
             rule.to_string(),
             "ACL SETUSER redlease on >PASSWORD resetkeys resetchannels ~redlease:* &redlease:* \
              -@all +info +time +eval +evalsha +set +get +incr +pexpire +pexpiretime +pttl \
-             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +zcard +del \
+             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +zcard +zpopmin +del \
              +pubsub|numsub +publish +subscribe +unsubscribe"
         );
         let odd = AclRule::new(Deployment::Standalone).key_prefix(r"a*b?[c]\:");

@@ -156,8 +156,12 @@ pub(crate) fn one_or_zero(script: &str, reply: &Value) -> Result<bool, redis::Pa
 
 // EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
 // SCRIPT FLUSH): `Conn::eval` does both, so NOSCRIPT never surfaces.
-pub(crate) static ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/acquire.lua")
+    ))
+});
 // Release goes as EVALSHA once this client has seen the node run it, and
 // whole (EVAL) before: a whole script is one command, never a NOSCRIPT
 // round trip, so it is on the wire as soon as it is first polled, and
@@ -167,13 +171,28 @@ pub(crate) static ACQUIRE: LazyLock<Lua> =
 // (about half the release's cost); after a server lost its scripts (a
 // restart, SCRIPT FLUSH) the first one is retried whole, which may then
 // run after that next request: a delay, not an error.
-pub(crate) static RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/release.lua")));
+pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
 // On a cluster the release is announced on the lock's shard channel: the
 // same script with SPUBLISH (a script of its own, so that no release
 // carries the command's name as an argument).
-pub(crate) static RELEASE_SHARDED: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/release_sharded.lua")));
+pub(crate) static RELEASE_SHARDED: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/release_sharded.lua")
+    ))
+});
+// A waiter leaving a lock's queue (see `coord::turn`).
+pub(crate) static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/queue.lua"),
+        include_str!("scripts/leave_queue.lua")
+    ))
+});
 // Sent whole (EVAL): an operator's rare command.
 pub(crate) const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
 pub(crate) static RAISE_FENCE: LazyLock<Lua> =
@@ -218,7 +237,7 @@ pub(crate) static READ_INSPECT: LazyLock<Lua> =
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 19] = [
+    let scripts: [(&str, &Lua); 20] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
         ("release", &RELEASE_SHARDED),
@@ -238,6 +257,7 @@ pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> 
         ("writer-waiting mark", &WRITER_WAITS),
         ("writer-waiting clear", &WRITER_CLEAR),
         ("read inspect", &READ_INSPECT),
+        ("queue leave", &LEAVE_QUEUE),
     ];
     scripts
         .into_iter()
@@ -273,9 +293,11 @@ mod tests {
             .filter(|(a, b)| a != b)
             .collect();
         assert_eq!(code(plain).count(), code(sharded).count());
-        assert_eq!(differing.len(), 1, "{differing:?}");
-        let (a, b) = differing[0];
-        assert_eq!(a.replace("'PUBLISH'", "'SPUBLISH'"), b);
+        // The hand-off's and the announcement's.
+        assert_eq!(differing.len(), 2, "{differing:?}");
+        for (a, b) in differing {
+            assert_eq!(a.replace("'PUBLISH'", "'SPUBLISH'"), b);
+        }
         assert_ne!(RELEASE.hash(), RELEASE_SHARDED.hash());
         assert_eq!(script_by_hash(RELEASE_SHARDED.hash()).unwrap().0, "release");
     }

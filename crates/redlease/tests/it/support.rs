@@ -149,6 +149,16 @@ pub async fn command(node: &RedisNode, args: &[&str]) {
         .unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
 
+/// How many waiters queue for the lock of `key` on `node` (see
+/// `coord::turn`).
+pub async fn queue_len(node: &RedisNode, key: &str) -> u64 {
+    redis::cmd("ZCARD")
+        .arg(format!("{key}:queue"))
+        .query_async(&mut conn(node).await)
+        .await
+        .expect("ZCARD")
+}
+
 /// Empties every node's script cache, so the next script call meets NOSCRIPT.
 pub async fn flush_scripts(nodes: &RedisNodes) {
     for node in nodes.iter() {

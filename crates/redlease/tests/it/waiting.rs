@@ -236,7 +236,7 @@ async fn local_waiters_take_turns() {
     const CYCLES: usize = 50;
     let nodes = RedisNodes::start(1);
     let locker = patient_locker(&nodes);
-    let calls_before = lock_calls(nodes.node(0)).await;
+    let calls_before = script_calls(nodes.node(0)).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for worker in 0..WORKERS {
@@ -264,7 +264,7 @@ async fn local_waiters_take_turns() {
     assert_eq!(order.len(), WORKERS * CYCLES);
     let same = order.windows(2).filter(|w| w[0] == w[1]).count();
     let share = same as f64 / (order.len() - 1) as f64;
-    let calls = lock_calls(nodes.node(0)).await - calls_before;
+    let calls = script_calls(nodes.node(0)).await - calls_before;
     let per_cycle = calls as f64 / order.len() as f64;
     println!("same-task share {share:.2}, script calls per cycle {per_cycle:.2}");
     assert!(
@@ -272,8 +272,9 @@ async fn local_waiters_take_turns() {
         "the releasing task took the lock back {:.0}% of the time",
         share * 100.0
     );
-    // An acquire and a release per cycle, plus the occasional retry: not a
-    // herd of one retry per waiter per release.
+    // A release that hands the lock on, the acquire that takes it, and the
+    // releasing task's next attempt, which queues it: not a herd of one
+    // retry per waiter per release.
     assert!(
         per_cycle < 3.5,
         "{per_cycle:.2} script calls per cycle: a herd of retries"
@@ -301,7 +302,7 @@ async fn the_next_in_line_behind_a_task_of_its_locker_does_not_look() {
     );
     tokio::time::sleep(200 * MS).await;
 
-    let before = lock_calls(node).await;
+    let before = script_calls(node).await;
     first.release().await.unwrap();
     let (_, got) = tokio::time::timeout(Duration::from_secs(2), second)
         .await
@@ -309,7 +310,7 @@ async fn the_next_in_line_behind_a_task_of_its_locker_does_not_look() {
         .unwrap();
     let second_lease = got.unwrap();
     tokio::time::sleep(500 * MS).await;
-    let calls = lock_calls(node).await - before;
+    let calls = script_calls(node).await - before;
     // The first's release and the second's acquire; the third sent nothing.
     assert_eq!(calls, 2, "the third looked at a lock its Locker holds");
     assert!(!third.is_finished());
@@ -369,9 +370,9 @@ fn default_delays_locker(nodes: &RedisNodes, ttl: Duration, wait: Duration) -> L
         .unwrap()
 }
 
-/// Waiters that hear releases do not poll a held lock: each process looks
-/// when the holder's key is due to expire (the holder renews it), tasks of
-/// one Locker through the first of them only. With the default retry
+/// Waiters that hear releases do not poll a held lock: each looks when the
+/// holder's key is due to expire (the holder renews it), the crowd spread
+/// out. With the default retry
 /// policy (10-100 ms) they used to make hundreds of attempts here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_do_not_poll_a_held_lock() {
@@ -472,13 +473,15 @@ async fn a_split_vote_does_not_put_the_waiters_to_sleep() {
     );
 }
 
-/// A release is published only when a waiter of another Locker marked the
-/// lock: tasks of one Locker wake each other in-process, so their handoffs
-/// cost no `PUBLISH`, while a waiter elsewhere marks the holder (a `*`
-/// after its token, its TTL kept) with its refused acquire and hears the
-/// release at once. With fencing on the acquire is the script, which marks
-/// the holder itself. A marked lease is still its holder's to extend and
-/// release, and the next holder starts unmarked.
+/// A release is published only when a waiter marked the lock, and then
+/// once, to the waiter it is handed to: a task of the same Locker queues
+/// like any other waiter, so its handoff costs one `PUBLISH` (on its
+/// Locker's own channel); a waiter elsewhere marks the holder (a `*` after
+/// its token, its TTL kept) with its refused acquire and hears the release
+/// at once. With fencing on the acquire is the script, which marks the
+/// holder itself. A marked lease is still its holder's to extend and
+/// release; a lease taken in turn is marked (its release hands the lock to
+/// the next in line, or announces it), and one taken free is not.
 async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool) {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
@@ -501,23 +504,25 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
     let chan = channel(&mine, "job");
     let published_before = command_calls(node, &["publish"]).await;
 
-    // Tasks of one Locker: the second is refused by its sibling and woken
-    // in-process by its release.
-    for _ in 0..3 {
+    // A lock nobody waits for: taken and released without a PUBLISH.
+    mine.try_lock("job").await.unwrap().release().await.unwrap();
+    assert_eq!(command_calls(node, &["publish"]).await, published_before);
+    // Tasks of one Locker: the second queues behind its sibling, marks it,
+    // and is handed the lock by its release.
+    for round in 1..=3 {
         let holder = mine.try_lock("job").await.unwrap();
         let sibling = spawn_lock(mine.clone(), "job");
         wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
         tokio::time::sleep(100 * MS).await;
         let value = get(node, &key).await;
-        assert!(
-            value.is_some() && !marked(&value),
-            "a sibling's refusal marked"
-        );
+        assert!(marked(&value), "the queued sibling marked: {value:?}");
         let gap = handoff(holder, sibling).await;
         assert!(gap < Duration::from_secs(1), "handoff took {gap:?}");
+        // The handoff, and the sibling's release of a lease taken in turn.
+        let published = command_calls(node, &["publish"]).await - published_before;
+        assert_eq!(published, 2 * round, "one PUBLISH per handoff");
     }
-    let published = command_calls(node, &["publish"]).await - published_before;
-    assert_eq!(published, 0, "handoffs within one Locker were published");
+    let published_before = command_calls(node, &["publish"]).await;
 
     // A waiter of another Locker (as another process would be).
     let mut holder = mine.try_lock("job").await.unwrap();
@@ -553,9 +558,10 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
         gap < Duration::from_secs(1),
         "handoff took {gap:?}; the waiter's fallback timer is 5 s"
     );
-    // The marked release only: the waiter's own lease was not marked.
+    // The marked release's handoff, and the waiter's release of its lease
+    // taken in turn (marked, so announced to whoever else may wait).
     let published = command_calls(node, &["publish"]).await - published_before;
-    assert_eq!(published, 1, "releases published: only the marked one");
+    assert_eq!(published, 2, "releases published: the handoff and the next");
     assert_eq!(get(node, &key).await, None, "both released");
 }
 
@@ -569,14 +575,13 @@ async fn releases_are_published_only_for_waiters_of_other_lockers_fenced() {
     releases_are_published_only_for_waiters_of_other_lockers(true).await;
 }
 
-/// The next waiter of the releasing Locker is woken as soon as the release
-/// is on the wire, not when it is answered: its acquire queues right
-/// behind the release on the same connection, and Redis runs it next. Seen
-/// here with writes paused on the node (`CLIENT PAUSE WRITE`): while the
-/// release waits there, the waiter's acquire already sits in the
-/// connection's query buffer.
+/// The release itself hands the lock to the next waiter, of the same
+/// Locker too: while the release waits on a node whose writes are paused
+/// (`CLIENT PAUSE WRITE`), the waiter is not woken and sends nothing (it
+/// would only be refused), and once the release runs the waiter takes the
+/// lock at once.
 #[tokio::test]
-async fn the_next_waiter_sends_its_acquire_behind_the_release() {
+async fn the_release_hands_the_lock_to_the_next_waiter() {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
     let locker = Locker::builder(nodes.urls())
@@ -589,44 +594,33 @@ async fn the_next_waiter_sends_its_acquire_behind_the_release() {
         )
         .build()
         .unwrap();
+    let key = locker.admin().key("job");
     let holder = locker.try_lock("job").await.unwrap();
     let waiter = spawn_lock(locker.clone(), "job");
     let chan = channel(&locker, "job");
     wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
     tokio::time::sleep(100 * MS).await;
+    assert_eq!(queue_len(node, &key).await, 1, "the waiter queued");
 
+    let scripts = script_calls(node).await;
     command(node, &["CLIENT", "PAUSE", "600", "WRITE"]).await;
+    let released = Instant::now();
     let release = tokio::spawn(async move { holder.release().await });
     tokio::time::sleep(200 * MS).await;
     assert!(
         !release.is_finished(),
         "the release ran while writes were paused"
     );
-    let clients: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut conn(node).await)
-        .await
-        .unwrap();
-    // The connection whose release is held up (flags=b) has more input.
-    let field = |line: &str, name: &str| {
-        line.split(' ')
-            .find_map(|f| f.strip_prefix(name))
-            .map(str::to_string)
-    };
-    let held_up: Vec<&str> = clients
-        .lines()
-        .filter(|line| field(line, "flags=").is_some_and(|f| f.contains('b')))
-        .collect();
-    assert_eq!(held_up.len(), 1, "one connection waits:\n{clients}");
-    let queued: usize = field(held_up[0], "qbuf=").unwrap().parse().unwrap();
-    assert!(
-        queued > 0,
-        "the waiter's acquire is not queued behind the paused release:\n{clients}"
-    );
     release.await.unwrap().unwrap();
-    let (_, got) = tokio::time::timeout(Duration::from_secs(3), waiter)
+    let (acquired, got) = tokio::time::timeout(Duration::from_secs(3), waiter)
         .await
         .expect("the waiter takes the lock after the release")
         .unwrap();
+    assert!(
+        acquired - released < Duration::from_secs(2),
+        "woken by the handoff, not its 5 s timer"
+    );
+    // The release, and the waiter's acquire: nothing sent in between.
+    assert_eq!(script_calls(node).await - scripts, 2);
     got.unwrap().release().await.unwrap();
 }

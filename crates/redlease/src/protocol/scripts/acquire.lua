@@ -20,6 +20,17 @@
 -- that its release is published (a holder of the same Locker wakes its
 -- waiters itself); only with ARGV[9] '1', when the acquire waits for the
 -- lock after a "no" ('0': it gives up, and no release need be heard).
+-- ARGV[10] the waiter's place in the lock's queue (queue.lua), '' for an
+-- acquire that does not queue; then ARGV[11] its arrival ticket ('0': the
+-- server's clock now, in microseconds, for a place not yet queued);
+-- ARGV[12] how long the queue lives after its latest arrival, in ms;
+-- ARGV[13] PUBLISH or SPUBLISH. A
+-- waiter with a place takes the lock reserved for it, or a free lock when
+-- it is first in line (a free lock with others before it is handed to the
+-- first of them, and the waiter refused); refused, it keeps its place
+-- (queued at its ticket if it had none) and marks any holder, of this
+-- Locker too, so that the release hands the lock on. Its own value is
+-- then marked: its release hands the lock on in turn.
 -- Returns {1, fencing token (0 if none was drawn)[, seconds,
 -- microseconds]} when taken by us,
 -- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
@@ -32,7 +43,32 @@ local value = ARGV[1]
 if ARGV[4] == '1' then
   value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
 end
-if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+local place = ARGV[10] or ''
+local queue = KEYS[1] .. ':queue'
+local function ticket()
+  if ARGV[11] ~= '0' then
+    return ARGV[11]
+  end
+  local now = redis.call('TIME')
+  return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+end
+local taken
+if place ~= '' then
+  local current = redis.call('GET', KEYS[1])
+  if current == place .. '~' then
+    taken = true
+  elseif not current then
+    redis.call('ZADD', queue, 'NX', ticket(), place)
+    local release = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
+    taken = hand_off(KEYS[1], ARGV[13], release, place) == place
+  end
+  if taken then
+    redis.call('SET', KEYS[1], value .. '*', 'PX', ARGV[2])
+  end
+else
+  taken = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
+end
+if taken then
   -- A counter that expired while idle (or a node that restarted empty)
   -- starts again from the server clock in microseconds, above every token
   -- handed out before it went idle; otherwise it counts up by one. The
@@ -63,8 +99,12 @@ else
   waiting = 0
 end
 local owner = redis.pcall('GET', KEYS[1])
+if place ~= '' and ARGV[9] == '1' and owner then
+  redis.call('ZADD', queue, 'NX', ticket(), place)
+  redis.call('PEXPIRE', queue, ARGV[12])
+end
 if ARGV[9] == '1' and type(owner) == 'string'
-    and string.sub(owner, 1, #ARGV[8]) ~= ARGV[8]
+    and (place ~= '' or string.sub(owner, 1, #ARGV[8]) ~= ARGV[8])
     and string.byte(owner, -1) ~= 42 then
   local hex = string.match(owner, '^%x*')
   if #hex == 48 and (#owner == 48 or string.byte(owner, 49) == 124) then
@@ -76,4 +116,10 @@ if type(owner) == 'string' then
 else
   owner = 0
 end
-return {0, redis.call('PTTL', KEYS[1]), waiting, owner}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 and place ~= '' then
+  -- Free, and others are first in line (or were, if they no longer
+  -- listen): look again after a handoff window.
+  pttl = tonumber(string.match(place, '(%d+)$'))
+end
+return {0, pttl, waiting, owner}

@@ -104,6 +104,13 @@ if first then
     local claimed = redis.call('GET', claim)
     if not claimed or claimed == mark then
       redis.call('SET', claim, mark, 'PX', ARGV[12])
+      -- First in the lock's queue (queue.lua), which the queue's own
+      -- lifetime must outlast.
+      local queue = KEYS[first] .. ':queue'
+      redis.call('ZADD', queue, '-inf', mark)
+      if redis.call('PTTL', queue) < tonumber(ARGV[12]) then
+        redis.call('PEXPIRE', queue, ARGV[12])
+      end
       -- Its release must look for the claim: a marked value's does.
       local holder = redis.pcall('GET', KEYS[first])
       if type(holder) == 'string' and string.byte(holder, -1) ~= 42 then
@@ -130,6 +137,7 @@ if first then
       end
       if redis.call('GET', KEYS[i] .. ':claim') == mark then
         redis.call('DEL', KEYS[i] .. ':claim')
+        redis.call('ZREM', KEYS[i] .. ':queue', mark)
       end
     end
   end
@@ -210,6 +218,7 @@ for i = 1, k do
   if #mark > 0 then
     if redis.call('GET', KEYS[i] .. ':claim') == mark then
       redis.call('DEL', KEYS[i] .. ':claim')
+      redis.call('ZREM', KEYS[i] .. ':queue', mark)
     end
     local waits = redis.call('GET', KEYS[i] .. ':writer')
     if waits == mark or waits == mark .. '*' then

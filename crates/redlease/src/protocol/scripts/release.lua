@@ -1,8 +1,7 @@
 -- Delete the lock only if it still holds our token: never someone else's.
--- Then announce the release, so waiters retry at once instead of polling,
--- if a waiter of another Locker marked the lock: waiters of our own Locker
--- are woken in-process, and a release nobody else waits for costs no
--- PUBLISH (see refused.lua for the mark).
+-- If a waiter marked the lock (refused.lua, acquire.lua), hand it on or
+-- announce the release, so that waiters go on at once instead of polling;
+-- a release nobody waits for costs no PUBLISH.
 -- KEYS[1] lock key; ARGV[1] token; ARGV[2], only for the cleanup of a
 -- failed attempt: announce nothing (the lock was never ours, so nothing
 -- was freed).
@@ -18,7 +17,12 @@
 -- Every argument and every call costs Redis time on every release, so
 -- the common case (ours, unbound, unmarked) is one comparison, and the
 -- channel and the id are spelled here, only when published.
--- Returns 1 if deleted, 0 if not ours.
+-- A marked release first hands the lock on: to a waiting multi-lock that
+-- claimed it, or else to the first exclusive waiter in the lock's queue
+-- (queue.lua), which alone is woken; only a lock nobody queues for is
+-- freed and announced to every waiter. The cleanup of a failed attempt
+-- (ARGV[2]) hands a queued lock on too, and announces nothing else.
+-- Returns 1 if deleted (or handed on), 0 if not ours.
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -32,18 +36,20 @@ local next = string.byte(value, n + 1)
 if next ~= 124 and next ~= 42 then -- '|' or '*'
   return 0
 end
+if string.byte(value, -1) ~= 42 then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local release = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
+-- Handed to the first in the queue (a waiting multi-lock's claim comes
+-- first): it alone is woken.
+if hand_off(KEYS[1], 'PUBLISH', release, nil) then
+  return 1
+end
 redis.call('DEL', KEYS[1])
-if not ARGV[2] and string.byte(value, -1) == 42 then
-  -- A waiting multi-lock's claim (acquire_all.lua) becomes its
-  -- reservation: the name goes to it, not to whoever comes first.
-  local claim = KEYS[1] .. ':claim'
-  local left = redis.call('PTTL', claim)
-  if left > 0 then
-    redis.call('SET', KEYS[1], redis.call('GET', claim) .. '~', 'PX', left)
-    redis.call('DEL', claim)
-  end
+if not ARGV[2] then
   -- pcall: an ACL user without channel rights (or a server without
   -- SPUBLISH) can still release; its waiters fall back to their timers.
-  redis.pcall('PUBLISH', KEYS[1] .. ':released', string.sub(redis.sha1hex(ARGV[1]), 1, 16))
+  redis.pcall('PUBLISH', KEYS[1] .. ':released', release)
 end
 return 1

@@ -22,6 +22,7 @@ for i = 1, #KEYS do
   local claim = KEYS[i] .. ':claim'
   if redis.pcall('GET', claim) == ARGV[1] then
     redis.call('DEL', claim)
+    redis.call('ZREM', KEYS[i] .. ':queue', ARGV[1])
   end
   local waits = redis.pcall('GET', KEYS[i] .. ':writer')
   if waits == ARGV[1] or waits == ARGV[1] .. '*' then

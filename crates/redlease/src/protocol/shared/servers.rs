@@ -189,6 +189,7 @@ impl Fixture {
             fenced,
             tag: TAG,
             on_refusal: OnRefusal::Mark,
+            queue: None,
         }
         .call();
         run(&mut self.conn, cmd)

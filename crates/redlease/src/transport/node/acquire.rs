@@ -10,10 +10,10 @@ use crate::core::refusal::READERS_OWNER;
 use crate::core::token::Token;
 use crate::core::vote_guard::{ClockSample, ServerFacts};
 use crate::protocol::acquire::{
-    AcquireRequest, AcquireScriptReply, FenceRaised, OnRefusal, RaiseFenceRequest, RefusedReply,
-    RefusedRequest, ServerTime,
+    AcquireRequest, AcquireScriptReply, FenceRaised, LeaveQueueRequest, OnRefusal, QueuePlace,
+    RaiseFenceRequest, RefusedReply, RefusedRequest, ServerTime,
 };
-use crate::protocol::lua::{ACQUIRE, RAISE_FENCE, REFUSED};
+use crate::protocol::lua::{ACQUIRE, LEAVE_QUEUE, RAISE_FENCE, REFUSED};
 use crate::transport::shard_conn;
 
 use super::{Gate, Node};
@@ -82,6 +82,9 @@ impl Node {
     /// `on_refusal`: whether a refusal marks the holder for waiters; if
     /// it does and readers refused, `mark` (the waiting writer's name) is
     /// set as the writer-waiting mark, so that new readers wait behind it.
+    /// `queue`: the waiter's place in the lock's queue, if it queues (see
+    /// `coord::turn`): then it runs the script, which knows a lock
+    /// reserved for it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn acquire(
         &self,
@@ -92,10 +95,12 @@ impl Node {
         fenced: bool,
         on_refusal: OnRefusal,
         mark: Option<&Token>,
+        queue: Option<QueuePlace<'_>>,
     ) -> Result<AcquireReply, NodeError> {
         use std::sync::atomic::Ordering;
         let plain = !fenced
             && self.settings.durability.wait().is_none()
+            && queue.is_none()
             && self.set_nx_get.load(Ordering::Relaxed);
         let mut reply = None;
         if plain {
@@ -112,8 +117,9 @@ impl Node {
             Some(reply) => reply,
             // Boxed, so that the plain path's futures do not carry its state.
             None => {
-                Box::pin(self.acquire_scripted(keys, token, ttl_ms, timeout, fenced, on_refusal))
-                    .await?
+                let scripted =
+                    self.acquire_scripted(keys, token, ttl_ms, timeout, fenced, on_refusal, queue);
+                Box::pin(scripted).await?
             }
         };
         if let AcquireReply::Held {
@@ -212,8 +218,10 @@ impl Node {
         self.judge_grant(shard, clock, None, None).map(Some)
     }
 
-    /// The acquire script: with a fencing token, durability, or on a
-    /// server older than Redis 7.0.
+    /// The acquire script: with a fencing token, durability, on a server
+    /// older than Redis 7.0, or for a waiter that may have a place in the
+    /// lock's queue.
+    #[allow(clippy::too_many_arguments)]
     async fn acquire_scripted(
         &self,
         keys: &LockKeys,
@@ -222,6 +230,7 @@ impl Node {
         timeout: Duration,
         fenced: bool,
         on_refusal: OnRefusal,
+        queue: Option<QueuePlace<'_>>,
     ) -> Result<AcquireReply, NodeError> {
         let fence_key = keys.fence();
         let request = AcquireRequest {
@@ -236,6 +245,7 @@ impl Node {
             fenced,
             tag: self.settings.tag.as_str(),
             on_refusal,
+            queue,
         };
         let call = request.call();
         let sent = std::time::Instant::now();
@@ -312,6 +322,27 @@ impl Node {
             Some(kind @ NodeErrorKind::SameServer { .. }) => Err(self.error(kind)),
             _ => Ok(held),
         }
+    }
+
+    /// Takes the waiter's `place` off the lock's queue, handing the lock on
+    /// if it was reserved for it meanwhile (see `coord::turn`).
+    pub(crate) async fn leave_queue(
+        &self,
+        keys: &LockKeys,
+        place: &str,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        let call = LeaveQueueRequest {
+            key: &keys.lock,
+            place,
+            pubsub: self.pubsub(),
+        }
+        .call();
+        let (left, _): (i64, _) = self
+            .run(&LEAVE_QUEUE, call, timeout, Gate::Cleanup, &keys.lock)
+            .await?;
+        debug_assert_eq!(left, 1);
+        Ok(())
     }
 
     /// Raises the fencing counter to at least `fence`.
