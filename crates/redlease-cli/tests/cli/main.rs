@@ -16,4 +16,5 @@ mod shared;
 mod status;
 mod support;
 mod tls;
+mod turn;
 mod usage;

@@ -3,10 +3,14 @@
 //! connection per node, shared by every waiter.
 //!
 //! Per lock name there is one SUBSCRIBE per node, however many tasks wait,
-//! and it is dropped when the last waiter leaves. Waiters queue in arrival
-//! order and only the head is woken by a release, so one release costs one
-//! retry in this process, not one per waiter (no thundering herd), and the
-//! lock goes to waiters in turn (fairness within the process).
+//! and it is dropped a moment after the last waiter leaves. Waiters queue
+//! in arrival order and only the head is woken by a release, so one
+//! release costs one retry in this process, not one per waiter (no
+//! thundering herd), and the lock goes to waiters in turn (fairness within
+//! the process). An exclusive waiter that queues on the servers (see
+//! [`turn`](crate::coord::turn)) also listens on its Locker's own channel
+//! of the lock, where a release that hands it the lock names it: it alone
+//! is woken, and a handoff to a waiter that left is passed on.
 //!
 //! Waiters trust these notifications only while they can arrive: a node's
 //! subscription counts from its confirmation until its connection breaks.
@@ -19,19 +23,20 @@
 //!
 //! [`RetryPolicy::fallback_delay`]: crate::core::retry::RetryPolicy::fallback_delay
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::coord::background::RuntimeTasks;
 use crate::core::mode::LockMode;
 use crate::core::token::ReleaseId;
-use crate::transport::deployment::{Deployment, Subscriber};
 use crate::transport::node::Node;
+
+mod node_task;
+use node_task::node_task;
 
 /// What a node's subscription task is asked to do, in order.
 enum Command {
@@ -284,20 +289,29 @@ impl Notifier {
     /// first node's word (the lock may already be free on a quorum) and
     /// again when a quorum of nodes confirmed, in case its first try raced
     /// a release still on its way to some nodes.
-    fn published(&self, channel: &str, payload: &str) {
+    ///
+    /// On this Locker's own channel of a lock, a handoff names the waiter
+    /// it is for (`ID:WINDOW:RELEASE`). A handoff to a waiter no longer
+    /// here (it gave up, or took the lock on a quorum of other nodes) is
+    /// returned as that waiter's place (`TAG:ID:WINDOW`), to be passed on.
+    fn published(&self, channel: &str, payload: &str) -> Option<(String, String)> {
         let quorum = self.quorum;
         let mut channels = self.channels();
         let Some(c) = channels.get_mut(channel) else {
-            return;
+            return handed_to(channel, payload);
         };
-        // A handoff names the waiter it is for: `ID:RELEASE`.
         let (waiter, release_id) = match c.targeted {
-            true => match payload.split_once(':') {
-                Some((id, release)) => (id.parse::<u64>().ok(), release),
-                None => return,
+            true => match payload.splitn(3, ':').collect::<Vec<_>>()[..] {
+                [id, _, release] => (Some(id.parse::<u64>().ok()?), release),
+                _ => return None,
             },
             false => (None, payload),
         };
+        if let Some(id) = waiter {
+            if !c.waiters.iter().any(|e| e.id == id) {
+                return handed_to(channel, payload);
+            }
+        }
         let release = match &mut c.release {
             Some(r) if r.id == release_id => r,
             slot => {
@@ -324,6 +338,7 @@ impl Notifier {
             }
             None => {}
         }
+        None
     }
 
     /// Node `node` confirmed the subscription to `channel`.
@@ -574,6 +589,18 @@ impl Waiters {
     }
 }
 
+/// The lock key and the place a handoff on a Locker's own channel of a
+/// lock (`KEY:released:TAG`, payload `ID:WINDOW:RELEASE`) was for, if it
+/// is one.
+fn handed_to(channel: &str, payload: &str) -> Option<(String, String)> {
+    let (rest, tag) = channel.rsplit_once(':')?;
+    let key = rest.strip_suffix(":released")?;
+    let mut fields = payload.splitn(3, ':');
+    let (id, window) = (fields.next()?, fields.next()?);
+    fields.next()?;
+    Some((key.to_string(), format!("{tag}:{id}:{window}")))
+}
+
 /// How a waiter is on a channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -598,186 +625,19 @@ impl Drop for Waiter {
     }
 }
 
-/// One node's subscription connection: runs SUBSCRIBE / UNSUBSCRIBE (or
-/// their sharded forms on a cluster) in the order asked, turns published
-/// messages into wake-ups, and tells the notifier when the node confirmed a
-/// subscription and when the connection broke. Ends when the Locker is gone.
-async fn node_task(
-    node: Arc<Node>,
-    index: usize,
-    notifier: std::sync::Weak<Notifier>,
-    mut commands: mpsc::UnboundedReceiver<Command>,
-    timeout: Duration,
-) {
-    let deployment = node.deployment();
-    let (push_tx, mut pushes) = mpsc::unbounded_channel::<PushInfo>();
-    // RESP3 lets the connection reconnect and resubscribe on its own after
-    // it breaks; until the node confirms again, waiters poll its lock.
-    let mut conn: Option<Subscriber> = None;
-    // Channels subscribed to, with the generation each confirms: for a
-    // Sentinel's new primary after a failover, and for subscribing again.
-    let mut channels: HashMap<String, u64> = HashMap::new();
-    // Channels this node has not confirmed since they were asked for or
-    // since the connection broke.
-    let mut unconfirmed: HashSet<String> = HashSet::new();
-    let mut switches = deployment.switches();
-    let mut resubscribe = tokio::time::interval(RESUBSCRIBE_EVERY);
-    resubscribe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let confirm = |channel: &str, generation: u64| {
-        if let Some(n) = notifier.upgrade() {
-            n.confirmed(channel, generation, index);
-        }
-    };
-    // The connection broke (or the primary moved): nothing it confirmed
-    // counts until it is confirmed again.
-    let broke = |unconfirmed: &mut HashSet<String>, channels: &HashMap<String, u64>| {
-        if let Some(n) = notifier.upgrade() {
-            n.disconnected(index);
-        }
-        unconfirmed.extend(channels.keys().cloned());
-    };
-    loop {
-        tokio::select! {
-            // The sentinels named another primary: subscribe there. The
-            // old one still answers (and, once it follows the new one,
-            // even relays its messages), but until then it hears nothing.
-            Some(()) = async {
-                match &mut switches {
-                    Some(switched) => switched.changed().await.ok(),
-                    None => std::future::pending().await,
-                }
-            } => {
-                broke(&mut unconfirmed, &channels);
-                conn = open_subscriber(deployment, timeout, &push_tx).await;
-                resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
-            }
-            command = commands.recv() => {
-                let Some(command) = command else { return };
-                if conn.is_none() {
-                    conn = open_subscriber(deployment, timeout, &push_tx).await;
-                }
-                match command {
-                    Command::Subscribe { channel, generation } => {
-                        channels.insert(channel.clone(), generation);
-                        unconfirmed.insert(channel.clone());
-                        let Some(conn) = &mut conn else { continue };
-                        if subscribe(conn, &channel, timeout).await {
-                            unconfirmed.remove(&channel);
-                            confirm(&channel, generation);
-                        }
-                    }
-                    Command::Unsubscribe { channel } => {
-                        channels.remove(&channel);
-                        unconfirmed.remove(&channel);
-                        let Some(conn) = &mut conn else { continue };
-                        if let Ok(Err(e)) = tokio::time::timeout(timeout, conn.unsubscribe(&channel)).await {
-                            tracing::debug!(error = %e, "UNSUBSCRIBE failed");
-                        }
-                    }
-                }
-            }
-            // Subscribe again where the node has not confirmed: after a
-            // failed SUBSCRIBE, or a broken connection that did not come
-            // back with its subscriptions (a second SUBSCRIBE is harmless).
-            _ = resubscribe.tick(), if !unconfirmed.is_empty() => {
-                if conn.is_none() {
-                    conn = open_subscriber(deployment, timeout, &push_tx).await;
-                }
-                resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
-            }
-            Some(push) = pushes.recv() => {
-                match push.kind {
-                    PushKind::Message | PushKind::SMessage => {
-                        if let [channel, payload] = push.data.as_slice() {
-                            if let (Some(channel), Some(id), Some(n)) = (text(channel), text(payload), notifier.upgrade()) {
-                                n.published(&channel, &id);
-                            }
-                        }
-                    }
-                    PushKind::Disconnection => {
-                        broke(&mut unconfirmed, &channels);
-                        // After a failover the sentinels name another
-                        // primary: subscribe there, not to the old address.
-                        if matches!(deployment, Deployment::Sentinel(_)) {
-                            conn = open_subscriber(deployment, timeout, &push_tx).await;
-                            resubscribe_all(&mut conn, &mut unconfirmed, &channels, timeout, &confirm).await;
-                        }
-                    }
-                    // The connection came back and subscribed again on its
-                    // own (RESP3 resubscription).
-                    PushKind::Subscribe | PushKind::SSubscribe => {
-                        if let Some(channel) = push.data.first().and_then(text) {
-                            if let Some(&generation) = channels.get(&channel) {
-                                if unconfirmed.remove(&channel) {
-                                    confirm(&channel, generation);
-                                }
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::handed_to;
 
-/// A new subscription connection; the node task subscribes it to the
-/// channels that have waiters.
-async fn open_subscriber(
-    deployment: &Deployment,
-    timeout: Duration,
-    pushes: &mpsc::UnboundedSender<PushInfo>,
-) -> Option<Subscriber> {
-    match deployment.subscriber(timeout, pushes.clone()).await {
-        Ok(conn) => Some(conn),
-        Err(e) => {
-            tracing::warn!(error = %e, "no release notifications from a node; its waiters poll it");
-            None
-        }
-    }
-}
-
-/// Subscribes to every channel in `unconfirmed`, and confirms those the
-/// node confirmed. Stops at the first failure: the node is down or slow,
-/// and a thousand channels must not cost a thousand timeouts in a row.
-async fn resubscribe_all(
-    conn: &mut Option<Subscriber>,
-    unconfirmed: &mut HashSet<String>,
-    channels: &HashMap<String, u64>,
-    timeout: Duration,
-    confirm: &impl Fn(&str, u64),
-) {
-    let Some(conn) = conn else { return };
-    for channel in unconfirmed.clone() {
-        if !subscribe(conn, &channel, timeout).await {
-            return;
-        }
-        unconfirmed.remove(&channel);
-        if let Some(&generation) = channels.get(&channel) {
-            confirm(&channel, generation);
-        }
-    }
-}
-
-/// Subscribes to `channel`; whether it was confirmed in time.
-async fn subscribe(conn: &mut Subscriber, channel: &str, timeout: Duration) -> bool {
-    match tokio::time::timeout(timeout, conn.subscribe(channel)).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::debug!(error = %e, "SUBSCRIBE failed; waiters fall back to timers");
-            false
-        }
-        Err(_) => {
-            tracing::debug!("SUBSCRIBE timed out; waiters fall back to timers");
-            false
-        }
-    }
-}
-
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
+    #[test]
+    fn a_handoff_names_its_lock_and_place() {
+        let handed = handed_to("app:{job}:released:0a1b", "7:250:abcdef");
+        assert_eq!(
+            handed,
+            Some(("app:{job}".to_string(), "0a1b:7:250".to_string()))
+        );
+        // A release announced to every waiter names no place.
+        assert_eq!(handed_to("app:{job}:released", "abcdef"), None);
+        assert_eq!(handed_to("app:{job}:released:0a1b", "7:250"), None);
     }
 }

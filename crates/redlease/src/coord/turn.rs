@@ -279,7 +279,7 @@ impl Drop for Place {
             let leaves = engine.nodes().iter().map(|node| {
                 let (keys, member) = (&keys, &member);
                 async move {
-                    if let Err(e) = node.leave_queue(keys, member, timeout).await {
+                    if let Err(e) = node.leave_queue(&keys.lock, member, timeout).await {
                         tracing::debug!(error = %e, "leaving the queue failed; the place is passed over");
                     }
                 }

@@ -29,4 +29,5 @@ mod semaphore;
 mod sentinel;
 mod slow_nodes;
 mod tls;
+mod turn;
 mod waiting;

@@ -6,7 +6,7 @@
 -- hand_off gives the free lock `key` to the first waiter that still
 -- listens: it takes the place off the queue, reserves the lock for it
 -- ('TAG:ID:WINDOW~', for WINDOW ms by the server's clock) and wakes it with
--- 'ID:RELEASE' on its Locker's channel (key .. ':released:' .. TAG) by
+-- 'ID:WINDOW:RELEASE' on its Locker's channel (key .. ':released:' .. TAG) by
 -- `publish` (PUBLISH, or SPUBLISH on a cluster). A place whose Locker no
 -- longer listens (the message reaches nobody: its process ended, or its
 -- connection did) is dropped, and the next is tried, up to 8. `me` is
@@ -41,7 +41,7 @@ local function hand_off(key, publish, release, me)
         return place
       end
     else
-      local heard = redis.pcall(publish, key .. ':released:' .. tag, id .. ':' .. release)
+      local heard = redis.pcall(publish, key .. ':released:' .. tag, id .. ':' .. window .. ':' .. release)
       if type(heard) ~= 'number' then
         redis.call('ZADD', queue, head[2], place)
         return nil

@@ -328,18 +328,18 @@ impl Node {
     /// if it was reserved for it meanwhile (see `coord::turn`).
     pub(crate) async fn leave_queue(
         &self,
-        keys: &LockKeys,
+        key: &str,
         place: &str,
         timeout: Duration,
     ) -> Result<(), NodeError> {
         let call = LeaveQueueRequest {
-            key: &keys.lock,
+            key,
             place,
             pubsub: self.pubsub(),
         }
         .call();
         let (left, _): (i64, _) = self
-            .run(&LEAVE_QUEUE, call, timeout, Gate::Cleanup, &keys.lock)
+            .run(&LEAVE_QUEUE, call, timeout, Gate::Cleanup, key)
             .await?;
         debug_assert_eq!(left, 1);
         Ok(())
