@@ -379,7 +379,7 @@ impl Notifier {
         };
         let was_front = c.front().any(|e| e.id == id);
         c.waiters.retain(|e| e.id != id);
-        if let Some(valid_until) = acquired {
+        if let Some(valid_until) = acquired.filter(|_| !c.targeted) {
             // This release is used up: later echoes of it must not wake the
             // next waiter for a lock that is now ours.
             if let Some(r) = &mut c.release {
@@ -388,9 +388,8 @@ impl Notifier {
             c.taken_until = Some(valid_until);
             // The next waiter moves up: it needs a timer for the new
             // holder's expiry (waiters behind the first keep none), which
-            // `taken_until` gives without a look at the lock. (A queued
-            // waiter has a timer of its own.)
-            c.wake_head(false);
+            // `taken_until` gives without a look at the lock.
+            c.wake_head(true);
         } else if was_front && !c.targeted {
             // A waiter at the front gave up (dropped, out of time), and may
             // have swallowed a wake-up, or took a read hold (the next in
@@ -568,10 +567,12 @@ impl Waiters {
         self.0.iter().all(Waiter::is_head)
     }
 
-    /// Resolves when a release of any of the locks wakes it.
-    pub(crate) async fn woken(&self) {
+    /// Resolves when a release of any of the locks wakes it, with the
+    /// index of the channel it was woken on (for a queued waiter, 1: a
+    /// handoff named it).
+    pub(crate) async fn woken(&self) -> usize {
         let all = self.0.iter().map(|w| Box::pin(w.woken()));
-        futures_util::future::select_all(all).await;
+        futures_util::future::select_all(all).await.1
     }
 
     /// Leaves every queue because the locks are ours alone, valid until

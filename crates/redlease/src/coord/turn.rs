@@ -51,12 +51,14 @@ use crate::core::error::{Error, Failure};
 use crate::core::keys::{own_channel, release_channel, LockKeys};
 use crate::core::retry::{RetryPolicy, Waiting};
 use crate::core::validity::Timing;
-use crate::protocol::acquire::{OnRefusal, QueuePlace};
+use crate::protocol::acquire::{Look, OnRefusal, QueuePlace};
 
-/// How long a lock's queue lives after the latest waiter joined or looked:
-/// longer than any waiter sleeps between looks, so that only a queue
-/// nobody waits on any more expires.
-pub(crate) const QUEUE_LIFETIME: Duration = Duration::from_secs(600);
+/// How long a lock's queue lives after the latest waiter joined it: it is
+/// garbage once its waiters are gone without leaving (killed). Should it
+/// expire under waiters that wait longer than this, with nobody joining
+/// meanwhile, the next release finds nobody queued and announces itself
+/// to every waiting Locker, whose next attempts queue again.
+pub(crate) const QUEUE_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// The shortest handoff window: a woken waiter's attempt must reach the
 /// server within it (twice the node timeout, if that is longer).
@@ -79,12 +81,17 @@ pub(crate) async fn lock(
 ) -> Result<Grant, Error> {
     let start = Instant::now();
     let deadline = policy.wait.map(|wait| start + wait);
+    let counts_attempts = policy.attempts.is_some();
     let mut place: Option<Place> = None;
     let mut waiter: Option<Waiters> = None;
     let mut mark = WriterMark::default();
     let mut last: Option<Failure> = None;
     let mut attempts: u32 = 0;
     let mut look_now = true;
+    // What the latest look found: the lock is handed on when it is freed,
+    // and held until then at most.
+    let mut looked: Option<Duration> = None;
+    let mut crowd: u64 = 0;
     // Other tasks of this Locker queue for the lock already: it is busy,
     // so queue at once rather than try a plain acquire first.
     let released = release_channel(&keys.lock);
@@ -98,23 +105,53 @@ pub(crate) async fn lock(
     loop {
         if let Some(w) = waiter.as_ref().filter(|_| !look_now) {
             let now = Instant::now();
+            let taken = taken_by_sibling(w, counts_attempts, now);
             let waiting = Waiting {
-                behind: false,
+                // Behind another task of this Locker, which looks for both.
+                behind: !w.is_head(),
                 heard: w.heard(),
-                held_elsewhere: last.as_ref().is_some_and(|f| f.busy.one_owner),
-                expires_in: last.as_ref().and_then(|f| f.error.expires_in()),
-                crowd: last.as_ref().map_or(0, |f| f.busy.crowd),
+                held_elsewhere: taken.is_some()
+                    || looked.is_some()
+                    || last.as_ref().is_some_and(|f| f.busy.one_owner),
+                expires_in: taken
+                    .or(looked.take())
+                    .or_else(|| last.as_ref().and_then(|f| f.error.expires_in())),
+                crowd: crowd.max(last.as_ref().map_or(0, |f| f.busy.crowd)),
                 quarantine_left: last.as_ref().and_then(|f| f.error.quarantine_left()),
             };
             let delay = policy.fallback_delay(rand::random::<f64>(), &waiting, now, deadline);
             let woken_by = Box::pin(async {
                 tokio::select! {
-                    () = w.woken() => "handoff",
+                    on = w.woken() => match on {
+                        OWN_CHANNEL => "handoff",
+                        _ => "release",
+                    },
                     () = tokio::time::sleep(delay) => "timer",
                 }
             })
             .await;
-            tracing::debug!(resource, woken_by, "retrying in turn");
+            tracing::debug!(resource, woken_by, "woken in turn");
+            // Moved up behind a task of this Locker that took the lock: it
+            // is held until a release is heard, or its lease runs out.
+            let now = Instant::now();
+            if woken_by == "release"
+                && taken_by_sibling(w, counts_attempts, now).is_some()
+                && deadline.is_none_or(|d| now < d)
+            {
+                continue;
+            }
+            // A timer: look before trying. A lock that will be handed on
+            // (to this waiter too, in turn) needs no attempt, which would
+            // cost a script on every node.
+            if woken_by == "timer" && !counts_attempts && deadline.is_none_or(|d| now < d) {
+                if let Some(place) = &place {
+                    let found = Box::pin(look(engine, keys, place, timing)).await;
+                    if let Some((held, waiting)) = found {
+                        (looked, crowd) = (Some(held), waiting);
+                        continue;
+                    }
+                }
+            }
         }
         look_now = false;
         if engine.is_closed() {
@@ -179,6 +216,49 @@ pub(crate) async fn lock(
             look_now = true;
         }
     }
+}
+
+/// Looks at the lock on every node (see [`Look`]): how long it is held at
+/// most, if it will be handed on everywhere, and the most processes any
+/// node counts waiting; `None` if an attempt must look (somewhere it is
+/// free, ours, unmarked or unknown).
+async fn look(
+    engine: &Arc<Engine>,
+    keys: &LockKeys,
+    place: &Place,
+    timing: Timing,
+) -> Option<(Duration, u64)> {
+    let place = place.spelled();
+    let looks = engine
+        .nodes()
+        .iter()
+        .map(|node| node.look(&keys.lock, &place.member, timing.node_timeout));
+    let mut held: Option<(Duration, u64)> = None;
+    for look in futures_util::future::join_all(looks).await {
+        match look {
+            Ok(Look::HandsOn { expires_in, crowd }) => {
+                let left = expires_in.unwrap_or(crate::core::retry::SAFETY_NET);
+                held = Some(held.map_or((left, crowd), |(h, c)| (h.min(left), c.max(crowd))));
+            }
+            Ok(Look::Try) | Err(_) => return None,
+        }
+    }
+    held
+}
+
+/// Which of a queued waiter's channels a handoff wakes it on (see
+/// [`Waiters::join_queued`]).
+const OWN_CHANNEL: usize = 1;
+
+/// How long a lease that another task of this Locker took since the latest
+/// release stays valid, if one did and still is (see `wait`).
+fn taken_by_sibling(w: &Waiters, counts_attempts: bool, now: Instant) -> Option<Duration> {
+    if counts_attempts || !w.heard() {
+        return None;
+    }
+    w.taken_until()
+        .and_then(|until| until.checked_duration_since(now))
+        .filter(|left| !left.is_zero())
 }
 
 /// Listens for the lock's releases and this Locker's handoffs, then

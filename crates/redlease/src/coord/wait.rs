@@ -109,7 +109,7 @@ pub(crate) async fn lock(
             // path, and its state need not weigh on every lock's future.
             let woken_by = Box::pin(async {
                 tokio::select! {
-                    () = w.woken() => "release",
+                    _ = w.woken() => "release",
                     () = tokio::time::sleep(delay) => "timer",
                 }
             })

@@ -45,6 +45,45 @@ pub(crate) struct QueuePlace<'a> {
     pub(crate) lifetime: Duration,
 }
 
+/// What a queued waiter's look at a lock (`GET` and `PTTL` of the lock
+/// key, and the count of waiting processes, no script) found on one node:
+/// whether it must try for the lock now, or can sleep on, because the
+/// lock will be handed on to the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Held by a holder whose release hands the lock on (its value is
+    /// marked), or reserved for another waiter or set: for this long at
+    /// most (`None`: no expiry), with `crowd` processes waiting there.
+    HandsOn {
+        expires_in: Option<Duration>,
+        crowd: u64,
+    },
+    /// Anything else: free, reserved for this waiter, held by a holder no
+    /// waiter marked yet, by readers, or of another kind: only an attempt
+    /// can tell, and mark what needs marking.
+    Try,
+}
+
+impl Look {
+    /// Judges the lock key's `value` (never kept: a holder's value is its
+    /// token) and `pttl`, for the waiter whose place is `place`, with
+    /// `crowd` processes waiting.
+    pub(crate) fn of(value: Option<&str>, pttl: i64, place: &str, crowd: u64) -> Look {
+        let expires_in = match pttl {
+            -2 => return Look::Try,
+            -1 => None,
+            ms => Some(Duration::from_millis(ms.max(0) as u64)),
+        };
+        match value {
+            Some(v) if v.ends_with('*') => Look::HandsOn { expires_in, crowd },
+            Some(v) if v.ends_with('~') && v.strip_suffix('~') != Some(place) => {
+                Look::HandsOn { expires_in, crowd }
+            }
+            _ => Look::Try,
+        }
+    }
+}
+
 /// A waiter leaves a lock's queue (leave_queue.lua): its place is
 /// removed, and a lock reserved for it meanwhile is handed on.
 ///
@@ -309,6 +348,24 @@ impl FromRedisValue for FenceRaised {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_look_sleeps_only_on_a_lock_that_will_be_handed_on() {
+        let place = "0a1b:7:250";
+        let left = Some(Duration::from_millis(900));
+        let marked = format!("{}*", "f".repeat(48));
+        let hands_on = Look::HandsOn {
+            expires_in: left,
+            crowd: 3,
+        };
+        assert_eq!(Look::of(Some(&marked), 900, place, 3), hands_on);
+        assert_eq!(Look::of(Some("0a1b:8:250~"), 900, place, 3), hands_on);
+        // Ours, free, unmarked, or readers': an attempt must look.
+        assert_eq!(Look::of(Some("0a1b:7:250~"), 200, place, 3), Look::Try);
+        assert_eq!(Look::of(None, -2, place, 3), Look::Try);
+        assert_eq!(Look::of(Some(&"f".repeat(48)), 900, place, 3), Look::Try);
+        assert_eq!(Look::of(Some("readers"), 900, place, 3), Look::Try);
+    }
 
     fn ints(items: &[i64]) -> Value {
         Value::Array(items.iter().map(|&i| Value::Int(i)).collect())

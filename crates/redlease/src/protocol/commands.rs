@@ -140,6 +140,7 @@ pub const COMMANDS: &[Command] = &[
     need("zrem", When::Always, "no read lock can be released: each stays held until its TTL runs out"),
     need("zremrangebyscore", When::Always, "read locks cannot prune expired readers: they fail"),
     need("zcard", When::Always, "no semaphore permit can be taken: the holders cannot be counted"),
+    need("zrank", When::Always, "a refused waiter cannot find its place in the lock's queue: waiting for a busy exclusive lock fails"),
     need("zpopmin", When::Always, "the release of a lock that waiters marked fails: it hands the lock to the first in line with it"),
     need("del", When::Always, "no release: every lock stays held until its TTL runs out"),
     need("pubsub|numsub", When::NotCluster, "`redlease status` counts the waiters with it: it fails"),
@@ -415,6 +416,7 @@ mod tests {
             "zrem",
             "zremrangebyscore",
             "zcard",
+            "zrank",
             "zpopmin",
             "del",
         ];
@@ -466,7 +468,7 @@ mod tests {
             rule.to_string(),
             "ACL SETUSER redlease on >PASSWORD resetkeys resetchannels ~redlease:* &redlease:* \
              -@all +info +time +eval +evalsha +set +get +incr +pexpire +pexpiretime +pttl \
-             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +zcard +zpopmin +del \
+             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +zcard +zrank +zpopmin +del \
              +pubsub|numsub +publish +subscribe +unsubscribe"
         );
         let odd = AclRule::new(Deployment::Standalone).key_prefix(r"a*b?[c]\:");

@@ -53,12 +53,15 @@ local function ticket()
   return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
 end
 local taken
+local current
 if place ~= '' then
-  local current = redis.call('GET', KEYS[1])
+  current = redis.call('GET', KEYS[1])
   if current == place .. '~' then
     taken = true
   elseif not current then
-    redis.call('ZADD', queue, 'NX', ticket(), place)
+    if redis.call('ZADD', queue, 'NX', ticket(), place) == 1 then
+      redis.call('PEXPIRE', queue, ARGV[12])
+    end
     local release = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
     taken = hand_off(KEYS[1], ARGV[13], release, place) == place
   end
@@ -98,9 +101,14 @@ if type(waiting) == 'table' and type(waiting[2]) == 'number' then
 else
   waiting = 0
 end
-local owner = redis.pcall('GET', KEYS[1])
-if place ~= '' and ARGV[9] == '1' and owner then
-  redis.call('ZADD', queue, 'NX', ticket(), place)
+-- A waiter with a place read the holder already.
+local owner = current
+if place == '' then
+  owner = redis.pcall('GET', KEYS[1])
+end
+if place ~= '' and ARGV[9] == '1' and owner
+    and not redis.call('ZRANK', queue, place) then
+  redis.call('ZADD', queue, ticket(), place)
   redis.call('PEXPIRE', queue, ARGV[12])
 end
 if ARGV[9] == '1' and type(owner) == 'string'

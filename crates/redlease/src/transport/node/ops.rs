@@ -12,6 +12,7 @@ use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::token::Token;
 use crate::core::vote_guard::ServerFacts;
+use crate::protocol::acquire::Look;
 use crate::protocol::compare_delete;
 use crate::protocol::lease::{
     ExtendReply, ExtendRequest, ForceReleaseReply, ForceReleaseRequest, ReleaseReply,
@@ -111,6 +112,30 @@ impl Node {
         let request = Box::pin(async move { cmd.query_async(&mut conn).await });
         let reply: ForceReleaseReply = self.bounded(timeout, Gate::Cleanup, key, request).await?;
         Ok(reply == ForceReleaseReply::Deleted)
+    }
+
+    /// A queued waiter's look at the lock of `key` (see [`Look`]): `GET`,
+    /// `PTTL` and the release channel's subscribers in one round trip,
+    /// without a script.
+    pub(crate) async fn look(
+        &self,
+        key: &str,
+        place: &str,
+        timeout: Duration,
+    ) -> Result<Look, NodeError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        pipe.cmd("PUBSUB")
+            .arg(self.pubsub().numsub())
+            .arg(release_channel(key));
+        let mut conn = self.conn.clone();
+        let request = Box::pin(async move {
+            pipe.query_async::<(Option<String>, i64, Vec<(String, u64)>)>(&mut conn)
+                .await
+        });
+        let (value, pttl, crowd) = self.bounded(timeout, Gate::New, key, request).await?;
+        let crowd = crowd.iter().map(|(_, n)| n).sum();
+        Ok(Look::of(value.as_deref(), pttl, place, crowd))
     }
 
     /// What this node holds of a lock: the key's TTL (never its value, the
