@@ -127,9 +127,10 @@
 //!
 //! Every future here can be dropped at any point. An acquire dropped
 //! mid-flight deletes its token from every node in the background; a
-//! waiting task that is dropped leaves its queue (and unsubscribes if it was
-//! the last); a [`Lease`] dropped without `release` is released in the
-//! background.
+//! waiting task that is dropped leaves its queue (its place in the lock's
+//! queue on the servers too, in the background, handing on a lock that
+//! was just handed to it); a [`Lease`] dropped without `release` is
+//! released in the background.
 
 #![deny(missing_docs)]
 

@@ -113,6 +113,13 @@ pub(crate) async fn attempt(
         let others = keys[1..].iter().zip(&holds[1..]);
         ownership.others = Some(others.map(|(k, &h)| (k.lock.clone(), h)).collect());
     }
+    if let Side::Write {
+        queue: Some(place), ..
+    } = side
+    {
+        let spelled = place.spelled();
+        ownership.place = Some((spelled.member.clone(), spelled.ticket));
+    }
     let ownership = Arc::new(ownership);
     let mark = match side {
         Side::Write { mark, .. } | Side::Many { mark, .. } => mark.cloned(),

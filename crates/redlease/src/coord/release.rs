@@ -27,6 +27,10 @@ pub(crate) struct Ownership {
     pub(crate) token: Token,
     pub(crate) hold: Hold,
     pub(crate) written: Written,
+    /// The waiter's place in the lock's queue and its ticket, for an
+    /// attempt in turn: its cleanup keeps the waiter's turn (see
+    /// `coord::turn`).
+    pub(crate) place: Option<(Arc<str>, u64)>,
 }
 
 impl Ownership {
@@ -38,6 +42,7 @@ impl Ownership {
             token: Token::generate(tag),
             hold,
             written: Written::new(nodes),
+            place: None,
         }
     }
 
@@ -50,6 +55,7 @@ impl Ownership {
             token,
             hold,
             written: Written::new(nodes),
+            place: None,
         }
     }
 
@@ -86,7 +92,10 @@ impl Ownership {
                 .await;
         }
         match self.hold {
-            Hold::Exclusive => node.release(key, token, announce, timeout).await,
+            Hold::Exclusive => {
+                let keep_turn = self.place.as_ref().filter(|_| !announce);
+                node.release(key, token, announce, keep_turn, timeout).await
+            }
             Hold::Shared | Hold::Permit { .. } => {
                 node.read_release(key, token, self.hold, announce, timeout)
                     .await

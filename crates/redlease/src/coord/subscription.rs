@@ -325,9 +325,10 @@ impl Notifier {
         };
         release.heard = release.heard.saturating_add(1);
         match waiter {
-            // Woken once a quorum of the nodes handed it the lock: before
-            // that, its attempt would find the lock still held elsewhere.
-            Some(id) if release.heard == quorum => {
+            // Woken at the first node's handoff (the lock may be handed
+            // on a quorum already), and again when a quorum did, in case
+            // its first try raced a release still on its way elsewhere.
+            Some(id) if release.heard == 1 || release.heard == quorum => {
                 if let Some(entry) = c.waiters.iter().find(|e| e.id == id) {
                     entry.notify.notify_one();
                 }
@@ -560,6 +561,11 @@ impl Waiters {
     /// Whether every release that succeeds will be heard.
     pub(crate) fn heard(&self) -> bool {
         self.0.iter().all(Waiter::heard)
+    }
+
+    /// Its number in this Locker (a queued waiter's, on each channel).
+    pub(crate) fn id(&self) -> u64 {
+        self.0.first().map_or(0, |w| w.id)
     }
 
     /// Whether it is at the front of every queue.

@@ -94,21 +94,24 @@ pub(crate) async fn lock(
     let mut crowd: u64 = 0;
     // Other tasks of this Locker queue for the lock already: it is busy,
     // so queue at once rather than try a plain acquire first.
-    let released = release_channel(&keys.lock);
-    if engine
+    // (Named only once needed: most locks are taken at the first attempt.)
+    let busy = engine
         .started_notifier()
-        .is_some_and(|n| n.has_waiters(&released))
-    {
-        let (w, p) = Box::pin(join(engine, keys, &released, timing)).await;
-        (waiter, place) = (Some(w), Some(p));
+        .is_some_and(|n| n.has_waiters(&release_channel(&keys.lock)));
+    if busy {
+        let w = Box::pin(listen(engine, keys, timing)).await;
+        place = Some(Place::new(engine, keys, w.id(), timing));
+        waiter = Some(w);
     }
     loop {
         if let Some(w) = waiter.as_ref().filter(|_| !look_now) {
             let now = Instant::now();
             let taken = taken_by_sibling(w, counts_attempts, now);
             let waiting = Waiting {
-                // Behind another task of this Locker, which looks for both.
-                behind: !w.is_head(),
+                // Behind another task of this Locker, which looks for both;
+                // unless its last attempt met a split (it may have kept its
+                // turn on some nodes, and must take it in time).
+                behind: !w.is_head() && last.as_ref().is_none_or(|f| f.busy.one_owner),
                 heard: w.heard(),
                 held_elsewhere: taken.is_some()
                     || looked.is_some()
@@ -211,10 +214,25 @@ pub(crate) async fn lock(
         }
         last = Some(failure);
         if waiter.is_none() {
-            let (w, p) = Box::pin(join(engine, keys, &released, timing)).await;
-            (waiter, place) = (Some(w), Some(p));
+            waiter = Some(Box::pin(listen(engine, keys, timing)).await);
             look_now = true;
         }
+        // Refused by a holder: queue (a failure of another kind, a
+        // quarantined server say, has nobody to queue behind).
+        if place.is_none() && last.as_ref().is_some_and(|f| refused_by_a_holder(&f.error)) {
+            let id = waiter.as_ref().map_or(0, Waiters::id);
+            place = Some(Place::new(engine, keys, id, timing));
+            look_now = true;
+        }
+    }
+}
+
+/// Whether an attempt failed because a holder refused it somewhere.
+fn refused_by_a_holder(error: &Error) -> bool {
+    match error {
+        Error::Taken { .. } => true,
+        Error::NoQuorum { refused_by, .. } => !refused_by.is_empty(),
+        _ => false,
     }
 }
 
@@ -261,21 +279,17 @@ fn taken_by_sibling(w: &Waiters, counts_attempts: bool, now: Instant) -> Option<
         .filter(|left| !left.is_zero())
 }
 
-/// Listens for the lock's releases and this Locker's handoffs, then
-/// draws a place in its queue (taken by the next attempt): a handoff to a
-/// place whose Locker does not listen yet would pass it over.
-async fn join(
-    engine: &Arc<Engine>,
-    keys: &LockKeys,
-    released: &str,
-    timing: Timing,
-) -> (Waiters, Place) {
+/// Listens for the lock's releases and this Locker's handoffs, before
+/// the waiter takes a place in the lock's queue (by its next attempt): a
+/// handoff to a place whose Locker does not listen yet would pass it over.
+async fn listen(engine: &Arc<Engine>, keys: &LockKeys, timing: Timing) -> Waiters {
     let notifier = engine.notifier();
     let id = notifier.next_id();
     let own = own_channel(&keys.lock, engine.settings().tag.as_str());
-    let mut w = Waiters::join_queued(notifier, released, &own, id);
+    let released = release_channel(&keys.lock);
+    let mut w = Waiters::join_queued(notifier, &released, &own, id);
     w.subscribed(timing.node_timeout).await;
-    (w, Place::new(engine, keys, id, timing))
+    w
 }
 
 /// A waiter's place in a lock's queue: `TAG:ID:WINDOW` (its Locker's tag,
@@ -294,8 +308,8 @@ pub(crate) struct Place {
 /// A place as the acquire script takes it (see [`QueuePlace`]).
 #[derive(Clone)]
 pub(crate) struct Spelled {
-    member: Arc<str>,
-    ticket: u64,
+    pub(crate) member: Arc<str>,
+    pub(crate) ticket: u64,
 }
 
 impl Spelled {

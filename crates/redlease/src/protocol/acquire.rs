@@ -14,12 +14,13 @@ use super::lua::{
 };
 
 /// What a refused acquire does to the holder's value: mark it for waiters
-/// (crate docs, "A release is published only when another Locker waits")
-/// or leave it alone.
+/// (docs/library.md, "A release is published only when a waiter marked
+/// the lock") or leave it alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum OnRefusal {
     /// The acquire waits for the lock after a refusal: a holder of another
-    /// Locker is marked, so that its release is published to the waiter.
+    /// Locker (for an exclusive waiter in turn, any holder) is marked, so
+    /// that its release is handed on or published to the waiter.
     Mark,
     /// The acquire gives up after a refusal (`try_lock`, the last attempt
     /// of a bounded wait): nobody will listen for the release, so the

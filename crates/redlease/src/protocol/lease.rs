@@ -19,8 +19,11 @@ use super::shared::{Members, SharedKeys};
 /// and announce it if another Locker's waiter marked it.
 ///
 /// - `KEYS[1]` the lock key.
-/// - `ARGV[1]` the token; `ARGV[2]` present (whatever its value) only for
-///   the cleanup of a failed attempt: announce nothing.
+/// - `ARGV[1]` the token; `ARGV[2]` present only for the cleanup of a
+///   failed attempt, which announces nothing: `0`, or the waiter's place
+///   in the lock's queue when the attempt was a waiter's in turn, which
+///   keeps its turn (the lock is reserved for it again) unless a waiter
+///   with an earlier ticket queues there; then `ARGV[3]` its ticket.
 /// - Reply ([`ReleaseReply`]): 1 if deleted, 0 if not ours. `DELIFEQ key
 ///   token` answers the same way.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +32,9 @@ pub(crate) struct ReleaseRequest<'a> {
     pub(crate) token: &'a str,
     pub(crate) announce: bool,
     pub(crate) pubsub: PubSub,
+    /// For a cleanup (`announce` false): the waiter's place and ticket,
+    /// if any.
+    pub(crate) keep_turn: Option<(&'a str, u64)>,
 }
 
 impl ReleaseRequest<'_> {
@@ -49,8 +55,14 @@ impl ReleaseRequest<'_> {
         let bytes = 7 + 40 + 1 + self.key.len() + self.token.len() + 1;
         self.script().call_sized(5, bytes, |c| {
             c.arg(1).arg(self.key).arg(self.token);
-            if !self.announce {
-                c.arg(SILENT);
+            match (self.announce, self.keep_turn) {
+                (true, _) => {}
+                (false, Some((place, ticket))) => {
+                    c.arg(place).arg(ticket);
+                }
+                (false, None) => {
+                    c.arg(SILENT);
+                }
             }
         })
     }
@@ -250,6 +262,7 @@ mod tests {
             token: "t",
             announce: true,
             pubsub: PubSub::Classic,
+            keep_turn: None,
         };
         assert_eq!(
             args(&release.call()),
@@ -264,6 +277,11 @@ mod tests {
             args(&silent.call()),
             ["EVALSHA", RELEASE_SHARDED.hash(), "1", "k", "t", "0"]
         );
+        let in_turn = ReleaseRequest {
+            keep_turn: Some(("0a1b:7:250", 42)),
+            ..silent
+        };
+        assert_eq!(args(&in_turn.call())[5..], ["0a1b:7:250", "42"]);
         let force = ForceReleaseRequest {
             key: "k",
             channel: "k:released",

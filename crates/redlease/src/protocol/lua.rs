@@ -293,8 +293,8 @@ mod tests {
             .filter(|(a, b)| a != b)
             .collect();
         assert_eq!(code(plain).count(), code(sharded).count());
-        // The hand-off's and the announcement's.
-        assert_eq!(differing.len(), 2, "{differing:?}");
+        // The two hand-offs' and the announcement's.
+        assert_eq!(differing.len(), 3, "{differing:?}");
         for (a, b) in differing {
             assert_eq!(a.replace("'PUBLISH'", "'SPUBLISH'"), b);
         }

@@ -89,6 +89,7 @@ fn release(conn: &mut Connection, key: &str, token: &str) -> i64 {
         token,
         announce: true,
         pubsub: PubSub::Classic,
+        keep_turn: None,
     };
     run(conn, request.script().whole(&request.call()))
 }

@@ -21,7 +21,8 @@
 -- claimed it, or else to the first exclusive waiter in the lock's queue
 -- (queue.lua), which alone is woken; only a lock nobody queues for is
 -- freed and announced to every waiter. The cleanup of a failed attempt
--- (ARGV[2]) hands a queued lock on too, and announces nothing else.
+-- (ARGV[2]) announces nothing: a waiter whose attempt took its turn on
+-- some nodes and failed keeps its turn there, and takes it again.
 -- Returns 1 if deleted (or handed on), 0 if not ours.
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
@@ -40,6 +41,27 @@ if string.byte(value, -1) ~= 42 then
   redis.call('DEL', KEYS[1])
   return 1
 end
+if ARGV[2] then
+  -- A waiter in turn (ARGV[2] its place, ARGV[3] its ticket) keeps its
+  -- turn: the lock is reserved for it again, for its window, to take at
+  -- its next attempt. Unless a waiter with an earlier ticket queues here:
+  -- then the lock goes to the first in line. So when waiters each took
+  -- their turn on some nodes and none has a quorum, the earliest ends up
+  -- with every node's turn, and nobody waits on a cycle.
+  local window = string.match(ARGV[2], ':(%d+)$')
+  if window then
+    local first = redis.call('ZRANGE', KEYS[1] .. ':queue', 0, 0, 'WITHSCORES')
+    if not first[1] or (tonumber(first[2]) or -math.huge) >= tonumber(ARGV[3]) then
+      redis.call('SET', KEYS[1], ARGV[2] .. '~', 'PX', window)
+      return 1
+    end
+    redis.call('DEL', KEYS[1])
+    hand_off(KEYS[1], 'PUBLISH', string.sub(redis.sha1hex(ARGV[1]), 1, 16), nil)
+    return 1
+  end
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 local release = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
 -- Handed to the first in the queue (a waiting multi-lock's claim comes
 -- first): it alone is woken.
@@ -47,9 +69,7 @@ if hand_off(KEYS[1], 'PUBLISH', release, nil) then
   return 1
 end
 redis.call('DEL', KEYS[1])
-if not ARGV[2] then
-  -- pcall: an ACL user without channel rights (or a server without
-  -- SPUBLISH) can still release; its waiters fall back to their timers.
-  redis.pcall('PUBLISH', KEYS[1] .. ':released', release)
-end
+-- pcall: an ACL user without channel rights (or a server without
+-- SPUBLISH) can still release; its waiters fall back to their timers.
+redis.pcall('PUBLISH', KEYS[1] .. ':released', release)
 return 1

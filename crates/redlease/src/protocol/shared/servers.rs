@@ -320,6 +320,7 @@ fn a_writer_excludes_readers_and_its_token_is_their_generation() {
         token: &w,
         announce: true,
         pubsub: PubSub::Classic,
+        keep_turn: None,
     }
     .call();
     let released: ReleaseReply = run(&mut f.conn, release);

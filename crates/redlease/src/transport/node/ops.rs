@@ -32,11 +32,15 @@ impl Node {
     /// does not hold `token`. Where the server has `DELIFEQ`, that goes
     /// first, and the script only if the key did not hold exactly `token`
     /// (see `compare_delete`).
+    ///
+    /// `keep_turn`: for the cleanup of a waiter's attempt in turn, its
+    /// place, which keeps its turn (see release.lua).
     pub(crate) async fn release(
         &self,
         key: &Arc<str>,
         token: &Token,
         announce: bool,
+        keep_turn: Option<&(Arc<str>, u64)>,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         use std::sync::atomic::Ordering;
@@ -45,6 +49,7 @@ impl Node {
             token: token.as_str(),
             announce,
             pubsub: self.pubsub(),
+            keep_turn: keep_turn.map(|(p, t)| (&**p, *t)),
         };
         let script = request.script();
         let cached = self.release_cached.load(Ordering::Relaxed);
@@ -55,7 +60,7 @@ impl Node {
         let request: Request<(ReleaseReply, bool)> = if native {
             let delifeq = compare_delete::delifeq(key, token.as_str());
             let (key, token) = (key.clone(), token.clone());
-            let pubsub = request.pubsub;
+            let (pubsub, keep_turn) = (request.pubsub, keep_turn.cloned());
             Box::pin(async move {
                 match conn.query::<ReleaseReply>(&delifeq).await {
                     // Not exactly our token: marked, bound, or not ours.
@@ -72,6 +77,7 @@ impl Node {
                     token: token.as_str(),
                     announce,
                     pubsub,
+                    keep_turn: keep_turn.as_ref().map(|(p, t)| (&**p, *t)),
                 }
                 .call();
                 let reply = release_by_script(&mut conn, script, &call, cached).await?;
