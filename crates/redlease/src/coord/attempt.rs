@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use crate::coord::engine::Engine;
 use crate::coord::guard::ReleaseOnDrop;
+use crate::coord::place::Place;
 use crate::coord::release::{release_on, Announce, Ownership};
-use crate::coord::turn::Place;
 use crate::coord::{fanout, fence};
 use crate::core::error::{Error, Failure, Op};
 use crate::core::keys::LockKeys;
@@ -363,4 +363,16 @@ pub(crate) async fn attempt(
     .await;
     guard.disarm();
     Err(failure)
+}
+
+/// Whether `grant` still has the validity an acquire must leave a lease
+/// with (see [`Timing::check_usable`]), now that more time has passed.
+pub(crate) fn still_usable(grant: &Grant, timing: Timing, resource: &str) -> Result<(), Error> {
+    match grant
+        .valid_until
+        .checked_sub(timing.ttl.saturating_sub(timing.drift))
+    {
+        Some(start) => timing.check_usable(crate::core::error::Op::Acquire, resource, start),
+        None => Ok(()),
+    }
 }
