@@ -107,6 +107,10 @@ struct Channel {
     /// Counts the times the channel was left empty: a lingering
     /// unsubscription goes ahead only if nobody came and went since.
     emptied: u64,
+    /// On a Locker's own channel: the latest waiters that took the lock,
+    /// whose handoffs may still arrive (a waiter woken by this Locker's
+    /// own release takes the lock before its handoff message is read).
+    took: VecDeque<u64>,
     /// Which nodes confirmed the SUBSCRIBE, and their connection has not
     /// broken since.
     confirmed: watch::Sender<Vec<bool>>,
@@ -232,6 +236,7 @@ impl Notifier {
                 waiters: VecDeque::new(),
                 targeted: kind == Kind::Own,
                 emptied: 0,
+                took: VecDeque::new(),
                 confirmed: watch::Sender::new(vec![false; self.nodes]),
                 release: None,
                 taken_until: None,
@@ -280,8 +285,11 @@ impl Notifier {
                 }
             }
             c.taken_until = None;
-            // A queued waiter is woken by the node that hands it the lock.
-            c.wake_head(false);
+            // A queued waiter at the front is most likely the first in
+            // the lock's queue too: its acquire, behind the release, takes
+            // the lock the release hands it. (If another process's waiter
+            // is first, it is refused, and waits on.)
+            c.wake_head(true);
         }
     }
 
@@ -309,6 +317,9 @@ impl Notifier {
         };
         if let Some(id) = waiter {
             if !c.waiters.iter().any(|e| e.id == id) {
+                if c.took.contains(&id) {
+                    return None;
+                }
                 return handed_to(channel, payload);
             }
         }
@@ -380,6 +391,13 @@ impl Notifier {
         };
         let was_front = c.front().any(|e| e.id == id);
         c.waiters.retain(|e| e.id != id);
+        if c.targeted && acquired.is_some() {
+            const REMEMBERED: usize = 16;
+            if c.took.len() == REMEMBERED {
+                c.took.pop_front();
+            }
+            c.took.push_back(id);
+        }
         if let Some(valid_until) = acquired.filter(|_| !c.targeted) {
             // This release is used up: later echoes of it must not wake the
             // next waiter for a lock that is now ours.
