@@ -247,8 +247,12 @@ async fn scan_node(addr: &str) -> redis::RedisResult<Vec<(String, i64)>> {
             .await?;
         for key in keys.into_iter().filter(|k| !k.ends_with(":fence")) {
             let pttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await?;
-            // -2: expired between SCAN and PTTL.
-            if pttl != -2 {
+            // -2: expired between SCAN and PTTL. A waiters' queue outlives
+            // the lock by design (the places of waiters whose leaving a
+            // fault kept from a node, passed over at their turn) and
+            // carries an expiry of its own; without one it is a leak.
+            let queue = key.ends_with(":queue") && pttl > 0;
+            if pttl != -2 && !queue {
                 found.push((key, pttl));
             }
         }

@@ -222,7 +222,7 @@ impl Locker {
         let ownership = Arc::new(ownership);
         let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
-            async move { ownership.release_on_node(&node, true, timeout).await }
+            async move { ownership.release_on_node(&node, true, false, timeout).await }
         })
         .await;
         match replies.tally.decision() {

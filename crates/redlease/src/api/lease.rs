@@ -578,13 +578,21 @@ impl Lease {
         let release_id = std::sync::OnceLock::new();
         let release_id = || *release_id.get_or_init(|| ReleaseId::of(&ownership.token));
         let quorum = ownership.hold.quorum(engine.nodes().len());
+        // A task of this Locker that waits for the lock marked it.
+        let marked = engine.started_notifier().is_some_and(|n| {
+            ownership
+                .each_key()
+                .any(|key| n.has_waiters(&crate::core::keys::release_channel(key)))
+        });
         let decided = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
             async move {
                 if !ownership.written.may_hold(node.id().index()) {
                     return Ok(false);
                 }
-                ownership.release_on_node(&node, true, timeout).await
+                ownership
+                    .release_on_node(&node, true, marked, timeout)
+                    .await
             }
         });
         let mut decided = std::pin::pin!(decided);

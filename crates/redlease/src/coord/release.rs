@@ -79,10 +79,15 @@ impl Ownership {
     /// Gives our hold back on `node`, as its mode is given back (a
     /// writer's compare-and-delete, or a reader's removal); `Ok(false)` if
     /// the node did not hold it. `announce`: tell the lock's waiters.
+    ///
+    /// `marked`: the key's value is known to be marked (the lease was
+    /// taken in turn, or a task of this Locker queues behind it), so the
+    /// release goes straight to the script (see [`Node::release`]).
     pub(crate) async fn release_on_node(
         &self,
         node: &Node,
         announce: bool,
+        marked: bool,
         timeout: std::time::Duration,
     ) -> Result<bool, NodeError> {
         let (key, token) = (&self.key, &self.token);
@@ -94,7 +99,9 @@ impl Ownership {
         match self.hold {
             Hold::Exclusive => {
                 let keep_turn = self.place.as_ref().filter(|_| !announce);
-                node.release(key, token, announce, keep_turn, timeout).await
+                let marked = marked || self.place.is_some();
+                node.release(key, token, announce, marked, keep_turn, timeout)
+                    .await
             }
             Hold::Shared | Hold::Permit { .. } => {
                 node.read_release(key, token, self.hold, announce, timeout)
@@ -181,7 +188,7 @@ pub(crate) async fn release_on(
         nodes
             .iter()
             .filter(|n| ownership.written.may_hold(n.id().index()))
-            .map(|n| ownership.release_on_node(n, announce, timeout)),
+            .map(|n| ownership.release_on_node(n, announce, false, timeout)),
     )
     .await;
     let mut deleted = false;

@@ -33,13 +33,18 @@ impl Node {
     /// first, and the script only if the key did not hold exactly `token`
     /// (see `compare_delete`).
     ///
-    /// `keep_turn`: for the cleanup of a waiter's attempt in turn, its
-    /// place, which keeps its turn (see release.lua).
+    /// `marked`: the value is known to be marked for waiters, so not
+    /// exactly our token: the script goes first, not `DELIFEQ` (whose
+    /// refusal would cost a round trip, and let a waiter woken in this
+    /// process send its acquire before the script). `keep_turn`: for the
+    /// cleanup of a waiter's attempt in turn, its place and ticket, which
+    /// keep its turn (see release.lua).
     pub(crate) async fn release(
         &self,
         key: &Arc<str>,
         token: &Token,
         announce: bool,
+        marked: bool,
         keep_turn: Option<&(Arc<str>, u64)>,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
@@ -55,7 +60,7 @@ impl Node {
         let cached = self.release_cached.load(Ordering::Relaxed);
         let mut conn = self.conn.clone();
         // A durable lock's value always has its lineage after the token.
-        let native = !self.binds_lineage() && conn.has_delifeq();
+        let native = !marked && !self.binds_lineage() && conn.has_delifeq();
         // The reply, and whether the script ran (so is cached there now).
         let request: Request<(ReleaseReply, bool)> = if native {
             let delifeq = compare_delete::delifeq(key, token.as_str());
