@@ -43,7 +43,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::coord::attempt::{attempt, still_usable, Grant, Side};
+use crate::coord::attempt::{attempt, Grant, Side};
 use crate::coord::engine::Engine;
 use crate::coord::place::Place;
 use crate::coord::subscription::Waiters;
@@ -163,26 +163,18 @@ pub(crate) async fn lock(
         };
         let keys_of = std::slice::from_ref(keys);
         let failure = match attempt(engine, resource, keys_of, timing, side, on_refusal).await {
-            Ok(grant) => {
-                let holder = &grant.guard.ownership.token;
-                let by = grant
-                    .valid_until
-                    .checked_sub(2 * timing.drift)
-                    .unwrap_or(grant.valid_until);
-                let cleared = Box::pin(mark.took_the_lock(holder, by)).await;
-                match cleared.then(|| still_usable(&grant, timing, resource)) {
-                    Some(Err(spent)) => Failure::from(spent),
-                    None | Some(Ok(())) => {
-                        if let Some(place) = &mut place {
-                            place.took(engine.nodes().len());
-                        }
-                        if let Some(w) = waiter.take() {
-                            w.acquired(grant.valid_until);
-                        }
-                        return Ok(grant);
+            Ok(grant) => match mark.hand_out(grant, timing, resource).await {
+                Err(spent) => spent,
+                Ok(grant) => {
+                    if let Some(place) = &mut place {
+                        place.took(engine.nodes().len());
                     }
+                    if let Some(w) = waiter.take() {
+                        w.acquired(grant.valid_until);
+                    }
+                    return Ok(grant);
                 }
-            }
+            },
             Err(f) if !f.error.is_retryable() => return Err(f.error),
             Err(f) => f,
         };
@@ -190,19 +182,7 @@ pub(crate) async fn lock(
         if failure.busy.readers {
             mark.wanted(engine, keys, timing);
         }
-        if policy.attempts.is_some_and(|max| attempts >= max) {
-            return Err(failure.error);
-        }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Err(Error::WaitTimeout {
-                resource: resource.to_string(),
-                waited: now - start,
-                attempts,
-                last: Box::new(failure.error),
-            });
-        }
-        last = Some(failure);
+        last = Some(policy.ends_wait(attempts, start, deadline, resource, failure)?);
         if waiter.is_none() {
             waiter = Some(Box::pin(listen(engine, keys, timing)).await);
             look_now = true;

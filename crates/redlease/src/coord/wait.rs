@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::coord::attempt::{attempt, still_usable, Grant, Side};
+use crate::coord::attempt::{attempt, Grant, Side};
 use crate::coord::engine::Engine;
 use crate::coord::reserve::Reservation;
 use crate::coord::subscription::Waiters;
@@ -162,29 +162,16 @@ pub(crate) async fn lock(
             Hold::Permit { permits, majority } => Side::Permit { permits, majority },
         };
         let failure = match attempt(engine, resource, keys, timing, side, on_refusal).await {
-            Ok(grant) => {
-                // Boxed: only a writer that readers kept waiting has a
-                // mark to clear.
-                let holder = &grant.guard.ownership.token;
-                let by = grant
-                    .valid_until
-                    .checked_sub(2 * timing.drift)
-                    .unwrap_or(grant.valid_until);
-                let cleared = Box::pin(mark.took_the_lock(holder, by)).await;
-                // Clearing it took round trips: a lease spent meanwhile (the
-                // process stalled, say) is not handed out. Dropped, the
-                // grant gives the lock back; the wait goes on.
-                match cleared.then(|| still_usable(&grant, timing, resource)) {
-                    Some(Err(spent)) => Failure::from(spent),
-                    None | Some(Ok(())) => {
-                        match (waiter.take(), mode) {
-                            (Some(w), LockMode::Exclusive) => w.acquired(grant.valid_until),
-                            (w, _) => drop(w),
-                        }
-                        return Ok(grant);
+            Ok(grant) => match mark.hand_out(grant, timing, resource).await {
+                Err(spent) => spent,
+                Ok(grant) => {
+                    match (waiter.take(), mode) {
+                        (Some(w), LockMode::Exclusive) => w.acquired(grant.valid_until),
+                        (w, _) => drop(w),
                     }
+                    return Ok(grant);
                 }
-            }
+            },
             Err(f) if !f.error.is_retryable() => return Err(f.error),
             Err(f) => f,
         };
@@ -194,19 +181,7 @@ pub(crate) async fn lock(
         } else if mode == LockMode::Exclusive && failure.busy.readers {
             mark.wanted(engine, &keys[0], timing);
         }
-        if policy.attempts.is_some_and(|max| attempts >= max) {
-            return Err(failure.error);
-        }
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Err(Error::WaitTimeout {
-                resource: resource.to_string(),
-                waited: now - start,
-                attempts,
-                last: Box::new(failure.error),
-            });
-        }
-        last = Some(failure);
+        last = Some(policy.ends_wait(attempts, start, deadline, resource, failure)?);
         wait_first = true;
         if waiter.is_none() {
             let mut w = Waiters::join(engine.notifier(), &channels(), mode);

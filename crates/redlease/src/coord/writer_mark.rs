@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::coord::attempt::{still_usable, Grant};
 use crate::coord::engine::Engine;
+use crate::core::error::Failure;
 use crate::core::keys::LockKeys;
 use crate::core::token::Token;
 use crate::core::validity::Timing;
@@ -28,6 +30,31 @@ struct Marked {
 }
 
 impl WriterMark {
+    /// The writer's attempt was granted: clears the mark, if there is one
+    /// (see [`took_the_lock`](Self::took_the_lock)), and hands the grant
+    /// out, unless clearing it took so long that the lease was spent
+    /// meanwhile (the process stalled, say): then the grant is dropped,
+    /// which gives the lock back, and the wait goes on with that failure.
+    pub(crate) async fn hand_out(
+        &mut self,
+        grant: Grant,
+        timing: Timing,
+        resource: &str,
+    ) -> Result<Grant, Failure> {
+        let holder = &grant.guard.ownership.token;
+        let by = grant
+            .valid_until
+            .checked_sub(2 * timing.drift)
+            .unwrap_or(grant.valid_until);
+        // Boxed: only a writer that readers kept waiting has a mark to
+        // clear.
+        let cleared = Box::pin(self.took_the_lock(holder, by)).await;
+        match cleared.then(|| still_usable(&grant, timing, resource)) {
+            Some(Err(spent)) => Err(Failure::from(spent)),
+            None | Some(Ok(())) => Ok(grant),
+        }
+    }
+
     /// The mark's token, once there is one.
     pub(crate) fn token(&self) -> Option<&Token> {
         self.0.as_ref().map(|m| &m.token)

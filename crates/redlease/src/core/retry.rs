@@ -4,6 +4,8 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
+use crate::core::error::{Error, Failure};
+
 /// How [`Locker::lock`](crate::Locker::lock) waits for a busy lock: how
 /// long or how many attempts it may take, and a random delay between
 /// attempts.
@@ -71,6 +73,33 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// After attempt number `attempts` failed with `failure`: the error
+    /// that ends the wait if it is over, out of attempts (the failure's
+    /// error as it is) or past `deadline` ([`Error::WaitTimeout`] wrapping
+    /// it; the wait began at `start`); otherwise the failure, to go on.
+    pub(crate) fn ends_wait(
+        &self,
+        attempts: u32,
+        start: Instant,
+        deadline: Option<Instant>,
+        resource: &str,
+        failure: Failure,
+    ) -> Result<Failure, Error> {
+        if self.attempts.is_some_and(|max| attempts >= max) {
+            return Err(failure.error);
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(Error::WaitTimeout {
+                resource: resource.to_string(),
+                waited: now - start,
+                attempts,
+                last: Box::new(failure.error),
+            });
+        }
+        Ok(failure)
+    }
+
     fn bounded(attempts: Option<NonZeroU32>, wait: Option<Duration>) -> Self {
         RetryPolicy {
             attempts: attempts.map(NonZeroU32::get),
