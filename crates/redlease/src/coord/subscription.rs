@@ -612,6 +612,21 @@ impl Waiters {
     pub(crate) fn taken_until(&self) -> Option<Instant> {
         self.0.iter().filter_map(Waiter::taken_until).max()
     }
+
+    /// How long a lease that another task of this Locker took since the
+    /// latest release stays valid, if one did and still is. Only for
+    /// notified waiting, with the subscription confirmed on a quorum (so
+    /// any other release of the lock, a forced one say, is heard and
+    /// clears this); a policy that `counts_attempts` gets the attempts it
+    /// asked for.
+    pub(crate) fn taken_by_sibling(&self, counts_attempts: bool, now: Instant) -> Option<Duration> {
+        if counts_attempts || !self.heard() {
+            return None;
+        }
+        self.taken_until()
+            .and_then(|until| until.checked_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
 }
 
 /// The lock key and the place a handoff on a Locker's own channel of a

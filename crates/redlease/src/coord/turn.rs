@@ -96,7 +96,7 @@ pub(crate) async fn lock(
     loop {
         if let Some(w) = waiter.as_ref().filter(|_| !look_now) {
             let now = Instant::now();
-            let taken = taken_by_sibling(w, counts_attempts, now);
+            let taken = w.taken_by_sibling(counts_attempts, now);
             let waiting = Waiting {
                 // Behind another task of this Locker, which looks for both;
                 // unless its last attempt met a split (it may have kept its
@@ -128,7 +128,7 @@ pub(crate) async fn lock(
             // is held until a release is heard, or its lease runs out.
             let now = Instant::now();
             if woken_by == "release"
-                && taken_by_sibling(w, counts_attempts, now).is_some()
+                && w.taken_by_sibling(counts_attempts, now).is_some()
                 && deadline.is_none_or(|d| now < d)
             {
                 continue;
@@ -151,9 +151,7 @@ pub(crate) async fn lock(
             return Err(Error::Closed);
         }
         attempts = attempts.saturating_add(1);
-        let final_try = policy.attempts.is_some_and(|max| attempts >= max)
-            || deadline.is_some_and(|d| Instant::now() >= d);
-        let on_refusal = match final_try {
+        let on_refusal = match policy.is_last_attempt(attempts, deadline) {
             true => OnRefusal::LeaveAlone,
             false => OnRefusal::Mark,
         };
@@ -237,17 +235,6 @@ async fn look(
 /// Which of a queued waiter's channels a handoff wakes it on (see
 /// [`Waiters::join_queued`]).
 const OWN_CHANNEL: usize = 1;
-
-/// How long a lease that another task of this Locker took since the latest
-/// release stays valid, if one did and still is (see `wait`).
-fn taken_by_sibling(w: &Waiters, counts_attempts: bool, now: Instant) -> Option<Duration> {
-    if counts_attempts || !w.heard() {
-        return None;
-    }
-    w.taken_until()
-        .and_then(|until| until.checked_duration_since(now))
-        .filter(|left| !left.is_zero())
-}
 
 /// Listens for the lock's releases and this Locker's handoffs, before
 /// the waiter takes a place in the lock's queue (by its next attempt): a

@@ -5,7 +5,7 @@
 //! jittered delay, the holder's reported expiry, or its deadline.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::coord::attempt::{attempt, Grant, Side};
 use crate::coord::engine::Engine;
@@ -84,7 +84,7 @@ pub(crate) async fn lock(
         // Only a task that already queues ever waits before an attempt.
         if let Some(w) = waiter.as_ref().filter(|_| wait_first) {
             let now = Instant::now();
-            let taken = taken_by_sibling(w, counts_attempts, now);
+            let taken = w.taken_by_sibling(counts_attempts, now);
             let waiting = Waiting {
                 behind: !w.is_head(),
                 heard: w.heard(),
@@ -127,7 +127,7 @@ pub(crate) async fn lock(
             // known, until a release is heard. A look would cost the nodes
             // two round trips to learn what this process already knows.
             let now = Instant::now();
-            if taken_by_sibling(w, counts_attempts, now).is_some()
+            if w.taken_by_sibling(counts_attempts, now).is_some()
                 && deadline.is_none_or(|d| now < d)
             {
                 continue;
@@ -138,13 +138,7 @@ pub(crate) async fn lock(
             return Err(Error::Closed);
         }
         attempts = attempts.saturating_add(1);
-        // Only an attempt that may be followed by waiting marks the holder
-        // for waiters: after the last one (out of attempts, or past the
-        // deadline already) nobody listens for the release, and a marked
-        // holder would publish it to nobody.
-        let final_try = policy.attempts.is_some_and(|max| attempts >= max)
-            || deadline.is_some_and(|d| Instant::now() >= d);
-        let on_refusal = if final_try {
+        let on_refusal = if policy.is_last_attempt(attempts, deadline) {
             OnRefusal::LeaveAlone
         } else {
             OnRefusal::Mark
@@ -192,18 +186,4 @@ pub(crate) async fn lock(
             waiter = Some(w);
         }
     }
-}
-
-/// How long a lease that another task of this Locker took since the latest
-/// release stays valid, if one did and still is. Only for notified waiting,
-/// with the subscription confirmed on a quorum (so any other release of the
-/// lock, a forced one say, is heard and clears this); a policy that counts
-/// attempts gets the attempts it asked for.
-fn taken_by_sibling(w: &Waiters, counts_attempts: bool, now: Instant) -> Option<Duration> {
-    if counts_attempts || !w.heard() {
-        return None;
-    }
-    w.taken_until()
-        .and_then(|until| until.checked_duration_since(now))
-        .filter(|left| !left.is_zero())
 }

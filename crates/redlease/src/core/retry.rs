@@ -73,6 +73,16 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Whether attempt number `attempts` is the last the wait makes: out of
+    /// attempts, or past `deadline` already. Only an attempt that may be
+    /// followed by waiting marks the holder for waiters: after the last
+    /// one nobody listens for the release, and a marked holder would
+    /// publish it to nobody.
+    pub(crate) fn is_last_attempt(&self, attempts: u32, deadline: Option<Instant>) -> bool {
+        self.attempts.is_some_and(|max| attempts >= max)
+            || deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
     /// After attempt number `attempts` failed with `failure`: the error
     /// that ends the wait if it is over, out of attempts (the failure's
     /// error as it is) or past `deadline` ([`Error::WaitTimeout`] wrapping
