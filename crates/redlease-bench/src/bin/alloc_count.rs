@@ -6,7 +6,13 @@
 //!
 //! ```text
 //! cargo run --release -p redlease-bench --bin alloc_count -- --cycles 2000
+//! cargo run --release -p redlease-bench --bin alloc_count -- --kept-alive 10000 --nodes 5
 //! ```
+//!
+//! With `--kept-alive N` it measures memory instead: the heap bytes still
+//! in use per kept-alive lease (the `Lease` and everything the Locker
+//! keeps for it) once N leases are held and renewed for two seconds,
+//! counting neither the names nor the connections.
 //!
 //! One redis-server on a free port, a single-threaded runtime, cycles one
 //! after another. Counts every allocation and reallocation the process
@@ -25,6 +31,8 @@ struct Counting;
 
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated and not yet freed.
+static LIVE: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: every call is passed to the system allocator unchanged; the
 // counters are plain atomics.
@@ -32,11 +40,13 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         CALLS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        LIVE.fetch_add(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -44,6 +54,8 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         CALLS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        LIVE.fetch_add(new_size as u64, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -58,6 +70,12 @@ struct Args {
     /// Measured cycles per client (after 200 unmeasured ones).
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     cycles: u64,
+    /// Measure the memory of this many kept-alive leases instead.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    kept_alive: Option<u64>,
+    /// Nodes of the quorum, with --kept-alive.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=9))]
+    nodes: u16,
 }
 
 const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
@@ -67,6 +85,9 @@ const WARM_UP: u64 = 200;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    if let Some(leases) = args.kept_alive {
+        return kept_alive(leases, args.nodes);
+    }
     let nodes = RedisNodes::start(1);
     let url = nodes.urls()[0].clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -141,6 +162,54 @@ where
     let calls = CALLS.load(Ordering::Relaxed) - calls;
     let bytes = BYTES.load(Ordering::Relaxed) - bytes;
     Ok((calls as f64 / cycles as f64, bytes as f64 / cycles as f64))
+}
+
+/// Heap bytes per kept-alive lease: `leases` leases on `nodes` nodes,
+/// held and renewed (TTL 3 s, renewed every second) for two seconds.
+fn kept_alive(leases: u64, nodes: u16) -> Result<(), Box<dyn std::error::Error>> {
+    use futures_util::future::join_all;
+    use std::future::IntoFuture;
+    let servers = RedisNodes::start(usize::from(nodes));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let locker = Locker::builder(servers.urls())
+            .advanced(|a| a.restart_quarantine(Duration::ZERO))
+            .ttl(Duration::from_secs(3))
+            .build()?;
+        let names: Vec<String> = (0..leases).map(|i| format!("kept-{i}")).collect();
+        // Connections and scripts first: they are the Locker's, not a
+        // lease's.
+        locker.lock("warm-up").await?.release().await?;
+        let before = LIVE.load(Ordering::Relaxed);
+        let mut held = Vec::with_capacity(names.len());
+        for chunk in names.chunks(1_000) {
+            let taken = join_all(
+                chunk
+                    .iter()
+                    .map(|name| locker.lock(name.as_str()).keep_alive().into_future()),
+            )
+            .await;
+            for lease in taken {
+                held.push(lease?);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = LIVE.load(Ordering::Relaxed);
+        let lost = held.iter().filter(|l| l.is_lost()).count();
+        let per = after.saturating_sub(before) as f64 / leases as f64;
+        println!(
+            "{leases} kept-alive leases on {nodes} node(s): {per:.0} bytes of heap per lease \
+             ({lost} lost)"
+        );
+        join_all(held.into_iter().map(|lease| lease.release())).await;
+        locker.close().await;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })?;
+    drop(servers);
+    Ok(())
 }
 
 fn report(label: &str, (calls, bytes): (f64, f64)) {

@@ -39,7 +39,9 @@ impl Locker {
         Self::builder(urls).build()
     }
 
-    /// Starts configuring a Locker over `urls`.
+    /// Starts configuring a Locker over `urls`: one deployment for a
+    /// single-instance lock, or several independent ones (at most 64) for
+    /// the Redlock quorum.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -302,6 +304,17 @@ impl LockerBuilder {
     pub fn build(self) -> Result<Locker, Error> {
         if self.urls.is_empty() {
             return Err(Error::invalid("urls", "no Redis node given"));
+        }
+        let most = crate::core::quorum::MAX_NODES;
+        if self.urls.len() > most {
+            return Err(Error::invalid(
+                "urls",
+                format!(
+                    "{} Redis nodes given, at most {most} can be: a quorum runs on a few \
+                     independent servers (3, 5 or 7)",
+                    self.urls.len()
+                ),
+            ));
         }
         let mut seen = HashSet::new();
         for (i, url) in self.urls.iter().enumerate() {

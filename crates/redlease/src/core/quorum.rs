@@ -22,6 +22,11 @@ pub(crate) enum Decision {
     Impossible,
 }
 
+/// The most nodes a Locker takes. Redlock runs on a handful of
+/// independent servers (3, 5, 7); the renewer keeps one bit per node for
+/// each lease.
+pub(crate) const MAX_NODES: usize = 64;
+
 /// The majority of `nodes`: `nodes / 2 + 1`. Two quorums of the same nodes
 /// always share a node, which is what makes the lock exclusive.
 pub(crate) fn quorum(nodes: usize) -> usize {

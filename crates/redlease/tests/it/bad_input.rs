@@ -45,6 +45,11 @@ async fn bad_builder_settings_are_rejected() {
             "urls",
         ),
         (Locker::builder(["not a url"]).build(), "urls"),
+        (
+            // 65 distinct servers (none of them reached: no I/O here).
+            Locker::builder((0..65).map(|i| format!("redis://127.0.0.1:{}", 20_000 + i))).build(),
+            "urls",
+        ),
         (Locker::builder(["http://127.0.0.1:1"]).build(), "urls"),
         (b().ttl(Duration::ZERO).build(), "ttl"),
         (b().ttl(Duration::from_micros(500)).build(), "ttl"),

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
+use super::slab;
 use super::*;
 
 /// Node `i`'s lane: sends what is queued for it, one batch at a time.
@@ -98,47 +99,47 @@ pub(super) async fn lane(inner: Arc<Inner>, i: usize) {
 }
 
 /// Takes the most urgent leases queued for node `i`, up to [`TRIP`], with
-/// their script calls: the batch another lane encoded last if it is still
-/// current and queued here too, or a new one (encoded under the table's
-/// lock, so that keys and tokens are read in place rather than copied).
+/// their script calls: the batch another lane encoded last if it took the
+/// same leases and nothing changed since, or a new one (encoded under the
+/// table's lock, so that keys and tokens are read in place rather than
+/// copied).
 pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     let mut table = inner.table();
     let Table {
         leases,
-        queued,
+        agenda,
         version,
         last_batch,
     } = &mut *table;
-    if queued[i].is_empty() {
+    let mut taken = Vec::new();
+    while taken.len() < TRIP {
+        match agenda.pop_lane(i, leases) {
+            Some(id) => taken.push(id),
+            None => break,
+        }
+    }
+    if taken.is_empty() {
         return None;
     }
+    // In table order: applying the answers then walks the table forwards.
+    taken.sort_unstable_by_key(|&id| slab::slot_of(id));
+    // Healthy lanes are queued the same leases in the same order, so they
+    // take the same ones.
     if let Some(batch) = last_batch
         .as_ref()
-        .filter(|b| b.version == *version && b.sent.iter().all(|s| queued[i].contains(&s.id)))
+        .filter(|b| b.version == *version && b.taken == taken)
     {
-        for s in &batch.sent {
-            queued[i].remove(&s.id);
-        }
         return Some(batch.clone());
     }
-    let mut chosen: Vec<(Instant, u64)> = queued[i]
-        .iter()
-        .filter_map(|id| leases.get(id).map(|e| (e.lost_from(), *id)))
-        .collect();
-    if chosen.len() > TRIP {
-        chosen.select_nth_unstable(TRIP);
-        chosen.truncate(TRIP);
-    }
-    let mut sent = Vec::with_capacity(chosen.len());
-    let mut entries = Vec::with_capacity(chosen.len());
-    for (lost_from, id) in chosen {
-        queued[i].remove(&id);
+    let mut sent = Vec::with_capacity(taken.len());
+    let mut entries = Vec::with_capacity(taken.len());
+    for &id in &taken {
         if let Some(e) = leases.get(&id) {
             sent.push(Sent {
                 id,
                 timing: e.timing,
                 round: e.round,
-                lost_from,
+                lost_from: e.lost_from(),
                 keys: 1 + e.others.as_ref().map_or(0, |o| o.len()),
             });
             entries.push(e);
@@ -171,6 +172,7 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     let batch = Arc::new(Batch {
         sent,
         calls,
+        taken,
         version: *version,
     });
     *last_batch = Some(batch.clone());
@@ -300,7 +302,8 @@ pub(super) fn apply(inner: &Inner, i: usize, batch: &Batch, sent: Instant, deliv
                 said = said.and(one);
             }
         }
-        let Some(entry) = table.leases.get_mut(&s.id) else {
+        let Table { leases, agenda, .. } = &mut *table;
+        let Some(entry) = leases.get_mut(&s.id) else {
             continue; // released meanwhile
         };
         let (ttl, drift) = (s.timing.ttl, s.timing.drift);
@@ -328,7 +331,9 @@ pub(super) fn apply(inner: &Inner, i: usize, batch: &Batch, sent: Instant, deliv
                 entry.failed(i, e.clone());
             }
         }
-        if !entry.evaluate(now) {
+        if entry.evaluate(now) {
+            agenda.plan(s.id, entry);
+        } else {
             lost.push(s.id);
         }
     }

@@ -16,8 +16,6 @@
 //! validity ran out first (reported one drift allowance early). It never
 //! comes back.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -37,8 +35,12 @@ use crate::core::token::Token;
 use crate::core::validity::Timing;
 use crate::transport::node::Node;
 
+mod agenda;
 mod lanes;
+mod slab;
+use agenda::{Agenda, Tick};
 use lanes::lane;
+use slab::Slab;
 
 /// Most leases one lane sends in one round trip: the most urgent go first,
 /// and no batch keeps a node busy long enough to starve the next.
@@ -112,6 +114,12 @@ struct Entry {
     queued: bool,
     /// When to queue it next (a retry, while `queued`).
     due: Instant,
+    /// Its live items on the agenda (see [`Agenda`]): when it is looked at
+    /// next, and when it may join a batch (0: none).
+    look_at: Tick,
+    near_at: Tick,
+    /// The nodes whose lanes have it queued, one bit each.
+    lanes: u64,
     /// What the holder sees, as last published. The renewer is the only
     /// writer of a kept-alive lease's state, so this copy is exact, and
     /// reading it costs no lock on a separate allocation per lease.
@@ -236,36 +244,10 @@ impl Entry {
     }
 }
 
-/// Hashes lease ids, which we number ourselves (no untrusted input):
-/// one multiplication instead of SipHash, which was a tenth of the
-/// renewal's CPU with 10,000 leases.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing spreads sequential ids over the high bits,
-        // which the table uses to pick a group.
-        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type Ids = BuildHasherDefault<IdHasher>;
-
-/// The leases, and per node the ones queued for its lane.
+/// The leases, and when each is looked at and sent next.
 struct Table {
-    leases: HashMap<u64, Entry, Ids>,
-    queued: Vec<HashSet<u64, Ids>>,
+    leases: Slab,
+    agenda: Agenda,
     /// Bumped whenever what a batch would hold may have changed (leases
     /// queued, extended or removed).
     version: u64,
@@ -277,10 +259,8 @@ struct Table {
 }
 
 impl Table {
+    /// Forgets a lease (its items on the agenda are skipped from now on).
     fn remove(&mut self, id: u64) -> Option<Entry> {
-        for q in &mut self.queued {
-            q.remove(&id);
-        }
         self.version += 1;
         self.leases.remove(&id)
     }
@@ -290,6 +270,9 @@ impl Table {
 struct Batch {
     sent: Vec<Sent>,
     calls: Vec<ExtendMany>,
+    /// The leases as the lane took them off its queue: another lane that
+    /// takes the same ones sends this batch as it is.
+    taken: Vec<u64>,
     /// The table's version when it was made.
     version: u64,
 }
@@ -318,7 +301,6 @@ struct Inner {
     rescheduled: Notify,
     /// Per node: leases were queued for its lane.
     work: Vec<Notify>,
-    next_id: AtomicU64,
     round_trips: AtomicU64,
     abandoned: AtomicU64,
     stop: tokio_util::sync::CancellationToken,
@@ -354,6 +336,11 @@ impl Renewer {
     /// Its tasks start with the first lease.
     pub(crate) fn new(nodes: Vec<Arc<Node>>, fraction: f64) -> Renewer {
         let n = nodes.len();
+        // One bit per node in each entry (see `Entry::lanes`).
+        assert!(
+            n <= crate::core::quorum::MAX_NODES,
+            "refused by the builder"
+        );
         let by_slot = nodes.iter().any(|node| node.deployment().is_cluster());
         Renewer {
             inner: Arc::new(Inner {
@@ -361,14 +348,13 @@ impl Renewer {
                 by_slot,
                 fraction,
                 table: Mutex::new(Table {
-                    leases: HashMap::default(),
-                    queued: vec![HashSet::default(); n],
+                    leases: Slab::default(),
+                    agenda: Agenda::new(n),
                     version: 0,
                     last_batch: None,
                 }),
                 rescheduled: Notify::new(),
                 work: (0..n).map(|_| Notify::new()).collect(),
-                next_id: AtomicU64::new(0),
                 round_trips: AtomicU64::new(0),
                 abandoned: AtomicU64::new(0),
                 stop: tokio_util::sync::CancellationToken::new(),
@@ -404,7 +390,7 @@ impl Renewer {
         self.tasks.lock().unwrap_or_else(|p| p.into_inner()).abort();
         let mut table = self.inner.table();
         table.leases.clear();
-        table.queued.iter_mut().for_each(HashSet::clear);
+        table.agenda.clear();
     }
 
     /// Keeps a lease alive from now on; returns its registration. Needs a
@@ -418,7 +404,6 @@ impl Renewer {
         state: watch::Sender<LeaseState>,
     ) -> u64 {
         self.ensure_running();
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let interval = timing.renew_interval(self.inner.fraction);
         let view = *state.borrow();
         let valid_until = view.valid_until;
@@ -436,11 +421,20 @@ impl Renewer {
             errors: Vec::new(),
             queued: false,
             due: next_due(valid_until, &timing, interval),
+            look_at: 0,
+            near_at: 0,
+            lanes: 0,
             view,
             state,
         };
         entry.fold_late();
-        self.inner.table().leases.insert(id, entry);
+        let mut table = self.inner.table();
+        let Table { leases, agenda, .. } = &mut *table;
+        let id = leases.insert(entry);
+        if let Some(entry) = leases.get_mut(&id) {
+            agenda.plan(id, entry);
+        }
+        drop(table);
         self.inner.rescheduled.notify_one();
         id
     }
@@ -470,7 +464,13 @@ impl Renewer {
         self.ensure_running();
         let (round, mut state) = {
             let mut table = self.inner.table();
-            let Some(entry) = table.leases.get_mut(&id) else {
+            let Table {
+                leases,
+                agenda,
+                version,
+                ..
+            } = &mut *table;
+            let Some(entry) = leases.get_mut(&id) else {
                 return Err(ExtendFailure::Gone);
             };
             let now = Instant::now();
@@ -496,10 +496,9 @@ impl Renewer {
             entry.due = retry_at(now, entry.lost_from(), entry.interval);
             let round = entry.round;
             let state = entry.state.subscribe();
-            for q in &mut table.queued {
-                q.insert(id);
-            }
-            table.version += 1;
+            agenda.enqueue(id, entry);
+            agenda.plan(id, entry);
+            *version += 1;
             (round, state)
         };
         self.inner.wake_lanes();
@@ -546,17 +545,14 @@ impl Renewer {
 async fn schedule(inner: Arc<Inner>) {
     loop {
         let rescheduled = inner.rescheduled.notified();
+        // Wake when the first lease is due, not when it could be
+        // coalesced: waking early would send every lease as soon as it can
+        // join a batch, and leases taken at different moments would never
+        // fall into step.
         let next = {
-            let table = inner.table();
-            table
-                .leases
-                .values()
-                // Wake when the first lease is due, not when it could be
-                // coalesced: waking early would send every lease as soon as
-                // it can join a batch, and leases taken at different
-                // moments would never fall into step.
-                .map(|e| e.due.min(e.lost_from()))
-                .min()
+            let mut table = inner.table();
+            let Table { leases, agenda, .. } = &mut *table;
+            agenda.next_look(leases)
         };
         let sleep = match next {
             Some(at) => tokio::time::sleep_until(at.into()),
@@ -571,24 +567,27 @@ async fn schedule(inner: Arc<Inner>) {
     }
 }
 
+/// Queues the leases due by `now`, and those that may travel with them,
+/// and sweeps out the ones lost.
 fn queue_due(inner: &Inner, now: Instant) {
     let mut queued_any = false;
     let mut removed_any = false;
     let mut table = inner.table();
     let Table {
         leases,
-        queued,
+        agenda,
         version,
         ..
     } = &mut *table;
-    leases.retain(|id, e| {
+    while let Some(id) = agenda.pop_look(now, leases) {
+        let Some(e) = leases.get_mut(&id) else {
+            continue;
+        };
         if let Some(why) = e.view.lost_at(now) {
             e.lose(why);
-            queued.iter_mut().for_each(|q| {
-                q.remove(id);
-            });
+            leases.remove(&id);
             removed_any = true;
-            return false;
+            continue;
         }
         let due = if e.queued {
             e.due <= now
@@ -596,18 +595,21 @@ fn queue_due(inner: &Inner, now: Instant) {
             coalesce(now, e.due, e.interval)
         };
         if due {
-            queued.iter_mut().for_each(|q| {
-                q.insert(*id);
-            });
-            if !e.queued {
-                e.round += 1;
-            }
-            e.queued = true;
-            e.due = retry_at(now, e.lost_from(), e.interval);
+            queue(agenda, now, id, e);
             queued_any = true;
         }
-        true
-    });
+        agenda.plan(id, e);
+    }
+    while let Some(id) = agenda.pop_near(now, leases) {
+        let Some(e) = leases.get_mut(&id) else {
+            continue;
+        };
+        if coalesce(now, e.due, e.interval) {
+            queue(agenda, now, id, e);
+            queued_any = true;
+        }
+        agenda.plan(id, e);
+    }
     if queued_any || removed_any {
         *version += 1;
     }
@@ -615,6 +617,17 @@ fn queue_due(inner: &Inner, now: Instant) {
     if queued_any {
         inner.wake_lanes();
     }
+}
+
+/// Queues lease `id` on every lane for a new round (or a retry of the
+/// current one), to be tried again at its retry time.
+fn queue(agenda: &mut Agenda, now: Instant, id: u64, e: &mut Entry) {
+    agenda.enqueue(id, e);
+    if !e.queued {
+        e.round += 1;
+    }
+    e.queued = true;
+    e.due = retry_at(now, e.lost_from(), e.interval);
 }
 
 #[cfg(test)]

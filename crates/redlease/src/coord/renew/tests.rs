@@ -28,6 +28,9 @@ fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
         errors: Vec::new(),
         queued: true,
         due: t0 + 500 * MS,
+        look_at: 0,
+        near_at: 0,
+        lanes: 0,
         view,
         state: watch::Sender::new(view),
     }
@@ -116,4 +119,103 @@ fn read_holds_go_in_calls_of_their_own() {
     assert_eq!(lens, [2, 1]);
     let calls = lanes::calls_of(&[&c, &c], false, false);
     assert_eq!(calls.len(), 1);
+}
+
+/// Leases in a table, each planned on the agenda; the first is due at
+/// `t0 + 500 ms`, each next one 100 ms later.
+fn planned(count: u64, t0: Instant) -> (Slab, Agenda) {
+    let mut agenda = Agenda::new(3);
+    let mut leases = Slab::default();
+    for n in 0..count {
+        let mut e = entry(3, &[0, 1, 2], t0);
+        e.queued = false;
+        e.due = t0 + 500 * MS + 100 * MS * n as u32;
+        // Not lost before the tests look.
+        e.view.valid_until = t0 + 10_000 * MS;
+        let id = leases.insert(e);
+        assert_eq!(id, n, "a fresh table numbers its leases from 0");
+        agenda.plan(id, leases.get_mut(&id).unwrap());
+    }
+    (leases, agenda)
+}
+
+#[test]
+fn an_id_outlives_its_lease_harmlessly() {
+    let t0 = Instant::now();
+    let (mut leases, _) = planned(2, t0);
+    assert!(leases.remove(&0).is_some());
+    assert!(leases.remove(&0).is_none());
+    let again = leases.insert(entry(3, &[0], t0));
+    assert_eq!(slab::slot_of(again), 0, "the free slot is taken again");
+    assert!(leases.get(&0).is_none(), "the old id names nothing");
+    assert!(leases.get(&again).is_some());
+    assert_eq!(leases.len(), 2);
+}
+
+/// The agenda's moment for `at`: at it, or up to a millisecond later.
+fn assert_at(moment: Option<Instant>, at: Instant) {
+    let moment = moment.expect("a look planned");
+    assert!(moment >= at && moment <= at + MS, "{moment:?} for {at:?}");
+}
+
+#[test]
+fn the_agenda_gives_only_the_leases_whose_moment_came() {
+    let t0 = Instant::now();
+    let (mut leases, mut agenda) = planned(5, t0);
+    assert_at(agenda.next_look(&leases), t0 + 500 * MS);
+    assert_eq!(agenda.pop_look(t0 + 499 * MS, &mut leases), None);
+    assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), Some(0));
+    assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), Some(1));
+    assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), None);
+    // Half an interval (250 ms) before they are due, leases may join.
+    let near: Vec<u64> =
+        std::iter::from_fn(|| agenda.pop_near(t0 + 640 * MS, &mut leases)).collect();
+    assert_eq!(near, [0, 1, 2, 3]);
+    assert_at(agenda.next_look(&leases), t0 + 700 * MS);
+}
+
+#[test]
+fn a_replanned_lease_is_looked_at_once_at_its_new_moment() {
+    let t0 = Instant::now();
+    let (mut leases, mut agenda) = planned(2, t0);
+    // Lease 0 renewed meanwhile: due a second later.
+    let e = leases.get_mut(&0).unwrap();
+    e.due += 1_000 * MS;
+    agenda.plan(0, e);
+    assert_at(agenda.next_look(&leases), t0 + 600 * MS);
+    assert_eq!(agenda.pop_look(t0 + 1_499 * MS, &mut leases), Some(1));
+    assert_eq!(
+        agenda.pop_look(t0 + 1_499 * MS, &mut leases),
+        None,
+        "the old moment is stale"
+    );
+    assert_eq!(agenda.pop_look(t0 + 1_501 * MS, &mut leases), Some(0));
+    // A lease gone from the table is skipped.
+    leases.remove(&1);
+    let e = leases.get_mut(&0).unwrap();
+    agenda.plan(0, e);
+    assert_eq!(agenda.pop_look(t0 + 9_000 * MS, &mut leases), Some(0));
+    assert_eq!(agenda.next_look(&leases), None);
+}
+
+#[test]
+fn lanes_take_each_queued_lease_once_most_urgent_first() {
+    let t0 = Instant::now();
+    let (mut leases, mut agenda) = planned(3, t0);
+    // Lease 2 ends first, lease 1 last.
+    leases.get_mut(&2).unwrap().view.valid_until = t0 + 900 * MS;
+    leases.get_mut(&1).unwrap().view.valid_until = t0 + 11_000 * MS;
+    for id in [0, 1, 2, 0] {
+        agenda.enqueue(id, leases.get_mut(&id).unwrap());
+    }
+    let lane0: Vec<u64> = std::iter::from_fn(|| agenda.pop_lane(0, &mut leases)).collect();
+    assert_eq!(lane0, [2, 0, 1], "queued twice, taken once");
+    // Lane 1 still has them; a lease released meanwhile is skipped.
+    leases.remove(&0);
+    let lane1: Vec<u64> = std::iter::from_fn(|| agenda.pop_lane(1, &mut leases)).collect();
+    assert_eq!(lane1, [2, 1]);
+    // Taken off lane 0, lease 1 can be queued there again.
+    agenda.enqueue(1, leases.get_mut(&1).unwrap());
+    assert_eq!(agenda.pop_lane(0, &mut leases), Some(1));
+    assert_eq!(agenda.pop_lane(2, &mut leases), Some(2));
 }
