@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::api::lease_handle::LeaseHandle;
@@ -16,7 +15,7 @@ use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::renew::ExtendFailure;
 use crate::core::error::{Error, Op, Shortfall};
 use crate::core::expiry::ExpiryBounds;
-use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
+use crate::core::lease_state::{LateGrants, LeaseCell, LeaseState, LostReason};
 use crate::core::mode::LockMode;
 
 mod names;
@@ -59,7 +58,7 @@ pub struct Lease {
     /// The nodes that granted it after the quorum, until kept alive.
     late: Option<Arc<LateGrants>>,
     /// Validity and loss, shared with the renewer when kept alive.
-    state: watch::Sender<LeaseState>,
+    state: LeaseCell,
     /// With durability on: replicas that acknowledged the acquire.
     replicas: Option<u32>,
     /// A multi-lock's names and tokens (`None` for one lock).
@@ -108,7 +107,7 @@ impl Lease {
             late,
             replicas,
         } = grant;
-        let state = watch::Sender::new(LeaseState::new(valid_until, guard.timing.drift));
+        let state = LeaseCell::new(LeaseState::new(valid_until, guard.timing.drift));
         let registered = guard.engine.register(
             guard.ownership.clone(),
             state.clone(),
@@ -123,7 +122,7 @@ impl Lease {
             view: LeaseHandle {
                 resource: resource.into(),
                 fence,
-                state: state.subscribe(),
+                state: state.clone(),
             },
             granted: granted_by,
             late,
@@ -158,7 +157,7 @@ impl Lease {
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
-        self.state.send_modify(|s| s.valid_until = valid_until);
+        self.state.modify(|s| s.valid_until = valid_until);
     }
 
     /// The resource name the lock was taken on.
@@ -451,7 +450,7 @@ impl Lease {
             }
             Decision::Reached => {
                 replies.detach(engine.background());
-                self.state.send_modify(|s| {
+                self.state.modify(|s| {
                     s.valid_until = extended_until;
                     s.early = timing.drift;
                 });
@@ -473,7 +472,7 @@ impl Lease {
                     } else {
                         LostReason::Refused
                     };
-                    self.state.send_modify(|s| s.lost = Some(why));
+                    self.state.modify(|s| s.lost = Some(why));
                     tracing::warn!(resource = self.resource(), reason = %why, "lease lost");
                     telemetry::lease_lost(why);
                 }

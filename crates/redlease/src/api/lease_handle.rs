@@ -1,10 +1,9 @@
 //! [`LeaseHandle`]: what work running under a lease may see of it.
 
-use crate::core::lease_state::{LeaseState, LostReason};
+use crate::core::lease_state::{LeaseCell, LostReason};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 
 /// A view of a held lease for the work running under it
 /// ([`Acquire::with`](crate::Acquire::with)): its name, validity and
@@ -30,7 +29,7 @@ use tokio::sync::watch;
 pub struct LeaseHandle {
     pub(super) resource: Arc<str>,
     pub(super) fence: Option<u64>,
-    pub(super) state: watch::Receiver<LeaseState>,
+    pub(super) state: LeaseCell,
 }
 
 impl fmt::Debug for LeaseHandle {
@@ -67,7 +66,7 @@ impl LeaseHandle {
     /// # fn f(lease: &redlease::LeaseHandle) { let _ = lease.valid_until(); }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        self.state.borrow().valid_until
+        self.state.get().valid_until
     }
 
     /// Time left until [`valid_until`](Self::valid_until).
@@ -94,7 +93,7 @@ impl LeaseHandle {
     /// # fn f(lease: &redlease::LeaseHandle) { assert_eq!(lease.lost_reason(), None); }
     /// ```
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.state.borrow().lost_at(Instant::now())
+        self.state.get().lost_at(Instant::now())
     }
 
     /// Resolves when the lease is lost (see [`Lease::lost`](crate::Lease::lost)).
@@ -103,6 +102,6 @@ impl LeaseHandle {
     /// # async fn f(lease: redlease::LeaseHandle) { let why = lease.lost().await; }
     /// ```
     pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
-        crate::core::lease_state::lost(self.state.clone())
+        crate::core::lease_state::lost(self.state.watch())
     }
 }

@@ -14,15 +14,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::coord::background::Background;
 use crate::coord::release::{release_on, Announce, Ownership};
 use crate::coord::renew::Renewer;
 use crate::coord::subscription::Notifier;
 use crate::core::error::Error;
 use crate::core::keys::{lock_key, release_channel, LockKeys};
-use crate::core::lease_state::{LeaseState, LostReason};
+use crate::core::lease_state::{LeaseCell, LostReason};
 use crate::core::retry::RetryPolicy;
 use crate::core::telemetry;
 use crate::core::token::{LockerTag, ReleaseId};
@@ -99,7 +97,7 @@ impl Hasher for IdHasher {
 /// holder.
 struct Registered {
     ownership: Arc<Ownership>,
-    state: watch::Sender<LeaseState>,
+    state: LeaseCell,
     node_timeout: Duration,
 }
 
@@ -229,7 +227,7 @@ impl Engine {
     pub(crate) fn register(
         &self,
         ownership: Arc<Ownership>,
-        state: watch::Sender<LeaseState>,
+        state: LeaseCell,
         node_timeout: Duration,
     ) -> Result<u64, Error> {
         let mut held = self.held();
@@ -276,7 +274,7 @@ impl Engine {
         }
         telemetry::leases_held(-(leases.len() as i64));
         for lease in &leases {
-            let newly_lost = lease.state.send_if_modified(|s| {
+            let newly_lost = lease.state.modify_if(|s| {
                 let fresh = s.lost.is_none();
                 s.lost.get_or_insert(LostReason::Closed);
                 fresh

@@ -20,13 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 
 use crate::coord::background::RuntimeTasks;
 use crate::coord::lane::{ExtendMany, CHUNK};
 use crate::coord::release::Ownership;
 use crate::core::expiry::ExpiryBounds;
-use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
+use crate::core::lease_state::{LateGrants, LeaseCell, LeaseState, LostReason};
 use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::renew_schedule::{coalesce, next_due, retry_at};
@@ -124,7 +124,7 @@ struct Entry {
     /// writer of a kept-alive lease's state, so this copy is exact, and
     /// reading it costs no lock on a separate allocation per lease.
     view: LeaseState,
-    state: watch::Sender<LeaseState>,
+    state: LeaseCell,
 }
 
 impl Entry {
@@ -168,7 +168,7 @@ impl Entry {
     fn publish(&mut self, change: impl FnOnce(&mut LeaseState) -> bool) {
         let wake = change(&mut self.view);
         let view = self.view;
-        self.state.send_if_modified(|s| {
+        self.state.modify_if(|s| {
             *s = view;
             wake
         });
@@ -401,11 +401,11 @@ impl Renewer {
         timing: Timing,
         bounds: ExpiryBounds,
         late: Option<Arc<LateGrants>>,
-        state: watch::Sender<LeaseState>,
+        state: LeaseCell,
     ) -> u64 {
         self.ensure_running();
         let interval = timing.renew_interval(self.inner.fraction);
-        let view = *state.borrow();
+        let view = state.get();
         let valid_until = view.valid_until;
         let mut entry = Entry {
             key: ownership.key.clone(),
@@ -495,7 +495,7 @@ impl Renewer {
             }
             entry.due = retry_at(now, entry.lost_from(), entry.interval);
             let round = entry.round;
-            let state = entry.state.subscribe();
+            let state = entry.state.watch();
             agenda.enqueue(id, entry);
             agenda.plan(id, entry);
             *version += 1;
@@ -504,7 +504,7 @@ impl Renewer {
         self.inner.wake_lanes();
         self.inner.rescheduled.notify_one();
         loop {
-            let now = *state.borrow_and_update();
+            let now = state.get_and_mark();
             if now.confirmed_round >= round {
                 return Ok(());
             }
@@ -520,9 +520,9 @@ impl Renewer {
                 });
             }
             tokio::select! {
-                changed = state.changed() => if changed.is_err() {
-                    return Err(ExtendFailure::Gone);
-                },
+                // The lease itself holds the state: it cannot go while
+                // its extend waits.
+                () = state.changed() => {}
                 () = tokio::time::sleep_until(now.lost_from().into()) => {}
             }
         }

@@ -32,7 +32,7 @@ fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
         near_at: 0,
         lanes: 0,
         view,
-        state: watch::Sender::new(view),
+        state: LeaseCell::new(view),
     }
 }
 
