@@ -14,7 +14,7 @@ use crate::coord::release::Ownership;
 use crate::core::error::{Error, Op};
 use crate::core::handle::Exported;
 use crate::core::mode::{Hold, LockMode};
-use crate::core::quorum::Decision;
+use crate::core::quorum::{Decision, NodeSet};
 
 /// What a lease handle ([`Lease::export`]) says, read without the token
 /// it carries: for a program that must build a Locker able to adopt it
@@ -163,7 +163,7 @@ impl Locker {
                 .into_error(&label, false));
         }
         timing.check_usable(Op::Extend, &label, start)?;
-        let granted_by: Vec<usize> = replies
+        let granted_by: NodeSet = replies
             .answers
             .iter()
             .filter(|(_, answer)| matches!(answer, Ok(true)))

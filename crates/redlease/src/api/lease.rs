@@ -17,6 +17,7 @@ use crate::core::error::{Error, Op, Shortfall};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseCell, LeaseState, LostReason};
 use crate::core::mode::LockMode;
+use crate::core::quorum::NodeSet;
 
 mod names;
 use crate::core::node_error::{NodeError, NodeId};
@@ -54,7 +55,7 @@ pub struct Lease {
     /// the same view a [`LeaseHandle`] has, so it is written once.
     view: LeaseHandle,
     /// The nodes that granted the acquire, until the lease is kept alive.
-    granted: Vec<usize>,
+    granted: NodeSet,
     /// The nodes that granted it after the quorum, until kept alive.
     late: Option<Arc<LateGrants>>,
     /// Validity and loss, shared with the renewer when kept alive.
@@ -139,7 +140,7 @@ impl Lease {
         let bounds = ExpiryBounds::new(
             nodes,
             self.guard.ownership.hold.quorum(nodes),
-            std::mem::take(&mut self.granted),
+            std::mem::take(&mut self.granted).iter(),
             self.valid_until_now(),
         );
         let id = engine.renewer().add(

@@ -14,7 +14,7 @@ use crate::core::error::{Error, Failure, Op};
 use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
 use crate::core::mode::Hold;
-use crate::core::quorum::Decision;
+use crate::core::quorum::{Decision, NodeSet};
 use crate::core::token::Token;
 use crate::core::validity::Timing;
 use crate::transport::node::{AcquireReply, OnRefusal};
@@ -72,7 +72,7 @@ pub(crate) struct Grant {
     /// the order of the keys.
     pub(crate) fences: Option<Vec<u64>>,
     /// The nodes that granted it before the quorum was reached.
-    pub(crate) granted_by: Vec<usize>,
+    pub(crate) granted_by: NodeSet,
     /// The nodes that grant it later, if requests were still in flight.
     pub(crate) late: Option<Arc<LateGrants>>,
     /// With durability on: the fewest replicas that acknowledged it on a
@@ -229,9 +229,13 @@ pub(crate) async fn attempt(
                 .into()
         }
         Decision::Reached => {
-            let mut granted_by = Vec::new();
+            let mut granted_by = NodeSet::default();
             // Per key, the counters the granting nodes drew.
-            let mut fences: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
+            // (Only drawn with fencing on: none to gather otherwise.)
+            let mut fences: Vec<Vec<u64>> = match fenced {
+                true => vec![Vec::new(); keys.len()],
+                false => Vec::new(),
+            };
             let mut replicas: Option<u32> = None;
             for (i, answer) in &replies.answers {
                 let acked = match answer {
@@ -239,7 +243,9 @@ pub(crate) async fn attempt(
                         fence,
                         replicas: acked,
                     }) => {
-                        fences[0].extend(*fence);
+                        if let Some(first) = fences.first_mut() {
+                            first.extend(*fence);
+                        }
                         acked
                     }
                     Ok(AcquireReply::AcquiredAll {
@@ -253,7 +259,7 @@ pub(crate) async fn attempt(
                     }
                     _ => continue,
                 };
-                granted_by.push(*i);
+                granted_by.insert(*i);
                 replicas = match (replicas, *acked) {
                     (Some(fewest), Some(acked)) => Some(fewest.min(acked)),
                     (fewest, acked) => fewest.or(acked),

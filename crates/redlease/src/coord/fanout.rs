@@ -171,12 +171,23 @@ where
     F: Fn(Arc<Node>) -> Fut,
     Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
 {
+    let mut tally = Tally::with_quorum(nodes.len(), quorum);
+    // One node: its answer decides, so the request is awaited where it
+    // stands, with nothing to box, collect or poll in turn.
+    if let [node] = nodes {
+        let answer = request(node.clone()).await;
+        tally.record(vote(&answer));
+        return Replies {
+            answers: vec![(0, answer)],
+            tally,
+            in_flight: InFlight { slots: Vec::new() },
+        };
+    }
     let mut in_flight = InFlight::new(
         nodes
             .iter()
             .map(|node| Box::pin(request(node.clone())) as Pending<R>),
     );
-    let mut tally = Tally::with_quorum(nodes.len(), quorum);
     let mut answers = Vec::with_capacity(nodes.len());
     while tally.decision() == Decision::Pending {
         let Some((i, answer)) = in_flight.next().await else {

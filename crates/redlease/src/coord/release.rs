@@ -2,7 +2,7 @@
 //! waits for the answer: an attempt that failed or was dropped, a lease
 //! dropped without `release`, a Locker closing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -142,21 +142,24 @@ impl Ownership {
 /// stalled node that never saw the acquire.
 ///
 /// [`NodeErrorKind::Unresponsive`]: crate::NodeErrorKind::Unresponsive
-pub(crate) struct Written(Arc<[AtomicBool]>);
+/// One bit per node (a Locker has at most
+/// [`MAX_NODES`](crate::core::quorum::MAX_NODES)), set while it may.
+pub(crate) struct Written(AtomicU64);
 
 impl Written {
     fn new(nodes: usize) -> Self {
-        Written((0..nodes).map(|_| AtomicBool::new(true)).collect())
+        debug_assert!(nodes <= crate::core::quorum::MAX_NODES);
+        Written(AtomicU64::new(u64::MAX))
     }
 
     /// Node `i` is known not to hold our token.
     pub(crate) fn ruled_out(&self, i: usize) {
-        self.0[i].store(false, Ordering::Relaxed);
+        self.0.fetch_and(!(1 << i), Ordering::Relaxed);
     }
 
     /// Whether node `i` may hold our token.
     pub(crate) fn may_hold(&self, i: usize) -> bool {
-        self.0[i].load(Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed) & (1 << i) != 0
     }
 }
 

@@ -27,6 +27,29 @@ pub(crate) enum Decision {
 /// each lease.
 pub(crate) const MAX_NODES: usize = 64;
 
+/// A set of node indexes (each below [`MAX_NODES`]), one bit each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NodeSet(u64);
+
+impl NodeSet {
+    pub(crate) fn insert(&mut self, i: usize) {
+        debug_assert!(i < MAX_NODES);
+        self.0 |= 1 << i;
+    }
+
+    pub(crate) fn iter(self) -> impl Iterator<Item = usize> {
+        (0..MAX_NODES).filter(move |&i| self.0 & (1 << i) != 0)
+    }
+}
+
+impl FromIterator<usize> for NodeSet {
+    fn from_iter<I: IntoIterator<Item = usize>>(nodes: I) -> Self {
+        let mut set = NodeSet::default();
+        nodes.into_iter().for_each(|i| set.insert(i));
+        set
+    }
+}
+
 /// The majority of `nodes`: `nodes / 2 + 1`. Two quorums of the same nodes
 /// always share a node, which is what makes the lock exclusive.
 pub(crate) fn quorum(nodes: usize) -> usize {
