@@ -412,11 +412,12 @@ impl Conn {
     }
 
     /// `cmd.query_async(self)`, without the boxed future that going
-    /// through [`ConnectionLike`] adds for a server's connection: this
-    /// carries every lock's requests.
+    /// through [`ConnectionLike`] adds (but on a cluster): this carries
+    /// every lock's requests.
     pub(crate) async fn query<T: redis::FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         let value = match self {
             Conn::Server(c) => c.send(cmd).await?,
+            Conn::Plain(c) => c.send_packed_command(cmd).await?,
             other => other.req_packed_command(cmd).await?,
         };
         Ok(T::from_redis_value(value.extract_error()?)?)
@@ -424,14 +425,15 @@ impl Conn {
 
     /// The replies to every command of `pipeline`, errors among them as
     /// values (the pipeline must ignore errors), without the boxed future
-    /// that going through [`ConnectionLike`] adds for a server's
-    /// connection. Not for a transaction, nor with commands marked
+    /// that going through [`ConnectionLike`] adds (but on a cluster). Not
+    /// for a transaction, nor with commands marked
     /// `ignore()`: their replies would be returned too.
     pub(crate) async fn query_pipeline(&mut self, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
         debug_assert!(!pipeline.is_transaction());
         let count = pipeline.len();
         match self {
             Conn::Server(c) => c.send_pipeline(pipeline, 0, count).await,
+            Conn::Plain(c) => c.send_packed_commands(pipeline, 0, count).await,
             other => other.req_packed_commands(pipeline, 0, count).await,
         }
     }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisFuture,
@@ -355,7 +355,9 @@ impl ServerConn {
     /// reply shows the server gone or demoted.
     pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
         let mut current = self.current().await?;
-        let result = current.conn.req_packed_command(cmd).await;
+        // The connection's own method, not `ConnectionLike`'s, which boxes
+        // its future: one allocation less per request.
+        let result = current.conn.send_packed_command(cmd).await;
         let outcome = match &result {
             Ok(value) => Outcome::of_value(value),
             Err(e) => Outcome::of_error(e),
@@ -375,7 +377,7 @@ impl ServerConn {
         let mut current = self.current().await?;
         let result = current
             .conn
-            .req_packed_commands(pipeline, offset, count)
+            .send_packed_commands(pipeline, offset, count)
             .await;
         let outcome = match &result {
             Ok(values) => values
