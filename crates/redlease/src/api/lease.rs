@@ -52,14 +52,13 @@ use names::AllNames;
 pub struct Lease {
     guard: ReleaseOnDrop,
     /// What the holder reads (resource, fencing token, validity, loss):
-    /// the same view a [`LeaseHandle`] has, so it is written once.
+    /// the same view a [`LeaseHandle`] has, so it is written once. Its
+    /// state is shared with the renewer when the lease is kept alive.
     view: LeaseHandle,
     /// The nodes that granted the acquire, until the lease is kept alive.
     granted: NodeSet,
     /// The nodes that granted it after the quorum, until kept alive.
     late: Option<Arc<LateGrants>>,
-    /// Validity and loss, shared with the renewer when kept alive.
-    state: LeaseCell,
     /// With durability on: replicas that acknowledged the acquire.
     replicas: Option<u32>,
     /// A multi-lock's names and tokens (`None` for one lock).
@@ -123,11 +122,10 @@ impl Lease {
             view: LeaseHandle {
                 resource: resource.into(),
                 fence,
-                state: state.clone(),
+                state,
             },
             granted: granted_by,
             late,
-            state,
             replicas,
             all,
         })
@@ -148,7 +146,7 @@ impl Lease {
             self.guard.timing,
             bounds,
             self.late.take(),
-            self.state.clone(),
+            self.view.state.clone(),
         );
         self.guard.renewal = Some(id);
     }
@@ -158,7 +156,7 @@ impl Lease {
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
-        self.state.modify(|s| s.valid_until = valid_until);
+        self.view.state.modify(|s| s.valid_until = valid_until);
     }
 
     /// The resource name the lock was taken on.
@@ -451,7 +449,7 @@ impl Lease {
             }
             Decision::Reached => {
                 replies.detach(engine.background());
-                self.state.modify(|s| {
+                self.view.state.modify(|s| {
                     s.valid_until = extended_until;
                     s.early = timing.drift;
                 });
@@ -473,7 +471,7 @@ impl Lease {
                     } else {
                         LostReason::Refused
                     };
-                    self.state.modify(|s| s.lost = Some(why));
+                    self.view.state.modify(|s| s.lost = Some(why));
                     tracing::warn!(resource = self.resource(), reason = %why, "lease lost");
                     telemetry::lease_lost(why);
                 }

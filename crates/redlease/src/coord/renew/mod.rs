@@ -104,12 +104,12 @@ struct Entry {
     round: u64,
     /// A manual extend waits for the current round.
     extend_waiting: bool,
-    /// Per node, the error of its latest answer, if it was one. Empty
+    /// Per node, the error of its latest answer, if it was one. `None`
     /// until an error comes: renewing a healthy lease touches nothing but
     /// the entry and its bounds (with 10,000 leases, every separate
     /// allocation touched per answer is a cache miss that shows in the CPU
     /// figure).
-    errors: Vec<Option<NodeError>>,
+    errors: Option<Box<[Option<NodeError>]>>,
     /// Queued on the lanes and not yet renewed by a quorum since.
     queued: bool,
     /// When to queue it next (a retry, while `queued`).
@@ -129,10 +129,10 @@ struct Entry {
 
 impl Entry {
     fn failed(&mut self, i: usize, error: NodeError) {
-        if self.errors.is_empty() {
-            self.errors = vec![None; self.bounds.nodes()];
-        }
-        self.errors[i] = Some(error);
+        let errors = self
+            .errors
+            .get_or_insert_with(|| vec![None; self.bounds.nodes()].into());
+        errors[i] = Some(error);
     }
 
     /// Counts the acquire's late yeses that came since the last look.
@@ -150,13 +150,15 @@ impl Entry {
 
     /// Node `i` answered without an error.
     fn answered(&mut self, i: usize) {
-        if let Some(e) = self.errors.get_mut(i) {
+        if let Some(e) = self.errors.as_mut().and_then(|errors| errors.get_mut(i)) {
             *e = None;
         }
     }
 
     fn errors(&self) -> impl Iterator<Item = &NodeError> {
-        self.errors.iter().flatten()
+        self.errors
+            .iter()
+            .flat_map(|errors| errors.iter().flatten())
     }
 
     fn lost_from(&self) -> Instant {
@@ -418,7 +420,7 @@ impl Renewer {
             late,
             round: 0,
             extend_waiting: false,
-            errors: Vec::new(),
+            errors: None,
             queued: false,
             due: next_due(valid_until, &timing, interval),
             look_at: 0,

@@ -25,7 +25,7 @@ fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
         late: None,
         round: 1,
         extend_waiting: false,
-        errors: Vec::new(),
+        errors: None,
         queued: true,
         due: t0 + 500 * MS,
         look_at: 0,
