@@ -205,7 +205,7 @@ where
 {
     /// The script's call (`EVALSHA`), and how many leases it renews.
     pub(crate) fn call(self) -> (Cmd, usize) {
-        let (len, bytes) = sized(self.leases.clone());
+        let (len, bytes) = super::lua::sized(self.leases.clone());
         // EVALSHA, its hash, the key count, a key, token and TTL per lease,
         // the flag: sized up front, as a batch holds up to a thousand.
         let cmd = EXTEND_MANY.call_sized(4 + 3 * len, 64 + bytes, |cmd| {
@@ -220,16 +220,6 @@ where
         });
         (cmd, len)
     }
-}
-
-/// How many leases `leases` holds, and the bytes of their keys, tokens and
-/// TTLs as arguments (a TTL at most 20 digits).
-pub(crate) fn sized<'a>(
-    leases: impl Iterator<Item = (&'a str, &'a str, Duration)>,
-) -> (usize, usize) {
-    leases.fold((0, 0), |(n, bytes), (key, token, _)| {
-        (n + 1, bytes + key.len() + token.len() + 20)
-    })
 }
 
 /// A batch's reply (see [`ExtendManyRequest`]): per lease in order,

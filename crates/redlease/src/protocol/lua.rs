@@ -81,6 +81,16 @@ impl ToRedisArgs for Flag {
     }
 }
 
+/// How many leases `leases` holds, and the bytes of their keys, tokens and
+/// TTLs as arguments (a TTL at most 20 digits).
+pub(crate) fn sized<'a>(
+    leases: impl Iterator<Item = (&'a str, &'a str, Duration)>,
+) -> (usize, usize) {
+    leases.fold((0, 0), |(n, bytes), (key, token, _)| {
+        (n + 1, bytes + key.len() + token.len() + 20)
+    })
+}
+
 /// A duration as the scripts and `PX` take it: whole milliseconds (a
 /// fraction is dropped).
 pub(crate) fn millis(duration: Duration) -> u64 {

@@ -384,7 +384,7 @@ where
 {
     /// The script's call (`EVALSHA`), and how many holds it renews.
     pub(crate) fn call(self) -> (Cmd, usize) {
-        let (len, bytes) = super::lease::sized(self.leases.clone());
+        let (len, bytes) = super::lua::sized(self.leases.clone());
         // Each lease's key twice (its set's key is the key and a suffix).
         let keys: usize = self.leases.clone().map(|(key, _, _)| key.len() + 16).sum();
         let cmd = READ_EXTEND_MANY.call_sized(5 + 4 * len, 96 + bytes + keys, |cmd| {
