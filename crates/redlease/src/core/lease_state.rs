@@ -166,8 +166,8 @@ impl Drop for LateRecorder {
 /// watchers need one only when they must act sooner (an earlier end, a
 /// loss) or wait for it (a manual extend). Cloning shares it.
 ///
-/// One notifier and the state: a Tokio watch channel, which this replaces,
-/// keeps nine notifiers for its receivers, about 400 bytes per lease.
+/// One notifier and the state: a Tokio watch channel would keep nine
+/// notifiers for its receivers, about 400 bytes per lease.
 #[derive(Clone)]
 pub(crate) struct LeaseCell(Arc<Cell>);
 

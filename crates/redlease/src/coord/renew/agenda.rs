@@ -3,9 +3,8 @@
 //!
 //! Calendars of lease ids by the millisecond, so that the scheduler and
 //! the lanes touch only the leases whose moment came, never the whole
-//! table: a scan of every lease per wake-up made the client's CPU per
-//! renewal grow with the number of leases (2.2 µs at 10,000, 4.9 µs at
-//! 100,000 on 5 nodes). Leases renewed in one batch fall due at the same
+//! table: the work per renewal must not grow with the number of leases
+//! kept alive. Leases renewed in one batch fall due at the same
 //! moment, so a calendar holds a few hundred days however many leases it
 //! lists; adding or taking a lease is an append or a pop on one day's
 //! list, where a binary heap of 100,000 items cost a cache miss per level.
