@@ -87,16 +87,24 @@ impl Agenda {
         }
     }
 
+    /// `at` on the agenda's clock, rounded up: a listing for it never
+    /// comes early.
     fn tick(&self, at: Instant) -> Tick {
-        let since = at.saturating_duration_since(self.epoch).as_nanos();
-        let ms = since.div_ceil(1_000_000);
-        u64::try_from(ms).unwrap_or(u64::MAX - 1) + 1
+        self.ms_since_epoch(at, true)
     }
 
     /// `now` on the agenda's clock, rounded down: a listing up to it is
     /// never early.
     fn now(&self, now: Instant) -> Tick {
-        let ms = now.saturating_duration_since(self.epoch).as_millis();
+        self.ms_since_epoch(now, false)
+    }
+
+    fn ms_since_epoch(&self, at: Instant, round_up: bool) -> Tick {
+        let ns = at.saturating_duration_since(self.epoch).as_nanos();
+        let ms = match round_up {
+            true => ns.div_ceil(1_000_000),
+            false => ns / 1_000_000,
+        };
         u64::try_from(ms).unwrap_or(u64::MAX - 1) + 1
     }
 
@@ -157,11 +165,7 @@ impl Agenda {
     pub(super) fn pop_look(&mut self, now: Instant, leases: &mut Slab) -> Option<u64> {
         let now = self.now(now);
         pop(&mut self.looks, now, leases, |e, tick| {
-            let live = e.look_at == tick;
-            if live {
-                e.look_at = 0;
-            }
-            live
+            take(&mut e.look_at, tick)
         })
     }
 
@@ -170,11 +174,7 @@ impl Agenda {
     pub(super) fn pop_near(&mut self, now: Instant, leases: &mut Slab) -> Option<u64> {
         let now = self.now(now);
         pop(&mut self.near, now, leases, |e, tick| {
-            let live = e.near_at == tick;
-            if live {
-                e.near_at = 0;
-            }
-            live && !e.queued
+            take(&mut e.near_at, tick) && !e.queued
         })
     }
 
@@ -187,6 +187,16 @@ impl Agenda {
             live
         })
     }
+}
+
+/// Whether a listing for `tick` is the live one that `listed` records; if
+/// it is, it is taken (`listed` then records none).
+fn take(listed: &mut Tick, tick: Tick) -> bool {
+    let live = *listed == tick;
+    if live {
+        *listed = 0;
+    }
+    live
 }
 
 /// Takes listings of `calendar` up to `now` until one is `live` (which
