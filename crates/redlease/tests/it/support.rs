@@ -90,6 +90,27 @@ pub async fn pttl(node: &RedisNode, key: &str) -> i64 {
         .expect("PTTL")
 }
 
+/// Waits, at most `within`, until `node` no longer holds `key`, and panics
+/// past that. A node's clock jump applies from the server's next clock
+/// read; a loaded server may answer a command or two from a time it read
+/// before the jump, so a test that needs the jump's effect waits for it.
+pub async fn wait_until_gone(node: &RedisNode, key: &str, within: Duration) {
+    let start = Instant::now();
+    loop {
+        let left = pttl(node, key).await;
+        if left == -2 {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "the node on port {} still holds the key ({left} ms left) after {:?}",
+            node.port(),
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub async fn set(node: &RedisNode, key: &str, value: &str) {
     let _: () = redis::cmd("SET")
         .arg(key)
