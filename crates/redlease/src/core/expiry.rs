@@ -37,67 +37,109 @@ pub(crate) enum Answer {
     Failed,
 }
 
-/// One node's part of a lease.
+/// One node's part of a lease, in 24 bytes: the renewer reads and writes
+/// these for every lease on every answer, so they are kept small (an
+/// `Option<Instant>` and an `Option<Duration>` alone would take 32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct NodeBound {
-    /// The key lives there at least until this instant (drift subtracted);
-    /// `None`: not known to hold our token.
-    until: Option<Instant>,
+    /// The key lives there at least until this instant (drift subtracted),
+    /// as an [`Offset`] from the bounds' base; [`NONE`]: not known to hold
+    /// our token.
+    until: Offset,
+    /// The shortest TTL, in nanoseconds, of a request whose fate is
+    /// unknown; [`NO_DOUBT`]: none.
+    doubt: u64,
     /// The latest answer, if any came since the lease was taken.
     last: Option<Answer>,
-    /// The shortest TTL of a request whose fate is unknown.
-    doubt: Option<Duration>,
-    /// The latest renewal round it confirmed (0: the acquire).
-    round: u64,
 }
+
+/// An instant as signed nanoseconds from a base instant: exact, and
+/// wide enough for ±292 years.
+type Offset = i64;
+const NONE: Offset = Offset::MIN;
+const NO_DOUBT: u64 = u64::MAX;
 
 /// The per-node expiry bounds of one lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ExpiryBounds {
-    quorum: usize,
-    nodes: Vec<NodeBound>,
+    /// What the nodes' instants count from.
+    base: Instant,
+    nodes: Box<[NodeBound]>,
     /// The earliest end a request sent to every node may have set (see
-    /// [`sending_to_all`](Self::sending_to_all)): a late answer to the
-    /// acquire promises no more than this.
-    cap: Option<Instant>,
+    /// [`sending_to_all`](Self::sending_to_all)), as an offset; [`NONE`]:
+    /// none sent. A late answer to the acquire promises no more than this.
+    cap: Offset,
+    /// The latest renewal round any node confirmed (0: the acquire), and
+    /// the nodes that confirmed it. Rounds only grow, and the renewer asks
+    /// about its current round, which no confirmation is newer than: one
+    /// round and one set say all it asks.
+    round: u64,
+    confirmed: u64,
+    quorum: u32,
 }
 
 impl ExpiryBounds {
-    /// A lease just granted by `granted` (node indexes) out of `nodes`, for
-    /// requests sent at `start`: each granting node holds it until `until`
-    /// (`start + ttl - drift`).
     /// Bounds over `nodes` nodes, of which `quorum` must hold the lease
-    /// (a majority, or a permit's quorum), `granted` holding it `until`.
+    /// (a majority, or a permit's quorum), `granted` (node indexes) holding
+    /// it `until` (the acquire's `start + ttl - drift`).
     pub(crate) fn new(
         nodes: usize,
         quorum: usize,
         granted: impl IntoIterator<Item = usize>,
         until: Instant,
     ) -> Self {
+        assert!(nodes <= crate::core::quorum::MAX_NODES, "one bit per node");
         let mut bounds = ExpiryBounds {
-            quorum,
+            base: until,
             nodes: vec![
                 NodeBound {
-                    until: None,
+                    until: NONE,
+                    doubt: NO_DOUBT,
                     last: None,
-                    doubt: None,
-                    round: 0,
                 };
                 nodes
-            ],
-            cap: None,
+            ]
+            .into(),
+            cap: NONE,
+            round: 0,
+            // Every node is at round 0 (the acquire) from the start.
+            confirmed: u64::MAX,
+            quorum: u32::try_from(quorum).unwrap_or(u32::MAX),
         };
         for i in granted {
             if let Some(node) = bounds.nodes.get_mut(i) {
-                node.until = Some(until);
+                node.until = 0;
             }
         }
         bounds
     }
 
+    fn offset(&self, t: Instant) -> Offset {
+        let nanos = |d: Duration| Offset::try_from(d.as_nanos()).unwrap_or(Offset::MAX);
+        match t.checked_duration_since(self.base) {
+            Some(after) => nanos(after),
+            None => -nanos(self.base - t),
+        }
+    }
+
+    fn instant(&self, offset: Offset) -> Option<Instant> {
+        if offset == NONE {
+            return None;
+        }
+        let magnitude = Duration::from_nanos(offset.unsigned_abs());
+        Some(match offset >= 0 {
+            true => self.base + magnitude,
+            false => self.base - magnitude,
+        })
+    }
+
     /// How many nodes the lease is on.
     pub(crate) fn nodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    fn quorum(&self) -> usize {
+        self.quorum as usize
     }
 
     /// Node `i` confirmed a request of renewal round `round`, sent at
@@ -110,11 +152,22 @@ impl ExpiryBounds {
         drift: Duration,
         round: u64,
     ) {
-        let node = &mut self.nodes[i];
-        node.round = node.round.max(round);
+        if round > self.round {
+            self.round = round;
+            self.confirmed = 0;
+        }
+        if round == self.round {
+            self.confirmed |= 1 << i;
+        }
         // An unknown request with a shorter TTL may still land after this one.
-        let ttl = node.doubt.map_or(ttl, |d| d.min(ttl));
-        node.until = Some(sent + ttl.saturating_sub(drift));
+        let doubt = self.nodes[i].doubt;
+        let ttl = match doubt {
+            NO_DOUBT => ttl,
+            d => Duration::from_nanos(d).min(ttl),
+        };
+        let until = self.offset(sent + ttl.saturating_sub(drift));
+        let node = &mut self.nodes[i];
+        node.until = until;
         node.last = Some(Answer::Confirmed);
     }
 
@@ -124,10 +177,13 @@ impl ExpiryBounds {
     /// is newer: a confirmation already moved its bound, and after a
     /// refusal the key may have gone again, so either way this is ignored.
     pub(crate) fn granted_late(&mut self, i: usize, until: Instant) {
-        let cap = self.cap;
+        let until = match self.cap {
+            NONE => self.offset(until),
+            cap => cap.min(self.offset(until)),
+        };
         if let Some(node) = self.nodes.get_mut(i) {
-            if node.until.is_none() && node.last != Some(Answer::Refused) {
-                node.until = Some(cap.map_or(until, |c| c.min(until)));
+            if node.until == NONE && node.last != Some(Answer::Refused) {
+                node.until = until;
             }
         }
     }
@@ -135,7 +191,7 @@ impl ExpiryBounds {
     /// Node `i` answered that our token is gone.
     pub(crate) fn refused(&mut self, i: usize) {
         let node = &mut self.nodes[i];
-        node.until = None;
+        node.until = NONE;
         node.last = Some(Answer::Refused);
     }
 
@@ -149,11 +205,14 @@ impl ExpiryBounds {
         drift: Duration,
         failed: bool,
     ) {
-        let node = &mut self.nodes[i];
         // If applied, whenever that is, the key lives at least this long.
-        let if_applied = sent + ttl.saturating_sub(drift);
-        node.until = node.until.map(|u| u.min(if_applied));
-        node.doubt = Some(node.doubt.map_or(ttl, |d| d.min(ttl)));
+        let if_applied = self.offset(sent + ttl.saturating_sub(drift));
+        let node = &mut self.nodes[i];
+        if node.until != NONE {
+            node.until = node.until.min(if_applied);
+        }
+        let ttl = u64::try_from(ttl.as_nanos()).unwrap_or(NO_DOUBT - 1);
+        node.doubt = node.doubt.min(ttl);
         if failed {
             node.last = Some(Answer::Failed);
         }
@@ -181,11 +240,19 @@ impl ExpiryBounds {
     /// node that applies it keeps the key only `ttl` from then, which may
     /// be shorter than what it promised before.
     pub(crate) fn sending_to_all(&mut self, now: Instant, ttl: Duration, drift: Duration) {
-        let cap = now + ttl.saturating_sub(drift);
-        for node in &mut self.nodes {
-            node.until = node.until.map(|u| u.min(cap));
+        let cap = self.offset(now + ttl.saturating_sub(drift));
+        for node in self.nodes.iter_mut().filter(|n| n.until != NONE) {
+            node.until = node.until.min(cap);
         }
-        self.cap = Some(self.cap.map_or(cap, |c| c.min(cap)));
+        self.cap = match self.cap {
+            NONE => cap,
+            old => old.min(cap),
+        };
+    }
+
+    /// The bounds of the nodes known to hold the key.
+    fn untils(&self) -> impl Iterator<Item = Offset> + '_ {
+        self.nodes.iter().map(|n| n.until).filter(|&u| u != NONE)
     }
 
     /// Until when a quorum holds the key: the quorum-th latest node bound.
@@ -194,10 +261,12 @@ impl ExpiryBounds {
         // The latest bound that at least a quorum of bounds reach. No
         // allocation: this runs for every lease on every node's answer,
         // and there are few nodes.
-        let untils = || self.nodes.iter().filter_map(|n| n.until);
-        untils()
-            .filter(|&u| untils().filter(|&v| v >= u).count() >= self.quorum)
-            .max()
+        let quorum = self.quorum();
+        let until = self
+            .untils()
+            .filter(|&u| self.untils().filter(|&v| v >= u).count() >= quorum)
+            .max()?;
+        self.instant(until)
     }
 
     /// Until when the lease may still be trusted, given the end published
@@ -217,19 +286,25 @@ impl ExpiryBounds {
         if let Some(until) = self.valid_until() {
             return Some(until);
         }
-        let latest = self.nodes.iter().filter_map(|n| n.until).max();
+        let latest = self.untils().max().and_then(|l| self.instant(l));
         Some(latest.map_or(current, |l| l.min(current)))
     }
 
     /// Whether a quorum of nodes that still hold the key confirmed renewal
-    /// round `round` or a later one.
+    /// round `round` or a later one. `round` is the current round: older
+    /// than the latest one confirmed, the answer is no (a quorum of it is
+    /// not tracked, and nothing asks).
     pub(crate) fn confirmed_by_quorum(&self, round: u64) -> bool {
+        if round != self.round {
+            return false;
+        }
         let confirmed = self
             .nodes
             .iter()
-            .filter(|n| n.until.is_some() && n.round >= round)
+            .enumerate()
+            .filter(|&(i, n)| n.until != NONE && self.confirmed & (1 << i) != 0)
             .count();
-        confirmed >= self.quorum
+        confirmed >= self.quorum()
     }
 
     /// Whether refusals alone rule out a quorum: the lock is not ours.
@@ -239,7 +314,7 @@ impl ExpiryBounds {
             .iter()
             .filter(|n| n.last == Some(Answer::Refused))
             .count();
-        refused > self.nodes.len() - self.quorum
+        refused > self.nodes.len() - self.quorum()
     }
 
     /// Whether nodes whose latest answer was an error alone rule out a
@@ -250,7 +325,7 @@ impl ExpiryBounds {
             .iter()
             .filter(|n| n.last == Some(Answer::Failed))
             .count();
-        failed > self.nodes.len() - self.quorum
+        failed > self.nodes.len() - self.quorum()
     }
 }
 
@@ -443,5 +518,29 @@ mod tests {
         // A node that refuses no longer counts, whatever it confirmed.
         b.refused(0);
         assert!(!b.confirmed_by_quorum(2));
+    }
+
+    #[test]
+    fn instants_before_the_acquires_bound_are_kept_exactly() {
+        let t0 = Instant::now();
+        let mut b = granted(3, &[0, 1, 2], t0);
+        // An extend to a TTL far shorter than the acquire's, sent at once:
+        // the new end comes before the acquire's bound, which the node
+        // instants count from.
+        b.sending_to_all(t0 + MS, 100 * MS, 2 * MS);
+        assert_eq!(b.valid_until(), Some(t0 + 99 * MS));
+        b.confirmed(0, t0 + 2 * MS, 100 * MS, 2 * MS, 1);
+        b.confirmed(1, t0 + 3 * MS, 100 * MS, 2 * MS, 1);
+        assert_eq!(b.valid_until(), Some(t0 + 100 * MS));
+        // A late yes to the acquire is capped by the extend.
+        let mut late = granted(3, &[0], t0);
+        late.sending_to_all(t0 + MS, 100 * MS, 2 * MS);
+        late.granted_late(1, t0 + TTL - DRIFT);
+        assert_eq!(late.valid_until(), Some(t0 + 99 * MS));
+    }
+
+    #[test]
+    fn a_node_bound_takes_24_bytes() {
+        assert_eq!(std::mem::size_of::<NodeBound>(), 24);
     }
 }
