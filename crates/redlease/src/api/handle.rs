@@ -169,9 +169,14 @@ impl Locker {
             .filter(|(_, answer)| matches!(answer, Ok(true)))
             .map(|(i, _)| *i)
             .collect();
-        let in_flight = replies.detach(engine.background());
-        let mut guard = ReleaseOnDrop::new(engine.clone(), ownership, timing);
-        guard.set_in_flight(in_flight);
+        let guard = ReleaseOnDrop::new(engine.clone(), ownership, timing);
+        if replies.pending() {
+            let background = engine.background();
+            let raised = background.raise(guard.ownership.clone(), |o| &o.in_flight);
+            replies.detach_observed(background, move |_, _| {
+                let _raised = &raised;
+            });
+        }
         let many = exported.names.len() > 1;
         let grant = Grant {
             guard,

@@ -312,22 +312,20 @@ pub(crate) async fn attempt(
                     // node holds the key from this acquire's start.
                     let valid_until = timing.valid_until(start);
                     let late = replies.pending().then(|| LateGrants::new(valid_until));
-                    let in_flight = match &late {
-                        Some(late) => {
-                            let recorder = late.recorder();
-                            replies.detach_observed(engine.background(), move |i, answer| {
-                                if let Ok(
-                                    AcquireReply::Acquired { .. }
-                                    | AcquireReply::AcquiredAll { .. },
-                                ) = answer
-                                {
-                                    recorder.granted(i);
-                                }
-                            })
-                        }
-                        None => None,
-                    };
-                    guard.set_in_flight(in_flight);
+                    if let Some(late) = &late {
+                        let recorder = late.recorder();
+                        let background = engine.background();
+                        let raised = background.raise(guard.ownership.clone(), |o| &o.in_flight);
+                        replies.detach_observed(background, move |i, answer| {
+                            let _raised = &raised;
+                            if let Ok(
+                                AcquireReply::Acquired { .. } | AcquireReply::AcquiredAll { .. },
+                            ) = answer
+                            {
+                                recorder.granted(i);
+                            }
+                        });
+                    }
                     return Ok(Grant {
                         guard,
                         valid_until,

@@ -3,7 +3,7 @@
 //! so a process about to exit can wait for them.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -19,6 +19,8 @@ use tokio::task::JoinHandle;
 pub(crate) struct Background {
     running: AtomicUsize,
     idle: Notify,
+    /// Some [`InFlight`] flag came down.
+    lowered: Notify,
 }
 
 /// Counts a task as finished when dropped: after it completes, panics or is
@@ -47,6 +49,40 @@ impl Background {
         })
     }
 
+    /// Raises `flag` (found in `owner` by `field`) until the returned
+    /// guard is dropped: the caller moves the guard into the task that
+    /// finishes the requests, so the flag comes down when that task ends,
+    /// completed or dropped with its runtime.
+    pub(crate) fn raise<O: Send + Sync + 'static>(
+        self: &Arc<Self>,
+        owner: Arc<O>,
+        field: fn(&O) -> &InFlight,
+    ) -> Raised<O> {
+        field(&owner).0.store(true, Ordering::Release);
+        Raised {
+            owner,
+            field,
+            background: self.clone(),
+        }
+    }
+
+    /// Resolves once `flag` is down (see [`raise`](Self::raise)).
+    ///
+    /// Cancel safety: dropping the future loses nothing.
+    pub(crate) async fn lowered(&self, flag: &InFlight) {
+        loop {
+            let notified = self.lowered.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a flag lowered in between
+            // still wakes us.
+            notified.as_mut().enable();
+            if !flag.0.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Resolves once no counted task is running.
     pub(crate) async fn idle(&self) {
         loop {
@@ -60,6 +96,28 @@ impl Background {
             }
             notified.await;
         }
+    }
+}
+
+/// Whether requests of a lease still run in the background (see
+/// [`Background::raise`]), for a release that must not overtake them.
+/// A byte in the lease's ownership rather than a handle on the task, which
+/// would keep the whole task allocated for as long as the lease lives.
+#[derive(Default)]
+pub(crate) struct InFlight(AtomicBool);
+
+/// Keeps an [`InFlight`] flag raised; lowers it and wakes the waiters when
+/// dropped.
+pub(crate) struct Raised<O> {
+    owner: Arc<O>,
+    field: fn(&O) -> &InFlight,
+    background: Arc<Background>,
+}
+
+impl<O> Drop for Raised<O> {
+    fn drop(&mut self) {
+        (self.field)(&self.owner).0.store(false, Ordering::Release);
+        self.background.lowered.notify_waiters();
     }
 }
 
@@ -122,5 +180,56 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), bg.idle())
             .await
             .expect("idle after abort");
+    }
+
+    #[derive(Default)]
+    struct Owner {
+        in_flight: InFlight,
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_raised_flag_comes_down_when_its_task_ends() {
+        let bg = Arc::new(Background::default());
+        let owner = Arc::new(Owner::default());
+        bg.lowered(&owner.in_flight).await; // never raised
+        let raised = bg.raise(owner.clone(), |o| &o.in_flight);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        bg.spawn(async move {
+            let _raised = raised;
+            let _ = rx.await;
+        });
+        let early =
+            tokio::time::timeout(Duration::from_secs(1), bg.lowered(&owner.in_flight)).await;
+        assert!(early.is_err(), "down while its task still ran");
+        tx.send(()).unwrap();
+        bg.lowered(&owner.in_flight).await;
+        bg.idle().await;
+    }
+
+    #[test]
+    fn a_raised_flag_comes_down_when_its_runtime_drops_the_task() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let bg = Arc::new(Background::default());
+        let owner = Arc::new(Owner::default());
+        let raised = bg.raise(owner.clone(), |o| &o.in_flight);
+        runtime.block_on(async {
+            bg.spawn(async move {
+                let _raised = raised;
+                std::future::pending::<()>().await;
+            });
+        });
+        drop(runtime);
+        let other = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        other.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), bg.lowered(&owner.in_flight))
+                .await
+                .expect("the dropped task lowered it");
+        });
     }
 }

@@ -8,8 +8,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::task::JoinHandle;
-
 use crate::coord::background::Background;
 use crate::core::error::{Op, Shortfall};
 use crate::core::node_error::{NodeError, NodeId};
@@ -213,29 +211,31 @@ impl<R: Answer> Replies<R> {
     }
 
     /// Lets the requests still in flight run to completion in the background:
-    /// their outcome no longer changes the decision. The handle tells when
-    /// they are done (each is bounded by its node timeout), for a caller
-    /// whose next request to the same key must not overtake them.
-    pub(crate) fn detach(self, background: &Arc<Background>) -> Option<JoinHandle<()>> {
-        self.detach_observed(background, |_, _| {})
+    /// their outcome no longer changes the decision (each is bounded by its
+    /// node timeout).
+    pub(crate) fn detach(self, background: &Arc<Background>) {
+        self.detach_observed(background, |_, _| {});
     }
 
     /// Like [`detach`](Self::detach), handing each late answer to `observe`
-    /// (by node index); `observe` is dropped once they are all in.
+    /// (by node index); `observe` is dropped once they are all in, or with
+    /// the task if its runtime shuts down first (a caller whose next request
+    /// to the same key must not overtake them moves a
+    /// [`Raised`](crate::coord::background::Raised) flag into it).
     pub(crate) fn detach_observed(
         self,
         background: &Arc<Background>,
         mut observe: impl FnMut(usize, &Result<R, NodeError>) + Send + 'static,
-    ) -> Option<JoinHandle<()>> {
+    ) {
         if self.in_flight.is_empty() {
-            return None;
+            return;
         }
         let mut rest = self.in_flight;
-        Some(background.spawn(async move {
+        background.spawn(async move {
             while let Some((i, answer)) = rest.next().await {
                 observe(i, &answer);
             }
-        }))
+        });
     }
 
     /// Whether requests are still in flight.

@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use tokio::task::JoinHandle;
-
 use crate::coord::engine::Engine;
 use crate::coord::release::Ownership;
 use crate::core::validity::Timing;
@@ -21,10 +19,6 @@ pub(crate) struct ReleaseOnDrop {
     pub(crate) registration: Option<u64>,
     /// The lease's registration with the renewer, if kept alive.
     pub(crate) renewal: Option<u64>,
-    /// Acquire requests still on their way to slow nodes. A release sent
-    /// now could reach a node before a request that is still connecting or
-    /// reloading its script, and leave a key behind; so wait for them first.
-    in_flight: Option<JoinHandle<()>>,
     armed: bool,
 }
 
@@ -36,14 +30,8 @@ impl ReleaseOnDrop {
             timing,
             registration: None,
             renewal: None,
-            in_flight: None,
             armed: true,
         }
-    }
-
-    /// Requests of the acquire still on their way to slow nodes.
-    pub(crate) fn set_in_flight(&mut self, in_flight: Option<JoinHandle<()>>) {
-        self.in_flight = in_flight;
     }
 
     /// Takes the lease off the renewer and the engine's record: no renewal
@@ -62,13 +50,13 @@ impl ReleaseOnDrop {
     }
 
     /// Waits until no earlier request for this token is still in flight
-    /// (each is bounded by its node timeout).
-    pub(crate) async fn settle(&mut self) {
-        if let Some(in_flight) = self.in_flight.as_mut() {
-            // An error here only means the drain task ended early.
-            let _ = in_flight.await;
-            self.in_flight = None;
-        }
+    /// (each is bounded by its node timeout): acquire requests still on
+    /// their way to slow nodes. A release sent now could reach a node
+    /// before a request that is still connecting or reloading its script,
+    /// and leave a key behind.
+    pub(crate) async fn settle(&self) {
+        let background = self.engine.background();
+        background.lowered(&self.ownership.in_flight).await;
     }
 
     pub(crate) fn disarm(&mut self) {
@@ -94,11 +82,8 @@ impl Drop for ReleaseOnDrop {
         let engine = self.engine.clone();
         let ownership = self.ownership.clone();
         let timeout = self.timing.node_timeout;
-        let in_flight = self.in_flight.take();
         self.engine.background().spawn(async move {
-            if let Some(in_flight) = in_flight {
-                let _ = in_flight.await;
-            }
+            engine.background().lowered(&ownership.in_flight).await;
             engine.release(&ownership, timeout).await;
         });
     }

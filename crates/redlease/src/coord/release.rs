@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use crate::coord::background::InFlight;
 use crate::core::mode::Hold;
 use crate::core::node_error::NodeError;
 use crate::core::token::{LockerTag, Token};
@@ -31,6 +32,9 @@ pub(crate) struct Ownership {
     /// attempt in turn: its cleanup keeps the waiter's turn (see
     /// `coord::turn`).
     pub(crate) place: Option<(Arc<str>, u64)>,
+    /// Requests for this token still run in the background (the acquire's
+    /// to slower nodes): a release waits for them.
+    pub(crate) in_flight: InFlight,
 }
 
 impl Ownership {
@@ -43,6 +47,7 @@ impl Ownership {
             hold,
             written: Written::new(nodes),
             place: None,
+            in_flight: InFlight::default(),
         }
     }
 
@@ -56,6 +61,7 @@ impl Ownership {
             hold,
             written: Written::new(nodes),
             place: None,
+            in_flight: InFlight::default(),
         }
     }
 
