@@ -140,7 +140,7 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
                 timing: e.timing,
                 round: e.round,
                 lost_from: e.lost_from(),
-                keys: 1 + e.others.as_ref().map_or(0, |o| o.len()),
+                keys: 1 + e.owner.others.as_ref().map_or(0, |o| o.len()),
             });
             entries.push(e);
         }
@@ -149,16 +149,20 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     // per call: they go after the writers' leases, grouped by kind (and
     // by slot on a cluster), in calls of their own.
     // Multi-locks go last, each in calls of its own.
-    let grouped = |e: &Entry| e.hold != Hold::Exclusive || e.others.is_some();
+    let grouped = |e: &Entry| e.owner.hold != Hold::Exclusive || e.owner.others.is_some();
     if inner.by_slot || entries.iter().any(|e| grouped(e)) {
         let mut order: Vec<(u64, u16, usize)> = entries
             .iter()
             .enumerate()
             .map(|(k, e)| {
-                let slot = if inner.by_slot { hash_slot(&e.key) } else { 0 };
-                let rank = match e.others {
+                let slot = if inner.by_slot {
+                    hash_slot(&e.owner.key)
+                } else {
+                    0
+                };
+                let rank = match e.owner.others {
                     Some(_) => u64::MAX,
-                    None => rank(e.hold),
+                    None => rank(e.owner.hold),
                 };
                 (rank, slot, k)
             })
@@ -195,15 +199,20 @@ fn rank(hold: Hold) -> u64 {
 /// `bind_lineage`: the nodes bind locks to their replication lineage.
 pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) -> Vec<ExtendMany> {
     let mut calls = Vec::new();
-    let lone = entries.iter().take_while(|e| e.others.is_none()).count();
+    let lone = entries
+        .iter()
+        .take_while(|e| e.owner.others.is_none())
+        .count();
     let (mut rest, many) = entries.split_at(lone);
     // A multi-lock's keys: one call per mode (exclusive, then shared),
     // and on a cluster per slot, in a row (its flags are the next places
     // of the batch, in key order within each call).
     for e in many {
-        let keys: Vec<(&str, Hold)> = std::iter::once((&*e.key, e.hold))
+        let owner = &*e.owner;
+        let keys: Vec<(&str, Hold)> = std::iter::once((&*owner.key, owner.hold))
             .chain(
-                e.others
+                owner
+                    .others
                     .iter()
                     .flat_map(|o| o.iter().map(|(k, h)| (&**k, *h))),
             )
@@ -220,7 +229,7 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
                 .filter(move |&&(k, h)| {
                     (!by_slot || hash_slot(k) == slot) && (h == Hold::Shared) == shared
                 })
-                .map(|&(k, _)| (k, e.token.as_str(), e.timing.ttl));
+                .map(|&(k, _)| (k, owner.token.as_str(), e.timing.ttl));
             let slot = by_slot.then_some(slot);
             calls.push(match shared {
                 false => ExtendMany::new(leases, slot, bind_lineage),
@@ -231,15 +240,15 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
     let many_calls = std::mem::take(&mut calls);
     while !rest.is_empty() {
         let mut len = rest.len().min(CHUNK);
-        let (slot, hold) = (hash_slot(&rest[0].key), rest[0].hold);
+        let (slot, hold) = (hash_slot(&rest[0].owner.key), rest[0].owner.hold);
         len = rest[..len]
             .iter()
-            .position(|e| e.hold != hold || (by_slot && hash_slot(&e.key) != slot))
+            .position(|e| e.owner.hold != hold || (by_slot && hash_slot(&e.owner.key) != slot))
             .unwrap_or(len);
         let (call, tail) = rest.split_at(len);
         let leases = call
             .iter()
-            .map(|e| (&*e.key, e.token.as_str(), e.timing.ttl));
+            .map(|e| (&*e.owner.key, e.owner.token.as_str(), e.timing.ttl));
         let slot = by_slot.then_some(slot);
         calls.push(match Members::of(hold) {
             None => ExtendMany::new(leases, slot, bind_lineage),

@@ -27,11 +27,9 @@ use crate::coord::lane::{ExtendMany, CHUNK};
 use crate::coord::release::Ownership;
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseCell, LeaseState, LostReason};
-use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::renew_schedule::{coalesce, next_due, retry_at};
 use crate::core::telemetry;
-use crate::core::token::Token;
 use crate::core::validity::Timing;
 use crate::transport::node::Node;
 
@@ -84,13 +82,10 @@ pub(crate) enum ExtendFailure {
 
 /// A kept-alive lease.
 struct Entry {
-    key: Arc<str>,
-    /// The other keys of a multi-lock, renewed with `key`: the lease is
+    /// Its key, token and hold (a writer's lock, a read hold or a permit);
+    /// a multi-lock's other keys, renewed with the first: the lease is
     /// confirmed by a node only when all of them are.
-    others: Option<crate::coord::release::Others>,
-    token: Token,
-    /// Renewed as a writer's lock, a read hold or a permit.
-    hold: Hold,
+    owner: Arc<Ownership>,
     timing: Timing,
     interval: Duration,
     bounds: ExpiryBounds,
@@ -184,7 +179,7 @@ impl Entry {
                 true
             });
             let failed: Vec<String> = self.errors().map(|e| format!("{e:#}")).collect();
-            tracing::warn!(key = %self.key, reason = %why, ?failed, "lease lost");
+            tracing::warn!(key = %self.owner.key, reason = %why, ?failed, "lease lost");
             telemetry::lease_lost(why);
         }
     }
@@ -399,7 +394,7 @@ impl Renewer {
     /// Tokio runtime.
     pub(crate) fn add(
         &self,
-        ownership: &Ownership,
+        ownership: &Arc<Ownership>,
         timing: Timing,
         bounds: ExpiryBounds,
         late: Option<Arc<LateGrants>>,
@@ -410,10 +405,7 @@ impl Renewer {
         let view = state.get();
         let valid_until = view.valid_until;
         let mut entry = Entry {
-            key: ownership.key.clone(),
-            others: ownership.others.clone(),
-            token: ownership.token.clone(),
-            hold: ownership.hold,
+            owner: ownership.clone(),
             timing,
             interval,
             bounds,

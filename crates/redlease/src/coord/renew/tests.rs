@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::core::lease_state::LateGrants;
+use crate::core::mode::Hold;
 use crate::core::quorum::quorum;
 use crate::core::token::LockerTag;
 use crate::core::validity::DriftModel;
@@ -11,14 +12,20 @@ const MS: Duration = Duration::from_millis(1);
 /// A kept-alive lease on `nodes` that `granted` gave at `t0`, with its
 /// first renewal round queued.
 fn entry(nodes: usize, granted: &[usize], t0: Instant) -> Entry {
+    entry_holding(nodes, granted, t0, Hold::Exclusive)
+}
+
+fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> Entry {
     let timing = Timing::new("ttl", 1_500 * MS, DriftModel::DEFAULT, Some(400 * MS)).unwrap();
     let until = timing.valid_until(t0);
     let view = LeaseState::new(until, timing.drift);
     Entry {
-        key: "k".into(),
-        others: None,
-        token: Token::generate(&LockerTag::generate()),
-        hold: Hold::Exclusive,
+        owner: Arc::new(Ownership::new(
+            "k".into(),
+            nodes,
+            &LockerTag::generate(),
+            hold,
+        )),
         timing,
         interval: timing.renew_interval(1.0 / 3.0),
         bounds: ExpiryBounds::new(nodes, quorum(nodes), granted.iter().copied(), until),
@@ -112,8 +119,7 @@ fn a_late_yes_to_the_acquire_counts_for_the_quorum() {
 fn read_holds_go_in_calls_of_their_own() {
     let t0 = Instant::now();
     let (a, b) = (entry(1, &[0], t0), entry(1, &[0], t0));
-    let mut c = entry(1, &[0], t0);
-    c.hold = Hold::Shared;
+    let c = entry_holding(1, &[0], t0, Hold::Shared);
     let calls = lanes::calls_of(&[&a, &b, &c], false, false);
     let lens: Vec<usize> = calls.iter().map(ExtendMany::len).collect();
     assert_eq!(lens, [2, 1]);
