@@ -482,7 +482,11 @@ impl Lease {
 
     /// Extends a kept-alive lease through the renewer, in order with its
     /// renewals on every node.
-    async fn extend_kept_alive(&mut self, id: u64, timing: Timing) -> Result<(), Error> {
+    async fn extend_kept_alive(
+        &mut self,
+        id: std::num::NonZeroU64,
+        timing: Timing,
+    ) -> Result<(), Error> {
         let engine = self.guard.engine.clone();
         match engine.renewer().extend(id, timing).await {
             Ok(()) => {

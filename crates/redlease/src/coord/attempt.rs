@@ -118,7 +118,7 @@ pub(crate) async fn attempt(
     } = side
     {
         let spelled = place.spelled();
-        ownership.place = Some((spelled.member.clone(), spelled.ticket));
+        ownership.place = Some(Box::new((spelled.member.clone(), spelled.ticket)));
     }
     let ownership = Arc::new(ownership);
     let mark = match side {

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -66,7 +67,7 @@ pub(crate) struct Engine {
 #[derive(Default)]
 struct HeldLeases {
     next_id: u64,
-    leases: HashMap<u64, Registered, BuildHasherDefault<IdHasher>>,
+    leases: HashMap<NonZeroU64, Registered, BuildHasherDefault<IdHasher>>,
 }
 
 /// Hashes a lease id (a counter, never chosen by anyone outside) with one
@@ -229,12 +230,12 @@ impl Engine {
         ownership: Arc<Ownership>,
         state: LeaseCell,
         node_timeout: Duration,
-    ) -> Result<u64, Error> {
+    ) -> Result<NonZeroU64, Error> {
         let mut held = self.held();
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let id = held.next_id;
+        let id = NonZeroU64::MIN.saturating_add(held.next_id);
         held.next_id += 1;
         telemetry::leases_held(1);
         held.leases.insert(
@@ -250,7 +251,7 @@ impl Engine {
 
     /// Takes a lease off the record. `false` if `close` took it first: the
     /// lease is released already, and nobody else may release it again.
-    pub(crate) fn unregister(&self, id: u64) -> bool {
+    pub(crate) fn unregister(&self, id: NonZeroU64) -> bool {
         let removed = self.held().leases.remove(&id).is_some();
         if removed {
             telemetry::leases_held(-1);

@@ -2,6 +2,7 @@
 //! nobody else does, behind both an attempt dropped mid-flight and a lease
 //! dropped without `release`.
 
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use crate::coord::engine::Engine;
@@ -16,9 +17,9 @@ pub(crate) struct ReleaseOnDrop {
     pub(crate) timing: Timing,
     /// The lease's entry in the engine's record of held leases, once the
     /// acquisition became a lease.
-    pub(crate) registration: Option<u64>,
+    pub(crate) registration: Option<NonZeroU64>,
     /// The lease's registration with the renewer, if kept alive.
-    pub(crate) renewal: Option<u64>,
+    pub(crate) renewal: Option<NonZeroU64>,
     armed: bool,
 }
 

@@ -30,8 +30,8 @@ pub(crate) struct Ownership {
     pub(crate) written: Written,
     /// The waiter's place in the lock's queue and its ticket, for an
     /// attempt in turn: its cleanup keeps the waiter's turn (see
-    /// `coord::turn`).
-    pub(crate) place: Option<(Arc<str>, u64)>,
+    /// `coord::turn`). Boxed: only a waiter that queued has one.
+    pub(crate) place: Option<Box<(Arc<str>, u64)>>,
     /// Requests for this token still run in the background (the acquire's
     /// to slower nodes): a release waits for them.
     pub(crate) in_flight: InFlight,
@@ -104,7 +104,7 @@ impl Ownership {
         }
         match self.hold {
             Hold::Exclusive => {
-                let keep_turn = self.place.as_ref().filter(|_| !announce);
+                let keep_turn = self.place.as_deref().filter(|_| !announce);
                 let marked = marked || self.place.is_some();
                 node.release(key, token, announce, marked, keep_turn, timeout)
                     .await

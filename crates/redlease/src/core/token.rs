@@ -6,38 +6,34 @@ use std::fmt;
 /// for Redis (48 digits). The 128 random bits are fresh for every
 /// acquisition and are what makes the token unguessable; the tag only says
 /// which Locker took the lock. Its `Debug` never shows the value, so it
-/// cannot leak into logs. Shared, because every node's request and every
-/// renewal batch carries it: a clone is a reference count, not a copy.
+/// cannot leak into logs. Kept inline: a copy is 48 bytes, less than a
+/// shared string's allocation and its reference counts.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Token(std::sync::Arc<str>);
+pub(crate) struct Token([u8; Token::LEN]);
 
 impl Token {
+    const LEN: usize = LockerTag::LEN + 32;
+
     pub(crate) fn generate(tag: &LockerTag) -> Self {
         // rand's thread-local generator is a CSPRNG (ChaCha12) seeded and
         // periodically reseeded from the operating system: as strong as
         // asking the OS each time, without a system call per lock.
-        let mut text = [0u8; LockerTag::LEN + 32];
+        let mut text = [0u8; Token::LEN];
         text[..LockerTag::LEN].copy_from_slice(&tag.0);
         text[LockerTag::LEN..].copy_from_slice(&hex::<32>(rand::random::<u128>()));
-        Token(
-            std::str::from_utf8(&text)
-                .expect("hex digits are ASCII")
-                .into(),
-        )
+        Token(text)
     }
 
     pub(crate) fn as_str(&self) -> &str {
-        &self.0
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
     }
 
     /// A token as [`generate`](Self::generate) spells it (48 lowercase
     /// hex digits), from an exported lease's handle; `None` otherwise.
     pub(crate) fn parse(text: &str) -> Option<Self> {
-        let ok = text.len() == LockerTag::LEN + 32
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        ok.then(|| Token(text.into()))
+        let digits: [u8; Token::LEN] = text.as_bytes().try_into().ok()?;
+        let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+        digits.iter().all(hex).then_some(Token(digits))
     }
 }
 
@@ -140,10 +136,11 @@ mod tests {
 
     #[test]
     fn a_release_id_is_what_the_release_script_computes() {
-        // string.sub(redis.sha1hex('abc'), 1, 16); SHA-1('abc') is
-        // a9993e364706816aba3e25717850c26c9cd0d89d (FIPS 180-1).
-        let token = Token("abc".into());
-        assert_eq!(ReleaseId::of(&token).as_str(), "a9993e364706816a");
+        // string.sub(redis.sha1hex(token), 1, 16); SHA-1 of
+        // "0123456789abcdef" three times is
+        // 480f0a5bfe9d1ec3f8936b9441f6e89d301711f5 (Python's hashlib).
+        let token = Token::parse(&"0123456789abcdef".repeat(3)).unwrap();
+        assert_eq!(ReleaseId::of(&token).as_str(), "480f0a5bfe9d1ec3");
         let tag = LockerTag::generate();
         let (a, b) = (Token::generate(&tag), Token::generate(&tag));
         assert_ne!(ReleaseId::of(&a), ReleaseId::of(&b));

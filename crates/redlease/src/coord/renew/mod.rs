@@ -16,6 +16,7 @@
 //! validity ran out first (reported one drift allowance early). It never
 //! comes back.
 
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -399,7 +400,7 @@ impl Renewer {
         bounds: ExpiryBounds,
         late: Option<Arc<LateGrants>>,
         state: LeaseCell,
-    ) -> u64 {
+    ) -> NonZeroU64 {
         self.ensure_running();
         let interval = timing.renew_interval(self.inner.fraction);
         let view = state.get();
@@ -430,14 +431,14 @@ impl Renewer {
         }
         drop(table);
         self.inner.rescheduled.notify_one();
-        id
+        NonZeroU64::new(id).expect("slab ids are never 0")
     }
 
     /// Stops renewing a lease: no renewal of it is sent after this returns
     /// (one already on the wire may still land, which is harmless: the
     /// renew script never re-creates a released key).
-    pub(crate) fn remove(&self, id: u64) {
-        self.inner.table().remove(id);
+    pub(crate) fn remove(&self, id: NonZeroU64) {
+        self.inner.table().remove(id.get());
         self.inner.rescheduled.notify_one();
     }
 
@@ -454,7 +455,8 @@ impl Renewer {
     /// every node) and waits until a quorum confirmed it, or the lease is
     /// lost. Leases are sequenced one by one: other leases' renewals go on
     /// meanwhile.
-    pub(crate) async fn extend(&self, id: u64, timing: Timing) -> Result<(), ExtendFailure> {
+    pub(crate) async fn extend(&self, id: NonZeroU64, timing: Timing) -> Result<(), ExtendFailure> {
+        let id = id.get();
         self.ensure_running();
         let (round, mut state) = {
             let mut table = self.inner.table();

@@ -1,8 +1,8 @@
 //! The kept-alive leases, in chunks of slots.
 //!
 //! A lease's id names its slot (the low 32 bits) and the slot's
-//! generation (the high 32), so an id outlives its lease harmlessly: a
-//! slot taken again answers only to its new id. Lanes apply a batch's
+//! generation (the high 32, never 0, so no id is 0), so an id outlives
+//! its lease harmlessly: a slot taken again answers only to its new id. Lanes apply a batch's
 //! answers in slot order, which walks the slots forwards: with 100,000
 //! leases the table is far larger than the processor's caches, and leases
 //! visited in hash order cost a cache miss each.
@@ -32,6 +32,11 @@ struct Slot {
     entry: Option<Entry>,
 }
 
+/// The generation after `g`, skipping 0.
+fn next(g: u32) -> u32 {
+    g.checked_add(1).unwrap_or(1)
+}
+
 /// Where lease `id` lives.
 pub(super) fn slot_of(id: u64) -> usize {
     (id & u64::from(u32::MAX)) as usize
@@ -45,7 +50,7 @@ impl Slab {
             None => {
                 if self.used == self.chunks.len() * CHUNK {
                     let chunk = (0..CHUNK).map(|_| Slot {
-                        generation: 0,
+                        generation: 1,
                         entry: None,
                     });
                     self.chunks.push(chunk.collect());
@@ -86,7 +91,7 @@ impl Slab {
     pub(super) fn remove(&mut self, id: &u64) -> Option<Entry> {
         let slot = self.slot_mut(*id)?;
         let entry = slot.entry.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
+        slot.generation = next(slot.generation);
         self.free.push(slot_of(*id) as u32);
         self.len -= 1;
         Some(entry)
@@ -100,7 +105,7 @@ impl Slab {
         let slots = self.chunks.iter_mut().flat_map(|chunk| chunk.iter_mut());
         for (index, slot) in slots.enumerate() {
             if slot.entry.take().is_some() {
-                slot.generation = slot.generation.wrapping_add(1);
+                slot.generation = next(slot.generation);
                 self.free.push(index as u32);
             }
         }

@@ -127,6 +127,12 @@ fn read_holds_go_in_calls_of_their_own() {
     assert_eq!(calls.len(), 1);
 }
 
+/// The id of the `n`th lease put in a fresh table: slot `n`, first
+/// generation.
+fn fresh(n: u64) -> u64 {
+    1 << 32 | n
+}
+
 /// Leases in a table, each planned on the agenda; the first is due at
 /// `t0 + 500 ms`, each next one 100 ms later.
 fn planned(count: u64, t0: Instant) -> (Slab, Agenda) {
@@ -139,7 +145,7 @@ fn planned(count: u64, t0: Instant) -> (Slab, Agenda) {
         // Not lost before the tests look.
         e.view.valid_until = t0 + 10_000 * MS;
         let id = leases.insert(e);
-        assert_eq!(id, n, "a fresh table numbers its leases from 0");
+        assert_eq!(id, fresh(n), "a fresh table numbers its leases in order");
         agenda.plan(id, leases.get_mut(&id).unwrap());
     }
     (leases, agenda)
@@ -149,11 +155,11 @@ fn planned(count: u64, t0: Instant) -> (Slab, Agenda) {
 fn an_id_outlives_its_lease_harmlessly() {
     let t0 = Instant::now();
     let (mut leases, _) = planned(2, t0);
-    assert!(leases.remove(&0).is_some());
-    assert!(leases.remove(&0).is_none());
+    assert!(leases.remove(&fresh(0)).is_some());
+    assert!(leases.remove(&fresh(0)).is_none());
     let again = leases.insert(entry(3, &[0], t0));
     assert_eq!(slab::slot_of(again), 0, "the free slot is taken again");
-    assert!(leases.get(&0).is_none(), "the old id names nothing");
+    assert!(leases.get(&fresh(0)).is_none(), "the old id names nothing");
     assert!(leases.get(&again).is_some());
     assert_eq!(leases.len(), 2);
 }
@@ -170,13 +176,13 @@ fn the_agenda_gives_only_the_leases_whose_moment_came() {
     let (mut leases, mut agenda) = planned(5, t0);
     assert_at(agenda.next_look(&leases), t0 + 500 * MS);
     assert_eq!(agenda.pop_look(t0 + 499 * MS, &mut leases), None);
-    assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), Some(0));
-    assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), Some(1));
+    assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), Some(fresh(0)));
+    assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), Some(fresh(1)));
     assert_eq!(agenda.pop_look(t0 + 650 * MS, &mut leases), None);
     // Half an interval (250 ms) before they are due, leases may join.
     let near: Vec<u64> =
         std::iter::from_fn(|| agenda.pop_near(t0 + 640 * MS, &mut leases)).collect();
-    assert_eq!(near, [0, 1, 2, 3]);
+    assert_eq!(near, [0, 1, 2, 3].map(fresh));
     assert_at(agenda.next_look(&leases), t0 + 700 * MS);
 }
 
@@ -185,22 +191,22 @@ fn a_replanned_lease_is_looked_at_once_at_its_new_moment() {
     let t0 = Instant::now();
     let (mut leases, mut agenda) = planned(2, t0);
     // Lease 0 renewed meanwhile: due a second later.
-    let e = leases.get_mut(&0).unwrap();
+    let e = leases.get_mut(&fresh(0)).unwrap();
     e.due += 1_000 * MS;
-    agenda.plan(0, e);
+    agenda.plan(fresh(0), e);
     assert_at(agenda.next_look(&leases), t0 + 600 * MS);
-    assert_eq!(agenda.pop_look(t0 + 1_499 * MS, &mut leases), Some(1));
+    assert_eq!(agenda.pop_look(t0 + 1_499 * MS, &mut leases), Some(fresh(1)));
     assert_eq!(
         agenda.pop_look(t0 + 1_499 * MS, &mut leases),
         None,
         "the old moment is stale"
     );
-    assert_eq!(agenda.pop_look(t0 + 1_501 * MS, &mut leases), Some(0));
+    assert_eq!(agenda.pop_look(t0 + 1_501 * MS, &mut leases), Some(fresh(0)));
     // A lease gone from the table is skipped.
-    leases.remove(&1);
-    let e = leases.get_mut(&0).unwrap();
-    agenda.plan(0, e);
-    assert_eq!(agenda.pop_look(t0 + 9_000 * MS, &mut leases), Some(0));
+    leases.remove(&fresh(1));
+    let e = leases.get_mut(&fresh(0)).unwrap();
+    agenda.plan(fresh(0), e);
+    assert_eq!(agenda.pop_look(t0 + 9_000 * MS, &mut leases), Some(fresh(0)));
     assert_eq!(agenda.next_look(&leases), None);
 }
 
@@ -209,19 +215,19 @@ fn lanes_take_each_queued_lease_once_most_urgent_first() {
     let t0 = Instant::now();
     let (mut leases, mut agenda) = planned(3, t0);
     // Lease 2 ends first, lease 1 last.
-    leases.get_mut(&2).unwrap().view.valid_until = t0 + 900 * MS;
-    leases.get_mut(&1).unwrap().view.valid_until = t0 + 11_000 * MS;
-    for id in [0, 1, 2, 0] {
+    leases.get_mut(&fresh(2)).unwrap().view.valid_until = t0 + 900 * MS;
+    leases.get_mut(&fresh(1)).unwrap().view.valid_until = t0 + 11_000 * MS;
+    for id in [0, 1, 2, 0].map(fresh) {
         agenda.enqueue(id, leases.get_mut(&id).unwrap());
     }
     let lane0: Vec<u64> = std::iter::from_fn(|| agenda.pop_lane(0, &mut leases)).collect();
-    assert_eq!(lane0, [2, 0, 1], "queued twice, taken once");
+    assert_eq!(lane0, [2, 0, 1].map(fresh), "queued twice, taken once");
     // Lane 1 still has them; a lease released meanwhile is skipped.
-    leases.remove(&0);
+    leases.remove(&fresh(0));
     let lane1: Vec<u64> = std::iter::from_fn(|| agenda.pop_lane(1, &mut leases)).collect();
-    assert_eq!(lane1, [2, 1]);
+    assert_eq!(lane1, [2, 1].map(fresh));
     // Taken off lane 0, lease 1 can be queued there again.
-    agenda.enqueue(1, leases.get_mut(&1).unwrap());
-    assert_eq!(agenda.pop_lane(0, &mut leases), Some(1));
-    assert_eq!(agenda.pop_lane(2, &mut leases), Some(2));
+    agenda.enqueue(fresh(1), leases.get_mut(&fresh(1)).unwrap());
+    assert_eq!(agenda.pop_lane(0, &mut leases), Some(fresh(1)));
+    assert_eq!(agenda.pop_lane(2, &mut leases), Some(fresh(2)));
 }
