@@ -69,7 +69,7 @@ impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // No token here: whoever reads the logs must not be able to release.
         f.debug_struct("Lease")
-            .field("resource", &self.view.resource)
+            .field("resource", &self.view.resource())
             .field("key", &self.guard.ownership.key)
             .field("remaining", &self.remaining())
             .finish()
@@ -107,6 +107,10 @@ impl Lease {
             late,
             replicas,
         } = grant;
+        let key = guard.ownership.key.clone();
+        // The key is `prefix{resource}`.
+        let name_at = key.len() - 1 - resource.len();
+        debug_assert_eq!(&key[name_at..key.len() - 1], resource);
         let state = LeaseCell::new(LeaseState::new(valid_until, guard.timing.drift));
         let registered = guard.engine.register(
             guard.ownership.clone(),
@@ -120,7 +124,8 @@ impl Lease {
         Ok(Lease {
             guard,
             view: LeaseHandle {
-                resource: resource.into(),
+                key,
+                name_at,
                 fence,
                 state,
             },
@@ -441,7 +446,7 @@ impl Lease {
                 replies.detach(engine.background());
                 Err(Error::ValidityExhausted {
                     op: Op::Extend,
-                    resource: self.view.resource.to_string(),
+                    resource: self.view.resource().to_string(),
                     elapsed: now - start,
                     ttl: timing.ttl,
                     drift: timing.drift,
@@ -645,7 +650,7 @@ impl Lease {
         }
         Error::NotHeld {
             op,
-            resource: self.view.resource.to_string(),
+            resource: self.view.resource().to_string(),
             expired: why != LostReason::Refused,
             not_held_on,
             failed,

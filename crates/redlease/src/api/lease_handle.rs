@@ -27,7 +27,12 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Clone)]
 pub struct LeaseHandle {
-    pub(super) resource: Arc<str>,
+    /// The lock key, whose braced part is the resource name (see
+    /// [`resource`](Self::resource)): the name is read from it rather
+    /// than kept in an allocation of its own.
+    pub(super) key: Arc<str>,
+    /// Where the name begins in `key`.
+    pub(super) name_at: usize,
     pub(super) fence: Option<u64>,
     pub(super) state: LeaseCell,
 }
@@ -35,7 +40,7 @@ pub struct LeaseHandle {
 impl fmt::Debug for LeaseHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseHandle")
-            .field("resource", &self.resource)
+            .field("resource", &self.resource())
             .field("remaining", &self.remaining())
             .finish()
     }
@@ -48,7 +53,8 @@ impl LeaseHandle {
     /// # fn f(lease: &redlease::LeaseHandle) { println!("{}", lease.resource()); }
     /// ```
     pub fn resource(&self) -> &str {
-        &self.resource
+        // `key` is `prefix{name}`.
+        &self.key[self.name_at..self.key.len() - 1]
     }
 
     /// The fencing token, with fencing on (see [`Lease::fencing_token`](crate::Lease::fencing_token)).

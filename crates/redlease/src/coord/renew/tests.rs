@@ -195,18 +195,27 @@ fn a_replanned_lease_is_looked_at_once_at_its_new_moment() {
     e.due += 1_000 * MS;
     agenda.plan(fresh(0), e);
     assert_at(agenda.next_look(&leases), t0 + 600 * MS);
-    assert_eq!(agenda.pop_look(t0 + 1_499 * MS, &mut leases), Some(fresh(1)));
+    assert_eq!(
+        agenda.pop_look(t0 + 1_499 * MS, &mut leases),
+        Some(fresh(1))
+    );
     assert_eq!(
         agenda.pop_look(t0 + 1_499 * MS, &mut leases),
         None,
         "the old moment is stale"
     );
-    assert_eq!(agenda.pop_look(t0 + 1_501 * MS, &mut leases), Some(fresh(0)));
+    assert_eq!(
+        agenda.pop_look(t0 + 1_501 * MS, &mut leases),
+        Some(fresh(0))
+    );
     // A lease gone from the table is skipped.
     leases.remove(&fresh(1));
     let e = leases.get_mut(&fresh(0)).unwrap();
     agenda.plan(fresh(0), e);
-    assert_eq!(agenda.pop_look(t0 + 9_000 * MS, &mut leases), Some(fresh(0)));
+    assert_eq!(
+        agenda.pop_look(t0 + 9_000 * MS, &mut leases),
+        Some(fresh(0))
+    );
     assert_eq!(agenda.next_look(&leases), None);
 }
 
