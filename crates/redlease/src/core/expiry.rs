@@ -24,6 +24,7 @@
 //! later; with a shorter one it can move it earlier, so such a request caps
 //! what later confirmations of that node may promise (`doubt`).
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How one node's latest answer about a lease went.
@@ -43,8 +44,7 @@ pub(crate) enum Answer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct NodeBound {
     /// The key lives there at least until this instant (drift subtracted),
-    /// as an [`Offset`] from the bounds' base; [`NONE`]: not known to hold
-    /// our token.
+    /// as an [`Offset`]; [`NONE`]: not known to hold our token.
     until: Offset,
     /// The shortest TTL, in nanoseconds, of a request whose fate is
     /// unknown; [`NO_DOUBT`]: none.
@@ -53,17 +53,42 @@ struct NodeBound {
     last: Option<Answer>,
 }
 
-/// An instant as signed nanoseconds from a base instant: exact, and
-/// wide enough for ±292 years.
+/// An instant as signed nanoseconds from [`epoch`]: exact, and wide
+/// enough for ±292 years.
 type Offset = i64;
 const NONE: Offset = Offset::MIN;
 const NO_DOUBT: u64 = u64::MAX;
 
+/// What offsets count from: an instant fixed once per process (its value
+/// does not matter; instants before it are negative offsets).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn offset(t: Instant) -> Offset {
+    let nanos = |d: Duration| Offset::try_from(d.as_nanos()).unwrap_or(Offset::MAX);
+    let epoch = epoch();
+    match t.checked_duration_since(epoch) {
+        Some(after) => nanos(after),
+        None => -nanos(epoch - t),
+    }
+}
+
+fn instant(offset: Offset) -> Option<Instant> {
+    if offset == NONE {
+        return None;
+    }
+    let magnitude = Duration::from_nanos(offset.unsigned_abs());
+    Some(match offset >= 0 {
+        true => epoch() + magnitude,
+        false => epoch() - magnitude,
+    })
+}
+
 /// The per-node expiry bounds of one lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ExpiryBounds {
-    /// What the nodes' instants count from.
-    base: Instant,
     nodes: Box<[NodeBound]>,
     /// The earliest end a request sent to every node may have set (see
     /// [`sending_to_all`](Self::sending_to_all)), as an offset; [`NONE`]:
@@ -89,8 +114,8 @@ impl ExpiryBounds {
         until: Instant,
     ) -> Self {
         assert!(nodes <= crate::core::quorum::MAX_NODES, "one bit per node");
+        let until = offset(until);
         let mut bounds = ExpiryBounds {
-            base: until,
             nodes: vec![
                 NodeBound {
                     until: NONE,
@@ -108,29 +133,10 @@ impl ExpiryBounds {
         };
         for i in granted {
             if let Some(node) = bounds.nodes.get_mut(i) {
-                node.until = 0;
+                node.until = until;
             }
         }
         bounds
-    }
-
-    fn offset(&self, t: Instant) -> Offset {
-        let nanos = |d: Duration| Offset::try_from(d.as_nanos()).unwrap_or(Offset::MAX);
-        match t.checked_duration_since(self.base) {
-            Some(after) => nanos(after),
-            None => -nanos(self.base - t),
-        }
-    }
-
-    fn instant(&self, offset: Offset) -> Option<Instant> {
-        if offset == NONE {
-            return None;
-        }
-        let magnitude = Duration::from_nanos(offset.unsigned_abs());
-        Some(match offset >= 0 {
-            true => self.base + magnitude,
-            false => self.base - magnitude,
-        })
     }
 
     /// How many nodes the lease is on.
@@ -165,7 +171,7 @@ impl ExpiryBounds {
             NO_DOUBT => ttl,
             d => Duration::from_nanos(d).min(ttl),
         };
-        let until = self.offset(sent + ttl.saturating_sub(drift));
+        let until = offset(sent + ttl.saturating_sub(drift));
         let node = &mut self.nodes[i];
         node.until = until;
         node.last = Some(Answer::Confirmed);
@@ -178,8 +184,8 @@ impl ExpiryBounds {
     /// refusal the key may have gone again, so either way this is ignored.
     pub(crate) fn granted_late(&mut self, i: usize, until: Instant) {
         let until = match self.cap {
-            NONE => self.offset(until),
-            cap => cap.min(self.offset(until)),
+            NONE => offset(until),
+            cap => cap.min(offset(until)),
         };
         if let Some(node) = self.nodes.get_mut(i) {
             if node.until == NONE && node.last != Some(Answer::Refused) {
@@ -206,7 +212,7 @@ impl ExpiryBounds {
         failed: bool,
     ) {
         // If applied, whenever that is, the key lives at least this long.
-        let if_applied = self.offset(sent + ttl.saturating_sub(drift));
+        let if_applied = offset(sent + ttl.saturating_sub(drift));
         let node = &mut self.nodes[i];
         if node.until != NONE {
             node.until = node.until.min(if_applied);
@@ -240,7 +246,7 @@ impl ExpiryBounds {
     /// node that applies it keeps the key only `ttl` from then, which may
     /// be shorter than what it promised before.
     pub(crate) fn sending_to_all(&mut self, now: Instant, ttl: Duration, drift: Duration) {
-        let cap = self.offset(now + ttl.saturating_sub(drift));
+        let cap = offset(now + ttl.saturating_sub(drift));
         for node in self.nodes.iter_mut().filter(|n| n.until != NONE) {
             node.until = node.until.min(cap);
         }
@@ -266,7 +272,7 @@ impl ExpiryBounds {
             .untils()
             .filter(|&u| self.untils().filter(|&v| v >= u).count() >= quorum)
             .max()?;
-        self.instant(until)
+        instant(until)
     }
 
     /// Until when the lease may still be trusted, given the end published
@@ -286,7 +292,7 @@ impl ExpiryBounds {
         if let Some(until) = self.valid_until() {
             return Some(until);
         }
-        let latest = self.untils().max().and_then(|l| self.instant(l));
+        let latest = self.untils().max().and_then(|l| instant(l));
         Some(latest.map_or(current, |l| l.min(current)))
     }
 
@@ -521,7 +527,19 @@ mod tests {
     }
 
     #[test]
-    fn instants_before_the_acquires_bound_are_kept_exactly() {
+    fn instants_on_both_sides_of_the_epoch_are_kept_exactly() {
+        const NS: Duration = Duration::from_nanos(1);
+        let before = epoch() - 5_000 * MS;
+        let mut b = granted(3, &[0, 1, 2], before);
+        assert_eq!(b.valid_until(), Some(before + 988 * MS));
+        b.confirmed(0, before + 4_900 * MS + NS, TTL, DRIFT, 1);
+        b.confirmed(1, before + 4_950 * MS + 7 * NS, TTL, DRIFT, 1);
+        assert_eq!(b.valid_until(), Some(before + 5_888 * MS + NS));
+        assert!(b.confirmed_by_quorum(1));
+    }
+
+    #[test]
+    fn an_extend_to_a_shorter_ttl_comes_before_the_acquires_bound() {
         let t0 = Instant::now();
         let mut b = granted(3, &[0, 1, 2], t0);
         // An extend to a TTL far shorter than the acquire's, sent at once:

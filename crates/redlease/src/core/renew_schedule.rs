@@ -12,14 +12,36 @@ pub(crate) const MIN_PATIENCE: Duration = Duration::from_millis(500);
 /// The shortest retry delay: a node that fails at once is not hammered.
 const MIN_RETRY: Duration = Duration::from_millis(5);
 
+/// What a kept-alive lease's renewals are timed by: its TTL and drift
+/// allowance (what a node's yes promises) and how often it is renewed.
+/// The node timeout of [`Timing`] is left out: a renewal waits as long as
+/// its lease can use the answer (see [`patience`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Cadence {
+    pub(crate) ttl: Duration,
+    pub(crate) drift: Duration,
+    pub(crate) interval: Duration,
+}
+
+impl Cadence {
+    /// `timing`'s, renewed every `fraction` of the TTL.
+    pub(crate) fn new(timing: &Timing, fraction: f64) -> Self {
+        Cadence {
+            ttl: timing.ttl,
+            drift: timing.drift,
+            interval: timing.renew_interval(fraction),
+        }
+    }
+}
+
 /// The next renewal of a lease that a quorum holds until `valid_until`:
 /// one interval after the request that quorum confirmed was sent
 /// (`valid_until = sent + ttl - drift`).
-pub(crate) fn next_due(valid_until: Instant, timing: &Timing, interval: Duration) -> Instant {
+pub(crate) fn next_due(valid_until: Instant, cadence: &Cadence) -> Instant {
     let sent = valid_until
-        .checked_sub(timing.ttl - timing.drift)
+        .checked_sub(cadence.ttl - cadence.drift)
         .unwrap_or(valid_until);
-    sent + interval
+    sent + cadence.interval
 }
 
 /// When to send a renewal again that a quorum has not confirmed yet: soon,
@@ -62,10 +84,9 @@ mod tests {
     fn the_next_renewal_is_an_interval_after_the_confirmed_request() {
         let sent = Instant::now();
         let t = timing();
-        assert_eq!(
-            next_due(t.valid_until(sent), &t, 1_000 * MS),
-            sent + 1_000 * MS
-        );
+        let cadence = Cadence::new(&t, 1.0 / 3.0);
+        assert_eq!(cadence.interval, 1_000 * MS);
+        assert_eq!(next_due(t.valid_until(sent), &cadence), sent + 1_000 * MS);
     }
 
     #[test]

@@ -129,7 +129,7 @@ impl Agenda {
             self.looks.push(look, id);
         }
         if !e.queued {
-            let near = self.tick(e.due.checked_sub(e.interval / 2).unwrap_or(e.due));
+            let near = self.tick(e.due.checked_sub(e.cadence.interval / 2).unwrap_or(e.due));
             if near != e.near_at {
                 e.near_at = near;
                 self.near.push(near, id);

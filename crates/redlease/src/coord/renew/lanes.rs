@@ -137,7 +137,7 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         if let Some(e) = leases.get(&id) {
             sent.push(Sent {
                 id,
-                timing: e.timing,
+                cadence: e.cadence,
                 round: e.round,
                 lost_from: e.lost_from(),
                 keys: 1 + e.owner.others.as_ref().map_or(0, |o| o.len()),
@@ -229,7 +229,7 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
                 .filter(move |&&(k, h)| {
                     (!by_slot || hash_slot(k) == slot) && (h == Hold::Shared) == shared
                 })
-                .map(|&(k, _)| (k, owner.token.as_str(), e.timing.ttl));
+                .map(|&(k, _)| (k, owner.token.as_str(), e.cadence.ttl));
             let slot = by_slot.then_some(slot);
             calls.push(match shared {
                 false => ExtendMany::new(leases, slot, bind_lineage),
@@ -248,7 +248,7 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
         let (call, tail) = rest.split_at(len);
         let leases = call
             .iter()
-            .map(|e| (&*e.owner.key, e.owner.token.as_str(), e.timing.ttl));
+            .map(|e| (&*e.owner.key, e.owner.token.as_str(), e.cadence.ttl));
         let slot = by_slot.then_some(slot);
         calls.push(match Members::of(hold) {
             None => ExtendMany::new(leases, slot, bind_lineage),
@@ -315,7 +315,7 @@ pub(super) fn apply(inner: &Inner, i: usize, batch: &Batch, sent: Instant, deliv
         let Some(entry) = leases.get_mut(&s.id) else {
             continue; // released meanwhile
         };
-        let (ttl, drift) = (s.timing.ttl, s.timing.drift);
+        let (ttl, drift) = (s.cadence.ttl, s.cadence.drift);
         match &delivery {
             Delivery::Answered(_) => match said {
                 // This call's shard was silent: as for an abandoned batch.

@@ -29,7 +29,7 @@ use crate::coord::release::Ownership;
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseCell, LeaseState, LostReason};
 use crate::core::node_error::{NodeError, NodeId};
-use crate::core::renew_schedule::{coalesce, next_due, retry_at};
+use crate::core::renew_schedule::{coalesce, next_due, retry_at, Cadence};
 use crate::core::telemetry;
 use crate::core::validity::Timing;
 use crate::transport::node::Node;
@@ -87,8 +87,7 @@ struct Entry {
     /// a multi-lock's other keys, renewed with the first: the lease is
     /// confirmed by a node only when all of them are.
     owner: Arc<Ownership>,
-    timing: Timing,
-    interval: Duration,
+    cadence: Cadence,
     bounds: ExpiryBounds,
     /// Nodes whose yes to the acquire may still come (after the quorum's);
     /// `None` once they all answered.
@@ -236,7 +235,7 @@ impl Entry {
         if renewed {
             self.queued = false;
             self.extend_waiting = false;
-            self.due = next_due(self.view.valid_until, &self.timing, self.interval);
+            self.due = next_due(self.view.valid_until, &self.cadence);
         }
         true
     }
@@ -279,7 +278,7 @@ struct Batch {
 #[derive(Clone, Copy)]
 struct Sent {
     id: u64,
-    timing: Timing,
+    cadence: Cadence,
     round: u64,
     lost_from: Instant,
     /// How many keys it renews: the next this many places of the batch's
@@ -402,20 +401,19 @@ impl Renewer {
         state: LeaseCell,
     ) -> NonZeroU64 {
         self.ensure_running();
-        let interval = timing.renew_interval(self.inner.fraction);
+        let cadence = Cadence::new(&timing, self.inner.fraction);
         let view = state.get();
         let valid_until = view.valid_until;
         let mut entry = Entry {
             owner: ownership.clone(),
-            timing,
-            interval,
+            cadence,
             bounds,
             late,
             round: 0,
             extend_waiting: false,
             errors: None,
             queued: false,
-            due: next_due(valid_until, &timing, interval),
+            due: next_due(valid_until, &cadence),
             look_at: 0,
             near_at: 0,
             lanes: 0,
@@ -477,8 +475,7 @@ impl Renewer {
             // from now: trust no more than that until a quorum confirms.
             entry.fold_late();
             entry.bounds.sending_to_all(now, timing.ttl, timing.drift);
-            entry.timing = timing;
-            entry.interval = timing.renew_interval(self.inner.fraction);
+            entry.cadence = Cadence::new(&timing, self.inner.fraction);
             entry.round += 1;
             entry.extend_waiting = true;
             entry.queued = true;
@@ -489,7 +486,7 @@ impl Renewer {
                     true
                 });
             }
-            entry.due = retry_at(now, entry.lost_from(), entry.interval);
+            entry.due = retry_at(now, entry.lost_from(), entry.cadence.interval);
             let round = entry.round;
             let state = entry.state.watch();
             agenda.enqueue(id, entry);
@@ -588,7 +585,7 @@ fn queue_due(inner: &Inner, now: Instant) {
         let due = if e.queued {
             e.due <= now
         } else {
-            coalesce(now, e.due, e.interval)
+            coalesce(now, e.due, e.cadence.interval)
         };
         if due {
             queue(agenda, now, id, e);
@@ -600,7 +597,7 @@ fn queue_due(inner: &Inner, now: Instant) {
         let Some(e) = leases.get_mut(&id) else {
             continue;
         };
-        if coalesce(now, e.due, e.interval) {
+        if coalesce(now, e.due, e.cadence.interval) {
             queue(agenda, now, id, e);
             queued_any = true;
         }
@@ -623,7 +620,7 @@ fn queue(agenda: &mut Agenda, now: Instant, id: u64, e: &mut Entry) {
         e.round += 1;
     }
     e.queued = true;
-    e.due = retry_at(now, e.lost_from(), e.interval);
+    e.due = retry_at(now, e.lost_from(), e.cadence.interval);
 }
 
 #[cfg(test)]

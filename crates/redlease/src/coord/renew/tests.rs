@@ -26,8 +26,7 @@ fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> En
             &LockerTag::generate(),
             hold,
         )),
-        timing,
-        interval: timing.renew_interval(1.0 / 3.0),
+        cadence: Cadence::new(&timing, 1.0 / 3.0),
         bounds: ExpiryBounds::new(nodes, quorum(nodes), granted.iter().copied(), until),
         late: None,
         round: 1,
@@ -44,7 +43,7 @@ fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> En
 }
 
 fn confirm(e: &mut Entry, i: usize, sent: Instant) {
-    let (ttl, drift) = (e.timing.ttl, e.timing.drift);
+    let (ttl, drift) = (e.cadence.ttl, e.cadence.drift);
     e.bounds.confirmed(i, sent, ttl, drift, e.round);
 }
 
@@ -66,7 +65,7 @@ fn one_refusal_before_the_quorum_confirms_does_not_lose_the_lease() {
     confirm(&mut e, 2, sent);
     assert!(e.evaluate(sent + 200 * MS));
     assert_eq!(e.view.confirmed_round, 1, "renewed by nodes 1 and 2");
-    assert_eq!(e.view.valid_until, sent + e.timing.ttl - e.timing.drift);
+    assert_eq!(e.view.valid_until, sent + e.cadence.ttl - e.cadence.drift);
     assert_eq!(e.view.lost, None);
 }
 
