@@ -96,11 +96,13 @@ fn read(engine: &Engine, handle: &str) -> Result<(Exported, Ownership), Error> {
         .iter()
         .map(|name| engine.keys(name).lock)
         .collect();
+    let node_timeout = engine.timing("ttl", exported.ttl)?.node_timeout;
     let mut ownership = Ownership::adopted(
         keys[0].clone(),
         engine.nodes().len(),
         exported.token.clone(),
         exported.hold(),
+        node_timeout,
     );
     if keys.len() > 1 {
         let others = keys[1..]

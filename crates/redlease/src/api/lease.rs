@@ -112,11 +112,9 @@ impl Lease {
         let name_at = key.len() - 1 - resource.len();
         debug_assert_eq!(&key[name_at..key.len() - 1], resource);
         let state = LeaseCell::new(LeaseState::new(valid_until, guard.timing.drift));
-        let registered = guard.engine.register(
-            guard.ownership.clone(),
-            state.clone(),
-            guard.timing.node_timeout,
-        );
+        let registered = guard
+            .engine
+            .register(guard.ownership.clone(), state.clone());
         match registered {
             Ok(id) => guard.registration = Some(id),
             Err(closed) => return Err(Box::new(Unregistered { closed, guard })),

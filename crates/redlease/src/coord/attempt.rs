@@ -103,7 +103,9 @@ pub(crate) async fn attempt(
     }
     let hold = side.hold();
     let nodes = engine.nodes().len();
-    let mut ownership = Ownership::new(keys[0].lock.clone(), nodes, &engine.settings().tag, hold);
+    let tag = &engine.settings().tag;
+    let timeout = timing.node_timeout;
+    let mut ownership = Ownership::new(keys[0].lock.clone(), nodes, tag, hold, timeout);
     // A multi-lock's holds, shared by the requests.
     let holds: Option<Arc<[Hold]>> = match side {
         Side::Many { holds, .. } => Some(holds.into()),

@@ -8,8 +8,6 @@
 //! the last handle on the engine is dropped (the Locker and its leases), or
 //! at [`Engine::close`].
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -23,6 +21,7 @@ use crate::core::error::Error;
 use crate::core::keys::{lock_key, release_channel, LockKeys};
 use crate::core::lease_state::{LeaseCell, LostReason};
 use crate::core::retry::RetryPolicy;
+use crate::core::slab::Slab;
 use crate::core::telemetry;
 use crate::core::token::{LockerTag, ReleaseId};
 use crate::core::validity::{DriftModel, Timing};
@@ -64,42 +63,14 @@ pub(crate) struct Engine {
     closed: AtomicBool,
 }
 
-#[derive(Default)]
-struct HeldLeases {
-    next_id: u64,
-    leases: HashMap<NonZeroU64, Registered, BuildHasherDefault<IdHasher>>,
-}
-
-/// Hashes a lease id (a counter, never chosen by anyone outside) with one
-/// multiplication: SipHash, the default, guards against chosen keys and
-/// costs more than the rest of the registry's work on every lock.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u64(&mut self, id: u64) {
-        // Fibonacci hashing: consecutive ids spread over the high bits,
-        // which the table's control bytes use.
-        self.0 = id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// The leases held, by id.
+type HeldLeases = Slab<Registered>;
 
 /// What `close` needs of a lease: how to release it and how to tell its
 /// holder.
 struct Registered {
     ownership: Arc<Ownership>,
     state: LeaseCell,
-    node_timeout: Duration,
 }
 
 impl Engine {
@@ -229,30 +200,19 @@ impl Engine {
         &self,
         ownership: Arc<Ownership>,
         state: LeaseCell,
-        node_timeout: Duration,
     ) -> Result<NonZeroU64, Error> {
         let mut held = self.held();
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let id = NonZeroU64::MIN.saturating_add(held.next_id);
-        held.next_id += 1;
         telemetry::leases_held(1);
-        held.leases.insert(
-            id,
-            Registered {
-                ownership,
-                state,
-                node_timeout,
-            },
-        );
-        Ok(id)
+        Ok(held.insert(Registered { ownership, state }))
     }
 
     /// Takes a lease off the record. `false` if `close` took it first: the
     /// lease is released already, and nobody else may release it again.
     pub(crate) fn unregister(&self, id: NonZeroU64) -> bool {
-        let removed = self.held().leases.remove(&id).is_some();
+        let removed = self.held().remove(&id.get()).is_some();
         if removed {
             telemetry::leases_held(-1);
         }
@@ -266,7 +226,7 @@ impl Engine {
         let leases: Vec<Registered> = {
             let mut held = self.held();
             self.closed.store(true, Ordering::Release);
-            held.leases.drain().map(|(_, r)| r).collect()
+            held.drain()
         };
         // Renewal stops first: from here on nothing publishes to a lease's
         // state but us, and no renewal races the releases below.
@@ -292,7 +252,7 @@ impl Engine {
         self.background.idle().await;
         let releases = leases
             .iter()
-            .map(|lease| self.release(&lease.ownership, lease.node_timeout));
+            .map(|lease| self.release(&lease.ownership, lease.ownership.release_timeout()));
         futures_util::future::join_all(releases).await;
         self.background.idle().await;
         if let Some(notifier) = self.notifier.get() {

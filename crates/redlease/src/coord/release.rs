@@ -35,11 +35,28 @@ pub(crate) struct Ownership {
     /// Requests for this token still run in the background (the acquire's
     /// to slower nodes): a release waits for them.
     pub(crate) in_flight: InFlight,
+    /// The acquire's node timeout in whole milliseconds, rounded up, for
+    /// a release nobody waits for (see [`release_timeout`](Self::release_timeout)).
+    /// Kept here, in what would be padding, rather than beside every
+    /// record of the lease.
+    release_timeout_ms: u32,
+}
+
+/// `timeout` in whole milliseconds, rounded up (saturating).
+fn whole_ms(timeout: Duration) -> u32 {
+    u32::try_from(timeout.as_micros().div_ceil(1_000)).unwrap_or(u32::MAX)
 }
 
 impl Ownership {
-    /// A claim with a fresh token, not yet sent to any of `nodes` nodes.
-    pub(crate) fn new(key: Arc<str>, nodes: usize, tag: &LockerTag, hold: Hold) -> Self {
+    /// A claim with a fresh token, not yet sent to any of `nodes` nodes,
+    /// whose requests may each take `node_timeout`.
+    pub(crate) fn new(
+        key: Arc<str>,
+        nodes: usize,
+        tag: &LockerTag,
+        hold: Hold,
+        node_timeout: Duration,
+    ) -> Self {
         Ownership {
             key,
             others: None,
@@ -48,12 +65,19 @@ impl Ownership {
             written: Written::new(nodes),
             place: None,
             in_flight: InFlight::default(),
+            release_timeout_ms: whole_ms(node_timeout),
         }
     }
 
     /// A claim on a lease exported by another Locker (see
     /// `Lease::export`): its token, on every node that may hold it.
-    pub(crate) fn adopted(key: Arc<str>, nodes: usize, token: Token, hold: Hold) -> Self {
+    pub(crate) fn adopted(
+        key: Arc<str>,
+        nodes: usize,
+        token: Token,
+        hold: Hold,
+        node_timeout: Duration,
+    ) -> Self {
         Ownership {
             key,
             others: None,
@@ -62,7 +86,14 @@ impl Ownership {
             written: Written::new(nodes),
             place: None,
             in_flight: InFlight::default(),
+            release_timeout_ms: whole_ms(node_timeout),
         }
+    }
+
+    /// How long a release nobody waits for (a Locker closing, a lease
+    /// dropped) gives each node: the acquire's node timeout.
+    pub(crate) fn release_timeout(&self) -> Duration {
+        Duration::from_millis(self.release_timeout_ms.into())
     }
 
     /// Every key held: `key`, then the others taken with it.
@@ -208,4 +239,20 @@ pub(crate) async fn release_on(
         }
     }
     announce && deleted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_timeouts_round_up_to_whole_milliseconds() {
+        assert_eq!(whole_ms(Duration::from_micros(1_500)), 2);
+        assert_eq!(whole_ms(Duration::from_millis(3)), 3);
+        assert_eq!(whole_ms(Duration::MAX), u32::MAX);
+        let tag = LockerTag::generate();
+        let timeout = Duration::from_micros(2_001);
+        let ownership = Ownership::new("k".into(), 3, &tag, Hold::Exclusive, timeout);
+        assert_eq!(ownership.release_timeout(), Duration::from_millis(3));
+    }
 }

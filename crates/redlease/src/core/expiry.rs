@@ -38,7 +38,7 @@ pub(crate) enum Answer {
     Failed,
 }
 
-/// One node's part of a lease, in 24 bytes: the renewer reads and writes
+/// One node's part of a lease, in 16 bytes: the renewer reads and writes
 /// these for every lease on every answer, so they are kept small (an
 /// `Option<Instant>` and an `Option<Duration>` alone would take 32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,9 +46,10 @@ struct NodeBound {
     /// The key lives there at least until this instant (drift subtracted),
     /// as an [`Offset`]; [`NONE`]: not known to hold our token.
     until: Offset,
-    /// The shortest TTL, in nanoseconds, of a request whose fate is
-    /// unknown; [`NO_DOUBT`]: none.
-    doubt: u64,
+    /// The shortest TTL of a request whose fate is unknown, in whole
+    /// milliseconds (what Redis is told; a TTL beyond `u32::MAX` ms is
+    /// counted as that, which only trusts less); [`NO_DOUBT`]: none.
+    doubt: u32,
     /// The latest answer, if any came since the lease was taken.
     last: Option<Answer>,
 }
@@ -57,7 +58,7 @@ struct NodeBound {
 /// enough for ±292 years.
 type Offset = i64;
 const NONE: Offset = Offset::MIN;
-const NO_DOUBT: u64 = u64::MAX;
+const NO_DOUBT: u32 = u32::MAX;
 
 /// What offsets count from: an instant fixed once per process (its value
 /// does not matter; instants before it are negative offsets).
@@ -169,7 +170,7 @@ impl ExpiryBounds {
         let doubt = self.nodes[i].doubt;
         let ttl = match doubt {
             NO_DOUBT => ttl,
-            d => Duration::from_nanos(d).min(ttl),
+            d => Duration::from_millis(d.into()).min(ttl),
         };
         let until = offset(sent + ttl.saturating_sub(drift));
         let node = &mut self.nodes[i];
@@ -217,7 +218,7 @@ impl ExpiryBounds {
         if node.until != NONE {
             node.until = node.until.min(if_applied);
         }
-        let ttl = u64::try_from(ttl.as_nanos()).unwrap_or(NO_DOUBT - 1);
+        let ttl = u32::try_from(ttl.as_millis()).unwrap_or(NO_DOUBT - 1);
         node.doubt = node.doubt.min(ttl);
         if failed {
             node.last = Some(Answer::Failed);
@@ -292,7 +293,7 @@ impl ExpiryBounds {
         if let Some(until) = self.valid_until() {
             return Some(until);
         }
-        let latest = self.untils().max().and_then(|l| instant(l));
+        let latest = self.untils().max().and_then(instant);
         Some(latest.map_or(current, |l| l.min(current)))
     }
 
@@ -558,7 +559,18 @@ mod tests {
     }
 
     #[test]
-    fn a_node_bound_takes_24_bytes() {
-        assert_eq!(std::mem::size_of::<NodeBound>(), 24);
+    fn a_node_bound_takes_16_bytes() {
+        assert_eq!(std::mem::size_of::<NodeBound>(), 16);
+    }
+
+    #[test]
+    fn a_ttl_in_doubt_beyond_the_millisecond_count_trusts_less() {
+        let t0 = Instant::now();
+        let long = Duration::from_secs(60 * 24 * 3600); // 60 days
+        let mut b = granted(1, &[0], t0);
+        b.unknown(0, t0, long, DRIFT, false);
+        b.confirmed(0, t0, long, DRIFT, 1);
+        let counted = Duration::from_millis(u64::from(u32::MAX - 1));
+        assert_eq!(b.valid_until(), Some(t0 + counted - DRIFT));
     }
 }

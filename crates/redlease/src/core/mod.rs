@@ -19,6 +19,7 @@ pub(crate) mod refusal;
 pub(crate) mod renew_schedule;
 pub(crate) mod retry;
 pub(crate) mod server_code;
+pub(crate) mod slab;
 pub(crate) mod telemetry;
 pub(crate) mod token;
 pub(crate) mod validity;

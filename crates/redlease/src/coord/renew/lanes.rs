@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-use super::slab;
 use super::*;
 
 /// Node `i`'s lane: sends what is queued for it, one batch at a time.
@@ -122,7 +121,7 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         return None;
     }
     // In table order: applying the answers then walks the table forwards.
-    taken.sort_unstable_by_key(|&id| slab::slot_of(id));
+    taken.sort_unstable_by_key(|&id| crate::core::slab::slot_of(id));
     // Healthy lanes are queued the same leases in the same order, so they
     // take the same ones.
     if let Some(batch) = last_batch

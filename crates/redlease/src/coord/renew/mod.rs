@@ -36,10 +36,10 @@ use crate::transport::node::Node;
 
 mod agenda;
 mod lanes;
-mod slab;
 use agenda::{Agenda, Tick};
 use lanes::lane;
-use slab::Slab;
+/// The kept-alive leases by id.
+type Slab = crate::core::slab::Slab<Entry>;
 
 /// Most leases one lane sends in one round trip: the most urgent go first,
 /// and no batch keeps a node busy long enough to starve the next.
@@ -386,7 +386,7 @@ impl Renewer {
         self.inner.stop.cancel();
         self.tasks.lock().unwrap_or_else(|p| p.into_inner()).abort();
         let mut table = self.inner.table();
-        table.leases.clear();
+        drop(table.leases.drain());
         table.agenda.clear();
     }
 
@@ -424,12 +424,12 @@ impl Renewer {
         let mut table = self.inner.table();
         let Table { leases, agenda, .. } = &mut *table;
         let id = leases.insert(entry);
-        if let Some(entry) = leases.get_mut(&id) {
-            agenda.plan(id, entry);
+        if let Some(entry) = leases.get_mut(&id.get()) {
+            agenda.plan(id.get(), entry);
         }
         drop(table);
         self.inner.rescheduled.notify_one();
-        NonZeroU64::new(id).expect("slab ids are never 0")
+        id
     }
 
     /// Stops renewing a lease: no renewal of it is sent after this returns
