@@ -172,13 +172,7 @@ impl Locker {
             .map(|(i, _)| *i)
             .collect();
         let guard = ReleaseOnDrop::new(engine.clone(), ownership, timing);
-        if replies.pending() {
-            let background = engine.background();
-            let raised = background.raise(guard.ownership.clone(), |o| &o.in_flight);
-            replies.detach_observed(background, move |_, _| {
-                let _raised = &raised;
-            });
-        }
+        guard.detach(replies, |_, _| {});
         let many = exported.names.len() > 1;
         let grant = Grant {
             guard,

@@ -316,10 +316,7 @@ pub(crate) async fn attempt(
                     let late = replies.pending().then(|| LateGrants::new(valid_until));
                     if let Some(late) = &late {
                         let recorder = late.recorder();
-                        let background = engine.background();
-                        let raised = background.raise(guard.ownership.clone(), |o| &o.in_flight);
-                        replies.detach_observed(background, move |i, answer| {
-                            let _raised = &raised;
+                        guard.detach(replies, move |i, answer| {
                             if let Ok(
                                 AcquireReply::Acquired { .. } | AcquireReply::AcquiredAll { .. },
                             ) = answer

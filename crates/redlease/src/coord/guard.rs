@@ -6,7 +6,9 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use crate::coord::engine::Engine;
+use crate::coord::fanout::{Answer, Replies};
 use crate::coord::release::Ownership;
+use crate::core::node_error::NodeError;
 use crate::core::validity::Timing;
 
 /// Releases a token on every node when dropped, unless disarmed.
@@ -48,6 +50,22 @@ impl ReleaseOnDrop {
             Some(id) => self.engine.unregister(id),
             None => true,
         }
+    }
+
+    /// Lets this token's requests still in flight in `replies` finish in
+    /// the background, handing each late answer to `observe`; a release
+    /// of the lease waits for them first (see [`settle`](Self::settle)).
+    pub(crate) fn detach<R: Answer>(
+        &self,
+        replies: Replies<R>,
+        mut observe: impl FnMut(usize, &Result<R, NodeError>) + Send + 'static,
+    ) {
+        let background = self.engine.background();
+        let raised = background.raise(self.ownership.clone(), |o| &o.in_flight);
+        replies.detach_observed(background, move |i, answer| {
+            let _raised = &raised;
+            observe(i, answer);
+        });
     }
 
     /// Waits until no earlier request for this token is still in flight
