@@ -36,7 +36,7 @@ pub(crate) struct Ownership {
     /// to slower nodes): a release waits for them.
     pub(crate) in_flight: InFlight,
     /// The acquire's node timeout in whole milliseconds, rounded up, for
-    /// a release nobody waits for (see [`release_timeout`](Self::release_timeout)).
+    /// a closing Locker's release (see [`release_timeout`](Self::release_timeout)).
     /// Kept here, in what would be padding, rather than beside every
     /// record of the lease.
     release_timeout_ms: u32,
@@ -57,16 +57,7 @@ impl Ownership {
         hold: Hold,
         node_timeout: Duration,
     ) -> Self {
-        Ownership {
-            key,
-            others: None,
-            token: Token::generate(tag),
-            hold,
-            written: Written::new(nodes),
-            place: None,
-            in_flight: InFlight::default(),
-            release_timeout_ms: whole_ms(node_timeout),
-        }
+        Ownership::adopted(key, nodes, Token::generate(tag), hold, node_timeout)
     }
 
     /// A claim on a lease exported by another Locker (see
@@ -90,8 +81,9 @@ impl Ownership {
         }
     }
 
-    /// How long a release nobody waits for (a Locker closing, a lease
-    /// dropped) gives each node: the acquire's node timeout.
+    /// How long a closing Locker's release of this lease gives each node:
+    /// the acquire's node timeout. (A dropped lease's release uses the
+    /// timing of its latest acquire or extend, which its guard keeps.)
     pub(crate) fn release_timeout(&self) -> Duration {
         Duration::from_millis(self.release_timeout_ms.into())
     }

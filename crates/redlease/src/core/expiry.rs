@@ -25,9 +25,9 @@
 //! what later confirmations of that node may promise (`doubt`).
 
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use smallvec::{smallvec, SmallVec};
-use std::time::{Duration, Instant};
 
 /// How one node's latest answer about a lease went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
