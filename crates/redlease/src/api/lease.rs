@@ -15,7 +15,7 @@ use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::renew::ExtendFailure;
 use crate::core::error::{Error, Op, Shortfall};
 use crate::core::expiry::ExpiryBounds;
-use crate::core::lease_state::{LateGrants, LeaseCell, LeaseState, LostReason};
+use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
 use crate::core::mode::LockMode;
 use crate::core::quorum::NodeSet;
 
@@ -107,26 +107,29 @@ impl Lease {
             late,
             replicas,
         } = grant;
-        let key = guard.ownership.key.clone();
+        let key = &guard.ownership.key;
         // The key is `prefix{resource}`.
         let name_at = key.len() - 1 - resource.len();
         debug_assert_eq!(&key[name_at..key.len() - 1], resource);
-        let state = LeaseCell::new(LeaseState::new(valid_until, guard.timing.drift));
-        let registered = guard
-            .engine
-            .register(guard.ownership.clone(), state.clone());
+        // Nothing reads the state before this: the claim was not shared
+        // with anyone who looks at it.
+        let state = LeaseState::new(valid_until, guard.timing.drift);
+        guard.ownership.state.modify_if(|s| {
+            *s = state;
+            false
+        });
+        let registered = guard.engine.register(guard.ownership.clone());
         match registered {
             Ok(id) => guard.registration = Some(id),
             Err(closed) => return Err(Box::new(Unregistered { closed, guard })),
         }
         Ok(Lease {
-            guard,
             view: LeaseHandle {
-                key,
+                owner: guard.ownership.clone(),
                 name_at,
                 fence,
-                state,
             },
+            guard,
             granted: granted_by,
             late,
             replicas,
@@ -149,7 +152,6 @@ impl Lease {
             self.guard.timing,
             bounds,
             self.late.take(),
-            self.view.state.clone(),
         );
         self.guard.renewal = Some(id);
     }
@@ -159,7 +161,10 @@ impl Lease {
     }
 
     fn set_valid_until(&self, valid_until: Instant) {
-        self.view.state.modify(|s| s.valid_until = valid_until);
+        self.guard
+            .ownership
+            .state
+            .modify(|s| s.valid_until = valid_until);
     }
 
     /// The resource name the lock was taken on.
@@ -452,7 +457,7 @@ impl Lease {
             }
             Decision::Reached => {
                 replies.detach(engine.background());
-                self.view.state.modify(|s| {
+                self.guard.ownership.state.modify(|s| {
                     s.valid_until = extended_until;
                     s.early = timing.drift;
                 });
@@ -474,7 +479,7 @@ impl Lease {
                     } else {
                         LostReason::Refused
                     };
-                    self.view.state.modify(|s| s.lost = Some(why));
+                    self.guard.ownership.state.modify(|s| s.lost = Some(why));
                     tracing::warn!(resource = self.resource(), reason = %why, "lease lost");
                     telemetry::lease_lost(why);
                 }

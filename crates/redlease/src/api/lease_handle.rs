@@ -1,6 +1,7 @@
 //! [`LeaseHandle`]: what work running under a lease may see of it.
 
-use crate::core::lease_state::{LeaseCell, LostReason};
+use crate::coord::release::Ownership;
+use crate::core::lease_state::{watch, LostReason};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,14 +28,13 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Clone)]
 pub struct LeaseHandle {
-    /// The lock key, whose braced part is the resource name (see
-    /// [`resource`](Self::resource)): the name is read from it rather
-    /// than kept in an allocation of its own.
-    pub(super) key: Arc<str>,
-    /// Where the name begins in `key`.
+    /// The lease's record: its lock key, whose braced part is the resource
+    /// name (see [`resource`](Self::resource)), and its state. Nothing
+    /// here reads or sends its token.
+    pub(super) owner: Arc<Ownership>,
+    /// Where the name begins in the key.
     pub(super) name_at: usize,
     pub(super) fence: Option<u64>,
-    pub(super) state: LeaseCell,
 }
 
 impl fmt::Debug for LeaseHandle {
@@ -53,8 +53,9 @@ impl LeaseHandle {
     /// # fn f(lease: &redlease::LeaseHandle) { println!("{}", lease.resource()); }
     /// ```
     pub fn resource(&self) -> &str {
-        // `key` is `prefix{name}`.
-        &self.key[self.name_at..self.key.len() - 1]
+        // The key is `prefix{name}`.
+        let key = &self.owner.key;
+        &key[self.name_at..key.len() - 1]
     }
 
     /// The fencing token, with fencing on (see [`Lease::fencing_token`](crate::Lease::fencing_token)).
@@ -72,7 +73,7 @@ impl LeaseHandle {
     /// # fn f(lease: &redlease::LeaseHandle) { let _ = lease.valid_until(); }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        self.state.get().valid_until
+        self.owner.state.get().valid_until
     }
 
     /// Time left until [`valid_until`](Self::valid_until).
@@ -99,7 +100,7 @@ impl LeaseHandle {
     /// # fn f(lease: &redlease::LeaseHandle) { assert_eq!(lease.lost_reason(), None); }
     /// ```
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.state.get().lost_at(Instant::now())
+        self.owner.state.get().lost_at(Instant::now())
     }
 
     /// Resolves when the lease is lost (see [`Lease::lost`](crate::Lease::lost)).
@@ -108,6 +109,6 @@ impl LeaseHandle {
     /// # async fn f(lease: redlease::LeaseHandle) { let why = lease.lost().await; }
     /// ```
     pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
-        crate::core::lease_state::lost(self.state.watch())
+        crate::core::lease_state::lost(watch(self.owner.clone()))
     }
 }

@@ -19,7 +19,7 @@ use crate::coord::renew::Renewer;
 use crate::coord::subscription::Notifier;
 use crate::core::error::Error;
 use crate::core::keys::{lock_key, release_channel, LockKeys};
-use crate::core::lease_state::{LeaseCell, LostReason};
+use crate::core::lease_state::LostReason;
 use crate::core::retry::RetryPolicy;
 use crate::core::slab::Slab;
 use crate::core::telemetry;
@@ -67,11 +67,8 @@ pub(crate) struct Engine {
 type HeldLeases = Slab<Registered>;
 
 /// What `close` needs of a lease: how to release it and how to tell its
-/// holder.
-struct Registered {
-    ownership: Arc<Ownership>,
-    state: LeaseCell,
-}
+/// holder (its state is in its record).
+type Registered = Arc<Ownership>;
 
 impl Engine {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, settings: Settings) -> Engine {
@@ -196,17 +193,13 @@ impl Engine {
 
     /// Records a lease as held, so that `close` gives it back; its id, or
     /// [`Error::Closed`] once the Locker is closed.
-    pub(crate) fn register(
-        &self,
-        ownership: Arc<Ownership>,
-        state: LeaseCell,
-    ) -> Result<NonZeroU64, Error> {
+    pub(crate) fn register(&self, ownership: Arc<Ownership>) -> Result<NonZeroU64, Error> {
         let mut held = self.held();
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         telemetry::leases_held(1);
-        Ok(held.insert(Registered { ownership, state }))
+        Ok(held.insert(ownership))
     }
 
     /// Takes a lease off the record. `false` if `close` took it first: the
@@ -252,7 +245,7 @@ impl Engine {
         self.background.idle().await;
         let releases = leases
             .iter()
-            .map(|lease| self.release(&lease.ownership, lease.ownership.release_timeout()));
+            .map(|lease| self.release(lease, lease.release_timeout()));
         futures_util::future::join_all(releases).await;
         self.background.idle().await;
         if let Some(notifier) = self.notifier.get() {

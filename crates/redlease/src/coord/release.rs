@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::coord::background::InFlight;
+use crate::core::lease_state::{HoldsState, LeaseState, StateCell};
 use crate::core::mode::Hold;
 use crate::core::node_error::NodeError;
 use crate::core::token::{LockerTag, Token};
@@ -19,7 +20,8 @@ use crate::transport::node::Node;
 pub(crate) type Others = Arc<[(Arc<str>, Hold)]>;
 
 /// One acquisition's claim on a lock: the key, the token, the mode it
-/// holds the lock in, and which nodes may hold it.
+/// holds the lock in, and which nodes may hold it; once granted, the
+/// lease's state too. The lease's one shared record.
 pub(crate) struct Ownership {
     pub(crate) key: Arc<str>,
     /// The other locks taken with `key`, all or none (`lock_all`), each
@@ -40,6 +42,16 @@ pub(crate) struct Ownership {
     /// Kept here, in what would be padding, rather than beside every
     /// record of the lease.
     release_timeout_ms: u32,
+    /// What the holder sees of the lease (validity, loss), once granted:
+    /// kept here, in the one record every party shares, rather than in an
+    /// allocation of its own.
+    pub(crate) state: StateCell,
+}
+
+impl HoldsState for Ownership {
+    fn state(&self) -> &StateCell {
+        &self.state
+    }
 }
 
 /// `timeout` in whole milliseconds, rounded up (saturating).
@@ -78,6 +90,7 @@ impl Ownership {
             place: None,
             in_flight: InFlight::default(),
             release_timeout_ms: whole_ms(node_timeout),
+            state: StateCell::new(LeaseState::pending()),
         }
     }
 

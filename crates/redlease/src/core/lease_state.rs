@@ -83,6 +83,14 @@ impl LeaseState {
         }
     }
 
+    /// The state of a lease not granted yet: nothing reads it before the
+    /// grant sets the real one. (A fixed instant, so that making a claim
+    /// costs no clock read.)
+    pub(crate) fn pending() -> Self {
+        static PENDING: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        LeaseState::new(*PENDING.get_or_init(Instant::now), Duration::ZERO)
+    }
+
     /// When loss is reported if nothing renews the lease.
     pub(crate) fn lost_from(&self) -> Instant {
         self.valid_until
@@ -160,33 +168,43 @@ impl Drop for LateRecorder {
     }
 }
 
-/// A lease's [`LeaseState`], shared by the lease, its handles, the
-/// Locker's record of held leases and the renewer, with a signal for
-/// whoever waits on it. A change is published with or without a wake-up:
-/// watchers need one only when they must act sooner (an earlier end, a
-/// loss) or wait for it (a manual extend). Cloning shares it.
+/// A lease's [`LeaseState`], with a signal for whoever waits on it. It
+/// lives inside the lease's record (see [`HoldsState`]), which the lease,
+/// its handles, the Locker's record of held leases and the renewer share:
+/// one allocation per lease, so that renewing one touches one record
+/// besides the renewer's own. A change is published with or without a
+/// wake-up: watchers need one only when they must act sooner (an earlier
+/// end, a loss) or wait for it (a manual extend).
 ///
 /// One notifier and the state: a Tokio watch channel would keep nine
 /// notifiers for its receivers, about 400 bytes per lease.
-#[derive(Clone)]
-pub(crate) struct LeaseCell(Arc<Cell>);
-
-struct Cell {
+pub(crate) struct StateCell {
     /// The state, and how many wake-ups were published.
     state: Mutex<(LeaseState, u64)>,
     wake: Notify,
 }
 
-impl LeaseCell {
-    pub(crate) fn new(state: LeaseState) -> LeaseCell {
-        LeaseCell(Arc::new(Cell {
+/// What holds a lease's [`StateCell`]: a [`Watch`] keeps it alive.
+pub(crate) trait HoldsState: Send + Sync + 'static {
+    fn state(&self) -> &StateCell;
+}
+
+impl HoldsState for StateCell {
+    fn state(&self) -> &StateCell {
+        self
+    }
+}
+
+impl StateCell {
+    pub(crate) fn new(state: LeaseState) -> StateCell {
+        StateCell {
             state: Mutex::new((state, 0)),
             wake: Notify::new(),
-        }))
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (LeaseState, u64)> {
-        self.0.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The state now.
@@ -214,31 +232,34 @@ impl LeaseCell {
             wake
         };
         if wake {
-            self.0.wake.notify_waiters();
+            self.wake.notify_waiters();
         }
         wake
     }
-
-    /// A watcher of the state's wake-ups, from now on.
-    pub(crate) fn watch(&self) -> Watch {
-        Watch {
-            seen: self.lock().1,
-            cell: self.clone(),
-        }
-    }
 }
 
-/// Follows a [`LeaseCell`]'s wake-ups.
+/// Follows the wake-ups of the [`StateCell`] that `holder` holds, from now
+/// on.
+pub(crate) fn watch(holder: Arc<dyn HoldsState>) -> Watch {
+    let seen = holder.state().lock().1;
+    Watch { holder, seen }
+}
+
+/// Follows a [`StateCell`]'s wake-ups; see [`watch`].
 pub(crate) struct Watch {
-    cell: LeaseCell,
+    holder: Arc<dyn HoldsState>,
     /// The latest wake-up read.
     seen: u64,
 }
 
 impl Watch {
+    fn cell(&self) -> &StateCell {
+        self.holder.state()
+    }
+
     /// The state now; its wake-ups so far count as seen.
     pub(crate) fn get_and_mark(&mut self) -> LeaseState {
-        let (state, woken) = *self.cell.lock();
+        let (state, woken) = *self.cell().lock();
         self.seen = woken;
         state
     }
@@ -250,11 +271,11 @@ impl Watch {
     /// the next call.
     pub(crate) async fn changed(&self) {
         loop {
-            let notified = self.cell.0.wake.notified();
+            let notified = self.cell().wake.notified();
             tokio::pin!(notified);
             // Registered before the look, so no wake-up falls in between.
             notified.as_mut().enable();
-            if self.cell.lock().1 != self.seen {
+            if self.cell().lock().1 != self.seen {
                 return;
             }
             notified.await;
@@ -319,8 +340,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_watch_sees_every_wake_up_and_only_those() {
         let t0 = Instant::now();
-        let cell = LeaseCell::new(LeaseState::new(t0 + 40 * MS, MS));
-        let mut watch = cell.watch();
+        let cell = Arc::new(StateCell::new(LeaseState::new(t0 + 40 * MS, MS)));
+        let mut watch = watch(cell.clone());
         // A change without a wake-up is read, but not waited for.
         assert!(!cell.modify_if(|s| {
             s.valid_until = t0 + 50 * MS;
@@ -342,8 +363,8 @@ mod tests {
     #[tokio::test]
     async fn the_lost_future_follows_a_renewed_end() {
         let t0 = Instant::now();
-        let tx = LeaseCell::new(LeaseState::new(t0 + 40 * MS, MS));
-        let lost = tokio::spawn(lost(tx.watch()));
+        let tx = Arc::new(StateCell::new(LeaseState::new(t0 + 40 * MS, MS)));
+        let lost = tokio::spawn(lost(watch(tx.clone())));
         tokio::time::sleep(10 * MS).await;
         tx.modify(|s| s.valid_until = t0 + 200 * MS);
         let why = lost.await.unwrap();

@@ -27,7 +27,7 @@ use crate::coord::background::RuntimeTasks;
 use crate::coord::lane::{ExtendMany, CHUNK};
 use crate::coord::release::Ownership;
 use crate::core::expiry::ExpiryBounds;
-use crate::core::lease_state::{LateGrants, LeaseCell, LeaseState, LostReason};
+use crate::core::lease_state::{watch, LateGrants, LeaseState, LostReason};
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::renew_schedule::{coalesce, next_due, retry_at, Cadence};
 use crate::core::telemetry;
@@ -115,11 +115,10 @@ struct Entry {
     near_at: Tick,
     /// The nodes whose lanes have it queued, one bit each.
     lanes: u64,
-    /// What the holder sees, as last published. The renewer is the only
-    /// writer of a kept-alive lease's state, so this copy is exact, and
-    /// reading it costs no lock on a separate allocation per lease.
+    /// What the holder sees (`owner.state`), as last published. The
+    /// renewer is the only writer of a kept-alive lease's state, so this
+    /// copy is exact, and reading it costs no lock.
     view: LeaseState,
-    state: LeaseCell,
 }
 
 impl Entry {
@@ -165,7 +164,7 @@ impl Entry {
     fn publish(&mut self, change: impl FnOnce(&mut LeaseState) -> bool) {
         let wake = change(&mut self.view);
         let view = self.view;
-        self.state.modify_if(|s| {
+        self.owner.state.modify_if(|s| {
             *s = view;
             wake
         });
@@ -398,11 +397,10 @@ impl Renewer {
         timing: Timing,
         bounds: ExpiryBounds,
         late: Option<Arc<LateGrants>>,
-        state: LeaseCell,
     ) -> NonZeroU64 {
         self.ensure_running();
         let cadence = Cadence::new(&timing, self.inner.fraction);
-        let view = state.get();
+        let view = ownership.state.get();
         let valid_until = view.valid_until;
         let mut entry = Entry {
             owner: ownership.clone(),
@@ -418,7 +416,6 @@ impl Renewer {
             near_at: 0,
             lanes: 0,
             view,
-            state,
         };
         entry.fold_late();
         let mut table = self.inner.table();
@@ -488,7 +485,7 @@ impl Renewer {
             }
             entry.due = retry_at(now, entry.lost_from(), entry.cadence.interval);
             let round = entry.round;
-            let state = entry.state.watch();
+            let state = watch(entry.owner.clone());
             agenda.enqueue(id, entry);
             agenda.plan(id, entry);
             *version += 1;

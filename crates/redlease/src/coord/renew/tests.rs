@@ -19,14 +19,16 @@ fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> En
     let timing = Timing::new("ttl", 1_500 * MS, DriftModel::DEFAULT, Some(400 * MS)).unwrap();
     let until = timing.valid_until(t0);
     let view = LeaseState::new(until, timing.drift);
+    let owner = Arc::new(Ownership::new(
+        "k".into(),
+        nodes,
+        &LockerTag::generate(),
+        hold,
+        timing.node_timeout,
+    ));
+    owner.state.modify(|s| *s = view);
     Entry {
-        owner: Arc::new(Ownership::new(
-            "k".into(),
-            nodes,
-            &LockerTag::generate(),
-            hold,
-            timing.node_timeout,
-        )),
+        owner,
         cadence: Cadence::new(&timing, 1.0 / 3.0),
         bounds: ExpiryBounds::new(nodes, quorum(nodes), granted.iter().copied(), until),
         late: None,
@@ -39,7 +41,6 @@ fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> En
         near_at: 0,
         lanes: 0,
         view,
-        state: LeaseCell::new(view),
     }
 }
 
