@@ -109,6 +109,7 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         agenda,
         version,
         last_batch,
+        last_batch_left,
     } = &mut *table;
     let mut taken = Vec::new();
     while taken.len() < TRIP {
@@ -128,7 +129,12 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         .as_ref()
         .filter(|b| b.version == *version && b.taken == taken)
     {
-        return Some(batch.clone());
+        let batch = batch.clone();
+        *last_batch_left = last_batch_left.saturating_sub(1);
+        if *last_batch_left == 0 {
+            *last_batch = None;
+        }
+        return Some(batch);
     }
     let mut sent = Vec::with_capacity(taken.len());
     let mut entries = Vec::with_capacity(taken.len());
@@ -178,7 +184,9 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         taken,
         version: *version,
     });
-    *last_batch = Some(batch.clone());
+    // Kept for the other lanes only.
+    *last_batch_left = inner.nodes.len() - 1;
+    *last_batch = (*last_batch_left > 0).then(|| batch.clone());
     Some(batch)
 }
 

@@ -252,6 +252,10 @@ struct Table {
     /// leases, and encoding them once instead of once per node is most of
     /// what renewal costs the client.
     last_batch: Option<Arc<Batch>>,
+    /// How many lanes have yet to take `last_batch`: once every lane has
+    /// it, it is let go rather than kept (a full batch's encoding, about
+    /// 1 MB) until the next batch replaces it.
+    last_batch_left: usize,
 }
 
 impl Table {
@@ -348,6 +352,7 @@ impl Renewer {
                     agenda: Agenda::new(n),
                     version: 0,
                     last_batch: None,
+                    last_batch_left: 0,
                 }),
                 rescheduled: Notify::new(),
                 work: (0..n).map(|_| Notify::new()).collect(),
