@@ -1,9 +1,7 @@
 //! [`Lease`]: a held lock, and giving it back.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -20,11 +18,11 @@ use crate::core::mode::LockMode;
 use crate::core::quorum::NodeSet;
 
 mod names;
+mod release;
 use crate::core::node_error::{NodeError, NodeId};
 use crate::core::quorum::Decision;
 use crate::core::refusal::Refusal;
 use crate::core::telemetry;
-use crate::core::token::ReleaseId;
 use crate::core::validity::Timing;
 use names::AllNames;
 
@@ -527,116 +525,6 @@ impl Lease {
                 failed,
             }) => Err(self.gone(Op::Extend, why, refused_on, failed)),
         }
-    }
-
-    /// Gives the lock back: deletes the key on every node where it still
-    /// holds our token (never anyone else's).
-    ///
-    /// `Ok` means a quorum confirmed the lock was still ours until now. A
-    /// lease that expired or was taken over gives [`Error::NotHeld`]: the
-    /// protected work may have overlapped with another holder's.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), redlease::Error> {
-    /// # let nodes = redlease_testkit::RedisNodes::start(1);
-    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
-    /// let lease = locker.lock("orders:42").await?;
-    /// // ... work ...
-    /// if let Err(e) = lease.release().await {
-    ///     eprintln!("the lock was not ours to the end: {e}");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future before it completes drops the lease, which
-    /// releases it again in the background.
-    pub async fn release(self) -> Result<(), Error> {
-        let span = tracing::debug_span!(
-            "redlease.release",
-            resource = self.resource(),
-            outcome = tracing::field::Empty,
-            elapsed_ms = tracing::field::Empty,
-        );
-        let timed = telemetry::is_timed(&span);
-        let release = async {
-            let started = timed.then(Instant::now);
-            let result = self.release_once().await;
-            telemetry::finished(Op::Release, result.as_ref().copied(), started);
-            result
-        };
-        // As for the acquire: a span nobody records is not entered.
-        if span.is_disabled() {
-            release.await
-        } else {
-            release.instrument(span).await
-        }
-    }
-
-    async fn release_once(mut self) -> Result<(), Error> {
-        if !self.guard.unregister() {
-            // `close` released it already.
-            return Err(Error::Closed);
-        }
-        self.guard.settle().await;
-        let engine = self.guard.engine.clone();
-        let ownership = self.guard.ownership.clone();
-        let timeout = self.guard.timing.node_timeout;
-        // Worked out only if a task of this Locker waits, and then once.
-        let release_id = std::sync::OnceLock::new();
-        let release_id = || *release_id.get_or_init(|| ReleaseId::of(&ownership.token));
-        let quorum = ownership.hold.quorum(engine.nodes().len());
-        // A task of this Locker that waits for the lock marked it.
-        let marked = engine.started_notifier().is_some_and(|n| {
-            ownership
-                .each_key()
-                .any(|key| n.has_waiters(&crate::core::keys::release_channel(key)))
-        });
-        let decided = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-            let ownership = ownership.clone();
-            async move {
-                if !ownership.written.may_hold(node.id().index()) {
-                    return Ok(false);
-                }
-                ownership
-                    .release_on_node(&node, true, marked, timeout)
-                    .await
-            }
-        });
-        let mut decided = std::pin::pin!(decided);
-        // The first poll writes the release to every node's connection: the
-        // next waiter of this Locker may send its acquire now, behind it
-        // (see `Notifier::released`).
-        let first = std::future::poll_fn(|cx| Poll::Ready(decided.as_mut().poll(cx))).await;
-        let mut replies = match first {
-            Poll::Ready(replies) => replies,
-            Poll::Pending => {
-                for key in ownership.each_key() {
-                    engine.announce_release(key, release_id);
-                }
-                decided.await
-            }
-        };
-        let result = match replies.tally.decision() {
-            Decision::Reached => {
-                replies.detach(engine.background());
-                for key in ownership.each_key() {
-                    engine.announce_release(key, release_id);
-                }
-                Ok(())
-            }
-            Decision::Impossible | Decision::Pending => {
-                replies.finish().await;
-                let expired = Instant::now() >= self.valid_until_now();
-                Err(replies
-                    .shortfall(Op::Release, engine.nodes())
-                    .into_error(&self.label(), expired))
-            }
-        };
-        self.guard.disarm();
-        result
     }
 
     /// The error for an operation on a lease known to be lost, and the

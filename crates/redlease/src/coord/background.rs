@@ -3,7 +3,7 @@
 //! so a process about to exit can wait for them.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -49,34 +49,49 @@ impl Background {
         })
     }
 
-    /// Raises `flag` (found in `owner` by `field`) until the returned
-    /// guard is dropped: the caller moves the guard into the task that
-    /// finishes the requests, so the flag comes down when that task ends,
-    /// completed or dropped with its runtime.
+    /// Raises `flag` (found in `owner` by `field`) for the nodes in
+    /// `nodes` (bit `i` for node `i`) until the returned guard lowers them
+    /// one by one ([`Raised::lower`]) or is dropped: the caller moves the
+    /// guard into the task that finishes the requests, so every bit comes
+    /// down when that task ends, completed or dropped with its runtime.
     pub(crate) fn raise<O: Send + Sync + 'static>(
         self: &Arc<Self>,
         owner: Arc<O>,
         field: fn(&O) -> &InFlight,
+        nodes: u64,
     ) -> Raised<O> {
-        field(&owner).0.store(true, Ordering::Release);
+        field(&owner).0.fetch_or(nodes, Ordering::Release);
         Raised {
             owner,
             field,
+            nodes,
             background: self.clone(),
         }
     }
 
-    /// Resolves once `flag` is down (see [`raise`](Self::raise)).
+    /// Resolves once every bit of `flag` is down (see [`raise`](Self::raise)).
     ///
     /// Cancel safety: dropping the future loses nothing.
     pub(crate) async fn lowered(&self, flag: &InFlight) {
+        self.lowered_on(flag, u64::MAX).await;
+    }
+
+    /// Resolves once the bits `nodes` of `flag` are down: no request to
+    /// those nodes still runs in the background.
+    ///
+    /// Cancel safety: dropping the future loses nothing.
+    pub(crate) async fn lowered_on(&self, flag: &InFlight, nodes: u64) {
+        // Most calls find the bits down: no waiter to register.
+        if flag.0.load(Ordering::Acquire) & nodes == 0 {
+            return;
+        }
         loop {
             let notified = self.lowered.notified();
             tokio::pin!(notified);
             // Registered before the check, so a flag lowered in between
             // still wakes us.
             notified.as_mut().enable();
-            if !flag.0.load(Ordering::Acquire) {
+            if flag.0.load(Ordering::Acquire) & nodes == 0 {
                 return;
             }
             notified.await;
@@ -99,25 +114,54 @@ impl Background {
     }
 }
 
-/// Whether requests of a lease still run in the background (see
-/// [`Background::raise`]), for a release that must not overtake them.
-/// A byte in the lease's ownership rather than a handle on the task, which
-/// would keep the whole task allocated for as long as the lease lives.
+/// Which nodes still have a request of a lease running in the
+/// background (see [`Background::raise`]), bit `i` for node `i`, for a
+/// release that must not overtake them there. Eight bytes in the lease's
+/// ownership rather than a handle on the task, which would keep the whole
+/// task allocated for as long as the lease lives.
 #[derive(Default)]
-pub(crate) struct InFlight(AtomicBool);
+pub(crate) struct InFlight(AtomicU64);
 
-/// Keeps an [`InFlight`] flag raised; lowers it and wakes the waiters when
-/// dropped.
+impl InFlight {
+    /// The nodes whose request still runs, as bits.
+    pub(crate) fn nodes(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Keeps bits of an [`InFlight`] flag raised; lowers those still up and
+/// wakes the waiters when dropped.
 pub(crate) struct Raised<O> {
     owner: Arc<O>,
     field: fn(&O) -> &InFlight,
+    /// The bits this guard raised and has not lowered yet.
+    nodes: u64,
     background: Arc<Background>,
+}
+
+impl<O> Raised<O> {
+    /// Node `i`'s request finished: its bit comes down, and a release
+    /// waiting for that node goes ahead.
+    pub(crate) fn lower(&mut self, i: usize) {
+        let bit = 1u64 << i;
+        if self.nodes & bit != 0 {
+            self.nodes &= !bit;
+            (self.field)(&self.owner)
+                .0
+                .fetch_and(!bit, Ordering::Release);
+            self.background.lowered.notify_waiters();
+        }
+    }
 }
 
 impl<O> Drop for Raised<O> {
     fn drop(&mut self) {
-        (self.field)(&self.owner).0.store(false, Ordering::Release);
-        self.background.lowered.notify_waiters();
+        if self.nodes != 0 {
+            (self.field)(&self.owner)
+                .0
+                .fetch_and(!self.nodes, Ordering::Release);
+            self.background.lowered.notify_waiters();
+        }
     }
 }
 
@@ -192,7 +236,7 @@ mod tests {
         let bg = Arc::new(Background::default());
         let owner = Arc::new(Owner::default());
         bg.lowered(&owner.in_flight).await; // never raised
-        let raised = bg.raise(owner.clone(), |o| &o.in_flight);
+        let raised = bg.raise(owner.clone(), |o| &o.in_flight, u64::MAX);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         bg.spawn(async move {
             let _raised = raised;
@@ -206,6 +250,38 @@ mod tests {
         bg.idle().await;
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn each_node_comes_down_on_its_own() {
+        let bg = Arc::new(Background::default());
+        let owner = Arc::new(Owner::default());
+        let mut raised = bg.raise(owner.clone(), |o| &o.in_flight, 0b11000);
+        assert_eq!(owner.in_flight.nodes(), 0b11000);
+        // Nodes that were never raised are down already.
+        bg.lowered_on(&owner.in_flight, 0b00111).await;
+        let waiting = tokio::spawn({
+            let (bg, owner) = (bg.clone(), owner.clone());
+            async move { bg.lowered_on(&owner.in_flight, 1 << 3).await }
+        });
+        tokio::task::yield_now().await;
+        raised.lower(4);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiting.is_finished(), "down when another node came down");
+        raised.lower(3);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("down once its node came down")
+            .unwrap();
+        // Lowering twice changes nothing, and a guard that is dropped
+        // lowers only what it still holds up: node 4, raised again by
+        // another guard, stays up.
+        raised.lower(3);
+        let again = bg.raise(owner.clone(), |o| &o.in_flight, 1 << 4);
+        drop(raised);
+        assert_eq!(owner.in_flight.nodes(), 1 << 4);
+        drop(again);
+        bg.lowered(&owner.in_flight).await;
+    }
+
     #[test]
     fn a_raised_flag_comes_down_when_its_runtime_drops_the_task() {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -214,7 +290,7 @@ mod tests {
             .unwrap();
         let bg = Arc::new(Background::default());
         let owner = Arc::new(Owner::default());
-        let raised = bg.raise(owner.clone(), |o| &o.in_flight);
+        let raised = bg.raise(owner.clone(), |o| &o.in_flight, u64::MAX);
         runtime.block_on(async {
             bg.spawn(async move {
                 let _raised = raised;

@@ -84,6 +84,15 @@ impl<R> InFlight<R> {
     fn is_empty(&self) -> bool {
         self.slots.iter().all(|slot| matches!(slot, Slot::Taken))
     }
+
+    /// The nodes whose requests have not finished, as bits (node `i`: bit
+    /// `i`).
+    fn pending_nodes(&self) -> u64 {
+        let pending = self.slots.iter().enumerate();
+        pending
+            .filter(|(_, slot)| matches!(slot, Slot::Pending(_)))
+            .fold(0, |bits, (i, _)| bits | 1 << i)
+    }
 }
 
 /// A node's answer to a quorum request: whether it did what was asked.
@@ -241,6 +250,12 @@ impl<R: Answer> Replies<R> {
     /// Whether requests are still in flight.
     pub(crate) fn pending(&self) -> bool {
         !self.in_flight.is_empty()
+    }
+
+    /// The nodes whose requests have not finished, as bits (node `i`: bit
+    /// `i`).
+    pub(crate) fn pending_nodes(&self) -> u64 {
+        self.in_flight.pending_nodes()
     }
 
     /// The node errors among the answers.

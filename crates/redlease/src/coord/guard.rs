@@ -54,17 +54,19 @@ impl ReleaseOnDrop {
 
     /// Lets this token's requests still in flight in `replies` finish in
     /// the background, handing each late answer to `observe`; a release
-    /// of the lease waits for them first (see [`settle`](Self::settle)).
+    /// of the lease waits for them first, each node's for that node's
+    /// (see [`settle`](Self::settle)).
     pub(crate) fn detach<R: Answer>(
         &self,
         replies: Replies<R>,
         mut observe: impl FnMut(usize, &Result<R, NodeError>) + Send + 'static,
     ) {
         let background = self.engine.background();
-        let raised = background.raise(self.ownership.clone(), |o| &o.in_flight);
+        let nodes = replies.pending_nodes();
+        let mut raised = background.raise(self.ownership.clone(), |o| &o.in_flight, nodes);
         replies.detach_observed(background, move |i, answer| {
-            let _raised = &raised;
             observe(i, answer);
+            raised.lower(i);
         });
     }
 
@@ -76,6 +78,13 @@ impl ReleaseOnDrop {
     pub(crate) async fn settle(&self) {
         let background = self.engine.background();
         background.lowered(&self.ownership.in_flight).await;
+    }
+
+    /// [`settle`](Self::settle) for node `i` alone: what a request to that
+    /// node waits for before it is sent.
+    pub(crate) async fn settle_on(engine: &Engine, ownership: &Ownership, i: usize) {
+        let background = engine.background();
+        background.lowered_on(&ownership.in_flight, 1 << i).await;
     }
 
     pub(crate) fn disarm(&mut self) {

@@ -311,6 +311,44 @@ async fn a_release_waits_for_a_slow_nodes_acquire() {
     }
 }
 
+/// Only the slow node's release waits for its acquire: the other nodes
+/// release at once, so a release's answer does not wait for the slowest
+/// acquire. Node 4 is paused through the acquire and the release (with a
+/// node timeout longer than the pause, so its acquire is still owed); the
+/// release returns while it is paused, and once it resumes its key goes
+/// too, released after its late SET.
+#[tokio::test]
+async fn a_release_waits_only_on_the_slow_node() {
+    let mut nodes = RedisNodes::start(5);
+    let locker = locker_with_timeout(&nodes, Duration::from_secs(3));
+    let key = locker.admin().key("job");
+    warm_up(&locker).await;
+    nodes.node_mut(4).pause();
+    let pid = nodes.node(4).pid().unwrap().to_string();
+    let lease = locker.try_lock("job").await.expect("4 nodes answer");
+    let resumed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resume = tokio::spawn({
+        let resumed = resumed.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            resumed.store(true, std::sync::atomic::Ordering::SeqCst);
+            std::process::Command::new("kill")
+                .args(["-CONT", &pid])
+                .status()
+                .unwrap();
+        }
+    });
+    lease.release().await.unwrap();
+    assert!(
+        !resumed.load(std::sync::atomic::Ordering::SeqCst),
+        "the release waited for the paused node"
+    );
+    resume.await.unwrap();
+    nodes.node_mut(4).resume();
+    locker.admin().wait_for_background().await;
+    assert_eq!(values(&nodes, &key).await, vec![None; 5]);
+}
+
 /// `Admin::wait_for_background` waits for the requests a release left to a
 /// slow node, so a process can exit without leaving that node holding the
 /// key.
