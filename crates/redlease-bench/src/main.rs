@@ -38,8 +38,9 @@ use crate::runner::Settings;
 use crate::stall::{StallPhase, StallSpec};
 use crate::workloads::Workload;
 
-/// Tokio worker threads: the machines this is tuned for have 2 cores.
-const RUNTIME_THREADS: usize = 2;
+/// Tokio worker threads by default: the machines this is tuned for have 2
+/// cores.
+const RUNTIME_THREADS: u16 = 2;
 /// Length of one interleaved slice when --rounds is not given.
 const AUTO_SLICE_S: f64 = 0.25;
 /// Most rounds --rounds may ask for (each round runs every client once).
@@ -91,6 +92,11 @@ struct Args {
     /// Also print one JSON object per workload, each on its own line.
     #[arg(long)]
     json: bool,
+    /// Worker threads of the Tokio runtime every client runs on; 0 runs
+    /// them all on one thread (a current-thread runtime), where no request
+    /// or reply hands work from one thread to another.
+    #[arg(long, default_value_t = RUNTIME_THREADS, value_parser = clap::value_parser!(u16).range(0..=64))]
+    threads: u16,
     /// Leases to hold at once in the renewal workload.
     #[arg(long, default_value_t = 10_000)]
     leases: usize,
@@ -165,6 +171,7 @@ struct Plan {
     settings: Settings,
     urls: Vec<String>,
     json: bool,
+    threads: usize,
 }
 
 fn plan(args: Args) -> Result<Plan, BenchError> {
@@ -257,6 +264,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
         },
         urls: args.urls,
         json: args.json,
+        threads: args.threads.into(),
     })
 }
 
@@ -337,10 +345,7 @@ fn run_renewal(args: &Args) -> Result<ExitCode, BenchError> {
     if args.urls.is_empty() {
         check_redis_server()?;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(RUNTIME_THREADS)
-        .enable_all()
-        .build()?;
+    let runtime = runtime(args.threads.into())?;
     let mut nodes = args.urls.is_empty().then(|| RedisNodes::start(n));
     let urls = nodes
         .as_ref()
@@ -420,10 +425,7 @@ fn run(plan: Plan) -> Result<ExitCode, BenchError> {
     if plan.urls.is_empty() {
         check_redis_server()?;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(RUNTIME_THREADS)
-        .enable_all()
-        .build()?;
+    let runtime = runtime(plan.threads)?;
     print_header(&plan);
     // Unique per process, so keys never meet those of another or earlier run.
     let run_id = format!(
@@ -561,16 +563,31 @@ fn round_trips(run: &report::ClientRun) -> String {
         .unwrap_or_default()
 }
 
+/// A current-thread runtime for 0 threads, else a multi-thread one.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    match threads {
+        0 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(n);
+            builder
+        }
+    }
+    .enable_all()
+    .build()
+}
+
 fn print_header(plan: &Plan) {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "?".into());
-    println!(
-        "redlease-bench: {cores} cores, load {load} (1 min), tokio multi-thread runtime with \
-         {RUNTIME_THREADS} workers"
-    );
+    let runtime = match plan.threads {
+        0 => "tokio current-thread runtime".to_string(),
+        n => format!("tokio multi-thread runtime with {n} workers"),
+    };
+    println!("redlease-bench: {cores} cores, load {load} (1 min), {runtime}");
     println!(
         "every lock: TTL {TTL:?}; per client and workload: {:?} warm-up, then {} round(s) of {:?} \
          interleaved with the other clients; nodes: {}",
