@@ -1,6 +1,8 @@
 //! Requests a Locker finishes in the background: those to slower nodes
 //! after a quorum already answered, and releases of dropped leases. Counted,
-//! so a process about to exit can wait for them.
+//! so a process about to exit can wait for them. A lease's requests still
+//! running there are flagged per node ([`InFlight`]), so that its release
+//! to a node follows them.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,8 +21,6 @@ use tokio::task::JoinHandle;
 pub(crate) struct Background {
     running: AtomicUsize,
     idle: Notify,
-    /// Some [`InFlight`] flag came down.
-    lowered: Notify,
 }
 
 /// Counts a task as finished when dropped: after it completes, panics or is
@@ -49,55 +49,6 @@ impl Background {
         })
     }
 
-    /// Raises `flag` (found in `owner` by `field`) for the nodes in
-    /// `nodes` (bit `i` for node `i`) until the returned guard lowers them
-    /// one by one ([`Raised::lower`]) or is dropped: the caller moves the
-    /// guard into the task that finishes the requests, so every bit comes
-    /// down when that task ends, completed or dropped with its runtime.
-    pub(crate) fn raise<O: Send + Sync + 'static>(
-        self: &Arc<Self>,
-        owner: Arc<O>,
-        field: fn(&O) -> &InFlight,
-        nodes: u64,
-    ) -> Raised<O> {
-        field(&owner).0.fetch_or(nodes, Ordering::Release);
-        Raised {
-            owner,
-            field,
-            nodes,
-            background: self.clone(),
-        }
-    }
-
-    /// Resolves once every bit of `flag` is down (see [`raise`](Self::raise)).
-    ///
-    /// Cancel safety: dropping the future loses nothing.
-    pub(crate) async fn lowered(&self, flag: &InFlight) {
-        self.lowered_on(flag, u64::MAX).await;
-    }
-
-    /// Resolves once the bits `nodes` of `flag` are down: no request to
-    /// those nodes still runs in the background.
-    ///
-    /// Cancel safety: dropping the future loses nothing.
-    pub(crate) async fn lowered_on(&self, flag: &InFlight, nodes: u64) {
-        // Most calls find the bits down: no waiter to register.
-        if flag.0.load(Ordering::Acquire) & nodes == 0 {
-            return;
-        }
-        loop {
-            let notified = self.lowered.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a flag lowered in between
-            // still wakes us.
-            notified.as_mut().enable();
-            if flag.0.load(Ordering::Acquire) & nodes == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-
     /// Resolves once no counted task is running.
     pub(crate) async fn idle(&self) {
         loop {
@@ -115,10 +66,10 @@ impl Background {
 }
 
 /// Which nodes still have a request of a lease running in the
-/// background (see [`Background::raise`]), bit `i` for node `i`, for a
-/// release that must not overtake them there. Eight bytes in the lease's
-/// ownership rather than a handle on the task, which would keep the whole
-/// task allocated for as long as the lease lives.
+/// background (see [`raise`]), bit `i` for node `i`, for a release that
+/// must not overtake them there. Eight bytes in the lease's ownership
+/// rather than a handle on the task, which would keep the whole task
+/// allocated for as long as the lease lives.
 #[derive(Default)]
 pub(crate) struct InFlight(AtomicU64);
 
@@ -129,39 +80,77 @@ impl InFlight {
     }
 }
 
-/// Keeps bits of an [`InFlight`] flag raised; lowers those still up and
-/// wakes the waiters when dropped.
-pub(crate) struct Raised<O> {
-    owner: Arc<O>,
-    field: fn(&O) -> &InFlight,
-    /// The bits this guard raised and has not lowered yet.
-    nodes: u64,
-    background: Arc<Background>,
+/// What holds an [`InFlight`] flag, and the notifier its waiters sleep
+/// on: the lease's own, so a bit that comes down wakes only the tasks
+/// that wait for that lease.
+pub(crate) trait HoldsInFlight: Send + Sync + 'static {
+    fn in_flight(&self) -> &InFlight;
+
+    /// Woken whenever a bit comes down; it may be woken for other reasons
+    /// too (its waiters look again).
+    fn in_flight_wake(&self) -> &Notify;
 }
 
-impl<O> Raised<O> {
+/// Raises `owner`'s flag for the nodes in `nodes` (bit `i` for node `i`)
+/// until the returned guard lowers them one by one ([`Raised::lower`]) or
+/// is dropped: the caller moves the guard into the task that finishes the
+/// requests, so every bit comes down when that task ends, completed or
+/// dropped with its runtime.
+pub(crate) fn raise<O: HoldsInFlight>(owner: Arc<O>, nodes: u64) -> Raised<O> {
+    owner.in_flight().0.fetch_or(nodes, Ordering::Release);
+    Raised { owner, nodes }
+}
+
+/// Resolves once the bits `nodes` of `owner`'s flag are down: no request
+/// to those nodes still runs in the background (`u64::MAX`: to any node).
+///
+/// Cancel safety: dropping the future loses nothing.
+pub(crate) async fn lowered<O: HoldsInFlight + ?Sized>(owner: &O, nodes: u64) {
+    // Most calls find the bits down: no waiter to register.
+    if owner.in_flight().nodes() & nodes == 0 {
+        return;
+    }
+    loop {
+        let notified = owner.in_flight_wake().notified();
+        tokio::pin!(notified);
+        // Registered before the check, so a bit lowered in between still
+        // wakes us.
+        notified.as_mut().enable();
+        if owner.in_flight().nodes() & nodes == 0 {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Keeps bits of an [`InFlight`] flag raised; lowers those still up and
+/// wakes the waiters when dropped.
+pub(crate) struct Raised<O: HoldsInFlight> {
+    owner: Arc<O>,
+    /// The bits this guard raised and has not lowered yet.
+    nodes: u64,
+}
+
+impl<O: HoldsInFlight> Raised<O> {
     /// Node `i`'s request finished: its bit comes down, and a release
     /// waiting for that node goes ahead.
     pub(crate) fn lower(&mut self, i: usize) {
-        let bit = 1u64 << i;
-        if self.nodes & bit != 0 {
-            self.nodes &= !bit;
-            (self.field)(&self.owner)
-                .0
-                .fetch_and(!bit, Ordering::Release);
-            self.background.lowered.notify_waiters();
+        self.lower_bits(1u64 << i);
+    }
+
+    fn lower_bits(&mut self, bits: u64) {
+        let bits = bits & self.nodes;
+        if bits != 0 {
+            self.nodes &= !bits;
+            self.owner.in_flight().0.fetch_and(!bits, Ordering::Release);
+            self.owner.in_flight_wake().notify_waiters();
         }
     }
 }
 
-impl<O> Drop for Raised<O> {
+impl<O: HoldsInFlight> Drop for Raised<O> {
     fn drop(&mut self) {
-        if self.nodes != 0 {
-            (self.field)(&self.owner)
-                .0
-                .fetch_and(!self.nodes, Ordering::Release);
-            self.background.lowered.notify_waiters();
-        }
+        self.lower_bits(u64::MAX);
     }
 }
 
@@ -229,38 +218,47 @@ mod tests {
     #[derive(Default)]
     struct Owner {
         in_flight: InFlight,
+        wake: Notify,
+    }
+
+    impl HoldsInFlight for Owner {
+        fn in_flight(&self) -> &InFlight {
+            &self.in_flight
+        }
+
+        fn in_flight_wake(&self) -> &Notify {
+            &self.wake
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_raised_flag_comes_down_when_its_task_ends() {
         let bg = Arc::new(Background::default());
         let owner = Arc::new(Owner::default());
-        bg.lowered(&owner.in_flight).await; // never raised
-        let raised = bg.raise(owner.clone(), |o| &o.in_flight, u64::MAX);
+        lowered(&*owner, u64::MAX).await; // never raised
+        let raised = raise(owner.clone(), u64::MAX);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         bg.spawn(async move {
             let _raised = raised;
             let _ = rx.await;
         });
-        let early =
-            tokio::time::timeout(Duration::from_secs(1), bg.lowered(&owner.in_flight)).await;
+        let early = tokio::time::timeout(Duration::from_secs(1), lowered(&*owner, u64::MAX)).await;
         assert!(early.is_err(), "down while its task still ran");
         tx.send(()).unwrap();
-        bg.lowered(&owner.in_flight).await;
+        lowered(&*owner, u64::MAX).await;
         bg.idle().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn each_node_comes_down_on_its_own() {
-        let bg = Arc::new(Background::default());
         let owner = Arc::new(Owner::default());
-        let mut raised = bg.raise(owner.clone(), |o| &o.in_flight, 0b11000);
+        let mut raised = raise(owner.clone(), 0b11000);
         assert_eq!(owner.in_flight.nodes(), 0b11000);
         // Nodes that were never raised are down already.
-        bg.lowered_on(&owner.in_flight, 0b00111).await;
+        lowered(&*owner, 0b00111).await;
         let waiting = tokio::spawn({
-            let (bg, owner) = (bg.clone(), owner.clone());
-            async move { bg.lowered_on(&owner.in_flight, 1 << 3).await }
+            let owner = owner.clone();
+            async move { lowered(&*owner, 1 << 3).await }
         });
         tokio::task::yield_now().await;
         raised.lower(4);
@@ -275,11 +273,11 @@ mod tests {
         // lowers only what it still holds up: node 4, raised again by
         // another guard, stays up.
         raised.lower(3);
-        let again = bg.raise(owner.clone(), |o| &o.in_flight, 1 << 4);
+        let again = raise(owner.clone(), 1 << 4);
         drop(raised);
         assert_eq!(owner.in_flight.nodes(), 1 << 4);
         drop(again);
-        bg.lowered(&owner.in_flight).await;
+        lowered(&*owner, u64::MAX).await;
     }
 
     #[test]
@@ -290,7 +288,7 @@ mod tests {
             .unwrap();
         let bg = Arc::new(Background::default());
         let owner = Arc::new(Owner::default());
-        let raised = bg.raise(owner.clone(), |o| &o.in_flight, u64::MAX);
+        let raised = raise(owner.clone(), u64::MAX);
         runtime.block_on(async {
             bg.spawn(async move {
                 let _raised = raised;
@@ -303,7 +301,7 @@ mod tests {
             .build()
             .unwrap();
         other.block_on(async {
-            tokio::time::timeout(Duration::from_secs(5), bg.lowered(&owner.in_flight))
+            tokio::time::timeout(Duration::from_secs(5), lowered(&*owner, u64::MAX))
                 .await
                 .expect("the dropped task lowered it");
         });

@@ -5,6 +5,7 @@
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use crate::coord::background;
 use crate::coord::engine::Engine;
 use crate::coord::fanout::{Answer, Replies};
 use crate::coord::release::Ownership;
@@ -61,10 +62,8 @@ impl ReleaseOnDrop {
         replies: Replies<R>,
         mut observe: impl FnMut(usize, &Result<R, NodeError>) + Send + 'static,
     ) {
-        let background = self.engine.background();
-        let nodes = replies.pending_nodes();
-        let mut raised = background.raise(self.ownership.clone(), |o| &o.in_flight, nodes);
-        replies.detach_observed(background, move |i, answer| {
+        let mut raised = background::raise(self.ownership.clone(), replies.pending_nodes());
+        replies.detach_observed(self.engine.background(), move |i, answer| {
             observe(i, answer);
             raised.lower(i);
         });
@@ -76,15 +75,7 @@ impl ReleaseOnDrop {
     /// before a request that is still connecting or reloading its script,
     /// and leave a key behind.
     pub(crate) async fn settle(&self) {
-        let background = self.engine.background();
-        background.lowered(&self.ownership.in_flight).await;
-    }
-
-    /// [`settle`](Self::settle) for node `i` alone: what a request to that
-    /// node waits for before it is sent.
-    pub(crate) async fn settle_on(engine: &Engine, ownership: &Ownership, i: usize) {
-        let background = engine.background();
-        background.lowered_on(&ownership.in_flight, 1 << i).await;
+        background::lowered(&*self.ownership, u64::MAX).await;
     }
 
     pub(crate) fn disarm(&mut self) {
@@ -111,7 +102,7 @@ impl Drop for ReleaseOnDrop {
         let ownership = self.ownership.clone();
         let timeout = self.timing.node_timeout;
         self.engine.background().spawn(async move {
-            engine.background().lowered(&ownership.in_flight).await;
+            background::lowered(&*ownership, u64::MAX).await;
             engine.release(&ownership, timeout).await;
         });
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::coord::background::InFlight;
+use crate::coord::background::{HoldsInFlight, InFlight};
 use crate::core::lease_state::{HoldsState, LeaseState, StateCell};
 use crate::core::mode::Hold;
 use crate::core::node_error::NodeError;
@@ -51,6 +51,18 @@ pub(crate) struct Ownership {
 impl HoldsState for Ownership {
     fn state(&self) -> &StateCell {
         &self.state
+    }
+}
+
+/// A release waiting for a slow node's acquire sleeps on the lease's own
+/// notifier, so no other lease's requests wake it.
+impl HoldsInFlight for Ownership {
+    fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
+    fn in_flight_wake(&self) -> &tokio::sync::Notify {
+        self.state.notifier()
     }
 }
 

@@ -207,6 +207,14 @@ impl StateCell {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The notifier the watchers sleep on, for others that wait on the
+    /// lease (a release waiting for a request still in flight, see
+    /// `coord::background`). A wake-up from them changes no state, so a
+    /// watcher it wakes looks and sleeps again.
+    pub(crate) fn notifier(&self) -> &Notify {
+        &self.wake
+    }
+
     /// The state now.
     pub(crate) fn get(&self) -> LeaseState {
         self.lock().0

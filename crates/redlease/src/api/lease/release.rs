@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
+use crate::coord::background;
 use crate::coord::fanout;
-use crate::coord::guard::ReleaseOnDrop;
 use crate::core::error::{Error, Op};
 use crate::core::quorum::Decision;
 use crate::core::telemetry;
@@ -86,10 +86,9 @@ impl Lease {
         });
         let decided = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
-            let engine = engine.clone();
             async move {
                 let i = node.id().index();
-                ReleaseOnDrop::settle_on(&engine, &ownership, i).await;
+                background::lowered(&*ownership, 1 << i).await;
                 if !ownership.written.may_hold(i) {
                     return Ok(false);
                 }
