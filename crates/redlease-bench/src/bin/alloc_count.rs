@@ -198,11 +198,11 @@ fn kept_alive(leases: u64, nodes: u16) -> Result<(), Box<dyn std::error::Error>>
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         let after = LIVE.load(Ordering::Relaxed);
-        let lost = held.iter().filter(|l| l.is_lost()).count();
         let per = after.saturating_sub(before) as f64 / leases as f64;
         println!(
             "{leases} kept-alive leases on {nodes} node(s): {per:.0} bytes of heap per lease \
-             ({lost} lost)"
+             ({})",
+            lost_by_reason(&held)
         );
         join_all(held.into_iter().map(|lease| lease.release())).await;
         locker.close().await;
@@ -210,6 +210,29 @@ fn kept_alive(leases: u64, nodes: u16) -> Result<(), Box<dyn std::error::Error>>
     })?;
     drop(servers);
     Ok(())
+}
+
+/// How many of `held` were lost, and why: "0 lost", or "12 lost:
+/// expired 10, node errors 2".
+fn lost_by_reason(held: &[redlease::Lease]) -> String {
+    use redlease::LostReason;
+    let reasons = [
+        (LostReason::Expired, "expired"),
+        (LostReason::Refused, "refused"),
+        (LostReason::NodeErrors, "node errors"),
+        (LostReason::Closed, "closed"),
+    ];
+    let lost: Vec<LostReason> = held.iter().filter_map(|l| l.lost_reason()).collect();
+    if lost.is_empty() {
+        return "0 lost".into();
+    }
+    let by: Vec<String> = reasons
+        .iter()
+        .map(|(reason, name)| (lost.iter().filter(|l| *l == reason).count(), name))
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, name)| format!("{name} {n}"))
+        .collect();
+    format!("{} lost: {}", lost.len(), by.join(", "))
 }
 
 fn report(label: &str, (calls, bytes): (f64, f64)) {
