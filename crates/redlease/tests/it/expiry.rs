@@ -19,9 +19,9 @@ async fn expired_lease_is_not_held(n: usize) {
     let mut old = locker.try_lock("job").ttl(500 * MS).await.unwrap();
     match other.try_lock("job").await {
         Err(Error::Taken { .. }) => {}
-        // Over five nodes the acquire returns at its quorum, and its SET
-        // may still be on the way to the other two, where this attempt
-        // can get in first: a quorum still refuses it.
+        // Over five nodes the acquire returns at its quorum: a slow server
+        // of the other two may not have run its SET yet, and may run this
+        // attempt's first. A quorum still refuses it.
         Err(Error::NoQuorum { refused_by, .. }) if refused_by.len() > n / 2 => {}
         r => panic!("expected the lock to be held, got {r:?}"),
     }
