@@ -77,6 +77,7 @@
 
 pub mod cluster;
 mod faketime;
+pub mod netns;
 mod process;
 pub mod proxy;
 pub mod sentinel;

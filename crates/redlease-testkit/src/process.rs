@@ -2,6 +2,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{self, Pid, Signal, WaitId, WaitIdOptions};
 
-use crate::{faketime, NodeConfig};
+use crate::{faketime, netns, NodeConfig};
 
 /// How often bounded waits re-check their condition.
 pub(crate) const POLL: Duration = Duration::from_millis(10);
@@ -132,8 +133,18 @@ pub(crate) fn spawn_redis(
     let fake_clock = config
         .fake_clock
         .then(|| (faketime::library(), dir.to_path_buf()));
+    // The caller's network namespace: the server joins it (a thread in a
+    // `Netns` gets its servers there), whichever namespace the spawner is in.
+    let caller_ns = netns::thread_netns().ok();
     let result = on_spawner_thread(move || {
         let mut cmd = Command::new(program);
+        if let Some(ns) = &caller_ns {
+            let ours = netns::thread_netns().ok();
+            if netns::inode_of(ns.as_fd()) != ours.as_ref().and_then(|o| netns::inode_of(o.as_fd()))
+            {
+                netns::enter_before_exec(&mut cmd, ns.as_raw_fd());
+            }
+        }
         cmd.args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -149,7 +160,10 @@ pub(crate) fn spawn_redis(
                 Ok(())
             });
         }
-        cmd.spawn()
+        let child = cmd.spawn();
+        // Open until the child has joined it.
+        drop(caller_ns);
+        child
     });
     match result {
         Err(e) if e.kind() == io::ErrorKind::NotFound => panic!(
@@ -172,7 +186,13 @@ fn on_spawner_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
         let (tx, rx) = mpsc::channel::<Job>();
         thread::Builder::new()
             .name("redlease-testkit-spawner".into())
-            .spawn(move || rx.into_iter().for_each(|job| job()))
+            .spawn(move || {
+                // Spawned from whichever thread asked first, perhaps one in
+                // a `Netns`: this thread outlives it, so it moves to the
+                // process's namespace rather than keep that one alive.
+                netns::leave_for_process_namespace();
+                rx.into_iter().for_each(|job| job())
+            })
             .expect("start spawner thread");
         tx
     });
