@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redlease_testkit::{RedisNode, RedisNodes};
 
-use crate::support::{eventually, finish, run, start, Finished};
+use crate::support::{eventually, finish, run, signal, start, Finished};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -179,4 +179,55 @@ fn a_shared_run_that_loses_its_lease_is_stopped_and_exits_75() {
     ended.expect(75);
     assert!(ended.stderr.contains("lost the lock"), "{ended:#?}");
     assert_eq!(std::fs::read_to_string(&stopped).unwrap().trim(), "term");
+}
+
+/// A waiting writer that was killed keeps no reader out: its mark goes
+/// once its process no longer listens, as a killed exclusive waiter's
+/// place in the queue does, not after the writer's TTL.
+#[test]
+fn a_killed_waiting_writer_lets_new_readers_in_at_once() {
+    let nodes = RedisNodes::start(3);
+    let urls = nodes.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
+    let reader = start(
+        run_cmd(&urls, "ledger")
+            .args(["--shared", "--", "sh", "-c"])
+            .arg(format!(r#"{AWAIT}touch "$READY"; await "$STOP""#))
+            .env("READY", &ready)
+            .env("STOP", &stop),
+    );
+    eventually(LIMIT, "the shared run to start", || ready.exists());
+    // A writer with a TTL far beyond the test's bounds below.
+    let writer =
+        start(run_cmd(&urls, "ledger").args(["--ttl", "60s", "--wait", "60s", "--", "true"]));
+    eventually(Duration::from_secs(10), "a waiting writer", || {
+        status(&urls, "ledger")
+            .stdout
+            .contains("; a writer waits (new readers wait behind it);")
+    });
+    let refused = run(
+        run_cmd(&urls, "ledger").args(["--shared", "--no-wait", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(refused.code(), 1, "a reader got past a live waiting writer");
+    signal(&writer, rustix::process::Signal::KILL);
+    let killed = std::time::Instant::now();
+    finish(writer, LIMIT);
+    // A new reader gets in well within the writer's 60 s TTL.
+    eventually(
+        Duration::from_secs(10),
+        "a reader past the killed writer",
+        || {
+            run(
+                run_cmd(&urls, "ledger").args(["--shared", "--no-wait", "--", "true"]),
+                LIMIT,
+            )
+            .code()
+                == 0
+        },
+    );
+    assert!(killed.elapsed() < Duration::from_secs(10));
+    std::fs::write(&stop, "").unwrap();
+    finish(reader, LIMIT).expect(0);
 }

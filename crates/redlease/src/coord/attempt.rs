@@ -346,7 +346,7 @@ pub(crate) async fn attempt(
                 Some(pair) => pair.into(),
                 None => replies
                     .shortfall(Op::Acquire, engine.nodes())
-                    .into_failure(resource),
+                    .into_failure(resource, hold.mode()),
             }
         }
     };

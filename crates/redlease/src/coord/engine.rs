@@ -212,6 +212,16 @@ impl Engine {
         removed
     }
 
+    /// Whether a live lease of this Locker holds the lock of `key` (a
+    /// refused acquire's error says so: locks are not reentrant). Walks
+    /// every lease held: for an acquire's final error only.
+    pub(crate) fn holds(&self, key: &str) -> bool {
+        let now = std::time::Instant::now();
+        self.held().iter().any(|lease| {
+            lease.each_key().any(|k| **k == *key) && lease.state.get().lost_at(now).is_none()
+        })
+    }
+
     /// Closes the engine: no lease is handed out any more, every lease still
     /// held is reported lost ([`LostReason::Closed`]) and released, and once
     /// the background requests are done the services stop.

@@ -129,7 +129,8 @@ impl Answer for AcquireReply {
                 expires_in,
                 waiting,
                 owner,
-            } => Refusal::new(node, expires_in, waiting, owner),
+                writer_waits,
+            } => Refusal::new(node, expires_in, waiting, owner, writer_waits),
             AcquireReply::Acquired { .. }
             | AcquireReply::AcquiredAll { .. }
             | AcquireReply::PermitsDiffer { .. } => Refusal::bare(node),

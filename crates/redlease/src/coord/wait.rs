@@ -34,7 +34,24 @@ use crate::transport::node::OnRefusal;
 /// Cancel safe: a dropped attempt undoes itself, a dropped [`Waiters`]
 /// leaves the queues and, if it was the last, unsubscribes, and a dropped
 /// writer's mark is cleared in the background.
+///
+/// A refusal by a lease of this same Locker says so in its error (locks
+/// are not reentrant: a task that waits for a lock it holds waits for
+/// itself).
 pub(crate) async fn lock(
+    engine: &Arc<Engine>,
+    resource: &str,
+    keys: &[LockKeys],
+    timing: Timing,
+    policy: &RetryPolicy,
+    holds: &[Hold],
+) -> Result<Grant, Error> {
+    let result = wait_for(engine, resource, keys, timing, policy, holds).await;
+    result.map_err(|e| e.noting_held_here(|| keys.iter().any(|k| engine.holds(&k.lock))))
+}
+
+/// [`lock`], but for what a refusal's error says of this Locker.
+async fn wait_for(
     engine: &Arc<Engine>,
     resource: &str,
     keys: &[LockKeys],

@@ -3,8 +3,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeErrorKind, NodeId};
 use crate::core::refusal::{Busy, Held, Refusal};
+
+mod message;
 
 /// The lock operation an error is about.
 ///
@@ -75,6 +78,15 @@ pub enum Error {
         nodes: usize,
         /// How many must agree.
         quorum: usize,
+        /// How the refused acquire asked to hold it: a permit refused by
+        /// a full semaphore and a lock refused by a semaphore's name say
+        /// different things.
+        mode: LockMode,
+        /// A lease of this same [`Locker`](crate::Locker) holds the lock.
+        /// Locks are not reentrant: a task that asks again for a lock it
+        /// holds waits for itself until its wait runs out; hand the lease
+        /// down instead (see the crate docs, "Reentrancy").
+        by_this_locker: bool,
     },
     /// Too few nodes answered for the operation to reach a quorum.
     #[non_exhaustive]
@@ -314,6 +326,56 @@ impl Error {
         left.get(missing - 1).copied()
     }
 
+    /// For an error of [`Lease::release`](crate::Lease::release): whether
+    /// the lock may still be held by a quorum of the nodes for the lease,
+    /// until its TTL runs out. `false` when the nodes known free of it
+    /// (released now, or our token was already gone) leave too few others
+    /// for a quorum, or when nothing was held any more; `true` when nodes
+    /// that did not answer could still make a quorum. For other errors,
+    /// `true`: nothing is known.
+    ///
+    /// ```
+    /// # async fn demo(lease: redlease::Lease) {
+    /// if let Err(e) = lease.release().await {
+    ///     if e.may_still_be_held() {
+    ///         eprintln!("warning: {e}; the lock frees itself when its TTL runs out");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn may_still_be_held(&self) -> bool {
+        match self {
+            Error::NoQuorum {
+                op: Op::Release,
+                succeeded,
+                quorum,
+                nodes,
+                refused_by,
+                ..
+            } => {
+                let free = succeeded.saturating_add(refused_by.len());
+                nodes.saturating_sub(free) >= *quorum
+            }
+            Error::NotHeld { .. } | Error::Closed => false,
+            _ => true,
+        }
+    }
+
+    /// This acquire's error (or, for a wait that gave up, its last
+    /// attempt's) with `Error::Taken`'s `by_this_locker` set when
+    /// `held_here` says a lease of this Locker holds the lock; asked only
+    /// for a refusal.
+    pub(crate) fn noting_held_here(mut self, held_here: impl FnOnce() -> bool) -> Error {
+        let taken = match &mut self {
+            Error::WaitTimeout { last, .. } => last.as_mut(),
+            other => other,
+        };
+        if let Error::Taken { by_this_locker, .. } = taken {
+            *by_this_locker = held_here();
+        }
+        self
+    }
+
     /// The soonest time another owner's hold is due to expire, when the
     /// failed acquire saw one. Waiting longer than this is pointless.
     pub(crate) fn expires_in(&self) -> Option<Duration> {
@@ -368,6 +430,11 @@ impl Shortfall {
     /// rule out a quorum, whatever the failed nodes would have said;
     /// otherwise `NoQuorum`. `expired`: the lease's validity had run out.
     pub(crate) fn into_error(self, resource: &str, expired: bool) -> Error {
+        self.into_error_as(resource, expired, LockMode::Exclusive)
+    }
+
+    /// [`into_error`](Self::into_error) for an acquire in `mode`.
+    fn into_error_as(self, resource: &str, expired: bool, mode: LockMode) -> Error {
         let quorum = self.quorum;
         let resource = resource.to_string();
         let refused_quorum = crate::core::quorum::refused(self.refused.len(), self.nodes, quorum);
@@ -378,6 +445,8 @@ impl Shortfall {
                 failed: self.failed,
                 nodes: self.nodes,
                 quorum,
+                mode,
+                by_this_locker: false,
             },
             op if refused_quorum => Error::NotHeld {
                 op,
@@ -398,181 +467,13 @@ impl Shortfall {
         }
     }
 
-    /// An acquire's shortfall as its error, with what the refusals said
-    /// of the holder for a waiter.
-    pub(crate) fn into_failure(self, resource: &str) -> Failure {
+    /// An acquire's shortfall (it asked for `mode`) as its error, with
+    /// what the refusals said of the holder for a waiter.
+    pub(crate) fn into_failure(self, resource: &str, mode: LockMode) -> Failure {
         let busy = Busy::of(&self.refused, crate::core::quorum::quorum(self.nodes));
         Failure {
-            error: self.into_error(resource, false),
+            error: self.into_error_as(resource, false, mode),
             busy,
-        }
-    }
-}
-
-/// Writes `a, b, c` for any list.
-fn list<T>(
-    f: &mut fmt::Formatter<'_>,
-    items: &[T],
-    mut one: impl FnMut(&mut fmt::Formatter<'_>, &T) -> fmt::Result,
-) -> fmt::Result {
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            f.write_str("; ")?;
-        }
-        one(f, item)?;
-    }
-    Ok(())
-}
-
-fn held(f: &mut fmt::Formatter<'_>, h: &Held) -> fmt::Result {
-    match h.expires_in {
-        Some(d) => write!(f, "{} (expires in {d:?})", h.node),
-        None => write!(f, "{} (no expiry set)", h.node),
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::InvalidInput { field, reason } => write!(f, "invalid {field}: {reason}"),
-            Error::Taken {
-                resource,
-                held_on,
-                failed,
-                nodes,
-                quorum,
-            } => {
-                write!(
-                    f,
-                    "lock {resource:?} is held by another owner on {} of {nodes} nodes \
-                     (a quorum needs {quorum}): ",
-                    held_on.len()
-                )?;
-                list(f, held_on, held)?;
-                if !failed.is_empty() {
-                    f.write_str("; also failed: ")?;
-                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
-                }
-                Ok(())
-            }
-            Error::NoQuorum {
-                op,
-                resource,
-                succeeded,
-                quorum,
-                nodes,
-                failed,
-                refused_by,
-            } => {
-                write!(
-                    f,
-                    "{op} of lock {resource:?} reached no quorum: {succeeded} of {nodes} nodes \
-                     succeeded, {quorum} needed"
-                )?;
-                if !failed.is_empty() {
-                    f.write_str("; failed: ")?;
-                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
-                }
-                if !refused_by.is_empty() {
-                    if *op == Op::Acquire {
-                        f.write_str("; held by another owner on: ")?;
-                        list(f, refused_by, held)?;
-                    } else {
-                        f.write_str("; our token was gone on: ")?;
-                        list(f, refused_by, |f, h| write!(f, "{}", h.node))?;
-                    }
-                }
-                Ok(())
-            }
-            Error::ValidityExhausted {
-                op,
-                resource,
-                elapsed,
-                ttl,
-                drift,
-            } => write!(
-                f,
-                "{op} of lock {resource:?} took {elapsed:?}, leaving no validity of the \
-                 {ttl:?} TTL after the {drift:?} drift allowance; it was undone"
-            ),
-            Error::NotHeld {
-                op,
-                resource,
-                expired,
-                not_held_on,
-                failed,
-            } => {
-                write!(
-                    f,
-                    "{op} of lock {resource:?} failed: the lease is no longer held"
-                )?;
-                if *expired {
-                    f.write_str(" (its validity had run out)")?;
-                }
-                if !not_held_on.is_empty() {
-                    f.write_str("; our token is gone on: ")?;
-                    list(f, not_held_on, |f, n| write!(f, "{n}"))?;
-                }
-                if !failed.is_empty() {
-                    f.write_str("; failed: ")?;
-                    list(f, failed, |f, e| write!(f, "{e:#}"))?;
-                }
-                Ok(())
-            }
-            Error::Lost { resource, why } => {
-                write!(
-                    f,
-                    "lost the lock {resource:?} while working under it: {why}"
-                )
-            }
-            Error::WaitTimeout {
-                resource,
-                waited,
-                attempts,
-                ..
-            } => write!(
-                f,
-                "gave up waiting for lock {resource:?} after {waited:?} and {attempts} \
-                 attempts"
-            ),
-            Error::PermitsDiffer {
-                resource,
-                asked,
-                held,
-                node,
-            } => write!(
-                f,
-                "semaphore {resource:?} has {held} permits on {node}, and this acquire asked \
-                 for {asked}: every holder of a name must give the same number of permits \
-                 (it is fixed while any permit is held); nothing was taken"
-            ),
-            Error::SameServer { node, same_as } => write!(
-                f,
-                "{node} is the same Redis server as {same_as} (same run_id): one server \
-                 counted twice would fake a majority, so it casts no vote; give each server once"
-            ),
-            Error::Closed => f.write_str(
-                "the Locker was closed: it takes no more locks, and close() released the \
-                 leases it held",
-            ),
-            Error::NoRuntime => f.write_str(
-                "no Tokio runtime: build the Locker inside a runtime (#[tokio::main], \
-                 block_on, or Runtime::enter)",
-            ),
-            Error::InsideRuntime => f.write_str(
-                "a redlease::blocking call was made inside a Tokio runtime, where blocking \
-                 could stall or deadlock it: use the async API there, or call from a thread \
-                 without a runtime",
-            ),
-            Error::Forked {
-                built_in,
-                called_in,
-            } => write!(
-                f,
-                "this redlease::blocking::Locker was built in process {built_in} and inherited \
-                 across fork() by process {called_in}, where its threads and connections do \
-                 not exist: build a new Locker in the child"
-            ),
         }
     }
 }
@@ -653,6 +554,8 @@ mod tests {
             nodes: 5,
             quorum: 3,
             failed: Vec::new(),
+            mode: LockMode::Exclusive,
+            by_this_locker: false,
         };
         assert_eq!(taken.quarantine_wait(), None);
     }

@@ -1,15 +1,15 @@
-//! A node's refusal: the public [`Held`] that errors show (the node and
-//! when the other owner's hold expires), and what it tells a waiter beyond
-//! that: how many processes wait for the lock, and whose lock it is. That
-//! bookkeeping travels beside the error, from the vote to the waiter's next
-//! sleep.
+//! A node's refusal: the public [`Held`] that errors show (the node, when
+//! the other owner's hold expires, and who that owner is: [`HeldBy`]), and
+//! what it tells a waiter beyond that: how many processes wait for the
+//! lock, and whose lock it is. That bookkeeping travels beside the error,
+//! from the vote to the waiter's next sleep.
 
 use std::time::Duration;
 
 use crate::core::node_error::NodeId;
 
 /// A node on which the lock is held by another owner, with the remaining
-/// time the node reported.
+/// time the node reported and who holds it there.
 ///
 /// ```
 /// fn soonest(held_on: &[redlease::Held]) -> Option<std::time::Duration> {
@@ -24,6 +24,101 @@ pub struct Held {
     /// The key's remaining TTL there; `None` when the key never expires
     /// (someone wrote it without a TTL).
     pub expires_in: Option<Duration>,
+    /// Who keeps the lock from us there.
+    pub by: HeldBy,
+}
+
+/// Who keeps a lock from being taken on a node, as its refusal said.
+///
+/// ```
+/// use redlease::{Error, HeldBy};
+/// # async fn demo(locker: &redlease::Locker) -> Result<(), Error> {
+/// match locker.semaphore("deploys", 3).try_acquire().await {
+///     Ok(permit) => permit.release().await?,
+///     Err(Error::Taken { held_on, .. })
+///         if held_on.iter().all(|h| h.by == HeldBy::Semaphore { permits: 3 }) =>
+///     {
+///         println!("all 3 permits are in use");
+///     }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeldBy {
+    /// One owner holds the lock alone: a lease of `lock`, `write_lock`
+    /// or `lock_all`.
+    Owner,
+    /// Readers share the lock (`read_lock`): a writer waits for them.
+    Readers,
+    /// A writer waits for the lock, and readers that come after it queue
+    /// behind it (readers may still hold the lock).
+    WaitingWriter,
+    /// The name is a semaphore's of `permits` permits: for a permit, all
+    /// of them are held; for a lock of the same name, the semaphore holds
+    /// the name while any of its permits is held.
+    Semaphore {
+        /// The number of permits its holders gave.
+        permits: u32,
+    },
+    /// The refusal did not say: a key another program wrote under the
+    /// lock's name, or a release or extend that found our token gone.
+    Unknown,
+}
+
+impl std::fmt::Display for HeldBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeldBy::Owner => f.write_str("held by another owner"),
+            HeldBy::Readers => f.write_str("held by readers"),
+            HeldBy::WaitingWriter => {
+                f.write_str("wanted by a waiting writer (readers queue behind it)")
+            }
+            HeldBy::Semaphore { permits: 1 } => f.write_str("a semaphore's 1 permit is held"),
+            HeldBy::Semaphore { permits } => write!(f, "all {permits} permits are held"),
+            HeldBy::Unknown => f.write_str("held by another owner"),
+        }
+    }
+}
+
+/// Who a refusal names as the holder, by the number the acquire scripts
+/// return for it (owner.lua; [`owner_of`](crate::protocol::set_nx::owner_of)
+/// for the plain path): a token's fingerprint below
+/// [`MARKERS`](Self::MARKERS), the readers' marker at it, a semaphore's
+/// of N permits at `MARKERS + N`, 0 when unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    Unknown,
+    /// A holder's token, by its fingerprint.
+    Token(u32),
+    Readers,
+    Semaphore(u32),
+}
+
+impl Owner {
+    /// Where the markers' numbers begin: token fingerprints are 27 bits.
+    pub(crate) const MARKERS: u32 = 1 << 27;
+
+    /// The owner a refusal's number names.
+    pub(crate) fn of(number: u32) -> Owner {
+        match number {
+            0 => Owner::Unknown,
+            n if n < Self::MARKERS => Owner::Token(n),
+            Self::MARKERS => Owner::Readers,
+            n => Owner::Semaphore(n - Self::MARKERS),
+        }
+    }
+
+    /// The number the scripts give this owner.
+    pub(crate) fn number(self) -> u32 {
+        match self {
+            Owner::Unknown => 0,
+            Owner::Token(n) => n,
+            Owner::Readers => Self::MARKERS,
+            Owner::Semaphore(n) => Self::MARKERS.saturating_add(n),
+        }
+    }
 }
 
 /// One node's refusal: the other owner's hold, and what the waiter
@@ -34,21 +129,35 @@ pub(crate) struct Refusal {
     /// How many processes wait for the lock there (subscriptions to its
     /// release channel): spreads a crowd's checks of a held lock.
     pub(crate) waiting: u64,
-    /// 28 bits of a hash of the owner's token (0: unknown): the same owner
+    /// Who holds it, as [`Owner`]'s number (0: unknown): the same owner
     /// on a quorum of nodes holds the lock; different ones are contenders
     /// of a split vote, about to undo their partial grants.
     pub(crate) owner: u32,
 }
 
 impl Refusal {
+    /// A refusal by the holder `owner` (its number: see [`Owner`]);
+    /// `writer_waits`: a waiting writer's mark refused a reader.
     pub(crate) fn new(
         node: NodeId,
         expires_in: Option<Duration>,
         waiting: u64,
         owner: u32,
+        writer_waits: bool,
     ) -> Self {
+        let by = match Owner::of(owner) {
+            _ if writer_waits => HeldBy::WaitingWriter,
+            Owner::Unknown => HeldBy::Unknown,
+            Owner::Token(_) => HeldBy::Owner,
+            Owner::Readers => HeldBy::Readers,
+            Owner::Semaphore(permits) => HeldBy::Semaphore { permits },
+        };
         Refusal {
-            held: Held { node, expires_in },
+            held: Held {
+                node,
+                expires_in,
+                by,
+            },
             waiting,
             owner,
         }
@@ -57,14 +166,14 @@ impl Refusal {
     /// A refusal that says nothing of the holder (a release or extend
     /// that found our token gone).
     pub(crate) fn bare(node: NodeId) -> Self {
-        Refusal::new(node, None, 0, 0)
+        Refusal::new(node, None, 0, 0, false)
     }
 }
 
-/// The owner fingerprint of a lock held by readers: that of the value its
-/// key holds meanwhile (`READERS` in `protocol::shared`), the same on
-/// every node, so readers on a quorum are "one owner" to a waiting writer.
-pub(crate) const READERS_OWNER: u32 = 0x61b_7c8f;
+/// The owner number of a lock held by readers: that of the value its key
+/// holds meanwhile (`READERS` in `protocol::shared`), the same on every
+/// node, so readers on a quorum are "one owner" to a waiting writer.
+pub(crate) const READERS_OWNER: u32 = Owner::MARKERS;
 
 /// What a failed acquire's refusals said of the lock's holder.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -106,7 +215,7 @@ mod tests {
         let refusals: Vec<Refusal> = owners
             .iter()
             .enumerate()
-            .map(|(i, &owner)| Refusal::new(NodeId::new(i, "n"), None, i as u64, owner))
+            .map(|(i, &owner)| Refusal::new(NodeId::new(i, "n"), None, i as u64, owner, false))
             .collect();
         Busy::of(&refusals, crate::core::quorum::quorum(nodes))
     }
@@ -129,7 +238,13 @@ mod tests {
 
     #[test]
     fn the_public_error_keeps_only_the_node_and_the_expiry() {
-        let refused = Refusal::new(NodeId::new(0, "n"), Some(Duration::from_secs(1)), 5, 7);
+        let refused = Refusal::new(
+            NodeId::new(0, "n"),
+            Some(Duration::from_secs(1)),
+            5,
+            7,
+            false,
+        );
         let shown = format!("{:?}", refused.held);
         assert!(
             !shown.contains("owner") && !shown.contains("waiting"),

@@ -114,6 +114,12 @@ impl<T> Slab<T> {
         self.len
     }
 
+    /// Every value, in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        let slots = self.chunks.iter().flat_map(|chunk| chunk.iter());
+        slots.filter_map(|slot| slot.value.as_ref())
+    }
+
     /// Takes every value out, in slot order.
     pub(crate) fn drain(&mut self) -> Vec<T> {
         let mut values = Vec::with_capacity(self.len);

@@ -168,6 +168,7 @@ pub(crate) fn one_or_zero(script: &str, reply: &Value) -> Result<bool, redis::Pa
 // SCRIPT FLUSH): `Conn::eval` does both, so NOSCRIPT never surfaces.
 pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/owner.lua"),
         include_str!("scripts/queue.lua"),
         include_str!("scripts/acquire.lua")
     ))
@@ -216,22 +217,34 @@ pub(crate) static EXTEND_MANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/extend_many.lua")));
 // The read (shared) side of a lock and its writer-waiting mark (see
 // `shared`).
-pub(crate) static READ_ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/read_acquire.lua")));
+pub(crate) static READ_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/owner.lua"),
+        include_str!("scripts/read_acquire.lua")
+    ))
+});
 pub(crate) static READ_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_release.lua")));
 pub(crate) static READ_EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_extend.lua")));
 // Several locks at once, all or none (see `many`).
-pub(crate) static ACQUIRE_ALL: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/acquire_all.lua")));
+pub(crate) static ACQUIRE_ALL: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/owner.lua"),
+        include_str!("scripts/acquire_all.lua")
+    ))
+});
 pub(crate) static RELEASE_ALL: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/release_all.lua")));
 pub(crate) static UNRESERVE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/unreserve.lua")));
 // A semaphore's permit (see `permits`).
-pub(crate) static PERMIT_ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/permit_acquire.lua")));
+pub(crate) static PERMIT_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("scripts/owner.lua"),
+        include_str!("scripts/permit_acquire.lua")
+    ))
+});
 // A batch of read renewals, as `EXTEND_MANY` for exclusive leases.
 pub(crate) static READ_EXTEND_MANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/read_extend_many.lua")));

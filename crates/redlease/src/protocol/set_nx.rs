@@ -32,7 +32,7 @@ pub(crate) enum SetNx {
     /// asked for.
     Taken(Option<u64>),
     /// Held by another owner, whose fingerprint is this (see
-    /// [`owner_fingerprint`]; 0 for a key that is not a string).
+    /// [`owner_of`]; 0 for a key that is not a string).
     Held { owner: u32 },
     /// The server does not know `SET ... NX GET` (before Redis 7.0):
     /// nothing was written.
@@ -77,7 +77,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
         Value::Nil => {}
         Value::BulkString(holder) => {
             return Ok(SetNx::Held {
-                owner: owner_fingerprint(holder),
+                owner: owner_of(holder),
             })
         }
         Value::SimpleString(s) if s == "OK" => {
@@ -121,20 +121,33 @@ pub(crate) enum Reply {
     Shape(String),
 }
 
-/// 28 bits of the SHA-1 of the holder's token, the part of the value before
-/// any `|` (a lock bound to a lineage holds `token|replid`) or `*` (a mark
-/// for waiters): what the
-/// acquire script computes on the server, so refusals from either path
-/// compare. Waiters compare it across nodes to tell one owner on a quorum
-/// from a split vote; it reveals nothing usable of the token.
-pub(crate) fn owner_fingerprint(value: &[u8]) -> u32 {
+/// The number a refusal names the holder of `value` by, as owner.lua
+/// computes it on the server, so that refusals from either path compare:
+/// the readers' and a semaphore's markers have numbers of their own (see
+/// [`Owner`](crate::core::refusal::Owner)); a token's is 27 bits of its
+/// SHA-1, taken from the part of the value before any `|` (a lock bound to
+/// a lineage holds `token|replid`) or `*` (a mark for waiters). Waiters
+/// compare it across nodes to tell one owner on a quorum from a split
+/// vote; it reveals nothing usable of the token.
+pub(crate) fn owner_of(value: &[u8]) -> u32 {
+    use crate::core::refusal::Owner;
+    if value == crate::protocol::shared::READERS.as_bytes() {
+        return Owner::Readers.number();
+    }
+    if let Some(permits) = value
+        .strip_prefix(b"permits:")
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.parse::<u32>().ok())
+    {
+        return Owner::Semaphore(permits).number();
+    }
     // A value marked for waiters ends in '*' (refused.lua).
     let token = value
         .split(|&b| b == b'|' || b == b'*')
         .next()
         .unwrap_or(value);
     let digest = sha1_smol::Sha1::from(token).digest().bytes();
-    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) >> 4
+    (u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) >> 4) % Owner::MARKERS
 }
 
 #[cfg(test)]
@@ -197,12 +210,28 @@ mod tests {
     #[test]
     fn a_value_is_held_by_its_fingerprint() {
         let reply = parse(&[Value::BulkString(b"abc".to_vec())], false);
-        // SHA-1("abc") = a9993e36...: the first 7 hex digits.
-        assert_eq!(reply, Ok(SetNx::Held { owner: 0xa9993e3 }));
-        assert_eq!(owner_fingerprint(b"abc|0123"), 0xa9993e3);
+        // SHA-1("abc") = a9993e36...: the first 7 hex digits, below 2^27.
+        assert_eq!(reply, Ok(SetNx::Held { owner: 0x29993e3 }));
+        assert_eq!(owner_of(b"abc|0123"), 0x29993e3);
         // Marked for waiters, with or without a lineage.
-        assert_eq!(owner_fingerprint(b"abc*"), 0xa9993e3);
-        assert_eq!(owner_fingerprint(b"abc|0123*"), 0xa9993e3);
+        assert_eq!(owner_of(b"abc*"), 0x29993e3);
+        assert_eq!(owner_of(b"abc|0123*"), 0x29993e3);
+    }
+
+    #[test]
+    fn markers_are_named_by_what_they_mark() {
+        use crate::core::refusal::Owner;
+        assert_eq!(Owner::of(owner_of(b"readers")), Owner::Readers);
+        assert_eq!(Owner::of(owner_of(b"permits:3")), Owner::Semaphore(3));
+        assert_eq!(
+            Owner::of(owner_of(b"permits:100000")),
+            Owner::Semaphore(100_000)
+        );
+        // Not a marker: a token (or another program's value).
+        assert!(matches!(Owner::of(owner_of(b"permits:")), Owner::Token(_)));
+        assert!(matches!(Owner::of(owner_of(b"permits:x")), Owner::Token(_)));
+        assert!(matches!(Owner::of(owner_of(b"readers*")), Owner::Token(_)));
+        assert_eq!(Owner::of(0), Owner::Unknown);
     }
 
     #[test]

@@ -34,11 +34,9 @@
 -- Returns {1, fencing token (0 if none was drawn)[, seconds,
 -- microseconds]} when taken by us,
 -- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
--- foreign key that never expires). owner is 28 bits of the SHA-1 of the
--- holder's token (0 for a value that is not a string; the token is the
--- value up to any '|lineage' and '*' mark): waiters compare it
--- across nodes to tell a lock held by one owner on a quorum from a split
--- vote between contenders, and it reveals nothing usable of the token.
+-- foreign key that never expires). owner names the holder (owner.lua):
+-- waiters compare it across nodes to tell a lock held by one owner on a
+-- quorum from a split vote between contenders.
 local value = ARGV[1]
 if ARGV[4] == '1' then
   value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
@@ -119,11 +117,7 @@ if ARGV[9] == '1' and type(owner) == 'string'
     redis.call('SET', KEYS[1], owner .. '*', 'KEEPTTL')
   end
 end
-if type(owner) == 'string' then
-  owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|*]*')), 1, 7), 16)
-else
-  owner = 0
-end
+owner = owner_of(owner)
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl == -2 and place ~= '' then
   -- Free, and others are first in line (or were, if they no longer

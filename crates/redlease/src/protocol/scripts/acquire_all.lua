@@ -155,11 +155,7 @@ if first then
     owner = redis.call('GET', KEYS[first] .. ':writer')
     pttl = redis.call('PTTL', KEYS[first] .. ':writer')
   end
-  if type(owner) == 'string' then
-    owner = tonumber(string.sub(redis.sha1hex(string.match(owner, '^[^|*]*')), 1, 7), 16)
-  else
-    owner = 0
-  end
+  owner = owner_of(owner)
   return {0, first, pttl, waiting, owner}
 end
 local out = {1}

@@ -30,9 +30,6 @@ local function waiting()
   end
   return 0
 end
-local function fingerprint(value)
-  return tonumber(string.sub(redis.sha1hex(string.match(value, '^[^|*]*')), 1, 7), 16)
-end
 local holder = redis.pcall('GET', KEYS[1])
 if holder and holder ~= ARGV[3] then
   if type(holder) == 'string' then
@@ -40,14 +37,14 @@ if holder and holder ~= ARGV[3] then
     if other then
       return {3, tonumber(other)}
     end
-    return {0, redis.call('PTTL', KEYS[1]), waiting(), fingerprint(holder)}
+    return {0, redis.call('PTTL', KEYS[1]), waiting(), owner_of(holder)}
   end
   return {0, redis.call('PTTL', KEYS[1]), waiting(), 0}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]
-  return {0, math.max(0, tonumber(first) - now), waiting(), fingerprint(ARGV[3])}
+  return {0, math.max(0, tonumber(first) - now), waiting(), owner_of(ARGV[3])}
 end
 local member = ARGV[1]
 if ARGV[6] == '1' then

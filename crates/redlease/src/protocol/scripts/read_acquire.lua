@@ -50,20 +50,33 @@ if holder and holder ~= ARGV[3] then
       redis.call('SET', KEYS[1], holder .. '*', 'KEEPTTL')
     end
   end
-  local owner = 0
-  if type(holder) == 'string' then
-    owner = tonumber(string.sub(redis.sha1hex(string.match(holder, '^[^|*]*')), 1, 7), 16)
-  end
-  return {0, redis.call('PTTL', KEYS[1]), waiting(), owner}
+  return {0, redis.call('PTTL', KEYS[1]), waiting(), owner_of(holder)}
 end
 local mark = redis.call('GET', KEYS[4])
+if mark then
+  -- A writer waits only while its Locker listens for the lock on its own
+  -- channel (KEYS[1] .. ':released:' and the tag that begins the mark's
+  -- token, subscribed before the writer marks itself): a mark whose
+  -- Locker no longer listens (its process or connection ended) goes at
+  -- once, as a queue place does. A waiting multi-lock's mark (its claim
+  -- on the name holds the same token: acquire_all.lua) lasts as its
+  -- reservations do. pcall: an ACL user without PUBSUB keeps the mark
+  -- until it expires.
+  local token = string.match(mark, '^[^*]*')
+  local own = KEYS[1] .. ':released:' .. string.sub(token, 1, 16)
+  local n = redis.pcall('PUBSUB', ARGV[6], own)
+  if type(n) == 'table' and n[2] == 0
+      and redis.call('GET', KEYS[1] .. ':claim') ~= token then
+    redis.call('DEL', KEYS[4])
+    mark = false
+  end
+end
 if mark then
   if ARGV[8] == '1' and string.sub(mark, 1, #ARGV[7]) ~= ARGV[7]
       and string.byte(mark, -1) ~= 42 then
     redis.call('SET', KEYS[4], mark .. '*', 'KEEPTTL')
   end
-  local owner = tonumber(string.sub(redis.sha1hex(string.match(mark, '^[^*]*')), 1, 7), 16)
-  return {2, redis.call('PTTL', KEYS[4]), waiting(), owner}
+  return {2, redis.call('PTTL', KEYS[4]), waiting(), owner_of(mark)}
 end
 local generation = 0
 if ARGV[9] == '1' then

@@ -46,8 +46,8 @@ fn the_keys_share_the_lock_keys_slot() {
 #[test]
 fn readers_have_one_fingerprint_on_every_node() {
     use crate::core::refusal::READERS_OWNER;
-    use crate::protocol::set_nx::owner_fingerprint;
-    assert_eq!(owner_fingerprint(READERS.as_bytes()), READERS_OWNER);
+    use crate::protocol::set_nx::owner_of;
+    assert_eq!(owner_of(READERS.as_bytes()), READERS_OWNER);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use crate::protocol::lease::{
     ForceReleaseReply, ForceReleaseRequest, ReleaseReply, ReleaseRequest,
 };
 use crate::protocol::lua::{ACQUIRE, RELEASE};
-use crate::protocol::set_nx::{self, owner_fingerprint, SetNx};
+use crate::protocol::set_nx::{self, owner_of, SetNx};
 
 const TAG: &str = "aa";
 const LONG: Duration = Duration::from_secs(10);
@@ -28,6 +28,9 @@ struct Fixture {
     lock: String,
     fence: String,
     keys: SharedKeys,
+    /// Connections subscribed to writers' own channels of the lock, as a
+    /// waiting writer's Locker listens before it marks itself.
+    listening: Vec<Connection>,
 }
 
 fn fixture() -> Fixture {
@@ -40,6 +43,7 @@ fn fixture() -> Fixture {
         lock: lock_keys.lock.to_string(),
         fence: lock_keys.fence(),
         keys: SharedKeys::of(&lock_keys.lock),
+        listening: Vec::new(),
         _node: node,
     }
 }
@@ -134,7 +138,30 @@ impl Fixture {
         run(&mut self.conn, cmd)
     }
 
+    /// Marks the writer of `token` waiting, its Locker listening for the
+    /// lock as a waiting writer's does.
     fn mark_writer(&mut self, token: &str, ttl: Duration) -> WriterMarkReply {
+        self.listen_as(token);
+        self.mark_writer_unheard(token, ttl)
+    }
+
+    /// Subscribes a connection to the own channel of the Locker whose
+    /// tag begins `token`, unless one is already.
+    fn listen_as(&mut self, token: &str) {
+        let own = crate::core::keys::own_channel(&self.lock, &token[..16]);
+        let mut probe = command("PUBSUB");
+        probe.arg("NUMSUB").arg(&own);
+        let (_, listeners): (String, u64) = run(&mut self.conn, probe);
+        if listeners > 0 {
+            return;
+        }
+        let mut conn = self._node.client().get_connection().unwrap();
+        let _: Value = run(&mut conn, command("SUBSCRIBE").arg(&own).clone());
+        self.listening.push(conn);
+    }
+
+    /// Marks the writer of `token` waiting, its Locker not listening.
+    fn mark_writer_unheard(&mut self, token: &str, ttl: Duration) -> WriterMarkReply {
         let cmd = WriterWaitsRequest {
             key: &self.lock,
             writer_key: &self.keys.writer,
@@ -274,7 +301,7 @@ fn readers_hold_together_and_exclude_writers() {
     assert_eq!(state.writer_waits, None);
     // Today's plain acquire and the acquire script are refused, and the
     // refusal names the readers as one owner.
-    let readers = owner_fingerprint(READERS.as_bytes());
+    let readers = owner_of(READERS.as_bytes());
     // The readers restarted the missing counter, as a writer would.
     let counter = f.get(&f.fence.clone());
     assert!(counter.is_some());
@@ -307,7 +334,7 @@ fn a_writer_excludes_readers_and_its_token_is_their_generation() {
         ReadAcquireReply::HeldByWriter {
             expires_in, owner, ..
         } => {
-            assert_eq!(owner, owner_fingerprint(w.as_bytes()));
+            assert_eq!(owner, owner_of(w.as_bytes()));
             assert!(expires_in.unwrap() > Duration::from_secs(9));
         }
         other => panic!("a reader joined a writer: {other:?}"),
@@ -412,6 +439,48 @@ fn a_waiting_writer_holds_new_readers_off_until_its_mark_ends() {
         .unwrap();
     // (Nothing published: only a timeout ends the wait.)
     assert_eq!(heard(&mut sub), None);
+}
+
+/// A writer's mark holds readers off only while the writer's Locker
+/// listens for the lock (its own channel): one whose process or
+/// connection ended is passed over at once, and its mark deleted. A
+/// waiting multi-lock's mark, whose claim names it, stays.
+#[test]
+fn a_writer_that_no_longer_listens_holds_no_reader_off() {
+    let mut f = fixture();
+    let (a, b, w) = (token(TAG, 1), token(TAG, 2), token("bb", 3));
+    taken_without_counter(f.acquire_read(&a, LONG));
+    assert_eq!(f.mark_writer_unheard(&w, LONG), WriterMarkReply::Marked);
+    taken_without_counter(f.acquire_read(&b, LONG));
+    assert_eq!(f.pttl(&f.keys.writer.clone()), -2, "the mark was deleted");
+    // Listening, it holds them off; once its connection closes, no more.
+    assert_eq!(f.mark_writer(&w, LONG), WriterMarkReply::Marked);
+    let c = token(TAG, 4);
+    assert!(matches!(
+        f.acquire_read(&c, LONG),
+        ReadAcquireReply::WriterWaits { .. }
+    ));
+    f.listening.clear();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let joined = loop {
+        match f.acquire_read(&c, LONG) {
+            // The server notices the closed connection a moment later.
+            ReadAcquireReply::WriterWaits { .. } if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => break other,
+        }
+    };
+    taken_without_counter(joined);
+    // A multi-lock's claim on the name keeps its mark, listening or not.
+    let (m, d) = (token("dd", 5), token(TAG, 6));
+    assert_eq!(f.mark_writer_unheard(&m, LONG), WriterMarkReply::Marked);
+    let claim = format!("{}:claim", f.lock);
+    let () = run(&mut f.conn, command("SET").arg(&claim).arg(&m).clone());
+    assert!(matches!(
+        f.acquire_read(&d, LONG),
+        ReadAcquireReply::WriterWaits { .. }
+    ));
 }
 
 /// Readers of another Locker wait behind a writer's mark: when the writer

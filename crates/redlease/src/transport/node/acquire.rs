@@ -66,8 +66,10 @@ pub(crate) enum AcquireReply {
         expires_in: Option<Duration>,
         /// How many processes (subscriptions) wait for its release there.
         waiting: u64,
-        /// A fingerprint of the owner (see acquire.lua).
+        /// Who holds it (see [`Owner`](crate::core::refusal::Owner)).
         owner: u32,
+        /// A waiting writer's mark refused a reader: readers may hold it.
+        writer_waits: bool,
     },
 }
 
@@ -206,6 +208,7 @@ impl Node {
                     expires_in: refusal.expires_in,
                     waiting: refusal.waiting,
                     owner,
+                    writer_waits: false,
                 };
                 return self.judge_refusal(shard, held).map(Some);
             }
@@ -265,6 +268,7 @@ impl Node {
                 expires_in,
                 waiting,
                 owner,
+                writer_waits: false,
             }),
         });
         self.judge_scripted(sent, shard, replicas, answer)

@@ -141,6 +141,7 @@ impl Node {
                             expires_in,
                             waiting,
                             owner,
+                            writer_waits: false,
                         },
                     ));
                 }

@@ -74,8 +74,13 @@ impl Node {
                 expires_in,
                 waiting,
                 owner,
-            }
-            | ReadAcquireReply::WriterWaits {
+            } => Scripted::Refused(AcquireReply::Held {
+                expires_in,
+                waiting,
+                owner,
+                writer_waits: false,
+            }),
+            ReadAcquireReply::WriterWaits {
                 expires_in,
                 waiting,
                 owner,
@@ -83,6 +88,7 @@ impl Node {
                 expires_in,
                 waiting,
                 owner,
+                writer_waits: true,
             }),
         });
         self.judge_scripted(sent, shard, replicas, answer)
@@ -198,6 +204,7 @@ impl Node {
                 expires_in,
                 waiting,
                 owner,
+                writer_waits: false,
             }),
             PermitAcquireReply::Differs { permits } => {
                 Scripted::Refused(AcquireReply::PermitsDiffer { permits })
