@@ -178,10 +178,12 @@ mod tests {
 
     #[test]
     fn the_ttl_prefix_and_names_are_read_from_the_text() {
-        // "redlease:" and the names "a.b", "c-d", hex-encoded.
+        // "redlease:" and the names "a.b", "c-d", hex-encoded, fencing
+        // tokens 7 and 9, and the check of all that.
         let token = "0".repeat(48);
-        let text = format!("rlh1.x.300000.{token}.7265646c656173653a.612e62-632d64.7-9");
-        let facts = Handle(text).facts().unwrap();
+        let body = format!("rlh2.x.300000.{token}.7265646c656173653a.612e62-632d64.7-9");
+        let text = format!("{body}.423bb43bfb498b5e");
+        let facts = Handle(text.clone()).facts().unwrap();
         assert_eq!(facts.ttl, Duration::from_secs(300));
         assert_eq!(facts.prefix, "redlease:");
         assert_eq!(facts.names, ["a.b", "c-d"]);
@@ -192,6 +194,10 @@ mod tests {
             "rlh2.x.1.t.61.61.",
             "rlh1.x.soon.t.61.61.",
             "rlh1.x.1.t.6.61.",
+            // Cut short, edited (fencing token 8 for 7), unchecked.
+            &text[..text.len() - 3],
+            &text.replacen(".7-9.", ".8-9.", 1),
+            &body,
         ] {
             assert_eq!(Handle(bad.into()).facts(), None, "{bad}");
         }

@@ -38,7 +38,7 @@ fn handle_of(acquired: &Finished) -> String {
     assert!(acquired.stderr.is_empty(), "{acquired:#?}");
     let lines: Vec<&str> = acquired.stdout.lines().collect();
     assert_eq!(lines.len(), 1, "{acquired:#?}");
-    assert!(lines[0].starts_with("rlh1."), "{acquired:#?}");
+    assert!(lines[0].starts_with("rlh2."), "{acquired:#?}");
     lines[0].to_string()
 }
 
@@ -155,6 +155,40 @@ fn text_that_is_no_handle_is_a_usage_error() {
         key_alone.one_line_error().contains("give its handle"),
         "{key_alone:#?}"
     );
+}
+
+/// A handle cut short (`"${H%???}"`) or edited is a usage error for
+/// `extend` and `release`, never a success, and the lock is left as it
+/// was: the handle's check catches it before anything is sent.
+#[test]
+fn a_handle_cut_short_or_edited_is_a_usage_error() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let handle = handle_of(&acquire(&urls, &["cut"], &["--ttl", "1m"]));
+    let mut edited = handle.clone().into_bytes();
+    // One hex digit of the token, the 20th of 48, made another.
+    let at = handle.find('.').unwrap() + 1;
+    let at = at + handle[at..].find('.').unwrap() + 1;
+    let at = at + handle[at..].find('.').unwrap() + 20;
+    edited[at] = if edited[at] == b'0' { b'1' } else { b'0' };
+    let edited = String::from_utf8(edited).unwrap();
+    for bad in [
+        &handle[..handle.len() - 1],
+        &handle[..handle.len() - 3],
+        &handle[..handle.len() - 10],
+        edited.as_str(),
+    ] {
+        for subcommand in ["extend", "release"] {
+            let refused = with_handle(&urls, subcommand, bad, &[]);
+            refused.expect(2);
+            let line = refused.one_line_error();
+            assert!(line.contains("cut short or altered"), "{refused:#?}");
+            assert!(!line.contains(bad), "{refused:#?}");
+        }
+    }
+    let held = status(&urls, "cut");
+    assert!(held.stdout.contains("HELD on 1 of 1 node"), "{held:#?}");
+    with_handle(&urls, "release", &handle, &["--quiet"]).expect(0);
 }
 
 #[test]

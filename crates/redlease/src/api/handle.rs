@@ -55,7 +55,8 @@ pub struct HandleInfo {
 
 impl HandleInfo {
     /// Reads `handle`; [`Error::InvalidInput`](crate::Error::InvalidInput)
-    /// for a string that is not a handle.
+    /// for a string that is not a handle, or one that was cut short or
+    /// altered (a handle carries a check of all its fields).
     pub fn parse(handle: &str) -> Result<HandleInfo, Error> {
         let exported = Exported::decode(handle).map_err(|why| Error::invalid("handle", why))?;
         let hold = exported.hold();
@@ -119,10 +120,14 @@ impl Locker {
     /// quorum still holds it, by extending it by the TTL it was taken
     /// with, and returns it as a lease of this Locker, which can extend,
     /// keep alive and release it. Its fencing tokens are the ones it was
-    /// taken with. A handle whose lease is gone (expired, released, taken
-    /// over) is [`Error::NotHeld`]; a string that is not a handle, or one
-    /// made with another key prefix, is
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) before any I/O.
+    /// taken with: a handle carries a check of all its fields (the token
+    /// among them), so a handle cut short or edited, which would read as
+    /// another fencing token or another name, is refused. A handle whose
+    /// lease is gone (expired, released, taken over) is
+    /// [`Error::NotHeld`]; a string that is not a handle, one cut short
+    /// or altered, or one made with another key prefix, is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) (field
+    /// `"handle"`) before any I/O.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -196,8 +201,9 @@ impl Locker {
     /// Gives back an exported lease (see [`Lease::export`]) without
     /// adopting it: released on every node that holds it, and its waiters
     /// told. A handle whose lease is gone is [`Error::NotHeld`], never a
-    /// silent success; a string that is not a handle is
-    /// [`Error::InvalidInput`](crate::Error::InvalidInput) before any I/O.
+    /// silent success; a string that is not a handle, or one cut short or
+    /// altered, is [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// before any I/O.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

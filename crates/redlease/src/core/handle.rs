@@ -1,17 +1,26 @@
 //! An exported lease as a string: what another Locker, in another process
 //! perhaps, needs to continue it (see `Lease::export`). Pure: no I/O.
 //!
-//! The text is `rlh1.MODE.TTL.TOKEN.PREFIX.NAMES.FENCES`: `MODE` is `x`
-//! (alone), `s` (a read hold) or `pN` (one of N permits), and for several
-//! names one letter per name, `x` or `s` (a lone `x`: every name alone);
-//! `TTL` the
-//! lease's TTL in milliseconds; `TOKEN` the lease's token (48 hex
-//! digits), which is what lets the holder of the handle release the lease
-//! and nobody else, so the handle is a secret like the token; `PREFIX`
-//! the key prefix and `NAMES` the names, each hex-encoded (names joined
-//! by `-`); `FENCES` each name's fencing token in decimal, joined by `-`
-//! (empty without fencing). Nothing in it tells anything of another
-//! holder's token.
+//! The text is `rlh2.MODE.TTL.TOKEN.PREFIX.NAMES.FENCES.CHECK`: `MODE` is
+//! `x` (alone), `s` (a read hold) or `pN` (one of N permits), and for
+//! several names one letter per name, `x` or `s` (a lone `x`: every name
+//! alone); `TTL` the lease's TTL in milliseconds; `TOKEN` the lease's
+//! token (48 hex digits), which is what lets the holder of the handle
+//! release the lease and nobody else, so the handle is a secret like the
+//! token; `PREFIX` the key prefix and `NAMES` the names, each hex-encoded
+//! (names joined by `-`); `FENCES` each name's fencing token in decimal,
+//! joined by `-` (empty without fencing); `CHECK` the first 64 bits of
+//! the SHA-1 of everything before it, in 16 hex digits. Nothing in it
+//! tells anything of another holder's token.
+//!
+//! The check is what makes a handle that was cut short or edited (a
+//! fencing token with a digit less, a name changed) fail to read, rather
+//! than read as another lease's fields: every field, the secret token
+//! included, goes into it, so nobody without the token can make a handle
+//! that passes, and a single change anywhere is caught but with odds of
+//! 2^-64. It is not a signature: whoever has the handle holds the lease
+//! anyway. A handle of the older format without a check (`rlh1.`) is
+//! refused, saying so.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -19,7 +28,22 @@ use std::time::Duration;
 use crate::core::mode::Hold;
 use crate::core::token::Token;
 
-const VERSION: &str = "rlh1";
+const VERSION: &str = "rlh2";
+
+/// The format before the check: refused, by name.
+const UNCHECKED_VERSION: &str = "rlh1";
+
+/// Hex digits of the check: 64 bits.
+const CHECK_LEN: usize = 16;
+
+/// The check of a handle's text before its last `.`.
+fn check_of(body: &str) -> String {
+    let digest = sha1_smol::Sha1::from(body).digest().bytes();
+    digest[..CHECK_LEN / 2]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// What a handle holds.
 #[derive(Clone, PartialEq, Eq)]
@@ -80,28 +104,51 @@ impl Exported {
         };
         let names: Vec<String> = self.names.iter().map(|n| hex(n)).collect();
         let fences: Vec<String> = self.fences.iter().flatten().map(u64::to_string).collect();
-        format!(
+        let body = format!(
             "{VERSION}.{mode}.{}.{}.{}.{}.{}",
             self.ttl.as_millis(),
             self.token.as_str(),
             hex(&self.prefix),
             names.join("-"),
             fences.join("-"),
-        )
+        );
+        let check = check_of(&body);
+        format!("{body}.{check}")
     }
 
-    /// Reads a handle's text; why not, for a text that is not one.
+    /// Reads a handle's text (spaces and line ends around it aside); why
+    /// not, for a text that is not one, or one that was cut short or
+    /// altered (its check does not match its fields). The reason never
+    /// quotes the text: it may hold a lease's token.
     pub(crate) fn decode(text: &str) -> Result<Exported, String> {
         let bad = |what: &str| format!("not a lease handle: {what}");
-        let parts: Vec<&str> = text.trim().split('.').collect();
-        let [version, mode, ttl, token, prefix, names, fences] = parts[..] else {
+        let text = text.trim();
+        let version = text.split('.').next().unwrap_or_default();
+        if version == UNCHECKED_VERSION {
+            return Err(bad(&format!(
+                "it is in the {UNCHECKED_VERSION} format of an older redlease, which carries no \
+                 check of its fields; this version reads {VERSION} handles only (release the \
+                 lease with the version that exported it, or let it expire)"
+            )));
+        }
+        if version != VERSION {
+            return Err(bad(&format!("it does not begin with {VERSION}.")));
+        }
+        let Some((body, check)) = text.rsplit_once('.') else {
+            return Err(bad("it was cut short: nothing follows its version"));
+        };
+        if check.len() != CHECK_LEN || check != check_of(body) {
             return Err(bad(
-                "it has not the 7 parts of rlh1.MODE.TTL.TOKEN.PREFIX.NAMES.FENCES",
+                "it was cut short or altered: its check does not match its fields (pass the \
+                 whole handle, exactly as it was exported)",
+            ));
+        }
+        let parts: Vec<&str> = body.split('.').collect();
+        let [_, mode, ttl, token, prefix, names, fences] = parts[..] else {
+            return Err(bad(
+                "it has not the 8 parts of rlh2.MODE.TTL.TOKEN.PREFIX.NAMES.FENCES.CHECK",
             ));
         };
-        if version != VERSION {
-            return Err(bad(&format!("version {version:?}, not {VERSION}")));
-        }
         let permit = |p: &str| {
             p.strip_prefix('p')
                 .and_then(|n| n.parse::<NonZeroU32>().ok())
@@ -169,6 +216,7 @@ impl Exported {
 mod tests {
     use super::*;
     use crate::core::token::LockerTag;
+    use proptest::prelude::*;
 
     fn exported(hold: Hold, names: &[&str], fences: Option<Vec<u64>>) -> Exported {
         Exported {
@@ -198,30 +246,43 @@ mod tests {
             },
         ] {
             let text = e.encode();
-            assert!(text.starts_with("rlh1."), "{text}");
+            assert!(text.starts_with("rlh2."), "{text}");
             assert_eq!(Exported::decode(&text).unwrap(), e);
             // The names' own dots and dashes do not break it.
-            assert_eq!(text.split('.').count(), 7, "{text}");
+            assert_eq!(text.split('.').count(), 8, "{text}");
         }
+    }
+
+    /// `body` with its check, as `encode` ends it.
+    fn sealed(body: &str) -> String {
+        format!("{body}.{}", check_of(body))
     }
 
     #[test]
     fn anything_else_is_refused_with_a_reason() {
         let good = exported(Hold::Exclusive, &["a", "b"], Some(vec![1, 2])).encode();
-        let parts: Vec<&str> = good.split('.').collect();
+        let body = good.rsplit_once('.').unwrap().0;
+        let parts: Vec<&str> = body.split('.').collect();
+        // A part replaced, and the check made to match: what only the
+        // fields' own rules can refuse.
         let with = |i: usize, part: &str| {
             let mut p = parts.clone();
             p[i] = part;
-            p.join(".")
+            sealed(&p.join("."))
         };
         for text in [
             String::new(),
             "hello".into(),
-            with(0, "rlh2"),
+            "rlh2".into(),
+            "rlh2.".into(),
+            sealed("rlh2"),
+            sealed("rlh2.x.1"),
+            with(0, "rlh3"),
             with(1, "q"),
             with(1, "p0"),
             with(2, "0"),
             with(2, "soon"),
+            with(2, "99999999999999999999999"),
             with(3, "00ff"),
             with(3, &"G".repeat(48)),
             with(4, "zz"),
@@ -233,9 +294,142 @@ mod tests {
             with(1, "xsx"),
             with(1, "xp"),
             with(1, "p2"),
+            format!("{body}.{}", "0".repeat(16)),
+            format!("{good}0"),
+            good.to_uppercase(),
         ] {
             let e = Exported::decode(&text).expect_err(&text);
             assert!(e.starts_with("not a lease handle"), "{e}");
+        }
+        assert!(
+            Exported::decode(&format!(" {good}\n")).is_ok(),
+            "spaces around"
+        );
+    }
+
+    #[test]
+    fn a_handle_cut_short_or_edited_is_refused_as_such() {
+        let e = exported(
+            Hold::Exclusive,
+            &["job"],
+            Some(vec![179_591_796_160_000_000]),
+        );
+        let good = e.encode();
+        // The issue's cases: the fencing token a few digits shorter.
+        for cut in [1, 3, 10] {
+            let short = &good[..good.len() - cut];
+            let why = Exported::decode(short).expect_err(short);
+            assert!(why.contains("cut short or altered"), "{why}");
+        }
+        let body = good.rsplit_once('.').unwrap().0;
+        let edited = good.replacen(".179591796160000000.", ".179591796160000001.", 1);
+        assert_ne!(edited, good);
+        let why = Exported::decode(&edited).unwrap_err();
+        assert!(why.contains("cut short or altered"), "{why}");
+        // Without its check at all: the 7 parts of the older format.
+        let why = Exported::decode(body).unwrap_err();
+        assert!(why.contains("cut short or altered"), "{why}");
+        // The older format is named, never read unchecked.
+        let old = body.replacen("rlh2.", "rlh1.", 1);
+        let why = Exported::decode(&old).unwrap_err();
+        assert!(why.contains("rlh1 format"), "{why}");
+        // No reason quotes the token.
+        for text in [&good[..good.len() - 3], &edited, body, &old] {
+            let why = Exported::decode(text).unwrap_err();
+            assert!(!why.contains(e.token.as_str()), "{why}");
+        }
+    }
+
+    /// Every kind of handle, from the generated parts.
+    fn any_exported() -> impl Strategy<Value = Exported> {
+        let hold = prop_oneof![
+            Just(Hold::Exclusive),
+            Just(Hold::Shared),
+            (1u32..=100_000).prop_map(|n| Hold::Permit {
+                permits: NonZeroU32::new(n).unwrap(),
+                majority: false,
+            }),
+        ];
+        let names = proptest::collection::vec("[a-z.\\-/é]{1,8}", 1..4);
+        let fences = proptest::option::of(any::<u64>());
+        (hold, names, fences, 1u64..=1 << 53, "[a-z:]{0,8}").prop_map(
+            |(hold, names, fence, ttl_ms, prefix)| {
+                let many = names.len() > 1;
+                let holds = match (many, hold) {
+                    (true, Hold::Permit { .. }) => vec![Hold::Exclusive; names.len()],
+                    (_, hold) => vec![hold; names.len()],
+                };
+                Exported {
+                    holds,
+                    ttl: Duration::from_millis(ttl_ms),
+                    token: Token::generate(&LockerTag::generate()),
+                    prefix,
+                    fences: fence.map(|f| (0..names.len() as u64).map(|i| f ^ i).collect()),
+                    names,
+                }
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn every_handle_reads_back(e in any_exported()) {
+            prop_assert_eq!(Exported::decode(&e.encode()).unwrap(), e);
+        }
+
+        #[test]
+        fn every_truncation_is_refused(e in any_exported()) {
+            let good = e.encode();
+            // Every prefix (byte boundaries: the text is ASCII).
+            for len in 0..good.len() {
+                let why = Exported::decode(&good[..len]);
+                prop_assert!(why.is_err(), "{} of {} bytes read", len, good.len());
+                prop_assert!(why.unwrap_err().starts_with("not a lease handle"));
+            }
+            // Cut at the front too.
+            for from in 1..good.len() {
+                prop_assert!(Exported::decode(&good[from..]).is_err());
+            }
+        }
+
+        #[test]
+        fn every_single_character_edit_is_refused(
+            e in any_exported(),
+            at in any::<proptest::sample::Index>(),
+            by in any::<char>(),
+        ) {
+            let good = e.encode();
+            let at = at.index(good.len());
+            let mut edited = good.clone();
+            edited.replace_range(at..at + 1, by.encode_utf8(&mut [0; 4]));
+            prop_assume!(edited != good);
+            prop_assert!(Exported::decode(&edited).is_err(), "{}", edited);
+            // A character put in anywhere but around the text (where
+            // spaces are dropped) or taken out.
+            let mut inserted = good.clone();
+            inserted.insert(at.max(1), by);
+            prop_assert!(Exported::decode(&inserted).is_err(), "{}", inserted);
+            let mut removed = good.clone();
+            removed.remove(at);
+            prop_assert!(Exported::decode(&removed).is_err(), "{}", removed);
+        }
+
+        #[test]
+        fn any_text_is_refused_without_a_panic(text in "\\PC{0,300}") {
+            let _ = Exported::decode(&text);
+            let _ = Exported::decode(&format!("rlh2.{text}"));
+        }
+    }
+
+    #[test]
+    fn a_huge_text_is_refused_without_a_panic() {
+        let good = exported(Hold::Exclusive, &["job"], None).encode();
+        for text in [
+            "é".repeat(1 << 20),
+            format!("{good}{}", ".".repeat(1 << 20)),
+            format!("rlh2.{}", "-".repeat(1 << 20)),
+        ] {
+            assert!(Exported::decode(&text).is_err());
         }
     }
 

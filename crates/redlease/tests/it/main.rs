@@ -17,6 +17,7 @@ mod durability;
 mod expiry;
 mod faults;
 mod fencing;
+mod handle_checks;
 mod lifecycle;
 mod many;
 mod metrics_facade;
