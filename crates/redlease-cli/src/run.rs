@@ -527,13 +527,17 @@ fn finish(ended: Ended, released: Result<(), Error>, held: &str) -> Exit {
                 ),
             )
         }
+        // Too few nodes are left that may hold it to make a quorum (it was
+        // released on some, and our token was gone on the others that
+        // answered): the lock is free, nothing to warn of.
+        Err(e) if !e.may_still_be_held() => Exit::code(code),
         // The work was protected throughout; only the release failed, and
         // the keys expire by their TTL.
         Err(e) => Exit::with(
             code,
             format!(
-                "warning: the command finished but the release failed (the lock frees itself \
-                 within its TTL): {}",
+                "warning: the command finished but the release failed, and the nodes that did \
+                 not answer may hold the lock until its TTL runs out: {}",
                 chain(&e)
             ),
         ),

@@ -253,7 +253,7 @@ impl TakeArgs {
                 };
                 let message = format!(
                     "{} (on {} of {nodes} nodes){when}; {not_done}",
-                    want.taken(),
+                    want.taken(held_on),
                     held_on.len(),
                 );
                 match self.quiet {
@@ -408,23 +408,51 @@ impl Want {
         }
     }
 
-    /// Why it could not be had, as a refused attempt found it (a reader is
-    /// kept out by a writer alone, holding or waiting; a permit also by a
-    /// lock of its name; several locks by any one of them).
-    fn taken(&self) -> String {
+    /// Why it could not be had, as the nodes that refused it said (when
+    /// they all said the same): a writer holding it or waiting for it,
+    /// readers, a semaphore's permits all in use, or a name that is a
+    /// semaphore's rather than a lock's, or the other way round.
+    fn taken(&self, held_on: &[redlease::Held]) -> String {
+        use redlease::HeldBy;
         let key = self.listed();
-        match self.hold {
+        let first = held_on.first().map(|h| h.by);
+        let by = first.filter(|by| held_on.iter().all(|h| h.by == *by));
+        let permits = match self.hold {
+            Hold::Permit { permits, .. } => Some(permits),
+            _ => None,
+        };
+        match (by, permits) {
             _ if self.all() => {
                 format!("one or more of the locks {key} are held by another owner")
             }
-            Hold::Alone => format!("lock {key} is held by another owner"),
-            Hold::Shared => format!("lock {key} is held by a writer or has one waiting"),
-            Hold::Permit { permits: 1, .. } => {
-                format!("the 1 permit of {key} is held (or a lock of that name is)")
+            (Some(HeldBy::Semaphore { permits: 1 }), Some(_)) => {
+                format!("the 1 permit of {key} is held")
             }
-            Hold::Permit { permits, .. } => {
-                format!("all {permits} permits of {key} are held (or a lock of that name is)")
+            (Some(HeldBy::Semaphore { permits }), Some(_)) => {
+                format!("all {permits} permits of {key} are held")
             }
+            (Some(HeldBy::Semaphore { permits }), None) => format!(
+                "{key} is a semaphore of {permits} permits (--permits {permits}), not a lock, \
+                 and its permits are held"
+            ),
+            (Some(HeldBy::Readers), Some(_)) => {
+                format!("{key} is a lock held by --shared runs, not a semaphore")
+            }
+            (Some(HeldBy::Owner | HeldBy::Unknown), Some(_)) => {
+                format!("{key} is a lock held by a plain run, not a semaphore")
+            }
+            (Some(HeldBy::Readers), None) => format!("lock {key} is held by --shared runs"),
+            (Some(HeldBy::WaitingWriter), None) => {
+                format!("lock {key} has a writer waiting for it (new --shared runs wait behind it)")
+            }
+            (Some(HeldBy::Owner | HeldBy::Unknown), None) if self.hold == Hold::Shared => {
+                format!("lock {key} is held by a writer (a plain run)")
+            }
+            (Some(HeldBy::Owner | HeldBy::Unknown), None) => {
+                format!("lock {key} is held by another owner")
+            }
+            (_, Some(permits)) => format!("no permit of the {permits} of {key} is free"),
+            _ => format!("lock {key} is held by other owners"),
         }
     }
 }

@@ -144,7 +144,7 @@ fn a_plain_run_waits_for_the_shared_run_and_new_readers_wait_behind_it() {
     late.expect(1);
     assert!(
         late.one_line_error()
-            .contains("is held by a writer or has one waiting"),
+            .contains("has a writer waiting for it (new --shared runs wait behind it)"),
         "{late:#?}"
     );
 
@@ -230,4 +230,35 @@ fn a_killed_waiting_writer_lets_new_readers_in_at_once() {
     assert!(killed.elapsed() < Duration::from_secs(10));
     std::fs::write(&stop, "").unwrap();
     finish(reader, LIMIT).expect(0);
+}
+
+/// A `--shared` run of a name that a semaphore's permits hold is told
+/// that the name is a semaphore of N permits, not that a writer holds it.
+#[test]
+fn a_shared_run_of_a_semaphores_name_is_told_it_is_a_semaphore() {
+    let nodes = RedisNodes::start(1);
+    let urls = nodes.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
+    let permit = start(
+        run_cmd(&urls, "encoders")
+            .args(["--permits", "3", "--", "sh", "-c"])
+            .arg(format!(r#"{AWAIT}touch "$READY"; await "$STOP""#))
+            .env("READY", &ready)
+            .env("STOP", &stop),
+    );
+    eventually(LIMIT, "the permit's run to start", || ready.exists());
+    let refused = run(
+        run_cmd(&urls, "encoders").args(["--shared", "--no-wait", "--", "true"]),
+        LIMIT,
+    );
+    refused.expect(1);
+    assert!(
+        refused
+            .one_line_error()
+            .contains("\"encoders\" is a semaphore of 3 permits (--permits 3), not a lock"),
+        "{refused:#?}"
+    );
+    std::fs::write(&stop, "").unwrap();
+    finish(permit, LIMIT).expect(0);
 }

@@ -230,8 +230,10 @@ impl<'a> Semaphore<'a> {
         if n == 1 || self.tolerates() > 0 || self.no_failures {
             return None;
         }
-        // The fewest nodes on which one may fail.
+        // The fewest nodes on which one may fail, odd as a majority's
+        // are (what doctor advises for every lock).
         let enough = (n + 1..)
+            .filter(|m| m % 2 == 1)
             .find(|&m| m - permit_quorum(m, permits) >= 1)
             .expect("2 * (N + 1) nodes tolerate one failure");
         Some(Error::invalid(

@@ -23,6 +23,7 @@ mod many;
 mod metrics_facade;
 mod ownership;
 mod plain_acquire;
+mod refusals;
 mod renewal;
 mod restarts;
 mod rw;
