@@ -35,8 +35,11 @@ async fn main() -> ExitCode {
     };
     match run(&urls).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ Error::NoQuorum { .. }) if e.node_errors().len() == urls.len() => {
-            eprintln!("error: no Redis node answered: {e}");
+        Err(Why::NoNode(unreached)) => {
+            eprintln!("error: no Redis node answered:");
+            for e in unreached {
+                eprintln!("  {e}");
+            }
             eprintln!(
                 "Start one with `redis-server --port 6379` (Debian/Ubuntu: \
                  `apt-get install -y redis-server`), or point REDLEASE_NODES at yours, \
@@ -44,18 +47,36 @@ async fn main() -> ExitCode {
             );
             ExitCode::from(2)
         }
-        Err(e) => {
+        Err(Why::Lock(e)) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-async fn run(urls: &[String]) -> Result<(), Error> {
+/// Why the quickstart stopped: no node answered at all, or a lock call
+/// failed.
+enum Why {
+    NoNode(Vec<redlease::NodeError>),
+    Lock(Error),
+}
+
+impl From<Error> for Why {
+    fn from(e: Error) -> Self {
+        Why::Lock(e)
+    }
+}
+
+async fn run(urls: &[String]) -> Result<(), Why> {
     let locker = Locker::builder(urls)
         .ttl(Duration::from_secs(5))
         .key_prefix("redlease-quickstart:")
         .build()?;
+    // Before waiting for a lock: is anyone there at all?
+    let unreached = locker.admin().check_servers().await?;
+    if unreached.len() == urls.len() {
+        return Err(Why::NoNode(unreached));
+    }
     println!(
         "{} node(s), {} must agree: {}",
         urls.len(),
@@ -80,11 +101,16 @@ async fn run(urls: &[String]) -> Result<(), Error> {
         lease.remaining()
     );
 
-    // 2. A second taker is refused, and told who holds it.
-    match locker.try_lock("report").await {
+    // 2. A second taker (another Locker, as another process would have)
+    // is refused, and told who holds it.
+    let other = Locker::builder(urls)
+        .ttl(Duration::from_secs(5))
+        .key_prefix("redlease-quickstart:")
+        .build()?;
+    match other.try_lock("report").await {
         Err(e @ Error::Taken { .. }) => println!("second try_lock refused: {e}"),
         Ok(_) => println!("unexpected: the lock was granted twice"),
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     }
 
     // 3. Extend (up to the TTL the restart quarantine covers), then release.

@@ -131,6 +131,16 @@
 //! queue on the servers too, in the background, handing on a lock that
 //! was just handed to it); a [`Lease`] dropped without `release` is
 //! released in the background.
+//!
+//! # Reentrancy
+//!
+//! Locks are not reentrant. A lease belongs to no task or thread, so a
+//! second [`Locker::lock`] of a name that a lease of the same Locker holds
+//! is one more taker: it waits until that lease is released or expires,
+//! and a task that asks again for a lock it holds waits for itself until
+//! its wait runs out. The refusal says so ([`Error::Taken`]'s
+//! `by_this_locker`). Hand the [`Lease`] down to the code that needs the
+//! lock instead of locking again.
 
 #![deny(missing_docs)]
 

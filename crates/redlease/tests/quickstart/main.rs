@@ -86,3 +86,23 @@ fn a_host_list_without_a_cluster_scheme_is_refused_with_the_rule() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("redis+cluster://"), "{stderr}");
 }
+
+/// With no Redis answering, the quickstart says so at once, names each
+/// node and how to start one, and exits 2 (README says so).
+#[test]
+fn no_redis_answering_is_said_at_once_with_exit_2() {
+    // A port nothing listens on: bound, then let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let started = Instant::now();
+    let out = run(&format!("redis://127.0.0.1:{port}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr.contains("no Redis node answered"), "{stderr}");
+    assert!(stderr.contains(&port.to_string()), "{stderr}");
+    assert!(stderr.contains("redis-server"), "{stderr}");
+    // Not after the 15 s wait for the first lock.
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+}
