@@ -39,7 +39,7 @@ use crate::exit::Exit;
     version,
     about = "Distributed locks on Redis from the shell: run a command on one machine of \
              the fleet at a time, inspect locks, check nodes",
-    after_help = exit::TABLE
+    after_help = exit::help_table()
 )]
 struct Cli {
     #[command(subcommand)]
