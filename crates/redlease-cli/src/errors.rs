@@ -58,14 +58,25 @@ fn flag(field: &str) -> &str {
         "key_prefix" => "--key-prefix",
         "permits" => "--permits",
         "advanced.restart_quarantine" => "--restart-quarantine",
+        "durability" => "--durable",
         other => other,
     }
 }
 
 /// The library's settings a reason tells of, as the flags that set them
-/// (`.allow_no_failures()` is `run --allow-no-failures`).
+/// (`.allow_no_failures()` is `run --allow-no-failures`, and no replica
+/// to wait for, `Durability::off()`, is no `--durable` at all).
 fn flags_in(reason: &str) -> String {
-    reason.replace(".allow_no_failures()", "--allow-no-failures")
+    reason
+        .replace(".allow_no_failures()", "--allow-no-failures")
+        .replace(
+            "use Durability::off()",
+            "leave out --durable not to wait for replicas",
+        )
+        .replace(
+            "raise node_timeout or lower the durability timeout",
+            "raise --ttl, whose 5% is the node timeout, or lower --durable-timeout",
+        )
 }
 
 /// What a node's failure means for the person at the keyboard, when that
@@ -222,6 +233,31 @@ mod tests {
              --allow-no-failures"
         );
         assert_eq!(flag("permits"), "--permits");
+    }
+
+    #[test]
+    fn durability_is_told_as_the_durable_flags() {
+        let zero = redlease::Locker::builder(["redis://127.0.0.1:1"])
+            .durability(redlease::Durability::required(
+                0,
+                std::time::Duration::from_millis(100),
+            ))
+            .build()
+            .unwrap_err();
+        let line = chain(&zero);
+        assert!(line.starts_with("invalid --durable: "), "{line}");
+        assert!(line.contains("leave out --durable"), "{line}");
+        assert!(!line.contains("Durability::"), "{line}");
+        let slow = redlease::Locker::builder(["redis://127.0.0.1:1"])
+            .durability(redlease::Durability::required(
+                1,
+                std::time::Duration::from_secs(1),
+            ))
+            .build()
+            .unwrap_err();
+        let line = chain(&slow);
+        assert!(line.contains("lower --durable-timeout"), "{line}");
+        assert!(!line.contains("node_timeout"), "{line}");
     }
 
     #[test]
