@@ -146,7 +146,10 @@ impl<'a> Acquire<'a> {
         self.reading(names.into_iter().map(Into::into).collect())
     }
 
-    /// Use this TTL instead of the Locker's.
+    /// Use this TTL instead of the Locker's, checked as the Locker's is
+    /// (at least 1 ms, at most [`MAX_TTL`](crate::MAX_TTL), room for the
+    /// drift allowance and node timeout): another is
+    /// [`Error::InvalidInput`] for `ttl`, before any I/O.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -162,7 +165,10 @@ impl<'a> Acquire<'a> {
     }
 
     /// Keep retrying for at most `wait` (measured from the first attempt).
-    /// An attempt limit of the policy still applies.
+    /// An attempt limit of the policy still applies. Any duration is
+    /// accepted: one too long for the clock to represent
+    /// (`Duration::MAX`) waits without limit, as
+    /// [`RetryPolicy::forever`] does.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

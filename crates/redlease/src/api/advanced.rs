@@ -78,6 +78,10 @@ impl Advanced {
     }
 
     /// Fixed part of the drift allowance, added to `ttl × drift_factor`.
+    /// At most [`MAX_TTL`](crate::MAX_TTL) (and in practice far below the
+    /// TTL, which must outlast twice the allowance):
+    /// [`build`](crate::LockerBuilder::build) refuses more as
+    /// [`Error::InvalidInput`] for `advanced.drift_floor`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -131,10 +135,11 @@ impl Advanced {
     /// It must cover the longest TTL (plus drift) that any client of these
     /// servers uses, not only this Locker's: the default is this Locker's
     /// TTL plus its drift allowance, and a lock or extend asked for with a
-    /// longer TTL is refused. When every server restarted at once (nothing
-    /// can be held then), no lock can be taken until the quarantine is
-    /// over. Turn it off only for servers that cannot lose a write they
-    /// acknowledged (`appendonly yes` with `appendfsync always`, on storage
+    /// longer TTL is refused. At most [`MAX_TTL`](crate::MAX_TTL). When
+    /// every server restarted at once (nothing can be held then), no lock
+    /// can be taken until the quarantine is over. Turn it off only for
+    /// servers that cannot lose a write they acknowledged (`appendonly
+    /// yes` with `appendfsync always`, on storage
     /// every restart reloads), or that stay down for longer than the
     /// largest TTL after a crash. redlease does not skip it for a server
     /// whose settings say `appendfsync always`: they do not show that the
@@ -187,8 +192,9 @@ impl Advanced {
 
     /// With [`fencing`](crate::LockerBuilder::fencing) on: how long a
     /// lock's fencing counter survives without acquisitions before Redis
-    /// deletes it (default 10 minutes, at least 1 s). A counter that
-    /// expired restarts from the server clock (in microseconds, cut to
+    /// deletes it (default 10 minutes, at least 1 s, at most
+    /// [`MAX_TTL`](crate::MAX_TTL)). A counter that expired restarts
+    /// from the server clock (in microseconds, cut to
     /// 100 ms), which is above every token handed out before as long as no
     /// node's clock steps back, or differs from another node's, by more
     /// than this minus 100 ms. [`build`](crate::LockerBuilder::build)

@@ -10,7 +10,7 @@ use crate::core::durability::Durability;
 use crate::core::error::Error;
 use crate::core::retry::RetryPolicy;
 use crate::core::token::LockerTag;
-use crate::core::validity::Timing;
+use crate::core::validity::{Timing, MAX_TTL};
 use crate::transport::node::{self, ConnectSettings, Node};
 use crate::transport::node_url::NodeUrl;
 use crate::transport::tls::TlsConfig;
@@ -120,7 +120,8 @@ impl LockerBuilder {
     }
 
     /// How long a lock lives unless extended (whole milliseconds; at least
-    /// 1 ms and enough to leave validity after drift and node timeout).
+    /// 1 ms, at most [`MAX_TTL`](crate::MAX_TTL), and enough to leave
+    /// validity after drift and node timeout).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -151,7 +152,10 @@ impl LockerBuilder {
         self
     }
 
-    /// How long opening a connection to a node may take.
+    /// How long opening a connection to a node may take: more than zero
+    /// and at most [`MAX_TTL`](crate::MAX_TTL) (no timeout is longer);
+    /// [`build`](Self::build) refuses others as
+    /// [`Error::InvalidInput`] for `connect_timeout`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -336,6 +340,15 @@ impl LockerBuilder {
             return Err(Error::invalid(
                 "connect_timeout",
                 "a zero timeout never connects",
+            ));
+        }
+        if self.connect_timeout > MAX_TTL {
+            return Err(Error::invalid(
+                "connect_timeout",
+                format!(
+                    "{:?} is above the longest supported timeout, {MAX_TTL:?}",
+                    self.connect_timeout
+                ),
             ));
         }
         self.check_tls()?;

@@ -70,7 +70,7 @@ pub(crate) async fn lock(
     policy: &RetryPolicy,
 ) -> Result<Grant, Error> {
     let start = Instant::now();
-    let deadline = policy.wait.map(|wait| start + wait);
+    let deadline = policy.deadline(start);
     let counts_attempts = policy.attempts.is_some();
     let mut place: Option<Place> = None;
     let mut waiter: Option<Waiters> = None;

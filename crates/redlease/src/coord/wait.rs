@@ -74,7 +74,7 @@ async fn wait_for(
         false => hold.mode(),
     };
     let start = Instant::now();
-    let deadline = policy.wait.map(|wait| start + wait);
+    let deadline = policy.deadline(start);
     let waits = policy.attempts != Some(1);
     let counts_attempts = policy.attempts.is_some();
     // Named only once needed: most locks are taken at the first attempt.

@@ -174,7 +174,7 @@ impl Durability {
                 "a durability timeout of 0 makes WAIT block for ever; give it a bound".into(),
             );
         }
-        if timeout + WAIT_LATENESS >= node_timeout {
+        if timeout.saturating_add(WAIT_LATENESS) >= node_timeout {
             return Err(format!(
                 "the durability timeout {timeout:?} plus {WAIT_LATENESS:?} must be shorter than \
                  the node timeout {node_timeout:?}, which bounds the write and its WAIT \
@@ -215,6 +215,8 @@ mod tests {
         assert!(zero.unwrap_err().contains("at least 1 replica"));
         let forever = Durability::best_effort(1, Duration::ZERO).check(200 * MS);
         assert!(forever.unwrap_err().contains("for ever"));
+        let endless = Durability::required(1, Duration::MAX).check(Duration::MAX);
+        assert!(endless.unwrap_err().contains("must be shorter"));
         let too_long = Durability::required(1, 100 * MS).check(100 * MS);
         assert!(too_long
             .unwrap_err()

@@ -68,8 +68,9 @@ pub(crate) fn quorum(nodes: usize) -> usize {
 /// node 3 are three holders, each on a majority. One permit gives the
 /// majority back.
 pub(crate) fn permit_quorum(nodes: usize, permits: u32) -> usize {
-    let permits = permits as usize;
-    nodes * permits / (permits + 1) + 1
+    // In u64: `nodes * permits` would overflow a 32-bit usize.
+    let (nodes, permits) = (nodes as u64, u64::from(permits));
+    (nodes * permits / (permits + 1) + 1) as usize
 }
 
 /// Whether `refusals` of `nodes` alone rule out a quorum of `quorum`: the

@@ -73,6 +73,14 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// When a wait that began at `start` is over: `start` plus the wait,
+    /// or `None` for no deadline, which is also what a wait too long for
+    /// the clock to represent (`Duration::MAX`, say) means: such a wait
+    /// ends only by its attempts, success, or the caller dropping it.
+    pub(crate) fn deadline(&self, start: Instant) -> Option<Instant> {
+        self.wait.and_then(|wait| start.checked_add(wait))
+    }
+
     /// Whether attempt number `attempts` is the last the wait makes: out of
     /// attempts, or past `deadline` already. Only an attempt that may be
     /// followed by waiting marks the holder for waiters: after the last
@@ -122,6 +130,9 @@ impl RetryPolicy {
     /// Any number of attempts until `wait` has passed since the first one
     /// began (the attempt running at the deadline still finishes, within
     /// twice the per-node timeout); then [`Error::WaitTimeout`](crate::Error::WaitTimeout).
+    /// A `wait` too long for the clock to represent (`Duration::MAX`, or
+    /// some hundreds of billions of years on common platforms) is a wait
+    /// without limit, as [`forever`](Self::forever).
     ///
     /// ```
     /// let policy = redlease::RetryPolicy::within(std::time::Duration::from_secs(2));
@@ -146,7 +157,8 @@ impl RetryPolicy {
     }
 
     /// At most `n` attempts, and none after `wait` has passed: whichever
-    /// runs out first ends the wait.
+    /// runs out first ends the wait. A `wait` too long for the clock to
+    /// represent leaves only the attempt limit (see [`within`](Self::within)).
     ///
     /// ```
     /// use std::num::NonZeroU32;
@@ -172,7 +184,9 @@ impl RetryPolicy {
     }
 
     /// Sleep a uniformly random time between `a` and `b` (in either order:
-    /// the shorter is the minimum) between attempts.
+    /// the shorter is the minimum) between attempts. Any durations are
+    /// accepted: no waiter sleeps past the holder's expiry or the wait's
+    /// deadline whatever the delay (see above).
     ///
     /// ```
     /// use std::time::Duration;
@@ -190,8 +204,14 @@ impl RetryPolicy {
     /// The policy's own delay: `min + sample * (max - min)`, cut short at
     /// the holder's expiry (`expires_in`). `sample` is uniform in `[0, 1)`.
     /// ([`fallback_delay`](Self::fallback_delay) applies the deadline.)
+    /// Never past `max` however large the two are: the product is
+    /// computed in `f64` seconds, which rounds, and is kept in range.
     fn delay_before_next(&self, sample: f64, expires_in: Option<Duration>) -> Duration {
-        let delay = self.min_delay + (self.max_delay - self.min_delay).mul_f64(sample);
+        let span = self.max_delay - self.min_delay;
+        let part = Duration::try_from_secs_f64(span.as_secs_f64() * sample.clamp(0.0, 1.0))
+            .unwrap_or(span)
+            .min(span);
+        let delay = self.min_delay.saturating_add(part).min(self.max_delay);
         expires_in.map_or(delay, |expiry| delay.min(expiry))
     }
 
@@ -305,6 +325,7 @@ pub(crate) struct Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn policy() -> RetryPolicy {
         RetryPolicy::default().delay(10 * MS, 110 * MS)
@@ -523,6 +544,96 @@ mod tests {
         // Every constructor starts from the same delay.
         assert_eq!(RetryPolicy::forever().min_delay, 10 * MS);
         assert_eq!(RetryPolicy::forever().max_delay, 100 * MS);
+    }
+
+    #[test]
+    fn a_wait_beyond_the_clock_has_no_deadline() {
+        let now = Instant::now();
+        assert_eq!(RetryPolicy::within(Duration::MAX).deadline(now), None);
+        let half = Duration::from_secs(u64::MAX / 2);
+        assert_eq!(RetryPolicy::within(half).deadline(now), None);
+        assert_eq!(
+            RetryPolicy::within(2 * MS).deadline(now),
+            Some(now + 2 * MS)
+        );
+        assert_eq!(RetryPolicy::forever().deadline(now), None);
+        let max = RetryPolicy::default().delay(Duration::MAX, Duration::ZERO);
+        assert!(max.delay_before_next(0.999_999_999_999_999_9, None) <= Duration::MAX);
+        assert_eq!(max.delay_before_next(0.0, None), Duration::ZERO);
+    }
+
+    /// Any duration: `Duration::MAX`, nanoseconds, the edges between.
+    fn any_duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            Just(Duration::from_secs(u64::MAX / 2)),
+            (0u64..10_000).prop_map(Duration::from_millis),
+            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
+    }
+
+    fn any_policy() -> impl Strategy<Value = RetryPolicy> {
+        let n = || (1u32..).prop_map(|n| NonZeroU32::new(n).unwrap());
+        let bound = prop_oneof![
+            any_duration().prop_map(RetryPolicy::within),
+            n().prop_map(RetryPolicy::attempts),
+            (n(), any_duration()).prop_map(|(n, d)| RetryPolicy::attempts_within(n, d)),
+            Just(RetryPolicy::forever()),
+            Just(RetryPolicy::default()),
+        ];
+        (bound, any_duration(), any_duration()).prop_map(|(p, a, b)| p.delay(a, b))
+    }
+
+    fn any_waiting() -> impl Strategy<Value = Waiting> {
+        (
+            any::<(bool, bool, bool)>(),
+            proptest::option::of(any_duration()),
+            any::<u64>(),
+            proptest::option::of(any_duration()),
+        )
+            .prop_map(
+                |((behind, heard, held_elsewhere), expires_in, crowd, quarantine_left)| Waiting {
+                    behind,
+                    heard,
+                    held_elsewhere,
+                    expires_in,
+                    crowd,
+                    quarantine_left,
+                },
+            )
+    }
+
+    proptest! {
+        /// The deadline and delay arithmetic never panics, whatever the
+        /// durations, and keeps its promises: a delay within the policy's
+        /// range (or the holder's expiry), never past the deadline.
+        #[test]
+        fn the_wait_arithmetic_takes_any_durations(
+            policy in any_policy(),
+            waiting in any_waiting(),
+            sample in 0.0f64..1.0,
+            started_ago in 0u64..100_000,
+        ) {
+            let now = Instant::now();
+            let start = now.checked_sub(Duration::from_millis(started_ago)).unwrap_or(now);
+            let deadline = policy.deadline(start);
+            match (policy.wait, deadline) {
+                (None, d) => prop_assert_eq!(d, None),
+                (Some(wait), Some(d)) => prop_assert_eq!(d - start, wait),
+                (Some(wait), None) => prop_assert!(start.checked_add(wait).is_none()),
+            }
+            let own = policy.delay_before_next(sample, waiting.expires_in);
+            prop_assert!(own >= policy.min_delay.min(waiting.expires_in.unwrap_or(Duration::MAX)));
+            prop_assert!(own <= policy.max_delay);
+            let delay = policy.fallback_delay(sample, &waiting, now, deadline);
+            if let Some(d) = deadline {
+                prop_assert!(delay <= d.saturating_duration_since(now));
+            }
+            // What the waiting loop asks of it next: no panic either.
+            let _ = policy.is_last_attempt(1, deadline);
+            let _ = tokio::time::Instant::now().checked_add(delay);
+        }
     }
 
     #[test]

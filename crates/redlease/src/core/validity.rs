@@ -6,8 +6,16 @@ use std::time::{Duration, Instant};
 use crate::core::error::{Error, Op};
 
 /// The largest TTL accepted: 2^53 ms (about 285,000 years), so every
-/// millisecond count stays exact in the `f64` drift arithmetic and far inside
-/// the signed 64-bit expiry Redis accepts.
+/// millisecond count stays exact in the `f64` drift arithmetic (and in
+/// Lua's numbers) and far inside what Redis accepts for `PX` (an expiry,
+/// now plus the TTL, up to 2^63 - 1 ms since 1970). It bounds every
+/// duration setting of a Locker alike: the TTL (of the Locker, a request,
+/// an extend), the node and connect timeouts, the drift floor, the
+/// restart quarantine and the fence expiry; a longer one is
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) naming the
+/// setting, before any I/O. Waits are not bounded by it: a wait too long
+/// for the clock to represent is a wait without limit (see
+/// [`RetryPolicy::within`](crate::RetryPolicy::within)).
 ///
 /// ```
 /// assert!(redlease::MAX_TTL > std::time::Duration::from_secs(100 * 365 * 24 * 3600));
@@ -39,11 +47,25 @@ impl DriftModel {
                 ),
             ));
         }
+        if self.floor > MAX_TTL {
+            return Err(Error::invalid(
+                "advanced.drift_floor",
+                format!(
+                    "{:?} is above the largest supported duration, {MAX_TTL:?} (no TTL could \
+                     outlast it)",
+                    self.floor
+                ),
+            ));
+        }
         Ok(())
     }
 
+    /// Saturating: a factor or floor out of range ([`check`](Self::check)
+    /// refuses them) gives a drift no TTL outlasts, never a panic.
     pub(crate) fn drift(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.factor) + self.floor
+        let share =
+            Duration::try_from_secs_f64(ttl.as_secs_f64() * self.factor).unwrap_or(Duration::MAX);
+        share.saturating_add(self.floor)
     }
 }
 
@@ -113,7 +135,7 @@ impl Timing {
         // lost one more allowance before that (so that a late timer still
         // fires in time): a lease must outlive both and one node timeout, or
         // it would be lost the moment it is handed out.
-        if ttl <= 2 * drift + node_timeout {
+        if ttl <= drift.saturating_mul(2).saturating_add(node_timeout) {
             return Err(Error::invalid(
                 field,
                 format!(
@@ -235,6 +257,7 @@ impl Timing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -353,6 +376,60 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    fn any_duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            Just(MAX_TTL),
+            Just(MAX_TTL + MS),
+            (0u64..100_000).prop_map(Duration::from_millis),
+            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
+    }
+
+    proptest! {
+        /// Any TTL, node timeout and drift model: a typed refusal or a
+        /// timing whose every derived instant and duration is computable.
+        #[test]
+        fn any_timing_is_refused_or_sound(
+            ttl in any_duration(),
+            node_timeout in proptest::option::of(any_duration()),
+            factor in prop_oneof![Just(f64::NAN), Just(f64::INFINITY), -1.0f64..2.0],
+            floor in any_duration(),
+            fraction in 0.001f64..=0.9,
+            elapsed in any_duration(),
+        ) {
+            let drift = DriftModel { factor, floor };
+            let checked = drift.check();
+            let _ = drift.drift(ttl);
+            let Ok(t) = Timing::new("ttl", ttl, drift, node_timeout) else {
+                return Ok(());
+            };
+            prop_assert!(t.ttl <= MAX_TTL && t.node_timeout < t.ttl);
+            if checked.is_ok() {
+                prop_assert!(t.ttl > 2 * t.drift + t.node_timeout);
+            }
+            let start = Instant::now();
+            prop_assert!(t.valid_until(start) > start || checked.is_err());
+            let _ = (t.validity(elapsed), t.usable(elapsed), t.ttl_ms());
+            let _ = (t.check_renewal("ttl", fraction), t.check_renewal_schedule("ttl", fraction));
+        }
+    }
+
+    #[test]
+    fn a_drift_floor_beyond_any_ttl_is_refused() {
+        let d = DriftModel {
+            factor: 0.01,
+            floor: Duration::MAX,
+        };
+        assert_eq!(d.drift(MAX_TTL), Duration::MAX);
+        match d.check() {
+            Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "advanced.drift_floor"),
+            other => panic!("{other:?}"),
+        }
+        assert!(Timing::new("ttl", MAX_TTL, d, None).is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod blocking;
 mod bounds;
 mod cluster;
 mod durability;
+mod durations;
 mod expiry;
 mod faults;
 mod fencing;

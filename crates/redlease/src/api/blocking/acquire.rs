@@ -134,6 +134,8 @@ impl<'a> Acquire<'a> {
     /// ([`Acquire::wait`](crate::Acquire::wait)), on top of the retry
     /// policy (the Locker's, or [`retry`](Self::retry)'s) whatever the
     /// order they are set in. [`try_lock`](Self::try_lock) ignores it.
+    /// One too long for the clock to represent (`Duration::MAX`) waits
+    /// without limit.
     ///
     /// ```no_run
     /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
