@@ -29,19 +29,29 @@ vote, the lock is free but cannot be taken.
 A lock is held by a writer (a plain `redlease run`, the library's lock or \
 write_lock) or by readers (`redlease run --shared`, read_lock), never by \
 both. A semaphore's name (`redlease run --permits N`) shows how many of \
-its N permits are held and how many are free, on each node and over all. \
-\"a writer waits\" means one waits for the readers to finish, and new \
-readers wait behind it.
+its N permits are held and how many are free, on each node and over all, \
+and is judged by its permit quorum: a permit needs room on n*N/(N+1)+1 of \
+the n nodes, not a majority, and is not takeable while fewer nodes have \
+room and vote. The servers tell N while a permit is held; --permits N \
+judges the name as a semaphore when none is. \"a writer waits\" means one \
+waits for the readers to finish, and new readers wait behind it.
 
 Example:
   redlease status --nodes redis://a:6379,redis://b:6379,redis://c:6379 --key nightly-report
 
-Exit codes: 0 the state is known (held or free); 2 usage; 69 too few nodes \
-answered to tell.")]
+Exit codes: 0 the state is known (held, free, or not takeable); 2 usage; 69 \
+too few nodes answered to tell (for a semaphore: to tell whether a permit \
+can be taken).")]
 pub struct StatusArgs {
     /// The lock's name.
     #[arg(long, value_name = "NAME")]
     key: String,
+
+    /// Judge the name as a semaphore of N permits (`run --permits N`),
+    /// by its permit quorum, also while none of its permits is held (the
+    /// servers tell N while one is).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    permits: Option<u32>,
 
     #[command(flatten)]
     admin: AdminArg,
@@ -95,22 +105,32 @@ pub async fn status(args: StatusArgs) -> Exit {
 
     let nodes = status.nodes.len();
     let plural = if nodes == 1 { "" } else { "s" };
-    match (status.mode(), status.permits()) {
-        // A permit's quorum is not the lock's: n * N / (N + 1) + 1 nodes.
-        (Some(LockMode::Permit), Some(permits)) => println!(
+    // A semaphore as the servers hold it, else as --permits says.
+    let permits = status.permits().or(args.permits);
+    // A permit's quorum is not the lock's: n * N / (N + 1) + 1 nodes.
+    let need = permits.map(|permits| locker.semaphore(args.key.as_str(), permits).quorum());
+    match permits.zip(need) {
+        Some((permits, need)) => println!(
             "semaphore {:?} (key {}) on {nodes} node{plural}, {permits} permit{}, each held on \
-             {} of them",
+             {need} of them",
             args.key.as_str(),
             status.key,
             if permits == 1 { "" } else { "s" },
-            locker.semaphore(args.key.as_str(), permits).quorum()
         ),
-        _ => println!(
+        None => println!(
             "lock {:?} (key {}) on {nodes} node{plural}, quorum {}",
             args.key.as_str(),
             status.key,
             locker.admin().quorum()
         ),
+    }
+    if let (Some(given), Some(held)) = (args.permits, status.permits()) {
+        if given != held {
+            println!(
+                "note: its permits are held with --permits {held}, not {given}: a run or \
+                 acquire with --permits {given} exits 2 while they are"
+            );
+        }
     }
     let quorum = locker.admin().quorum();
     // Why a node failed goes on a line of its own under LOCK: it can be
@@ -149,7 +169,14 @@ pub async fn status(args: StatusArgs) -> Exit {
     };
     let waiting = status.waiting();
     let verdict = status.verdict();
-    let holder = holder(status.mode(), status.readers(), status.permits());
+    let holder = holder(status.mode(), status.readers(), permits);
+    let judged = permits.zip(need).map(|(permits, need)| {
+        let verdict = permit_verdict(&status, permits, need);
+        (
+            verdict,
+            show_permit_verdict(verdict, need, &status, holder.as_ref()),
+        )
+    });
     let writer_waits = match (status.writer_waits(), status.reserved()) {
         (true, _) => "; a writer waits (new readers wait behind it)",
         (false, true) => "; reserved for a set of locks (lock_all, run with several --key) that waits for its other names",
@@ -157,11 +184,22 @@ pub async fn status(args: StatusArgs) -> Exit {
     };
     println!(
         "{}{writer_waits}; {waiting} process{} waiting; {counter}",
-        show_verdict(verdict, nodes, holder.as_ref()),
+        match &judged {
+            Some((_, line)) => line.clone(),
+            None => show_verdict(verdict, nodes, holder.as_ref()),
+        },
         if waiting == 1 { "" } else { "es" }
     );
-    match verdict {
-        Verdict::Unknown { answered, .. } => {
+    match (verdict, judged) {
+        (_, Some((PermitVerdict::Unknown { answered, .. }, _))) => Exit::with(
+            exit::UNAVAILABLE,
+            format!(
+                "only {answered} of {nodes} nodes answered; a permit needs {} of them with room",
+                need.unwrap_or(quorum)
+            ),
+        ),
+        (_, Some(_)) => Exit::code(exit::OK),
+        (Verdict::Unknown { answered, .. }, None) => {
             let refused = status
                 .nodes
                 .iter()
@@ -333,6 +371,151 @@ fn show_verdict(verdict: Verdict, nodes: usize, holder: Option<&Holder>) -> Stri
     }
 }
 
+/// Whether a permit of a semaphore of `permits` can be taken, judged by
+/// its permit quorum `need` (n * N / (N + 1) + 1 of the n nodes, which the
+/// library's [`Verdict`] does not know: it judges by the majority).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PermitVerdict {
+    /// `need` nodes or more have room for a permit and vote.
+    Takeable,
+    /// Too few answered nodes have room for one to make `need`, whatever
+    /// the others say: not until permits (or a lock of the name) expire
+    /// or are released.
+    Full {
+        /// Nodes with room.
+        room: usize,
+    },
+    /// Enough nodes have room, but too few of them vote yet: the others
+    /// are quarantined.
+    Quarantined {
+        /// Until enough of them vote, if the nodes stay as they are.
+        takeable_in: Duration,
+        /// Nodes with room that are quarantined.
+        quarantined: usize,
+    },
+    /// The nodes that did not answer decide.
+    Unknown {
+        answered: usize,
+        /// Answered nodes with room.
+        room: usize,
+    },
+}
+
+/// Whether a node has room for one more of `permits` permits: no key, or
+/// the semaphore's with the same N and fewer live holders (a lock of the
+/// name, or a semaphore of another N, has none).
+fn has_room(s: &NodeLockState, permits: u32) -> bool {
+    match s.key {
+        KeyState::Free => true,
+        KeyState::Held { .. } => {
+            s.mode == Some(LockMode::Permit)
+                && s.permits == Some(permits)
+                && s.readers < u64::from(permits)
+        }
+    }
+}
+
+/// [`PermitVerdict`] of `status` for a semaphore of `permits` whose
+/// permits need `need` nodes.
+fn permit_verdict(status: &redlease::LockStatus, permits: u32, need: usize) -> PermitVerdict {
+    let answered: Vec<(bool, Option<Duration>)> = status
+        .nodes
+        .iter()
+        .filter_map(|(_, s)| s.as_ref().ok())
+        .map(|s| (has_room(s, permits), s.quarantine.map(|q| q.left)))
+        .collect();
+    judge_permits(status.nodes.len(), &answered, need)
+}
+
+/// [`PermitVerdict`] over `nodes` nodes, of which `answered` said whether
+/// they have room for a permit and how long they are quarantined for yet,
+/// for permits that need `need` nodes.
+fn judge_permits(
+    nodes: usize,
+    answered: &[(bool, Option<Duration>)],
+    need: usize,
+) -> PermitVerdict {
+    let room = answered.iter().filter(|(room, _)| *room).count();
+    // What is left of the quarantines of the nodes with room, shortest first.
+    let mut quarantined: Vec<Duration> = answered
+        .iter()
+        .filter(|(room, _)| *room)
+        .filter_map(|(_, left)| *left)
+        .collect();
+    quarantined.sort();
+    let voting = room - quarantined.len();
+    let without = answered.len() - room;
+    if voting >= need {
+        PermitVerdict::Takeable
+    } else if room >= need {
+        PermitVerdict::Quarantined {
+            takeable_in: quarantined[need - voting - 1],
+            quarantined: quarantined.len(),
+        }
+    } else if without > nodes - need {
+        PermitVerdict::Full { room }
+    } else {
+        PermitVerdict::Unknown {
+            answered: answered.len(),
+            room,
+        }
+    }
+}
+
+/// The summary's verdict for a semaphore whose permits need `need` nodes:
+/// as [`show_verdict`] says it where a permit can be taken, and why not
+/// where none can.
+fn show_permit_verdict(
+    verdict: PermitVerdict,
+    need: usize,
+    status: &redlease::LockStatus,
+    holder: Option<&Holder>,
+) -> String {
+    let nodes = status.nodes.len();
+    let held = status.verdict();
+    let full = matches!(holder, Some(Holder::Permits { held, of }) if *held >= u64::from(*of));
+    match verdict {
+        PermitVerdict::Takeable => match held {
+            Verdict::Held { .. } | Verdict::Free { .. } => show_verdict(held, nodes, holder),
+            // Room on nodes the majority's count leaves out (some of a
+            // permit's holders there).
+            _ => "FREE".to_string(),
+        },
+        // "HELD ...: 3 of 3 permits held (none free)" says it all.
+        PermitVerdict::Full { .. } if full && matches!(held, Verdict::Held { .. }) => {
+            show_verdict(held, nodes, holder)
+        }
+        PermitVerdict::Full { room } => {
+            let base = match held {
+                Verdict::Held { .. } => show_verdict(held, nodes, holder),
+                _ => "NOT TAKEABLE".to_string(),
+            };
+            format!(
+                "{base}: no permit can be taken, as {room} of {nodes} nodes have room for one \
+                 and a permit needs {need} (until permits there expire or are released)"
+            )
+        }
+        PermitVerdict::Quarantined {
+            takeable_in,
+            quarantined,
+        } => {
+            let base = match held {
+                Verdict::Held { .. } => show_verdict(held, nodes, holder),
+                _ => "FREE".to_string(),
+            };
+            format!(
+                "{base}, but no permit takeable for {}: {quarantined} of {nodes} nodes are \
+                 quarantined, and a permit needs {need} with room that vote",
+                duration::show(takeable_in)
+            )
+        }
+        PermitVerdict::Unknown { answered, room } => format!(
+            "UNKNOWN: {answered} of {nodes} nodes answered, {room} with room for a permit, \
+             and a permit needs {need}"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,6 +589,57 @@ mod tests {
         assert_eq!(
             show_verdict(held, 3, by("2 readers").as_ref()),
             "HELD on 2 of 3 nodes by 2 readers, for 7.0s more unless renewed or released"
+        );
+    }
+
+    #[test]
+    fn a_permit_needs_room_on_its_quorum_of_voting_nodes() {
+        let room = (true, None);
+        let full = (false, None);
+        let q = |secs| (true, Some(Duration::from_secs(secs)));
+        // 5 nodes, 3 permits: a permit needs 4.
+        assert_eq!(judge_permits(5, &[room; 5], 4), PermitVerdict::Takeable);
+        assert_eq!(
+            judge_permits(5, &[room, room, room, room, full], 4),
+            PermitVerdict::Takeable
+        );
+        // A majority with room is not enough.
+        assert_eq!(
+            judge_permits(5, &[room, room, room, full, full], 4),
+            PermitVerdict::Full { room: 3 }
+        );
+        // Two quarantined of five: 3 vote, the first of the two in 8 s.
+        assert_eq!(
+            judge_permits(5, &[room, room, room, q(20), q(8)], 4),
+            PermitVerdict::Quarantined {
+                takeable_in: Duration::from_secs(8),
+                quarantined: 2
+            }
+        );
+        // Three answered, all with room: the two silent ones decide.
+        assert_eq!(
+            judge_permits(5, &[room, room, room], 4),
+            PermitVerdict::Unknown {
+                answered: 3,
+                room: 3
+            }
+        );
+        // Two answered without room rule a permit out whatever the rest say.
+        assert_eq!(
+            judge_permits(5, &[full, full], 4),
+            PermitVerdict::Full { room: 0 }
+        );
+        // One node: its own room.
+        assert_eq!(
+            judge_permits(1, &[full], 1),
+            PermitVerdict::Full { room: 0 }
+        );
+        assert_eq!(
+            judge_permits(1, &[], 1),
+            PermitVerdict::Unknown {
+                answered: 0,
+                room: 0
+            }
         );
     }
 

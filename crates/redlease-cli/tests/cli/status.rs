@@ -176,3 +176,209 @@ fn status_tells_readers_from_a_writer() {
     std::fs::write(&stop, "").unwrap();
     finish(writer, LIMIT).expect(0);
 }
+
+/// `status --key K` with `extra` flags over `urls`.
+fn status_with(urls: &[String], key: &str, extra: &[&str]) -> crate::support::Finished {
+    run(
+        redlease()
+            .args(["status", "--nodes", &urls.join(","), "--key", key])
+            .args(["--timeout", "500ms"])
+            .args(extra),
+        LIMIT,
+    )
+}
+
+/// The summary: status's last line.
+fn summary(out: &crate::support::Finished) -> &str {
+    out.stdout.lines().last().unwrap_or_default()
+}
+
+/// Permits of semaphore `name` (of `permits`) held by the test on `urls`
+/// alone, as a run over those nodes only would hold them.
+struct Permits {
+    leases: Vec<redlease::Lease>,
+    _locker: redlease::Locker,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Permits {
+    fn take(urls: &[String], name: &str, permits: u32, count: usize) -> Permits {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (locker, leases) = runtime.block_on(async {
+            let locker = redlease::Locker::builder(urls)
+                .ttl(Duration::from_secs(30))
+                // Brand-new test servers: see `redlease()`.
+                .advanced(|a| a.restart_quarantine(Duration::ZERO))
+                .build()
+                .expect("locker");
+            let mut leases = Vec::new();
+            for _ in 0..count {
+                let permit = locker
+                    .semaphore(name, permits)
+                    .allow_no_failures()
+                    .try_acquire()
+                    .await
+                    .expect("the test takes a permit");
+                leases.push(permit);
+            }
+            (locker, leases)
+        });
+        Permits {
+            leases,
+            _locker: locker,
+            runtime,
+        }
+    }
+
+    fn release(&mut self) {
+        for lease in self.leases.drain(..) {
+            self.runtime
+                .block_on(lease.release())
+                .expect("the test releases its permit");
+        }
+    }
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        for lease in self.leases.drain(..) {
+            let _ = self.runtime.block_on(lease.release());
+        }
+    }
+}
+
+#[test]
+fn a_semaphore_is_not_free_when_too_few_nodes_have_room_for_a_permit() {
+    // 5 nodes, 2 permits: a permit needs 4 of them. Both permits held on
+    // nodes 3 and 4 alone: a majority (nodes 0 to 2) is free, 3 nodes have
+    // room, and no permit can be taken.
+    let nodes = RedisNodes::start(5);
+    let urls = nodes.urls();
+    let mut held = Permits::take(&urls[3..], "encoders", 2, 2);
+    let out = status_with(&urls, "encoders", &[]);
+    out.expect(0);
+    assert!(
+        out.stdout.starts_with(
+            "semaphore \"encoders\" (key redlease:{encoders}) on 5 nodes, 2 permits, each held \
+             on 4 of them"
+        ),
+        "{out:#?}"
+    );
+    assert_eq!(
+        out.stdout
+            .matches("2 of 2 permits held (none free)")
+            .count(),
+        2,
+        "{out:#?}"
+    );
+    assert!(
+        summary(&out).starts_with(
+            "NOT TAKEABLE: no permit can be taken, as 3 of 5 nodes have room for one and a \
+             permit needs 4"
+        ),
+        "{out:#?}"
+    );
+    assert!(!out.stdout.contains("FREE"), "{out:#?}");
+    // As a run finds it.
+    let refused = run(
+        redlease()
+            .args(["run", "--nodes", &urls.join(","), "--key", "encoders"])
+            .args(["--permits", "2", "--no-wait", "--", "true"]),
+        LIMIT,
+    );
+    refused.expect(1);
+    // A run with another N would be refused: said.
+    let other = status_with(&urls, "encoders", &["--permits", "3"]);
+    other.expect(0);
+    assert!(
+        other
+            .stdout
+            .contains("note: its permits are held with --permits 2, not 3"),
+        "{other:#?}"
+    );
+    held.release();
+    let free = status_with(&urls, "encoders", &[]);
+    free.expect(0);
+    assert!(summary(&free).starts_with("FREE;"), "{free:#?}");
+}
+
+#[test]
+fn permits_judges_a_name_none_of_whose_permits_is_held() {
+    // 2 of 5 nodes down: a lock's majority answers free, but a permit of 3
+    // needs 4 nodes.
+    let mut nodes = RedisNodes::start(5);
+    let urls = nodes.urls();
+    nodes.node_mut(3).kill();
+    nodes.node_mut(4).kill();
+    let lock = status_with(&urls, "encoders", &[]);
+    lock.expect(0);
+    assert!(summary(&lock).starts_with("FREE;"), "{lock:#?}");
+    let permits = status_with(&urls, "encoders", &["--permits", "3"]);
+    permits.expect(69);
+    assert!(
+        permits.stdout.starts_with(
+            "semaphore \"encoders\" (key redlease:{encoders}) on 5 nodes, 3 permits, each held \
+             on 4 of them"
+        ),
+        "{permits:#?}"
+    );
+    assert!(
+        summary(&permits).starts_with(
+            "UNKNOWN: 3 of 5 nodes answered, 3 with room for a permit, and a permit needs 4"
+        ),
+        "{permits:#?}"
+    );
+    assert!(
+        permits
+            .one_line_error()
+            .contains("only 3 of 5 nodes answered; a permit needs 4"),
+        "{permits:#?}"
+    );
+}
+
+#[test]
+fn a_semaphore_with_two_of_five_nodes_quarantined_is_not_takeable() {
+    // Nodes 3 and 4 restarted; the others have been up for the quarantine
+    // (which is at least status's TTL, 10 s, plus its drift).
+    let mut nodes = RedisNodes::start(5);
+    let urls = nodes.urls();
+    let quarantine = ["--restart-quarantine", "10200ms"];
+    let up = |node: &redlease_testkit::RedisNode| -> u64 {
+        let mut con = node.client().get_connection().expect("connect");
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut con)
+            .expect("INFO");
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|s| s.trim().parse().ok())
+            .expect("uptime_in_seconds")
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the nodes up for the quarantine",
+        || (0..3).all(|i| up(nodes.node(i)) > 11),
+    );
+    nodes.node_mut(3).restart();
+    nodes.node_mut(4).restart();
+    let both = [&quarantine[..], &["--permits", "3"]].concat();
+    let (lock, permits) = (
+        status_with(&urls, "encoders", &quarantine),
+        status_with(&urls, "encoders", &both),
+    );
+    lock.expect(0);
+    permits.expect(0);
+    // By the majority, free; by the permit quorum (4), not takeable yet.
+    assert!(summary(&lock).starts_with("FREE;"), "{lock:#?}");
+    let line = summary(&permits);
+    assert!(
+        line.starts_with("FREE, but no permit takeable for ")
+            && line.contains(
+                ": 2 of 5 nodes are quarantined, and a permit needs 4 with room that vote"
+            ),
+        "{permits:#?}"
+    );
+}
