@@ -75,7 +75,7 @@ async fn readers_and_a_waiting_writer_are_named() {
     // reader is told a writer waits, not that a writer holds the lock.
     let writer = tokio::spawn(async move {
         let lease = b.lock("catalog").wait(Duration::from_secs(20)).await;
-        lease.map(|lease| drop(lease))
+        lease.map(drop)
     });
     let deadline = Instant::now() + Duration::from_secs(10);
     let e = loop {
