@@ -19,6 +19,7 @@ use crate::exit::{self, Exit};
 use crate::facts::{self, Facts};
 use crate::nodes::NodesArg;
 use crate::probe::Failure;
+use crate::replicas::{self, Replicas};
 use crate::rights;
 use crate::sentinel;
 use crate::table::Table;
@@ -42,7 +43,11 @@ maxmemory-policy (only noeviction is safe); persistence (AOF with \
 appendfsync always, or delayed restarts); replication (a replica, or a \
 primary with replicas that could fail over). Across nodes: the same server \
 listed twice (same run_id: a fake majority), an even node count, and clock \
-skew (from TIME).
+skew (from TIME). With --durable N: whether enough nodes' primaries have N \
+connected replicas for a quorum (FAIL as `run --durable N` refuses it: a \
+write would wait for replicas that are not there). With --permits N: how \
+many nodes each of N permits needs and how many may fail (FAIL, in the \
+words `run --permits N` refuses it with, when none may).
 
 A cluster (redis+cluster://): the seeds that answer, cluster_state and how \
 many of the 16384 slots are assigned and covered (FAIL unless all), the \
@@ -84,9 +89,24 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "D", default_value = "2s", value_parser = duration::parse_positive)]
     timeout: Duration,
 
-    /// Check the rights `run --durable N` needs too (WAIT).
-    #[arg(long)]
-    durable: bool,
+    /// Check for `run --durable N`: that the user may run WAIT, and that
+    /// enough nodes' primaries have N connected replicas (a primary with
+    /// fewer FAILs: every durable write there would wait in vain) [default
+    /// N, with --durable alone: 1].
+    #[arg(
+        long,
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "1",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    durable: Option<u32>,
+
+    /// Check for `run --permits N`: how many nodes each permit needs and
+    /// how many may fail (a semaphore on which no node may fail FAILs, with
+    /// what to change).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    permits: Option<u32>,
 
     /// The key prefix the locks use (`run --key-prefix`): the user's rights
     /// are tried on a key and a channel under it that no lock uses.
@@ -160,7 +180,7 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         .iter()
         .map(|url| {
             let (url, tls) = (url.clone(), tls.clone());
-            let plans = Plans::new(args.key_prefix.clone(), args.durable);
+            let plans = Plans::new(args.key_prefix.clone(), args.durable.is_some());
             tokio::spawn(async move { probe_node(&url, args.timeout, tls.as_ref(), &plans).await })
         })
         .collect();
@@ -201,11 +221,34 @@ pub async fn doctor(args: DoctorArgs) -> Exit {
         let node = redlease::NodeId::from_url(i, url)
             .map_or_else(|_| i.to_string(), |id| format!("{i} {}", id.addr()));
         let quarantine = args.nodes.restart_quarantine(args.ttl);
-        for (label, row) in node_rows(i, &node, probed, (args.ttl, quarantine), args.timeout) {
+        let budget = (args.ttl, quarantine);
+        for (label, row) in node_rows(i, &node, probed, budget, args.timeout, args.durable) {
             add(label, row);
         }
     }
     for row in fleet_checks(&found) {
+        add("all".to_string(), row);
+    }
+    let names: Vec<String> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            redlease::NodeId::from_url(i, url)
+                .map_or_else(|_| format!("node {i}"), |id| id.to_string())
+        })
+        .collect();
+    let permits = match args.permits {
+        Some(permits) => match semaphore(&args.nodes, permits, &found).await {
+            Ok(row) => Some((permits, row)),
+            Err(exit) => return exit,
+        },
+        None => None,
+    };
+    if let Some(wanted) = args.durable {
+        let need = permits.as_ref().map_or(quorum, |(_, (_, need))| *need);
+        add("all".to_string(), durable(&names, &found, wanted, need));
+    }
+    if let Some((_, (row, _))) = permits {
         add("all".to_string(), row);
     }
     print!("{}", table.render());
@@ -260,6 +303,49 @@ impl Probed {
                 p.facts.is_ok() && p.role.as_ref().map_or(true, |r| r.role == "master")
             }),
         }
+    }
+
+    /// What its primaries' INFO says of their connected replicas, as
+    /// [`replicas::of_node`] reads it for `run`.
+    fn replicas(&self) -> Replicas {
+        let connected = |facts: &Facts| -> Option<u32> {
+            (facts.info("role")? == "master")
+                .then(|| facts.info("connected_slaves")?.parse().ok())?
+        };
+        let most = |counts: Vec<Option<u32>>, of: String| {
+            let counts: Option<Vec<u32>> = counts.into_iter().collect();
+            counts?
+                .into_iter()
+                .max()
+                .map(|most| Replicas::Known { most, of })
+        };
+        let known = match self {
+            Probed::Server(Ok(facts)) => most(vec![connected(facts)], String::new()),
+            Probed::Cluster {
+                cluster: Ok(_),
+                primaries,
+            } => {
+                let of = match primaries.as_slice() {
+                    [(addr, _)] => format!(" (primary {addr})"),
+                    all => format!(" (each of its {} primaries)", all.len()),
+                };
+                let counts = primaries
+                    .iter()
+                    .map(|(_, facts)| connected(facts.as_ref().ok()?))
+                    .collect();
+                most(counts, of)
+            }
+            Probed::Sentinel {
+                primary: Some(primary),
+                ..
+            } => {
+                let facts = primary.facts.as_ref().ok();
+                let of = format!(" (primary {})", primary.addr);
+                most(vec![facts.and_then(connected)], of)
+            }
+            _ => None,
+        };
+        known.unwrap_or(Replicas::Unknown)
     }
 
     /// The facts of every server reached.
@@ -441,6 +527,7 @@ fn node_rows(
     probed: &Probed,
     (ttl, quarantine): (Duration, Duration),
     timeout: Duration,
+    durable: Option<u32>,
 ) -> Vec<(String, Row)> {
     let primary_label = |addr: &str| format!("{i} primary {addr}");
     match probed {
@@ -448,7 +535,7 @@ fn node_rows(
             facts.as_ref(),
             (ttl, quarantine),
             timeout,
-            Deploy::Standalone,
+            (Deploy::Standalone, durable),
             None,
         )
         .into_iter()
@@ -466,7 +553,8 @@ fn node_rows(
                     Some(shard.replicas.len())
                 });
                 let budget = (ttl, quarantine);
-                for row in node_checks(facts.as_ref(), budget, timeout, Deploy::Cluster, replicas) {
+                let deploy = (Deploy::Cluster, durable);
+                for row in node_checks(facts.as_ref(), budget, timeout, deploy, replicas) {
                     rows.push((primary_label(addr), row));
                 }
             }
@@ -495,7 +583,7 @@ fn node_rows(
                     primary.facts.as_ref(),
                     (ttl, quarantine),
                     timeout,
-                    Deploy::Sentinel,
+                    (Deploy::Sentinel, durable),
                     replicas,
                 ) {
                     rows.push((primary_label(&primary.addr), row));
@@ -547,13 +635,15 @@ fn unreachable(why: &Failure, what: &str, password: &str, timeout: Duration) -> 
     fail("reachable", format!("no: {why}"), fix)
 }
 
-/// The checks of one server. `replicas`: how many replicas it has as the
-/// cluster or the sentinels tell, for when INFO is refused.
+/// The checks of one server, deployed as `deploy` says, for locks that
+/// want `durable` replicas to acknowledge their writes (`--durable N`).
+/// `replicas`: how many replicas it has as the cluster or the sentinels
+/// tell, for when INFO is refused.
 fn node_checks(
     facts: Result<&Facts, &Failure>,
     (ttl, quarantine): (Duration, Duration),
     timeout: Duration,
-    deploy: Deploy,
+    (deploy, durable): (Deploy, Option<u32>),
     replicas: Option<usize>,
 ) -> Vec<Row> {
     let facts = match facts {
@@ -582,7 +672,7 @@ fn node_checks(
         eviction(facts),
         persistence(facts, quarantine),
         restart_quarantine(facts, quarantine, deploy),
-        replication(facts, deploy, replicas),
+        replication(facts, deploy, replicas, durable),
     ]);
     rows
 }
@@ -1399,7 +1489,7 @@ fn fsyncs_every_write(facts: &Facts) -> bool {
     facts.setting("appendonly") == Some("yes") && facts.setting("appendfsync") == Some("always")
 }
 
-fn replication(facts: &Facts, deploy: Deploy, known: Option<usize>) -> Row {
+fn replication(facts: &Facts, deploy: Deploy, known: Option<usize>, durable: Option<u32>) -> Row {
     const CHECK: &str = "replication";
     // INFO, else what the cluster or the sentinels tell.
     let replicas = facts
@@ -1436,10 +1526,39 @@ fn replication(facts: &Facts, deploy: Deploy, known: Option<usize>) -> Row {
                 fix,
             )
         }
-        Some("master") => match replicas.unwrap_or(0) {
-            0 => ok(CHECK, "primary without replicas"),
-            n => warn(CHECK, failover_risk(n), FAILOVER_FIX),
-        },
+        Some("master") => {
+            let n = replicas.unwrap_or(0);
+            match durable.map(|wanted| (wanted, u32::try_from(n).unwrap_or(u32::MAX))) {
+                Some((wanted, has)) if has < wanted => fail(
+                    CHECK,
+                    format!(
+                        "primary with {n} connected replica{}: --durable {wanted} makes every \
+                         lock write wait for {wanted}, which are not there, so no durable lock \
+                         can be taken on it",
+                        plural(n)
+                    ),
+                    replicas::ADVICE,
+                ),
+                Some((wanted, has)) if has == wanted => ok(
+                    CHECK,
+                    format!(
+                        "primary with {n} replica{}, and --durable {wanted}: every replica \
+                         acknowledges each lock write, so one promoted in a failover has it",
+                        plural(n)
+                    ),
+                ),
+                Some((wanted, _)) => warn(
+                    CHECK,
+                    format!(
+                        "primary with {n} replicas, and --durable {wanted}: a replica promoted \
+                         in a failover may be one that did not acknowledge the lock"
+                    ),
+                    format!("ask for every replica: --durable {n}"),
+                ),
+                None if n == 0 => ok(CHECK, "primary without replicas"),
+                None => warn(CHECK, failover_risk(n), FAILOVER_FIX),
+            }
+        }
         None if matches!(facts.info, Err(Failure::Denied(_))) => {
             not_checked(CHECK, "INFO", "that the node is a primary without replicas")
         }
@@ -1467,6 +1586,104 @@ fn failover_risk(n: usize) -> String {
 const FAILOVER_FIX: &str = "ask replicas to acknowledge every write (redlease run --durable N; \
      the library's LockerBuilder::durability), or use independent primaries without automatic \
      failover (several of them give availability)";
+
+/// `--durable N`: whether enough nodes' primaries have N connected
+/// replicas for a lock that needs `need` of the nodes, judged as `run`
+/// judges it before taking a durable lock (a node that does not tell is
+/// not held against it).
+fn durable(names: &[String], found: &[Probed], wanted: u32, need: usize) -> Row {
+    const CHECK: &str = "durable";
+    let replicas: Vec<(String, Replicas)> = names
+        .iter()
+        .cloned()
+        .zip(found.iter().map(Probed::replicas))
+        .collect();
+    if let Some(why) = replicas::too_few(&replicas, wanted, need) {
+        return fail(CHECK, why, replicas::ADVICE);
+    }
+    let n = found.len();
+    let enough = replicas
+        .iter()
+        .filter(|(_, r)| matches!(r, Replicas::Known { .. }) && !r.short_of(wanted))
+        .count();
+    let unknown = replicas
+        .iter()
+        .filter(|(_, r)| *r == Replicas::Unknown)
+        .count();
+    let mut detail = format!(
+        "{enough} of {n} node{} ha{} {wanted} or more connected replica{} for --durable \
+         {wanted}; a lock needs {need}",
+        plural(n),
+        if n == 1 { "s" } else { "ve" },
+        plural(wanted as usize)
+    );
+    if unknown > 0 {
+        detail.push_str(&format!(" ({unknown} did not tell)"));
+    }
+    if enough >= need {
+        ok(CHECK, detail)
+    } else {
+        warn(
+            CHECK,
+            detail,
+            "make sure the nodes that did not tell have the replicas (see their rows)",
+        )
+    }
+}
+
+/// `--permits N`: how many nodes each permit needs over these nodes, and
+/// how many may fail. A semaphore on which no node may fail FAILs with the
+/// library's own words (its refusal, given before any I/O), which `run`
+/// and `acquire` exit 2 with. Also gives the nodes a permit needs.
+async fn semaphore(nodes: &NodesArg, permits: u32, found: &[Probed]) -> Result<(Row, usize), Exit> {
+    const CHECK: &str = "semaphore";
+    let (_, builder) = nodes.builder()?;
+    let locker = builder
+        .build()
+        .map_err(|e| Exit::with(exit::USAGE, chain(&e)))?;
+    let semaphore = locker.semaphore("doctor-probe", permits);
+    let (n, need, tolerates) = (found.len(), semaphore.quorum(), semaphore.tolerates());
+    let up = found.iter().filter(|p| p.up()).count();
+    let mut detail = format!(
+        "{permits} permit{} over {n} node{}: each permit is held on {need} of them, so {tolerates} \
+         may fail",
+        plural(permits as usize),
+        plural(n)
+    );
+    if up < n {
+        detail.push_str(&format!("; {up} of {n} reachable"));
+    }
+    let row = if n > 1 && tolerates == 0 {
+        // Refused before any I/O: the library's reason, with its advice.
+        let why = match semaphore.try_acquire().await {
+            Err(e) => chain(&e),
+            Ok(lease) => {
+                let _ = lease.release().await;
+                "no node may fail".to_string()
+            }
+        };
+        let why = why
+            .strip_prefix("invalid --permits: ")
+            .unwrap_or(&why)
+            .to_string();
+        fail(
+            CHECK,
+            why,
+            "run and acquire refuse it (exit 2) unless --allow-no-failures accepts that one \
+             node down stops every holder of the name",
+        )
+    } else if up < need {
+        fail(
+            CHECK,
+            format!("{detail}: no permit can be taken now"),
+            "bring nodes back until enough answer",
+        )
+    } else {
+        ok(CHECK, detail)
+    };
+    locker.close().await;
+    Ok((row, need))
+}
 
 /// The checks across nodes.
 fn fleet_checks(found: &[Probed]) -> Vec<Row> {

@@ -59,6 +59,9 @@ fn flag(field: &str) -> &str {
         "permits" => "--permits",
         "advanced.restart_quarantine" => "--restart-quarantine",
         "durability" => "--durable",
+        "ttl" => "--ttl",
+        // Only status, release --force and doctor set it: their --timeout.
+        "connect_timeout" => "--timeout",
         other => other,
     }
 }

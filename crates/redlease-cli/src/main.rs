@@ -18,6 +18,7 @@ mod metrics_http;
 mod nodes;
 mod probe;
 mod release;
+mod replicas;
 mod rights;
 mod run;
 mod sentinel;

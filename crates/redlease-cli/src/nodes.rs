@@ -146,8 +146,10 @@ impl NodesArg {
     /// The restart quarantine for locks of up to `ttl`: as given, or the
     /// library's default (the TTL plus its drift allowance, 1% + 2 ms).
     pub fn restart_quarantine(&self, ttl: std::time::Duration) -> std::time::Duration {
-        self.restart_quarantine
-            .unwrap_or(ttl + ttl / 100 + std::time::Duration::from_millis(2))
+        self.restart_quarantine.unwrap_or(
+            ttl.saturating_add(ttl / 100)
+                .saturating_add(std::time::Duration::from_millis(2)),
+        )
     }
 
     /// A Locker builder over the nodes, with the TLS settings.

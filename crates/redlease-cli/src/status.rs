@@ -85,7 +85,7 @@ impl AdminArg {
             .connect_timeout(self.timeout)
             .node_timeout(self.timeout)
             // Only bounds the node timeout: nothing is locked.
-            .ttl((self.timeout * 4).max(Duration::from_secs(10)))
+            .ttl(self.timeout.saturating_mul(4).max(Duration::from_secs(10)))
             .build()
             .map_err(|e| Exit::with(exit::USAGE, chain(&e)))?;
         Ok((urls, locker))

@@ -42,8 +42,8 @@ pub struct TakeArgs {
     shared: bool,
 
     /// Take one of N permits of a semaphore named --key instead of the
-    /// lock: at most N holders of the name at once, fleet-wide. Every
-    /// holder of the name gives the same N.
+    /// lock: at most N holders of the name at once, fleet-wide; N is 1 to
+    /// 100000. Every holder of the name gives the same N.
     #[arg(long, value_name = "N", value_parser = parse_permits, conflicts_with = "shared")]
     permits: Option<u32>,
 
@@ -173,6 +173,7 @@ impl TakeArgs {
         first_try: &mut Duration,
         by: Taker,
     ) -> Result<Lease, Exit> {
+        self.check_replicas(locker, want, by).await?;
         let started = Instant::now();
         tokio::select! {
             got = self.acquire(locker, want, keep_alive, first_try) => {
@@ -236,10 +237,28 @@ impl TakeArgs {
         self.no_wait || self.wait == Some(Duration::ZERO)
     }
 
+    /// With `--durable N`, before any lock I/O: refused (exit 2) when too
+    /// few nodes have N connected replicas for the quorum `want` needs,
+    /// which no wait would change.
+    async fn check_replicas(&self, locker: &Locker, want: &Want, by: Taker) -> Result<(), Exit> {
+        let Some(wanted) = self.durable.filter(|&n| n > 0) else {
+            return Ok(());
+        };
+        let quorum = match want.hold {
+            Hold::Permit { permits, .. } => locker.semaphore(want.name(), permits).quorum(),
+            _ => locker.admin().quorum(),
+        };
+        match crate::replicas::refusal(locker, &self.nodes, wanted, quorum).await? {
+            Some(why) => Err(Exit::with(exit::USAGE, format!("{why}; {}", by.not_done()))),
+            None => Ok(()),
+        }
+    }
+
     /// The exit for a lock we could not take; `waited` is how long we
     /// tried.
     fn not_acquired(&self, e: &Error, want: &Want, waited: Duration, by: Taker) -> Exit {
         let not_done = by.not_done();
+        let quarantine = self.nodes.restart_quarantine(self.ttl);
         let cause = match e {
             Error::WaitTimeout { last, .. } => last.as_ref(),
             other => other,
@@ -280,7 +299,35 @@ impl TakeArgs {
                     by.noun()
                 ),
             ),
-            Error::NoQuorum { .. } | Error::ValidityExhausted { .. } => Exit::with(
+            // Nodes that answer but cast no vote yet: what keeps the lock
+            // is their quarantine, named with when it ends and what sets
+            // it (the wait before it was told by `quarantine_note`).
+            Error::NoQuorum { .. } => match quarantined(cause, quarantine) {
+                Some(q) => Exit::with(
+                    exit::UNAVAILABLE,
+                    format!(
+                        "{} not taken{}: {} keeps too few nodes voting for {} more: {}{}; \
+                         {not_done}",
+                        named(want),
+                        match self.no_wait() {
+                            true => String::new(),
+                            false => format!(" after waiting {}", duration::show(waited)),
+                        },
+                        q.label(),
+                        duration::show(q.wait),
+                        q.why,
+                        q.advice(),
+                    ),
+                ),
+                None => Exit::with(
+                    exit::UNAVAILABLE,
+                    format!(
+                        "{}; {not_done} (`redlease doctor` checks the nodes)",
+                        chain(e)
+                    ),
+                ),
+            },
+            Error::ValidityExhausted { .. } => Exit::with(
                 exit::UNAVAILABLE,
                 format!(
                     "{}; {not_done} (`redlease doctor` checks the nodes)",
@@ -511,9 +558,58 @@ pub async fn check_servers(locker: &Locker) -> Result<(), Exit> {
 
 /// What a wait for quarantined nodes (`e` is the first attempt's error)
 /// is about to cost, and why, if the quarantine is what keeps the lock:
-/// which servers (re)started or had their clock jump, and how to turn the
-/// restart quarantine off where it is not needed.
+/// which servers (re)started or had their clock jump, and what sets the
+/// restart quarantine (and turns it off where it is not needed).
 fn quarantine_note(e: &Error, quarantine: Duration) -> Option<String> {
+    let q = quarantined(e, quarantine)?;
+    Some(format!(
+        "waiting {} for {}: {}{}",
+        duration::show(q.wait),
+        q.label(),
+        q.why,
+        q.advice()
+    ))
+}
+
+/// Why quarantined nodes keep a lock from being taken ([`quarantined`]).
+struct Quarantined {
+    /// Until enough of them vote again for a quorum.
+    wait: Duration,
+    /// Which servers, and why they cast no vote.
+    why: String,
+    /// Whether any of them (re)started, rather than had its clock jump.
+    restarted: bool,
+}
+
+impl Quarantined {
+    /// What is waited for.
+    fn label(&self) -> &'static str {
+        match self.restarted {
+            true => "the restart quarantine",
+            false => "a server whose clock jumped",
+        }
+    }
+
+    /// What sets the restart quarantine and when it may be turned off, as
+    /// a sentence after [`why`](Self::why); nothing for a clock jump.
+    fn advice(&self) -> &'static str {
+        match self.restarted {
+            true => {
+                ". The restart quarantine is the --ttl plus 1% unless --restart-quarantine \
+                 sets it; if every server keeps its data across restarts (appendonly yes and \
+                 appendfsync always, on a disk it restarts from), --restart-quarantine 0s \
+                 turns it off"
+            }
+            false => "",
+        }
+    }
+}
+
+/// Whether the nodes' quarantine is what kept an attempt (`e`, or the
+/// last attempt of a wait) from the lock, and if so which servers
+/// (re)started or had their clock jump, `quarantine` being the restart
+/// quarantine in force.
+fn quarantined(e: &Error, quarantine: Duration) -> Option<Quarantined> {
     use redlease::{NodeErrorKind, Quarantine};
     let wait = e.quarantine_wait()?;
     let mut restarted = Vec::new();
@@ -561,21 +657,21 @@ fn quarantine_note(e: &Error, quarantine: Duration) -> Option<String> {
             jumped.join(", ")
         ));
     }
-    let mut note = format!(
-        "waiting {} for {}: {}",
-        duration::show(wait),
-        match restarted.is_empty() {
-            false => "the restart quarantine",
-            true => "a server whose clock jumped",
-        },
-        why.join("; ")
-    );
-    if !restarted.is_empty() {
-        note += ". If every server keeps its data across restarts (appendonly yes and \
-                 appendfsync always, on a disk it restarts from), --restart-quarantine 0s \
-                 turns the quarantine off";
+    Some(Quarantined {
+        wait,
+        why: why.join("; "),
+        restarted: !restarted.is_empty(),
+    })
+}
+
+/// What was to be taken, for a message: `lock "K"`, `locks "A", "B"`,
+/// `a permit of "K"`.
+fn named(want: &Want) -> String {
+    match want.hold {
+        Hold::Permit { .. } => format!("a permit of {}", want.listed()),
+        _ if want.names.len() > 1 => format!("locks {}", want.listed()),
+        _ => format!("lock {}", want.listed()),
     }
-    Some(note)
 }
 
 /// Why the wait may be long when too few replicas acknowledged the first

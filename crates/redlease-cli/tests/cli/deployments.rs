@@ -316,3 +316,141 @@ fn durable_run_needs_a_replica_to_acknowledge() {
     ran.expect(69);
     assert!(ran.stderr.contains("replica"), "{ran:#?}");
 }
+
+/// A port nothing listens on (bound, then let go).
+fn closed_port_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("its address").port();
+    drop(listener);
+    format!("redis://127.0.0.1:{port}")
+}
+
+#[test]
+fn durable_locks_no_quorum_of_replicas_can_acknowledge_are_refused_at_once() {
+    let lone = redlease_testkit::RedisNode::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    // Without a replica, a durable write would wait for ever: exit 2 at
+    // once, naming the node and its replicas.
+    let out = run(
+        redlease()
+            .args(["run", "--nodes", &lone.url(), "--key", "durable"])
+            .args(["--durable", "1", "--", "touch"])
+            .arg(&ran),
+        Duration::from_secs(10),
+    );
+    out.expect(2);
+    let line = out.one_line_error();
+    assert!(
+        line.starts_with(&format!(
+            "redlease: --durable 1 cannot be met: node 0 (127.0.0.1:{}) has 0 connected replicas \
+             (INFO replication)",
+            lone.port()
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains("leave it out not to wait for replicas"),
+        "{line}"
+    );
+    assert!(line.ends_with("the command was not run"), "{line}");
+    assert!(!ran.exists(), "the command ran: {out:#?}");
+    let out = run(
+        redlease()
+            .args(["acquire", "--nodes", &lone.url(), "--key", "durable"])
+            .args(["--durable", "2"]),
+        Duration::from_secs(10),
+    );
+    out.expect(2);
+    assert!(
+        out.one_line_error().contains("--durable 2 cannot be met") && out.stdout.is_empty(),
+        "{out:#?}"
+    );
+    assert!(!crate::support::has_key(&lone, "redlease:{durable}"));
+
+    // --durable 0 names the CLI's way to want no replica.
+    let out = run(
+        redlease()
+            .args(["run", "--nodes", &lone.url(), "--key", "durable"])
+            .args(["--durable", "0", "--", "true"]),
+        Duration::from_secs(10),
+    );
+    out.expect(2);
+    let line = out.one_line_error();
+    assert!(
+        line.starts_with("redlease: invalid --durable: ")
+            && line.contains("leave out --durable")
+            && !line.contains("Durability::"),
+        "{line}"
+    );
+
+    // Doctor FAILs it the same way.
+    let out = run(
+        redlease().args(["doctor", "--nodes", &lone.url(), "--durable", "1"]),
+        LIMIT,
+    );
+    out.expect(1);
+    let durable = row(&out, "all", "durable");
+    assert!(
+        durable.starts_with("FAIL") && durable.contains("--durable 1 cannot be met: node 0 ("),
+        "{durable}"
+    );
+    let replication = row(&out, "0", "replication");
+    assert!(
+        replication.starts_with("FAIL") && replication.contains("--durable 1"),
+        "{replication}"
+    );
+}
+
+#[test]
+fn durable_locks_are_refused_only_on_what_the_nodes_say() {
+    let (a, b) = (
+        redlease_testkit::RedisNode::start(),
+        redlease_testkit::RedisNode::start(),
+    );
+    let down = closed_port_url();
+    let durable_run = |nodes: &[String]| {
+        run(
+            redlease()
+                .args(["run", "--nodes", &nodes.join(","), "--key", "durable"])
+                .args(["--durable", "1", "--no-wait", "--", "true"]),
+            LIMIT,
+        )
+    };
+    // One node short of replicas, two that do not tell: they might have
+    // them, so the lock is tried (and finds no quorum).
+    let out = durable_run(&[a.url(), down.clone(), closed_port_url()]);
+    out.expect(69);
+    assert!(!out.stderr.contains("cannot be met"), "{out:#?}");
+    // Two of three short: no quorum can ever acknowledge, whatever the
+    // third would say.
+    let out = durable_run(&[a.url(), b.url(), down]);
+    out.expect(2);
+    let line = out.one_line_error();
+    assert!(
+        line.contains(&format!(
+            "node 0 (127.0.0.1:{}) has 0 connected replicas; node 1 (127.0.0.1:{}) has 0 \
+             connected replicas",
+            a.port(),
+            b.port()
+        )) && line.contains("a lock needs 1 on each of 2 of the 3 nodes"),
+        "{line}"
+    );
+    // A doctor that cannot reach a node says what it knows.
+    let out = run(
+        redlease().args([
+            "doctor",
+            "--nodes",
+            &[a.url(), closed_port_url(), closed_port_url()].join(","),
+            "--durable",
+            "--timeout",
+            "500ms",
+        ]),
+        LIMIT,
+    );
+    let durable = row(&out, "all", "durable");
+    assert!(
+        durable.starts_with("WARN") && durable.contains("(2 did not tell)"),
+        "{durable}"
+    );
+}

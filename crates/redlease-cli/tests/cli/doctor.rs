@@ -234,3 +234,66 @@ fn doctor_names_the_servers_kind_and_version() {
         assert!(server.contains(" compatible)"), "{server}");
     }
 }
+
+#[test]
+fn doctor_permits_says_what_a_semaphore_needs_in_the_librarys_words() {
+    let nodes = RedisNodes::start(5);
+    let urls = nodes.urls();
+    let with_permits = |urls: &[String], permits: &str| {
+        run(
+            redlease().args([
+                "doctor",
+                "--nodes",
+                &urls.join(","),
+                "--timeout",
+                "500ms",
+                "--permits",
+                permits,
+            ]),
+            LIMIT,
+        )
+    };
+    let out = with_permits(&urls, "3");
+    let semaphore = row(&out, "all", "semaphore");
+    assert!(
+        semaphore.starts_with("OK")
+            && semaphore.contains(
+                "3 permits over 5 nodes: each permit is held on 4 of them, so 1 may fail"
+            ),
+        "{semaphore}"
+    );
+    // 2 permits over 3 nodes: no node may fail. Doctor FAILs it with the
+    // library's refusal, which run exits 2 with.
+    let three = &urls[..3];
+    let out = with_permits(three, "2");
+    out.expect(1);
+    let semaphore = row(&out, "all", "semaphore");
+    let refusal = {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let refused = runtime.block_on(async {
+            let locker = redlease::Locker::new(three).unwrap();
+            let refused = locker.semaphore("jobs", 2).try_acquire().await;
+            refused.map(drop)
+        });
+        match refused {
+            Err(redlease::Error::InvalidInput { reason, .. }) => reason,
+            other => panic!("not refused: {other:?}"),
+        }
+    };
+    let said = refusal.replace(".allow_no_failures()", "--allow-no-failures");
+    assert!(semaphore.starts_with("FAIL"), "{semaphore}");
+    assert!(semaphore.contains(&said), "{semaphore} lacks {said}");
+    let ran = run(
+        redlease()
+            .args(["run", "--nodes", &three.join(","), "--key", "jobs"])
+            .args(["--permits", "2", "--", "true"]),
+        LIMIT,
+    );
+    ran.expect(2);
+    assert!(ran.one_line_error().contains(&said), "{ran:#?}");
+    // The advice is an odd number of nodes, as the node count row's.
+    assert!(said.contains("Use 5 nodes"), "{said}");
+}

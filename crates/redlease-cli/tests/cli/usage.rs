@@ -271,3 +271,39 @@ fn node_url_typos_say_what_was_typed_and_what_to_write() {
         }
     }
 }
+
+#[test]
+fn durations_too_long_for_the_clock_are_refused_not_a_panic() {
+    let nodes = ["--nodes", "redis://127.0.0.1:1"];
+    let huge = "18446744073709551615s";
+    for (args, says) in [
+        (
+            &["run", "--key", "k", "--ttl", huge, "--", "true"][..],
+            "invalid --ttl: ",
+        ),
+        (&["acquire", "--key", "k", "--ttl", huge], "invalid --ttl: "),
+        (
+            &["status", "--key", "k", "--timeout", huge],
+            "invalid --timeout: ",
+        ),
+        (
+            &["release", "--force", "--key", "k", "--timeout", huge],
+            "invalid --timeout: ",
+        ),
+    ] {
+        let out = run(&mut with_nodes(args, &nodes), LIMIT);
+        out.expect(2);
+        let line = out.one_line_error();
+        assert!(
+            line.starts_with(&format!("redlease: {says}")),
+            "{args:?}: {line}"
+        );
+    }
+    // Doctor takes any TTL: its advice is arithmetic, not a lock.
+    let out = run(
+        &mut with_nodes(&["doctor", "--ttl", huge, "--timeout", "200ms"], &nodes),
+        LIMIT,
+    );
+    out.expect(1);
+    assert!(!out.stderr.contains("internal error"), "{out:#?}");
+}
