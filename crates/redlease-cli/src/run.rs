@@ -1,9 +1,12 @@
 //! `redlease run`: a command under a distributed lock, like flock(1) across
-//! machines. Acquire, keep the lease alive while the command runs, stop the
-//! command if the lease is lost or redlease is asked to stop (SIGKILL after
-//! `--grace` if it does not), pass signals on, release at the end. If
-//! redlease itself dies, its guardian process stops the command (see
-//! guardian.rs).
+//! machines. Acquire, keep the lease alive while the command runs, pass
+//! signals on, release at the end. The command is stopped if redlease is
+//! asked to stop (SIGKILL after `--grace` if it does not exit), and if the
+//! lease runs out or is lost: SIGTERM while a well-behaved command still
+//! has time to exit, SIGKILL before the lease's validity ends whatever
+//! `--grace` says (see [`Deadlines`]), so that nothing of it runs once
+//! another client can take the lock. If redlease itself dies, its guardian
+//! process stops the command by the same time (see guardian.rs).
 
 use std::ffi::OsString;
 use std::io;
@@ -71,18 +74,27 @@ are held, and a --permits run waits while the name is locked. A permit's REDLEAS
 drawn as a plain run's is, larger than that of every earlier holder of the \
 name; permits taken at the same moment may get the same one.
 
-While the command runs, the lease is renewed every third of --ttl. If it is \
-lost anyway (nodes down or unreachable for longer than the TTL, or the lock \
-was taken over), the command gets SIGTERM, then SIGKILL after --grace, and \
-redlease exits with 75. The command runs in its own process group, so these \
-reach every process it started (a shell script's children too). SIGTERM, \
+While the command runs, the lease is renewed every third of --ttl. When \
+renewals do not get through (nodes down or unreachable) and only a third of \
+the TTL (or --grace, if shorter) is left of the lease, the command gets \
+SIGTERM; if it has not exited one drift allowance (1% of the TTL + 2 ms) \
+before the lease's validity ends, SIGKILL, whatever --grace says: nothing of \
+the command runs once another client can take the lock. A lease lost with \
+validity left (the lock was taken over) stops the command at once: SIGTERM, \
+then SIGKILL after --grace or one drift allowance before the validity ends, \
+whichever is first. A lost lease exits 75; if a renewal gets through after \
+the SIGTERM, the lease was not lost and redlease exits with the command's \
+status. The command runs in its own \
+process group, so these signals reach every process it started (a shell \
+script's children too). SIGTERM, \
 SIGINT and SIGQUIT sent to redlease are passed on the same way, SIGKILL \
-following after --grace if the command has not exited; SIGHUP is passed on \
+following after --grace (or by the time above, if the lease runs out \
+meanwhile) if the command has not exited; SIGHUP is passed on \
 without (daemons take it as a reload); SIGUSR1 and SIGUSR2 go to the command \
 alone. If redlease itself is killed (SIGKILL, out of memory), a small \
 guardian process (redlease __guardian) stops the command's group: SIGTERM at \
-once, SIGKILL after --grace or before the lease could expire, whichever is \
-first. A process that leaves the group (setsid) escapes both. When the \
+once, SIGKILL after --grace or one drift allowance before the lease's \
+validity ends, whichever is first. A process that leaves the group (setsid) escapes both. When the \
 command ends, redlease releases the lock and exits with its status (128+N if \
 it died of signal N).
 
@@ -98,15 +110,19 @@ Examples:
 Exit codes: the command's status; 1 (or --conflict-exit-code) if the lock is \
 held elsewhere (all N permits held); 2 usage (also: --permits other than the \
 name's holders give, or a semaphore no node may fail on); 69 no quorum of \
-nodes answered; 75 lease lost; 77 \
-the command exited 0 but the release was refused (ACL: NOPERM); 126/127 command not executable / not found. See `redlease --help`.")]
+nodes answered (with --wait, once the wait is over); 75 lease lost; 77 \
+the command exited 0 but the release was refused (ACL: NOPERM); 126/127 command not executable / not found; 128+N it died of signal N (or redlease \
+got signal N before starting it). See `redlease --help`.")]
 pub struct RunArgs {
     #[command(flatten)]
     take: TakeArgs,
 
     /// How long the command may take to exit after it was told to stop
-    /// (SIGTERM on a lost lease; SIGTERM, SIGINT or SIGQUIT passed on; redlease
-    /// killed) before its process group gets SIGKILL.
+    /// (SIGTERM, SIGINT or SIGQUIT passed on; redlease killed; a lease lost
+    /// or running out) before its process group gets SIGKILL. A lease that
+    /// runs out bounds it: SIGKILL lands one drift allowance (1% of the
+    /// TTL, plus 2 ms) before its validity ends, whatever this says, and
+    /// SIGTERM this long (at most a third of --ttl) before that.
     #[arg(long, value_name = "D", default_value = "5s", value_parser = duration::parse)]
     grace: Duration,
 
@@ -259,7 +275,9 @@ fn renewal_window(ttl: Duration) -> Duration {
 }
 
 /// The library's drift allowance, 1% of the TTL + 2 ms: a lease counts as
-/// lost this long before its validity ends.
+/// lost this long before its validity ends, and that is when nothing of
+/// the command may run any more: the kill-by time of `run` itself and of
+/// its guardian ([`Deadlines::kill_by`]).
 fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
@@ -381,8 +399,195 @@ struct Ended {
     lost: Option<LostReason>,
 }
 
+/// When the command must be stopped, read from the lease's validity as
+/// renewals move it on: SIGKILL at the kill-by time, one drift allowance
+/// before the validity ends (the time the guardian is given, and the
+/// latest the library reports an unrenewed lease lost), and SIGTERM
+/// [`lead`](Self::lead) before that if no renewal has moved it on by then.
+#[derive(Clone, Copy, Debug)]
+struct Deadlines {
+    /// One drift allowance ([`drift`]).
+    margin: Duration,
+    /// How long before the kill-by time a command whose renewals are not
+    /// getting through is told to stop: `--grace`, at most a third of the
+    /// TTL ([`stop_lead`]).
+    lead: Duration,
+}
+
+impl Deadlines {
+    fn new(ttl: Duration, grace: Duration) -> Deadlines {
+        Deadlines {
+            margin: drift(ttl),
+            lead: grace.min(stop_lead(ttl)),
+        }
+    }
+
+    /// The time by which nothing of the command may run, for a lease
+    /// valid until `valid_until`.
+    fn kill_by(&self, valid_until: Instant) -> Instant {
+        valid_until.checked_sub(self.margin).unwrap_or(valid_until)
+    }
+
+    /// When the command is told to stop unless a renewal has moved
+    /// `valid_until` on by then.
+    fn term_at(&self, valid_until: Instant) -> Instant {
+        let kill_by = self.kill_by(valid_until);
+        kill_by.checked_sub(self.lead).unwrap_or(kill_by)
+    }
+}
+
+/// The most a command whose renewals are not getting through is given to
+/// exit before the kill-by time: a third of the TTL. Renewed every third,
+/// a lease is then stopped once renewals have failed for about another
+/// third, and killed at the end of the last one; a renewal that gets
+/// through before that leaves the command alone.
+fn stop_lead(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
+/// Stops the command in time: what it was told so far, and what is due
+/// next.
+struct Stopper<'a> {
+    target: Target,
+    lease: &'a Lease,
+    deadlines: Deadlines,
+    grace: Duration,
+    /// What the run holds, for messages ([`Want::held`](crate::take::Want::held)).
+    held: &'a str,
+    /// The first request to stop (SIGTERM for a lease running out or lost,
+    /// or the stop signal passed on), and when it went out.
+    told: Option<(Signal, tokio::time::Instant)>,
+    /// It was told because renewals were not getting through, before the
+    /// lease's fate was known.
+    running_out: bool,
+    /// SIGKILL went out.
+    killed: bool,
+}
+
+impl Stopper<'_> {
+    /// The kill-by time as the lease's validity stands now.
+    fn kill_by(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.deadlines.kill_by(self.lease.valid_until()))
+    }
+
+    /// When SIGKILL is due, unless it went out: `--grace` after the first
+    /// request to stop, and in any case at the kill-by time.
+    fn kill_at(&self) -> Option<tokio::time::Instant> {
+        if self.killed {
+            return None;
+        }
+        let kill_by = self.kill_by();
+        Some(self.grace_ends().map_or(kill_by, |at| at.min(kill_by)))
+    }
+
+    /// `--grace` after the first request to stop (`None` if none went out,
+    /// or the grace reaches past the clock's range).
+    fn grace_ends(&self) -> Option<tokio::time::Instant> {
+        self.told.and_then(|(_, at)| at.checked_add(self.grace))
+    }
+
+    /// When SIGTERM is due for a lease running out, unless the command was
+    /// told to stop already.
+    fn term_at(&self) -> Option<tokio::time::Instant> {
+        let at =
+            || tokio::time::Instant::from_std(self.deadlines.term_at(self.lease.valid_until()));
+        self.told.is_none().then(at)
+    }
+
+    /// The next time something may be due.
+    fn next(&self) -> Option<tokio::time::Instant> {
+        [self.kill_at(), self.term_at()].into_iter().flatten().min()
+    }
+
+    /// Sends what is due now, if anything: a renewal may have moved the
+    /// validity on since [`next`](Self::next) was read.
+    fn act(&mut self, exited: bool) {
+        let now = tokio::time::Instant::now();
+        if self.kill_at().is_some_and(|at| now >= at) {
+            self.kill(now, exited);
+        } else if !exited && self.term_at().is_some_and(|at| now >= at) {
+            self.target.stop(Signal::TERM);
+            self.told = Some((Signal::TERM, now));
+            self.running_out = true;
+            let kill_in = self.kill_at().map_or(Duration::ZERO, |at| at - now);
+            eprintln!(
+                "redlease: renewals of {} are not getting through and it is valid for {} \
+                 more; sent the command SIGTERM (SIGKILL in {} if it has not exited, \
+                 before the lease runs out)",
+                self.held,
+                duration::show(self.lease.remaining()),
+                duration::show(kill_in)
+            );
+        }
+    }
+
+    /// SIGKILL to the command's group, saying why: the grace is over, or
+    /// the kill-by time came first.
+    fn kill(&mut self, now: tokio::time::Instant, exited: bool) {
+        self.target.stop(Signal::KILL);
+        self.killed = true;
+        let who = match exited {
+            false => "the command",
+            true => "the command exited, but processes it started",
+        };
+        let sent = match exited {
+            false => "sent SIGKILL",
+            true => "sent them SIGKILL",
+        };
+        let by_grace = self
+            .grace_ends()
+            .is_some_and(|at| at <= now && at <= self.kill_by());
+        match self.told {
+            Some((sig, _)) if by_grace => eprintln!(
+                "redlease: {who} did not exit within {} of {}; {sent}",
+                duration::show(self.grace),
+                signals::name(sig)
+            ),
+            _ => eprintln!(
+                "redlease: {who} had not exited with {} valid for {} more; {sent}, so \
+                 that nothing of the command runs once the lock can be another's",
+                self.held,
+                duration::show(self.lease.remaining())
+            ),
+        }
+    }
+
+    /// The lease was lost: SIGTERM if nothing was sent yet (SIGKILL
+    /// follows when [`kill_at`](Self::kill_at) says).
+    fn lost(&mut self, why: LostReason) {
+        let now = tokio::time::Instant::now();
+        if self.told.is_some() {
+            eprintln!("redlease: lost {} while the command ran ({why})", self.held);
+            return;
+        }
+        self.target.stop(Signal::TERM);
+        self.told = Some((Signal::TERM, now));
+        let kill_in = self
+            .kill_at()
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        eprintln!(
+            "redlease: lost {} while the command ran ({why}); sent it SIGTERM (SIGKILL in {})",
+            self.held,
+            duration::show(kill_in)
+        );
+    }
+
+    /// A signal redlease received: passed on; a request to stop starts
+    /// the grace.
+    fn forward(&mut self, sig: Signal) {
+        self.target.forward(sig);
+        // A command that ignores the request must not keep the lock for
+        // ever: the same grace as for a lost lease.
+        if signals::asks_to_stop(sig) && self.told.is_none() {
+            self.told = Some((sig, tokio::time::Instant::now()));
+        }
+    }
+}
+
 /// Waits for the command, passing signals on, stopping it if the lease is
-/// lost, and keeping the guardian's kill-by time up with the renewals.
+/// lost or running out, and keeping the guardian's kill-by time up with
+/// the renewals. Once the lease is lost, nothing of the command's group
+/// runs past the kill-by time.
 async fn supervise(
     child: &mut Child,
     lease: &Lease,
@@ -400,75 +605,79 @@ async fn supervise(
             lost: None,
         };
     };
+    let mut stopper = Stopper {
+        target,
+        lease,
+        deadlines: Deadlines::new(args.take.ttl, args.grace),
+        grace: args.grace,
+        held,
+        told: None,
+        running_out: false,
+        killed: false,
+    };
     let lost = lease.lost();
     tokio::pin!(lost);
     let mut lost_why = None;
-    // SIGKILL time: --grace after the first request to stop, and the
-    // signal that made it (for the message).
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let mut told = Signal::TERM;
     // Renewals move the lease's end every third of the TTL; the guardian
     // hears of it a little later, which only makes its kill-by earlier.
     let mut renewed = tokio::time::interval(
         (args.take.ttl / 6).clamp(Duration::from_millis(10), Duration::from_secs(1)),
     );
     renewed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let margin = drift(args.take.ttl);
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             why = &mut lost, if lost_why.is_none() => {
                 lost_why = Some(why);
-                target.stop(Signal::TERM);
-                let kill_in = match kill_at {
-                    Some(at) => at.saturating_duration_since(tokio::time::Instant::now()),
-                    None => args.grace,
-                };
-                eprintln!(
-                    "redlease: lost {} while the command ran ({why}); sent it SIGTERM \
-                     (SIGKILL in {})",
-                    held,
-                    duration::show(kill_in)
-                );
-                if kill_at.is_none() {
-                    told = Signal::TERM;
-                    kill_at = Some(tokio::time::Instant::now() + args.grace);
-                }
+                stopper.lost(why);
             }
-            () = sleep_until(kill_at), if kill_at.is_some() => {
-                kill_at = None;
-                target.stop(Signal::KILL);
-                eprintln!(
-                    "redlease: the command did not exit within {} of {}; sent SIGKILL",
-                    duration::show(args.grace),
-                    signals::name(told)
-                );
-            }
-            sig = signals.recv() => {
-                target.forward(sig);
-                // A command that ignores the request must not keep the lock
-                // for ever: the same grace as for a lost lease.
-                if signals::asks_to_stop(sig) && kill_at.is_none() {
-                    told = sig;
-                    kill_at = Some(tokio::time::Instant::now() + args.grace);
-                }
-            }
+            () = sleep_until(stopper.next()) => stopper.act(false),
+            sig = signals.recv() => stopper.forward(sig),
             _ = renewed.tick() => {
-                if let Some(at) = lease.valid_until().checked_sub(margin) {
-                    guardian.kill_by(at);
-                }
+                guardian.kill_by(stopper.deadlines.kill_by(lease.valid_until()));
             }
         }
     };
-    if let Some(kill_at) = kill_at {
-        // The command exited, but what it started may linger: no process
-        // of it may outlive the grace now that the lock is gone.
-        while target.group_alive() {
-            if tokio::time::Instant::now() >= kill_at {
-                target.stop(Signal::KILL);
-                break;
+    // The command exited. Told to stop, what it started may linger in its
+    // group: no process of it outlives the grace, nor the kill-by time.
+    // Told to stop because renewals were not getting through, the lease's
+    // fate is still open: it is lost by the kill-by time at the latest,
+    // unless a renewal gets through first.
+    loop {
+        let lingering = stopper.told.is_some() && !stopper.killed && target.group_alive();
+        let open = stopper.running_out && lost_why.is_none();
+        if open
+            && stopper
+                .deadlines
+                .term_at(lease.valid_until())
+                .checked_duration_since(Instant::now())
+                .is_some_and(|ahead| !ahead.is_zero())
+        {
+            eprintln!(
+                "redlease: renewals of {held} got through again after the command was told \
+                 to stop"
+            );
+            stopper.running_out = false;
+            continue;
+        }
+        if !lingering && !open {
+            break;
+        }
+        if lingering {
+            stopper.act(true);
+        }
+        // Looks again soon (the group's end is not signalled), and not
+        // after SIGKILL is due.
+        let mut look = tokio::time::Instant::now() + GROUP_POLL;
+        if let Some(kill_at) = stopper.kill_at().filter(|_| lingering) {
+            look = look.min(kill_at);
+        }
+        tokio::select! {
+            why = &mut lost, if lost_why.is_none() => {
+                lost_why = Some(why);
+                eprintln!("redlease: lost {held} ({why}) after the command exited");
             }
-            tokio::time::sleep(GROUP_POLL).await;
+            () = tokio::time::sleep_until(look) => {}
         }
     }
     Ended {
@@ -573,6 +782,32 @@ mod tests {
         let text = round_trip_warning(ms(1_000), ms(400)).unwrap();
         assert!(text.contains("took 400ms"), "{text}");
         assert!(text.contains("--ttl 2.4s or more"), "{text}");
+    }
+
+    #[test]
+    fn a_running_out_lease_stops_the_command_before_its_validity_ends() {
+        let end = Instant::now() + Duration::from_secs(60);
+        // 3 s: one drift allowance is 32 ms; SIGTERM goes a third of the
+        // TTL before SIGKILL, the grace being longer.
+        let d = Deadlines::new(ms(3_000), ms(5_000));
+        assert_eq!(end - d.kill_by(end), ms(32));
+        assert_eq!(end - d.term_at(end), ms(1_032));
+        // A shorter grace is what the command gets.
+        let d = Deadlines::new(ms(3_000), ms(200));
+        assert_eq!(end - d.term_at(end), ms(232));
+        // No grace: SIGTERM and SIGKILL at the kill-by time.
+        let d = Deadlines::new(ms(10_000), Duration::ZERO);
+        assert_eq!(d.term_at(end), d.kill_by(end));
+        assert_eq!(end - d.kill_by(end), ms(102));
+        // The SIGTERM comes after a renewal was due (a third of the TTL
+        // after the last one, when two thirds are left) and missed.
+        for ttl in [ms(150), ms(1_000), ms(3_000), ms(10_000), ms(3_600_000)] {
+            let d = Deadlines::new(ttl, Duration::MAX);
+            let left_at_term = end - d.term_at(end);
+            let left_at_renewal = ttl * 2 / 3 - d.margin;
+            assert!(left_at_term < left_at_renewal, "{ttl:?}: {left_at_term:?}");
+            assert!(left_at_term > d.margin, "{ttl:?}: {left_at_term:?}");
+        }
     }
 
     #[test]

@@ -60,8 +60,11 @@ pub struct TakeArgs {
     #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse_positive)]
     pub ttl: Duration,
 
-    /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m) [default:
-    /// wait as long as it takes, like flock].
+    /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m), and for
+    /// unreachable nodes to come back: within it, an outage is ridden out
+    /// (said once) and exits 69 only when the wait is over [default: wait
+    /// as long as it takes for a held lock, like flock; nodes unreachable
+    /// at the first attempt exit 69 at once].
     #[arg(long, value_name = "D", value_parser = duration::parse)]
     wait: Option<Duration>,
 
@@ -207,8 +210,8 @@ impl TakeArgs {
         *first_try = tried.elapsed();
         match first {
             Ok(lease) => return Ok(lease),
-            Err(e) if self.no_wait() || !worth_waiting(&e) => return Err(e),
-            Err(e) => {
+            Err(e) if self.no_wait() => return Err(e),
+            Err(e) if worth_waiting(&e) => {
                 // Said once, before the wait: it can be as long as the TTL.
                 let quarantine = self.nodes.restart_quarantine(self.ttl);
                 let note = quarantine_note(&e, quarantine).or_else(|| replicas_note(&e));
@@ -216,6 +219,19 @@ impl TakeArgs {
                     eprintln!("redlease: {note}");
                 }
             }
+            // Within a --wait, an outage is ridden out: said once, and
+            // exit 69 only when the wait is over.
+            Err(e) => match self.wait.zip(outage_note(&e)) {
+                Some((wait, note)) => {
+                    if !self.quiet {
+                        eprintln!(
+                            "redlease: {note}; trying again until --wait {} is over",
+                            duration::show(wait)
+                        );
+                    }
+                }
+                None => return Err(e),
+            },
         }
         let request = match keep_alive {
             true => want.acquire(locker).keep_alive(),
@@ -323,7 +339,7 @@ impl TakeArgs {
                     exit::UNAVAILABLE,
                     format!(
                         "{}; {not_done} (`redlease doctor` checks the nodes)",
-                        chain(e)
+                        gave_up(e, want, waited)
                     ),
                 ),
             },
@@ -700,9 +716,69 @@ fn replicas_note(e: &Error) -> Option<String> {
     })
 }
 
-/// Whether waiting can help: someone holds the lock, or the nodes were only
-/// slow. When no node holds it and a quorum failed, waiting would only hide
-/// unreachable nodes (possibly forever), so that is reported at once.
+/// A lock not had for want of a quorum, as one line: after a wait, the
+/// whole of it (the library's own wait begins after the first attempt,
+/// `waited` counts from before it) and the last attempt's error.
+fn gave_up(e: &Error, want: &Want, waited: Duration) -> String {
+    match e {
+        Error::WaitTimeout { attempts, last, .. } => format!(
+            "gave up waiting for {} after {} and {} attempts: {}",
+            want.listed(),
+            duration::show(waited),
+            attempts.saturating_add(1),
+            chain(last.as_ref())
+        ),
+        _ => chain(e),
+    }
+}
+
+/// Why the first attempt found no quorum, when nodes that cannot be
+/// reached now (or cannot serve yet) are the reason, and enough of them
+/// may come back for a quorum: a wait bounded by `--wait` rides that out.
+/// `None` when a failure that waiting does not cure (a refused password
+/// or permission, a key of another type, TLS) leaves too few nodes.
+fn outage_note(e: &Error) -> Option<String> {
+    let Error::NoQuorum {
+        succeeded,
+        quorum,
+        nodes,
+        failed,
+        ..
+    } = e
+    else {
+        return None;
+    };
+    let (passing, lasting): (Vec<_>, Vec<_>) = failed.iter().partition(|f| may_pass(f.kind()));
+    if passing.is_empty() || nodes.saturating_sub(lasting.len()) < *quorum {
+        return None;
+    }
+    let listed: Vec<String> = passing.iter().map(|f| format!("{f:#}")).collect();
+    Some(format!(
+        "no quorum yet: {succeeded} of {nodes} nodes granted the lock, {quorum} needed; \
+         unreachable or not serving: {}",
+        listed.join("; ")
+    ))
+}
+
+/// Whether a node's failure can pass by itself: it cannot be reached, did
+/// not answer in time, or is busy starting up or failing over.
+fn may_pass(kind: &redlease::NodeErrorKind) -> bool {
+    use redlease::{NodeErrorKind as K, ServerErrorCode as C};
+    match kind {
+        K::Timeout(_) | K::Connection(_) | K::Unresponsive { .. } => true,
+        K::Redis { code, .. } => matches!(
+            code,
+            C::Loading | C::Busy | C::TryAgain | C::ClusterDown | C::MasterDown
+        ),
+        _ => false,
+    }
+}
+
+/// Whether waiting can help whatever the wait: someone holds the lock, or
+/// the nodes were only slow. When no node holds it and a quorum failed,
+/// an unbounded wait would only hide unreachable nodes (possibly forever:
+/// a mistyped address), so that is reported at once; a `--wait` rides it
+/// out ([`outage_note`]).
 fn worth_waiting(e: &Error) -> bool {
     match e {
         Error::Taken { .. } | Error::ValidityExhausted { .. } => true,
