@@ -44,7 +44,9 @@ Example:
 
 Exit codes: 0 acquired (the handle is on stdout); 1 (or \
 --conflict-exit-code) the lock is held elsewhere (all N permits held); 2 \
-usage; 69 no quorum of nodes answered. See `redlease --help`.")]
+usage (also: --durable N with too few nodes that have N replicas); 69 no \
+quorum of nodes answered, or too few vote yet (their restart quarantine); \
+128+N a signal ended the wait. See `redlease --help`.")]
 pub struct AcquireArgs {
     #[command(flatten)]
     take: TakeArgs,
