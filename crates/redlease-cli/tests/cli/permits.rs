@@ -213,10 +213,10 @@ fn a_permit_run_that_loses_its_lease_is_stopped_and_exits_75() {
     let ended = finish(child, Duration::from_secs(20));
     node.resume();
     ended.expect(75);
+    // Stopped before the permit ran out (SIGTERM while renewals do not
+    // get through), and told as a lost permit.
     assert!(
-        ended
-            .stderr
-            .contains("lost its permit of \"fragile\" while the command ran"),
+        ended.stderr.contains("lost its permit of \"fragile\""),
         "{ended:#?}"
     );
     assert_eq!(read(&stopped).trim(), "term");
