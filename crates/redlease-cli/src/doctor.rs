@@ -1655,12 +1655,9 @@ async fn semaphore(nodes: &NodesArg, permits: u32, found: &[Probed]) -> Result<(
     }
     let row = if n > 1 && tolerates == 0 {
         // Refused before any I/O: the library's reason, with its advice.
-        let why = match semaphore.try_acquire().await {
+        let why = match semaphore.check() {
             Err(e) => chain(&e),
-            Ok(lease) => {
-                let _ = lease.release().await;
-                "no node may fail".to_string()
-            }
+            Ok(()) => "no node may fail".to_string(),
         };
         let why = why
             .strip_prefix("invalid --permits: ")

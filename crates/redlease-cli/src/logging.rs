@@ -31,12 +31,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// the library, the CLI and the testkit starts with this.
 const TARGET: &str = "redlease";
 
-/// The library's module that sends renewals, whose one info event is
+/// The target of the library's renewal events, whose one info event is
 /// "renewals to the node work again": shown by default, after its warning
-/// ("renewals to a node are failing"). A target is the module path of the
-/// event's source; `run`'s tests see both lines at the default level, so a
-/// move of the module shows there.
-const RENEWALS: &str = "redlease::coord::renew::lanes";
+/// ("renewals to a node are failing").
+const RENEWALS: &str = "redlease::renewal";
 
 /// The level for [`TARGET`] by the number of `-v` flags.
 fn level(verbose: u8, quiet: bool) -> &'static str {
@@ -185,7 +183,7 @@ mod tests {
     fn each_v_shows_one_level_more_of_redlease() {
         assert_eq!(
             shown(0, false, None),
-            "redlease::coord::renew::lanes=info,redlease=warn"
+            "redlease::renewal=info,redlease=warn"
         );
         assert_eq!(shown(1, false, None), "redlease=info");
         assert_eq!(shown(2, false, None), "redlease=debug");

@@ -130,6 +130,23 @@ impl<'a> Semaphore<'a> {
         self.engine.nodes().len() - self.quorum()
     }
 
+    /// Whether these settings can be used, with no I/O: the error an
+    /// acquire of this semaphore would be refused with before sending
+    /// anything (no permit, more than 100,000, or no node may fail
+    /// without [`allow_no_failures`](Self::allow_no_failures)), if any.
+    ///
+    /// ```
+    /// # fn f(three_nodes: &redlease::Locker) {
+    /// assert!(three_nodes.semaphore("jobs", 1).check().is_ok());
+    /// let two = three_nodes.semaphore("jobs", 2);
+    /// assert!(matches!(two.check(), Err(redlease::Error::InvalidInput { .. })));
+    /// assert!(two.allow_no_failures().check().is_ok());
+    /// # }
+    /// ```
+    pub fn check(&self) -> Result<(), Error> {
+        self.refusal().map_or(Ok(()), Err)
+    }
+
     /// Accept a semaphore on which no node may fail (every node must hold
     /// each permit, so one node down stops every acquire), which is
     /// otherwise refused. One deployment is not such a case: it is one

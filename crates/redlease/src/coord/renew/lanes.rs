@@ -15,6 +15,11 @@ use tracing::Instrument;
 
 use super::*;
 
+/// The target of the events that say a node's renewals fail and work
+/// again, whatever module sends them: a subscriber that shows warnings
+/// only can show these two at info (the CLI does).
+pub(crate) const RENEWAL_TARGET: &str = "redlease::renewal";
+
 /// Node `i`'s lane: sends what is queued for it, one batch at a time.
 pub(super) async fn lane(inner: Arc<Inner>, i: usize) {
     let mut lane = Lane::new(inner.nodes[i].clone());
@@ -72,10 +77,14 @@ pub(super) async fn lane(inner: Arc<Inner>, i: usize) {
             Delivery::Unsent(e) => Some(format!("{e:#}")),
         };
         match (&trouble, failing) {
-            (Some(why), false) => tracing::warn!(error = %why, "renewals to a node are failing"),
-            (None, true) => {
-                tracing::info!(node = %lane.node().id(), "renewals to the node work again")
+            (Some(why), false) => {
+                tracing::warn!(target: RENEWAL_TARGET, error = %why, "renewals to a node are failing")
             }
+            (None, true) => tracing::info!(
+                target: RENEWAL_TARGET,
+                node = %lane.node().id(),
+                "renewals to the node work again"
+            ),
             _ => {}
         }
         failing = trouble.is_some();
