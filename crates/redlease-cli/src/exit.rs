@@ -127,7 +127,8 @@ pub const CODES: &[Code] = &[
             ),
             by(
                 &["extend", "release --handle"],
-                "no handle, an empty one, or text that is not a handle",
+                "no handle, an empty one, text that is not a handle, or a handle cut short or \
+                 altered",
             ),
         ],
     },
