@@ -356,3 +356,114 @@ fn a_read_name_that_readers_hold_is_never_reserved_over_them() {
     );
     assert_eq!(get(&mut conn, "p{w}:claim").as_deref(), Some(&*mark));
 }
+
+/// A reservation mark as reserve.rs draws them: a Locker's tag (16 hex
+/// digits), the waiter's arrival ticket (16), random digits (16).
+fn mark_at(tag: &str, ticket: u64, n: u64) -> String {
+    format!("{tag:0>16}{ticket:016x}{n:016x}")
+}
+
+/// Two waiting sets whose refused attempts reach the nodes in different
+/// orders (on node 0 the later one's arrives first, as when a lost packet
+/// delays the earlier one's there): every node ends with the earlier
+/// waiter's reservation and claim, not a split between the two with
+/// neither on a quorum, and the holder's release hands the name to it
+/// everywhere.
+#[test]
+fn waiters_that_reach_nodes_in_different_orders_are_served_by_arrival() {
+    let nodes = redlease_testkit::RedisNodes::start(3);
+    let mut conns: Vec<Connection> = nodes
+        .iter()
+        .map(|n| n.client().get_connection().unwrap())
+        .collect();
+    let (a, b) = ("p{a}", "p{b}");
+    let holder = token("bb", 1);
+    let (early, early_mark) = (token("cc", 2), mark_at("cc", 1_000, 7));
+    let (late, late_mark) = (token("dd", 3), mark_at("dd", 2_000, 8));
+    for conn in &mut conns {
+        set(conn, b, &holder);
+    }
+    for (i, conn) in conns.iter_mut().enumerate() {
+        let order = match i {
+            0 => [(&late, &late_mark), (&early, &early_mark)],
+            _ => [(&early, &early_mark), (&late, &late_mark)],
+        };
+        for (token, mark) in order {
+            let refused = acquire_all(conn, &[a, b], token, Some(mark));
+            assert!(held_at(&refused).is_some(), "node {i}: {refused:?}");
+        }
+    }
+    for (i, conn) in conns.iter_mut().enumerate() {
+        assert_eq!(
+            get(conn, a),
+            Some(format!("{early_mark}~")),
+            "node {i}: a is the earlier waiter's"
+        );
+        assert_eq!(
+            get(conn, "p{b}:claim").as_deref(),
+            Some(&*early_mark),
+            "node {i}: b is claimed by the earlier waiter"
+        );
+        let mut rank = command("ZRANK");
+        rank.arg("p{b}:queue").arg(&late_mark);
+        let queued: Option<i64> = run(conn, rank);
+        assert_eq!(queued, None, "node {i}: the later claim left the queue");
+    }
+
+    // The holder lets go everywhere: b is the earlier waiter's on every
+    // node, the later one is refused, the earlier one takes both.
+    for conn in &mut conns {
+        assert_eq!(release(conn, b, &holder), 1);
+        assert_eq!(get(conn, b), Some(format!("{early_mark}~")));
+        let refused = acquire_all(conn, &[a, b], &late, Some(&late_mark));
+        assert_eq!(held_at(&refused), Some(0), "{refused:?}");
+        let taken = acquire_all(conn, &[a, b], &early, Some(&early_mark));
+        assert_eq!(held_at(&taken), None, "{taken:?}");
+        assert_eq!(get(conn, a), Some(format!("{early}*")));
+        assert_eq!(get(conn, b), Some(format!("{early}*")));
+    }
+}
+
+/// A later waiter takes nothing of an earlier one's: not its reservation
+/// (a reserved name counts as held) nor its claim, while an earlier
+/// waiter takes over a later one's reservation as if the name were free.
+#[test]
+fn a_later_waiter_gives_way_and_an_earlier_one_takes_over() {
+    let node = RedisNode::start();
+    let mut conn = node.client().get_connection().unwrap();
+    let (a, b, c) = ("p{a}", "p{b}", "p{c}");
+    let (early, early_mark) = (token("cc", 2), mark_at("cc", 1_000, 7));
+    let (late, late_mark) = (token("dd", 3), mark_at("dd", 2_000, 8));
+    set(&mut conn, c, &token("bb", 1));
+
+    // The later waiter reserves a and b and claims c.
+    let refused = acquire_all(&mut conn, &[a, b, c], &late, Some(&late_mark));
+    assert_eq!(held_at(&refused), Some(2));
+    assert_eq!(get(&mut conn, b), Some(format!("{late_mark}~")));
+    // The earlier one, wanting b alone, takes it over the reservation.
+    let taken = acquire_all(&mut conn, &[b], &early, Some(&early_mark));
+    assert_eq!(held_at(&taken), None, "{taken:?}");
+    assert_eq!(get(&mut conn, b), Some(format!("{early}*")));
+    // The later one is refused at b now; a stays its own.
+    let refused = acquire_all(&mut conn, &[a, b, c], &late, Some(&late_mark));
+    assert_eq!(held_at(&refused), Some(1));
+    assert_eq!(get(&mut conn, a), Some(format!("{late_mark}~")));
+
+    // An attempt without a reservation mark takes over nothing.
+    let mut del = command("DEL");
+    del.arg(b);
+    let _: i64 = run(&mut conn, del);
+    let lone = acquire_all(&mut conn, &[a], &token("ee", 4), None);
+    assert_eq!(held_at(&lone), Some(0), "{lone:?}");
+
+    // A later waiter leaves an earlier one's reservation and claim alone.
+    let later_still = mark_at("ee", 3_000, 9);
+    let refused = acquire_all(&mut conn, &[a, c], &token("ee", 5), Some(&later_still));
+    assert_eq!(held_at(&refused), Some(0), "{refused:?}");
+    assert_eq!(get(&mut conn, a), Some(format!("{late_mark}~")));
+    let _ = acquire_all(&mut conn, &[a, b, c], &late, Some(&late_mark));
+    assert_eq!(get(&mut conn, "p{c}:claim").as_deref(), Some(&*late_mark));
+    let refused = acquire_all(&mut conn, &[c], &token("ee", 6), Some(&later_still));
+    assert_eq!(held_at(&refused), Some(0));
+    assert_eq!(get(&mut conn, "p{c}:claim").as_deref(), Some(&*late_mark));
+}

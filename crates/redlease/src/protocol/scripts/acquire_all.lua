@@ -46,6 +46,18 @@
 -- name readers hold that the waiter wants exclusive also sets the
 -- writer-waiting mark (as writer_waits.lua), so that new readers queue
 -- behind it; the grant or unreserve.lua removes it.
+--
+-- Waiters that reserve are served in the order of their arrival: a mark
+-- is 48 hex digits, the Locker's tag (16), the waiter's arrival ticket
+-- (16: microseconds by the waiter's clock, the same on every node) and
+-- random digits (see reserve.rs). A reservation or claim of a waiter
+-- that arrived later gives way to ours: its reserved name counts as free
+-- (we reserve or take it over it), its claim becomes ours. So waiters
+-- that reach the nodes in different orders (a request delayed on one
+-- node by a lost packet) do not split a name's reservations between
+-- them, node by node, with none on a quorum; and the earliest waiter
+-- waits for holders only, never for another waiter, so no waiter waits
+-- on another in a circle.
 local k = tonumber(ARGV[10])
 local modes, readers = ARGV[14], ARGV[15]
 local value = ARGV[1]
@@ -62,11 +74,27 @@ end
 local function shared(i)
   return string.byte(modes, i) == 114 -- 'r'
 end
+-- Whether our mark goes before `other`, another waiter's mark: the
+-- earlier arrival ticket, or on a tie the lower mark.
+local function before(other)
+  local ours, theirs = string.sub(mark, 17, 32), string.sub(other, 17, 32)
+  if ours ~= theirs then
+    return ours < theirs
+  end
+  return mark < other
+end
+-- Whether `value` is another waiter's reservation that gives way to ours.
+local function gives_way(value)
+  return #mark > 0 and type(value) == 'string' and #value == 49
+    and string.byte(value, 49) == 126 -- '~'
+    and string.match(value, '^%x+~$') ~= nil and before(string.sub(value, 1, 48))
+end
 local function marked_by_another(i)
   local waits = redis.call('GET', KEYS[i] .. ':writer')
   return waits and (#mark == 0 or (waits ~= mark and waits ~= mark .. '*'))
 end
 local ours = {}
+local theirs = {}
 local read_held = {}
 local first = nil
 for i = 1, k do
@@ -74,6 +102,10 @@ for i = 1, k do
   read_held[i] = holder == readers
   if holder and #mark > 0 and holder == reserved then
     ours[i] = true
+  elseif gives_way(holder) then
+    -- Reserved by a later waiter: free to us (taken over if we reserve
+    -- or take it).
+    theirs[i] = true
   elseif shared(i) and (not holder or holder == readers) then
     -- Free to a reader, unless a writer waits for it.
     if marked_by_another(i) then
@@ -102,6 +134,11 @@ if first then
     end
     local claim = KEYS[first] .. ':claim'
     local claimed = redis.call('GET', claim)
+    if claimed and claimed ~= mark and #claimed == 48 and before(claimed) then
+      -- A later waiter's claim gives way to ours.
+      redis.call('ZREM', KEYS[first] .. ':queue', claimed)
+      claimed = nil
+    end
     if not claimed or claimed == mark then
       redis.call('SET', claim, mark, 'PX', ARGV[12])
       -- First in the lock's queue (queue.lua), which the queue's own
@@ -172,8 +209,8 @@ for i = 1, k do
     end
     redis.call('PEXPIREAT', KEYS[i], last)
     redis.call('PEXPIREAT', set, last)
-    if ours[i] then
-      -- Readers refused by our reservation may join us now.
+    if ours[i] or theirs[i] then
+      -- Readers refused by a reservation may join us now.
       redis.pcall(ARGV[13], KEYS[i] .. ':released', string.sub(redis.sha1hex(mark), 1, 16))
     end
     if ARGV[7] == '1' then
@@ -194,7 +231,8 @@ for i = 1, k do
   else
     -- Single lockers wait behind a reservation, readers behind our
     -- waiting mark once another Locker's marked it: publish the release.
-    if ours[i] or (#mark > 0 and redis.call('GET', KEYS[i] .. ':writer') == mark .. '*') then
+    if ours[i] or theirs[i]
+        or (#mark > 0 and redis.call('GET', KEYS[i] .. ':writer') == mark .. '*') then
       redis.call('SET', KEYS[i], value .. '*', 'PX', ARGV[2])
     else
       redis.call('SET', KEYS[i], value, 'PX', ARGV[2])
