@@ -30,7 +30,8 @@
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
 //!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N]
-//!     [--no-quarantine | --restart-quarantine-ms N] [--no-clock-guard] [--verbose] [--list]
+//!     [--no-quarantine | --restart-quarantine-ms N] [--no-clock-guard] [--loss PCT]
+//!     [--verbose] [--list]
 //! ```
 //!
 //! `--no-quarantine` and `--no-clock-guard` turn the library's guards
@@ -42,6 +43,15 @@
 //! The deployment scenarios (`cluster-failover`, `sentinel-failover`) lock
 //! through one replicated node (a Redis Cluster, a Sentinel-managed
 //! primary) instead of `--nodes` independent ones, and fail it over.
+//!
+//! `--loss PCT` runs a scenario under real packet loss: the whole soak
+//! (its servers, proxies and clients) runs in a network namespace of its
+//! own (see the testkit's `netns`), where nftables drops PCT % of the TCP
+//! packets to and from the lock nodes' ports, from before the clients
+//! start until they are done. The data Redis, the protected resource, is
+//! spared (a lost write there would be the resource's fault, not the
+//! lock's). It needs root and `nft`; without them the run exits 2 with
+//! the reason.
 //!
 //! Prints a summary and, last, one JSON line. Exit status: 0 when no
 //! violation was found (with `--expect-violation`: when one was), 1 when
@@ -64,6 +74,7 @@ mod rig;
 mod rw_checker;
 mod scenarios;
 mod sem_checker;
+mod setup;
 mod store;
 mod watchdog;
 mod workload;
@@ -71,6 +82,7 @@ mod workload;
 use std::process::ExitCode;
 
 use clap::Parser;
+use redlease_testkit::netns::Netns;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -125,12 +137,25 @@ struct Args {
     /// Scenarios only: clients with `clock_jump_guard(false)`.
     #[arg(long)]
     no_clock_guard: bool,
+    /// Scenarios only: real packet loss, PCT % of the TCP packets to and
+    /// from the lock nodes (0.01 to 100), in a network namespace of the
+    /// soak's own (root and nft needed).
+    #[arg(long, value_name = "PCT", value_parser = parse_loss)]
+    loss: Option<f64>,
     /// Log each fault as it is applied (to stderr).
     #[arg(long)]
     verbose: bool,
     /// List the scenarios and controls, then exit.
     #[arg(long)]
     list: bool,
+}
+
+/// `--loss`: a percentage above 0, at most 100.
+fn parse_loss(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(pct) if (0.01..=100.0).contains(&pct) => Ok(pct),
+        _ => Err(format!("{text:?} is not a loss between 0.01 and 100 (%)")),
+    }
 }
 
 fn list() {
@@ -189,19 +214,59 @@ fn replay_command(args: &Args, seed: u64, nodes: usize) -> String {
     if args.no_clock_guard {
         cmd.push_str(" --no-clock-guard");
     }
+    if let Some(pct) = args.loss {
+        cmd.push_str(&format!(" --loss {pct}"));
+    }
     if args.expect_violation {
         cmd.push_str(" --expect-violation");
     }
     cmd
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     if args.list {
         list();
         return ExitCode::SUCCESS;
     }
+    if args.loss.is_some() && scenarios::find(&args.scenario).is_none() {
+        eprintln!("--loss applies to the scenarios only");
+        return ExitCode::from(2);
+    }
+    // The namespace first, on this thread: the runtime's threads, and the
+    // servers and proxies started from them, are then all inside it.
+    let netns = match args.loss.map(|_| Netns::enter()).transpose() {
+        Ok(netns) => netns,
+        Err(e) => {
+            eprintln!("soak: --loss: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("soak: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let loss = args
+        .loss
+        .zip(netns.as_ref())
+        .map(|(percent, ns)| scenarios::Loss {
+            percent,
+            faults: ns.faults(),
+        });
+    let code = runtime.block_on(soak(args, loss));
+    // The servers are gone before the thread leaves the namespace.
+    drop(runtime);
+    drop(netns);
+    code
+}
+
+async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
     panics::install();
     let seed = args.seed.unwrap_or_else(rand::random);
     let nodes = usize::from(args.nodes);
@@ -242,7 +307,16 @@ async fn main() -> ExitCode {
             },
             clock: !args.no_clock_guard,
         };
-        scenarios::run(scenario, nodes, args.seconds, seed, guards, args.verbose).await
+        scenarios::run(
+            scenario,
+            nodes,
+            args.seconds,
+            seed,
+            guards,
+            loss.as_ref(),
+            args.verbose,
+        )
+        .await
     } else if let Some(scenario) = deployment::find(&args.scenario) {
         let quarantine = if args.no_quarantine {
             Some(std::time::Duration::ZERO)

@@ -14,12 +14,13 @@ use redlease_testkit::{NodeConfig, RedisNode};
 use crate::checker::LeftoverKey;
 use crate::faults::Link;
 use crate::panics;
+use crate::setup;
 
 /// The lock nodes; each behind its own mutex so faults on different nodes
 /// run at the same time.
 pub type Nodes = Arc<Vec<Mutex<RedisNode>>>;
 
-/// How long inspecting one node may take.
+/// How long one try at inspecting one node may take (see [`setup`]).
 const INSPECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on SCAN round trips per node.
 const MAX_SCANS: usize = 10_000;
@@ -116,6 +117,14 @@ impl Rig {
         })
     }
 
+    /// The nodes' ports (stable across restarts).
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .map(|n| n.lock().unwrap_or_else(|p| p.into_inner()).port())
+            .collect()
+    }
+
     /// The URLs `worker` connects to: its proxies if it has any, else the nodes.
     pub fn urls_for(&self, worker: usize) -> Vec<String> {
         (0..self.addrs.len())
@@ -169,17 +178,17 @@ const UPTIME_POLL: Duration = Duration::from_millis(50);
 /// the difference of two whole wall-clock seconds (now and the start), so
 /// the figure turns 1 at the next full second, possibly a few ms after the
 /// start: it waits for the quarantine rounded up to whole seconds plus
-/// one. Returns how long it waited; bounded by `quarantine` plus 6 s.
+/// one. Returns how long it waited; bounded by `quarantine` plus 6 s, and
+/// each `INFO` by [`setup::retried`] (a node that does not answer ends
+/// the run with its error).
 pub async fn await_uptime(addrs: &[String], quarantine: Duration) -> Result<Duration, String> {
     let start = std::time::Instant::now();
     let want = quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1;
     let deadline = start + quarantine + Duration::from_secs(6);
     for (node, addr) in addrs.iter().enumerate() {
         loop {
-            let up = tokio::time::timeout(INSPECT_TIMEOUT, uptime(addr))
-                .await
-                .map_err(|_| format!("node {node}: INFO timed out"))?
-                .map_err(|e| format!("node {node}: INFO failed: {e}"))?;
+            let what = format!("node {node}: INFO");
+            let up = setup::retried(&what, INSPECT_TIMEOUT, || uptime(addr)).await?;
             if up >= want {
                 break;
             }
@@ -197,8 +206,7 @@ pub async fn await_uptime(addrs: &[String], quarantine: Duration) -> Result<Dura
 
 /// `uptime_in_seconds` from `INFO server`.
 async fn uptime(addr: &str) -> redis::RedisResult<u64> {
-    let client = redis::Client::open(format!("redis://{addr}"))?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut conn = setup::connect(&format!("redis://{addr}")).await?;
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut conn)
@@ -215,14 +223,13 @@ async fn uptime(addr: &str) -> redis::RedisResult<u64> {
 }
 
 /// Lock keys (`redlease:*` but not the `:fence` counters, which are meant
-/// to outlive locks) still present on any node.
+/// to outlive locks) still present on any node. Each node's scan is
+/// retried whole ([`setup::retried`]).
 pub async fn leftover_keys(addrs: &[String]) -> Result<Vec<LeftoverKey>, String> {
     let mut out = Vec::new();
     for (node, addr) in addrs.iter().enumerate() {
-        let keys = tokio::time::timeout(INSPECT_TIMEOUT, scan_node(addr))
-            .await
-            .map_err(|_| format!("node {node}: inspection timed out"))?
-            .map_err(|e| format!("node {node}: inspection failed: {e}"))?;
+        let what = format!("node {node}: inspection");
+        let keys = setup::retried(&what, INSPECT_TIMEOUT, || scan_node(addr)).await?;
         out.extend(
             keys.into_iter()
                 .map(|(key, pttl_ms)| LeftoverKey { node, key, pttl_ms }),
@@ -232,8 +239,7 @@ pub async fn leftover_keys(addrs: &[String]) -> Result<Vec<LeftoverKey>, String>
 }
 
 async fn scan_node(addr: &str) -> redis::RedisResult<Vec<(String, i64)>> {
-    let client = redis::Client::open(format!("redis://{addr}"))?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut conn = setup::connect(&format!("redis://{addr}")).await?;
     let mut cursor: u64 = 0;
     let mut found = Vec::new();
     for _ in 0..MAX_SCANS {

@@ -52,6 +52,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redlease_testkit::netns::Faults;
+
 use crate::checker::FinalState;
 use crate::faults::{self, FaultKind, Link, Topology};
 use crate::history::Recorder;
@@ -135,6 +137,15 @@ pub struct Guards {
     pub quarantine: Option<Duration>,
     /// `clock_jump_guard`.
     pub clock: bool,
+}
+
+/// Real packet loss on the lock nodes' links (`--loss`): the run is in a
+/// network namespace of its own, whose nftables drop `percent` % of the
+/// TCP packets to and from the nodes' ports while the clients run (the
+/// data Redis is spared: it stands for the protected resource).
+pub struct Loss {
+    pub percent: f64,
+    pub faults: Faults,
 }
 
 use FaultKind::*;
@@ -321,6 +332,10 @@ const DRAIN_SLACK: Duration = Duration::from_secs(5);
 /// Extra wait after the last byte could have reached a node, before lock
 /// keys are looked for.
 const LEAK_MARGIN: Duration = Duration::from_millis(500);
+/// After the loss is healed, how long a segment may still wait for its
+/// retransmission (the kernel's timeout doubles from 200 ms with each
+/// loss of it: four in a row).
+const RETRANSMISSION_DRAIN: Duration = Duration::from_secs(4);
 /// The read-write checker's starvation bound, in TTLs: readers that
 /// arrived after a waiting writer may keep it out about one reader's TTL
 /// (a kept-alive one's hold, 1.5 x TTL, at most) and a wake-up; twice
@@ -340,6 +355,7 @@ pub async fn run(
     seconds: u64,
     seed: u64,
     guards: Guards,
+    loss: Option<&Loss>,
     verbose: bool,
 ) -> Result<Run, String> {
     let mut settings = match scenario.workload {
@@ -423,6 +439,18 @@ pub async fn run(
         .collect();
     let rig = Rig::start(configs, &settings.proxied).await?;
     let mut notes = Vec::new();
+    if let Some(loss) = loss {
+        // From before the clients connect: their setup meets it too.
+        loss.faults
+            .loss_on(loss.percent, &rig.ports())
+            .map_err(|e| format!("--loss: {e}"))?;
+        notes.push(format!(
+            "real packet loss: {} % of the TCP packets to and from every lock node dropped \
+             (nftables, in the soak's own network namespace) until the clients were done; \
+             the data Redis spared",
+            loss.percent
+        ));
+    }
     match guards.quarantine {
         Some(q) if q.is_zero() => {
             notes.push("restart quarantine OFF (--no-quarantine)".to_string());
@@ -586,10 +614,21 @@ pub async fn run(
         .await
         .map_err(|e| format!("fault injector: {e}"))??;
 
+    let mut retransmissions = Duration::ZERO;
+    if let Some(loss) = loss {
+        let dropped = loss.faults.dropped().unwrap_or(0);
+        loss.faults
+            .heal()
+            .map_err(|e| format!("healing --loss: {e}"))?;
+        notes.push(format!(
+            "{dropped} packets to or from the lock nodes were dropped"
+        ));
+        retransmissions = RETRANSMISSION_DRAIN;
+    }
     rig.heal().await?;
     // Held and delayed bytes are delivered by now or within the largest
-    // delay; a key they create lives one TTL.
-    tokio::time::sleep(max_delay + settings.ttl + LEAK_MARGIN).await;
+    // delay (or retransmission); a key they create lives one TTL.
+    tokio::time::sleep(max_delay + retransmissions + settings.ttl + LEAK_MARGIN).await;
     let leftover_keys = rig.leftover_keys().await?;
     let counters = Store::connect(&rig.data.url())
         .await?

@@ -8,8 +8,11 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
-/// Every data-Redis call is bounded; the data Redis is local and never
-/// faulted, so this only fires if the machine stalls badly.
+use crate::setup;
+
+/// Every data-Redis call of the workload is bounded; the data Redis is
+/// local and never faulted (`--loss` spares it too), so this only fires
+/// if the machine stalls badly.
 const DATA_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Accept `(token, value)` only if the token is above the last accepted
@@ -48,9 +51,17 @@ async fn bounded<T>(
 }
 
 impl Store {
+    /// Connects, retried within [`setup::DEADLINE`] (see [`setup`]).
     pub async fn connect(url: &str) -> Result<Store, String> {
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-        let conn = bounded(client.get_multiplexed_async_connection()).await?;
+        let per_try = setup::CONNECT_TIMEOUT + DATA_TIMEOUT;
+        let conn = setup::retried("connecting to the data Redis", per_try, || async {
+            let mut conn = setup::connect(url).await?;
+            // The workload's calls are bounded by DATA_TIMEOUT, not by
+            // the connection's own reply timeout.
+            conn.set_response_timeout(DATA_TIMEOUT);
+            Ok::<_, redis::RedisError>(conn)
+        })
+        .await?;
         Ok(Store {
             conn,
             fenced: Script::new(FENCED_WRITE),
@@ -95,16 +106,21 @@ impl Store {
         Ok(accepted == 1)
     }
 
-    /// The final value of every counter.
+    /// The final value of every counter (each read retried within
+    /// [`setup::DEADLINE`]).
     pub async fn counters(&mut self, locks: usize) -> Result<Vec<Option<u64>>, String> {
         let mut out = Vec::with_capacity(locks);
         for lock in 0..locks {
-            let mut conn = self.conn.clone();
-            let value: Option<u64> = bounded(
-                redis::cmd("GET")
-                    .arg(counter_key(lock))
-                    .query_async(&mut conn),
-            )
+            let what = format!("reading counter {lock}");
+            let value: Option<u64> = setup::retried(&what, DATA_TIMEOUT, || {
+                let mut conn = self.conn.clone();
+                async move {
+                    redis::cmd("GET")
+                        .arg(counter_key(lock))
+                        .query_async(&mut conn)
+                        .await
+                }
+            })
             .await?;
             out.push(value);
         }
