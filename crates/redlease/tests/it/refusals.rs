@@ -30,7 +30,13 @@ async fn a_full_semaphore_says_its_permits_are_held() {
     }
     let e = b.semaphore("encoders", 3).try_acquire().await.unwrap_err();
     assert!(refused_by(&e, HeldBy::Semaphore { permits: 3 }), "{e:?}");
-    assert!(matches!(e, Error::Taken { mode: LockMode::Permit, .. }));
+    assert!(matches!(
+        e,
+        Error::Taken {
+            mode: LockMode::Permit,
+            ..
+        }
+    ));
     let text = e.to_string();
     assert!(
         text.starts_with("all 3 permits of semaphore \"encoders\" are held on 1 of 1 nodes"),
@@ -70,7 +76,9 @@ async fn readers_and_a_waiting_writer_are_named() {
     let reader = a.try_read_lock("catalog").await.unwrap();
     let e = b.try_lock("catalog").await.unwrap_err();
     assert!(refused_by(&e, HeldBy::Readers), "{e:?}");
-    assert!(e.to_string().contains("lock \"catalog\" is held by readers"));
+    assert!(e
+        .to_string()
+        .contains("lock \"catalog\" is held by readers"));
     // A writer waits (and marks itself once readers refused it): a new
     // reader is told a writer waits, not that a writer holds the lock.
     let writer = tokio::spawn(async move {
@@ -106,7 +114,13 @@ async fn a_lock_held_by_the_same_locker_says_so() {
     let held = a.lock("report").await.unwrap();
     let tried = a.try_lock("report").await.unwrap_err();
     assert!(
-        matches!(tried, Error::Taken { by_this_locker: true, .. }),
+        matches!(
+            tried,
+            Error::Taken {
+                by_this_locker: true,
+                ..
+            }
+        ),
         "{tried:?}"
     );
     assert!(tried.to_string().contains("not reentrant"), "{tried}");
@@ -117,14 +131,26 @@ async fn a_lock_held_by_the_same_locker_says_so() {
         .unwrap_err();
     match &waited {
         Error::WaitTimeout { last, .. } => {
-            assert!(matches!(**last, Error::Taken { by_this_locker: true, .. }))
+            assert!(matches!(
+                **last,
+                Error::Taken {
+                    by_this_locker: true,
+                    ..
+                }
+            ))
         }
         other => panic!("{other:?}"),
     }
     assert!(waited.to_string().contains("not reentrant"), "{waited}");
     let other = b.try_lock("report").await.unwrap_err();
     assert!(
-        matches!(other, Error::Taken { by_this_locker: false, .. }),
+        matches!(
+            other,
+            Error::Taken {
+                by_this_locker: false,
+                ..
+            }
+        ),
         "{other:?}"
     );
     assert!(!other.to_string().contains("reentrant"), "{other}");
@@ -196,7 +222,13 @@ async fn a_release_short_of_a_quorum_counts_the_nodes_known_free() {
         }
         let e = lease.release().await.unwrap_err();
         assert!(
-            matches!(e, Error::NoQuorum { op: redlease::Op::Release, .. }),
+            matches!(
+                e,
+                Error::NoQuorum {
+                    op: redlease::Op::Release,
+                    ..
+                }
+            ),
             "{e:?}"
         );
         assert_eq!(e.may_still_be_held(), may_hold, "{e}");
@@ -208,7 +240,10 @@ async fn a_release_short_of_a_quorum_counts_the_nodes_known_free() {
         );
         match may_hold {
             false => assert!(text.contains("so no quorum holds it any more"), "{text}"),
-            true => assert!(text.contains("the others may hold it until it expires"), "{text}"),
+            true => assert!(
+                text.contains("the others may hold it until it expires"),
+                "{text}"
+            ),
         }
         for proxy in &c.proxies {
             proxy.set(Mode::Pass);

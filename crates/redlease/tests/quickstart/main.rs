@@ -104,5 +104,9 @@ fn no_redis_answering_is_said_at_once_with_exit_2() {
     assert!(stderr.contains(&port.to_string()), "{stderr}");
     assert!(stderr.contains("redis-server"), "{stderr}");
     // Not after the 15 s wait for the first lock.
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
