@@ -27,7 +27,9 @@
 //! them so: a multi-lease is one lease per name, and its own checks say
 //! which call took each. Checks 2 and 3's fenced writes apply per name
 //! as they are. A multi-lock's call is counted, bounded and classified
-//! once (`Op::is_call`), not once per name.
+//! once (`Op::is_call`), not once per name. In an engine run
+//! (`Config::engine`), every mode on shared names, the engine checker
+//! (`engine_checker`) judges the leases so, per name and mode.
 //!
 //! Measurement only ever narrows the intervals of (1): "returned" is read
 //! after the call returns and "release began" before it starts, so timing
@@ -72,6 +74,10 @@ pub struct Config {
     /// ([`crate::multi_checker`]), as in a read-write run. Every other
     /// check applies per name as it is.
     pub multi: bool,
+    /// Every mode on shared names: the lease checks are the engine
+    /// checker's ([`crate::engine_checker`]), as in a read-write run.
+    /// Every other check applies per name as it is.
+    pub engine: bool,
 }
 
 impl Default for Config {
@@ -83,6 +89,7 @@ impl Default for Config {
             read_write: false,
             semaphore: false,
             multi: false,
+            engine: false,
         }
     }
 }
@@ -136,9 +143,10 @@ pub struct Verdict {
     pub examples: BTreeMap<&'static str, Vec<String>>,
 }
 
-/// The categories a read-write, a semaphore or a multi-lock run leaves
-/// to its own checker (see [`Config::read_write`], [`Config::semaphore`],
-/// [`Config::multi`]): they stay 0 there.
+/// The categories a read-write, a semaphore, a multi-lock or an engine
+/// run leaves to its own checker (see [`Config::read_write`],
+/// [`Config::semaphore`], [`Config::multi`], [`Config::engine`]): they
+/// stay 0 there.
 pub const JUDGED_ELSEWHERE: [&str; 2] = ["overlap", "expired_lease_returned"];
 
 impl Verdict {
@@ -188,7 +196,7 @@ struct Span {
 /// Runs every check.
 pub fn check(history: &History, state: &FinalState, config: &Config) -> Verdict {
     let mut verdict = Verdict::default();
-    if !config.read_write && !config.semaphore && !config.multi {
+    if !config.read_write && !config.semaphore && !config.multi && !config.engine {
         let spans = spans(history);
         check_overlap(&spans, &mut verdict);
         check_token_order(&spans, &mut verdict);

@@ -53,6 +53,13 @@
 //!   takes lock 1 while A's lease is valid, and both write it. Judged by
 //!   the multi-lock checker, it passes only if `name_overlap` is flagged.
 //!
+//! - `control-engine-queue-jump` and `control-engine-extra-holder` (in
+//!   `engine`): a release that forgets the waiters, so that a later
+//!   arrival is served before one that waits; and a semaphore's holders
+//!   forgotten, so that a third takes one of 2 permits. Judged by the
+//!   engine checker, they pass only if `overtaken`, and `over_capacity`,
+//!   are flagged.
+//!
 //! Every control turns the restart quarantine off: the first two because
 //! it is what they show, `control-sem-majority` because its restarted
 //! nodes keep every permit (fsync'd) and must vote again at once, the
@@ -75,6 +82,7 @@ use crate::store::Store;
 use crate::watchdog::Watchdog;
 use crate::workload::{lock_name, Client, Request, Settings};
 
+mod engine;
 mod multi;
 
 pub const CONTROLS: &[(&str, &str)] = &[
@@ -115,6 +123,16 @@ pub const CONTROLS: &[(&str, &str)] = &[
         multi::NAME,
         "a multi-lease's holder frees one of its names with a plain DEL and goes on; a \
          single-name locker takes it meanwhile (must be flagged name_overlap)",
+    ),
+    (
+        engine::QUEUE_JUMP,
+        "a release deletes the lock's keys (its queue too) and wakes nobody: a later arrival \
+         takes the lock while an earlier one waits (must be flagged overtaken)",
+    ),
+    (
+        engine::EXTRA_HOLDER,
+        "a semaphore's 2 holders are forgotten (its keys deleted) while valid; a third takes \
+         a permit (must be flagged over_capacity)",
     ),
 ];
 
@@ -258,6 +276,7 @@ impl Bench {
             read_write: None,
             semaphore: None,
             multi: None,
+            engine: None,
         })
     }
 }
@@ -278,6 +297,8 @@ pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
         "control-rw-writer-mark-erased" => writer_mark_erased(nodes, seed).await,
         "control-sem-majority" => sem_majority(seed).await,
         multi::NAME => multi::partial_release(nodes, seed).await,
+        engine::QUEUE_JUMP => engine::queue_jump(nodes, seed).await,
+        engine::EXTRA_HOLDER => engine::extra_holder(nodes, seed).await,
         other => Err(format!("unknown control {other:?}")),
     }
 }

@@ -335,6 +335,7 @@ pub async fn run(
         read_write: None,
         semaphore: None,
         multi: None,
+        engine: None,
     })
 }
 

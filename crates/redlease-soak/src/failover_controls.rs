@@ -416,6 +416,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
         read_write: None,
         semaphore: None,
         multi: None,
+        engine: None,
     })
 }
 
@@ -624,5 +625,6 @@ async fn empty_restart(name: &str, seed: u64) -> Result<Run, String> {
         read_write: None,
         semaphore: None,
         multi: None,
+        engine: None,
     })
 }

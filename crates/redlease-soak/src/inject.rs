@@ -1,5 +1,6 @@
 //! Carries out a fault plan against the rig's nodes and proxies, each fault
-//! on its own task at its planned time, and counts what was applied.
+//! on its own task at its planned time, and counts what was applied and
+//! when each fault was in force.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,15 +11,35 @@ use redlease_testkit::proxy::{Mode, Proxy};
 use crate::faults::{Action, Fault, Link, LinkMode};
 use crate::rig::{with_node, Nodes};
 
-/// Applies `plan` (times from `epoch`); returns applied faults by kind, or
-/// the first harness error (a node that could not be restarted).
+/// What a fault plan did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Applied faults by kind.
+    pub counts: BTreeMap<&'static str, u64>,
+    /// Each applied fault, and when it was in force.
+    pub windows: Vec<Window>,
+}
+
+/// When one fault was in force, measured from the run's epoch: from just
+/// before it was applied until it was healed (the node restarted or
+/// resumed, the links back to pass) plus, for delayed links, the largest
+/// delay (bytes in flight keep their delivery time).
+#[derive(Clone, Debug)]
+pub struct Window {
+    pub fault: Fault,
+    pub from: Duration,
+    pub to: Duration,
+}
+
+/// Applies `plan` (times from `epoch`); returns what was applied, or the
+/// first harness error (a node that could not be restarted).
 pub async fn run(
     plan: Vec<Fault>,
     nodes: Nodes,
     proxies: Arc<BTreeMap<Link, Proxy>>,
     epoch: Instant,
     verbose: bool,
-) -> Result<BTreeMap<&'static str, u64>, String> {
+) -> Result<Applied, String> {
     let tasks: Vec<_> = plan
         .into_iter()
         .map(|fault| {
@@ -32,16 +53,21 @@ pub async fn run(
                         fault.describe()
                     );
                 }
+                let from = epoch.elapsed();
                 apply(&fault, &nodes, &proxies).await?;
-                Ok::<_, String>(fault.kind.label())
+                let to = epoch.elapsed() + max_link_delay(std::slice::from_ref(&fault));
+                Ok::<_, String>(Window { fault, from, to })
             })
         })
         .collect();
-    let mut applied = BTreeMap::new();
+    let mut applied = Applied::default();
     let mut first_error = None;
     for task in tasks {
         match task.await {
-            Ok(Ok(label)) => *applied.entry(label).or_insert(0) += 1,
+            Ok(Ok(window)) => {
+                *applied.counts.entry(window.fault.kind.label()).or_insert(0) += 1;
+                applied.windows.push(window);
+            }
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);
             }

@@ -27,11 +27,22 @@
 //! starved by later single-name lockers), beside the lost updates and
 //! fenced writes of every name.
 //!
+//! `engine-mixed` runs the mixed faults under every mode on shared names:
+//! exclusive locks, readers and sets (`lock_all` with `and_read`) on 3
+//! lock names, permits on a semaphore name of its own; every acquire call
+//! is journaled (arrival, end, names, modes, weights, what it got), and
+//! the engine checker judges it too: capacity per name (no writer beside
+//! anyone, readers only together, permit weights within `N`), the order
+//! in which waiters are served (no waiter overtaken by a later arrival,
+//! faults that touch it excused), and starvation, for every mode.
+//! `--modes LIST` (`write`, `read`, `permit`, `set`, comma-separated)
+//! narrows the kinds drawn: `--modes write` is exclusive locks alone.
+//!
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
 //!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N]
 //!     [--no-quarantine | --restart-quarantine-ms N] [--no-clock-guard] [--loss PCT]
-//!     [--verbose] [--list]
+//!     [--modes LIST] [--verbose] [--list]
 //! ```
 //!
 //! `--no-quarantine` and `--no-clock-guard` turn the library's guards
@@ -61,6 +72,7 @@
 mod checker;
 mod controls;
 mod deployment;
+mod engine_checker;
 mod examples;
 mod failover_controls;
 mod faults;
@@ -83,6 +95,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use redlease_testkit::netns::Netns;
+
+use crate::workload::engine::Modes;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -142,6 +156,10 @@ struct Args {
     /// soak's own (root and nft needed).
     #[arg(long, value_name = "PCT", value_parser = parse_loss)]
     loss: Option<f64>,
+    /// `engine-mixed` only: the kinds of acquisition drawn, comma-separated
+    /// (`write`, `read`, `permit`, `set`; default all).
+    #[arg(long, value_name = "LIST", value_parser = Modes::parse)]
+    modes: Option<Modes>,
     /// Log each fault as it is applied (to stderr).
     #[arg(long)]
     verbose: bool,
@@ -217,6 +235,9 @@ fn replay_command(args: &Args, seed: u64, nodes: usize) -> String {
     if let Some(pct) = args.loss {
         cmd.push_str(&format!(" --loss {pct}"));
     }
+    if let Some(modes) = args.modes {
+        cmd.push_str(&format!(" --modes {}", modes.label()));
+    }
     if args.expect_violation {
         cmd.push_str(" --expect-violation");
     }
@@ -277,6 +298,10 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
         eprintln!("--no-durability and --durable-replicas apply to the deployment scenarios only");
         return ExitCode::from(2);
     }
+    if args.modes.is_some() && args.scenario != "engine-mixed" {
+        eprintln!("--modes applies to engine-mixed only");
+        return ExitCode::from(2);
+    }
     if args.no_clock_guard && scenarios::find(&args.scenario).is_none() {
         eprintln!("--no-clock-guard applies to the scenarios only (the controls set their own)");
         return ExitCode::from(2);
@@ -314,6 +339,7 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
             seed,
             guards,
             loss.as_ref(),
+            args.modes,
             args.verbose,
         )
         .await
@@ -356,6 +382,7 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
         read_write: run.read_write.is_some(),
         semaphore: run.semaphore.is_some(),
         multi: run.multi.is_some(),
+        engine: run.engine.is_some(),
         ..checker::Config::default()
     };
     let verdict = checker::check(&run.history, &run.state, &config);
@@ -371,15 +398,23 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
         .multi
         .as_ref()
         .map(|multi| multi_checker::judge(&run.history, multi, &run.state.stalls));
+    let engine = run
+        .engine
+        .as_ref()
+        .map(|engine| engine_checker::judge(&run.history, engine, &run.state.stalls));
+    let others = report::Others {
+        rw: rw.as_ref(),
+        sem: sem.as_ref(),
+        multi: multi.as_ref(),
+        engine: engine.as_ref(),
+    };
     if !args.json {
         print!(
             "{}",
             report::summary(
                 &run,
                 &verdict,
-                rw.as_ref(),
-                sem.as_ref(),
-                multi.as_ref(),
+                others,
                 &replay_command(&args, seed, run.nodes)
             )
         );
@@ -387,21 +422,25 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
     let total = verdict.total()
         + rw.as_ref().map_or(0, |rw| rw.total())
         + sem.as_ref().map_or(0, |sem| sem.total())
-        + multi.as_ref().map_or(0, |multi| multi.total());
+        + multi.as_ref().map_or(0, |multi| multi.total())
+        + engine.as_ref().map_or(0, |engine| engine.total());
     // A control that names the check it must trip (one of the read-write,
-    // the semaphore or the multi-lock checker's) passes only by that one.
+    // the semaphore, the multi-lock or the engine checker's) passes only
+    // by that one.
     let flagged_by = run
         .read_write
         .as_ref()
         .and_then(|rw| rw.flagged_by)
         .or(run.semaphore.as_ref().and_then(|sem| sem.flagged_by))
-        .or(run.multi.as_ref().and_then(|multi| multi.flagged_by));
+        .or(run.multi.as_ref().and_then(|multi| multi.flagged_by))
+        .or(run.engine.as_ref().and_then(|engine| engine.flagged_by));
     let found = match flagged_by {
         Some(name) => rw
             .iter()
             .flat_map(|rw| rw.counts())
             .chain(sem.iter().flat_map(|sem| sem.counts()))
             .chain(multi.iter().flat_map(|multi| multi.counts()))
+            .chain(engine.iter().flat_map(|engine| engine.counts()))
             .any(|(n, count)| n == name && count > 0),
         None => total > 0,
     };
@@ -446,10 +485,7 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
     if args.json && !shortfall.is_empty() {
         eprintln!("soak: the run was too small: {}", shortfall.join("; "));
     }
-    println!(
-        "{}",
-        report::json(&run, &verdict, rw.as_ref(), sem.as_ref(), multi.as_ref())
-    );
+    println!("{}", report::json(&run, &verdict, others));
     if ok {
         ExitCode::SUCCESS
     } else {

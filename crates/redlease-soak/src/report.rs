@@ -7,10 +7,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::checker::{FinalState, Verdict, JUDGED_ELSEWHERE};
+use crate::engine_checker::{EngineRun, EngineVerdict};
 use crate::history::{Call, ErrorKind, History, Mode, Outcome};
 use crate::multi_checker::{MultiLocks, MultiVerdict};
 use crate::rw_checker::{self, ReadWrite, RwVerdict};
 use crate::sem_checker::{SemVerdict, Semaphores};
+
+mod engine;
 
 /// Everything a finished run hands to the checker and the report.
 pub struct Run {
@@ -38,6 +41,9 @@ pub struct Run {
     /// A multi-lock run: the multi-lock checker judges it too, with these
     /// settings.
     pub multi: Option<MultiLocks>,
+    /// An engine run: the engine checker judges it too, with its journal
+    /// of acquire calls and its faults.
+    pub engine: Option<EngineRun>,
 }
 
 impl Run {
@@ -91,18 +97,35 @@ fn ms(d: Duration) -> String {
     }
 }
 
-/// The readable summary (everything but the JSON line); `rw`: the
-/// read-write checker's verdict, in a read-write run; `sem`: the
-/// semaphore checker's, in a semaphore run; `multi`: the multi-lock
-/// checker's, in a multi-lock run.
-pub fn summary(
-    run: &Run,
-    verdict: &Verdict,
-    rw: Option<&RwVerdict>,
-    sem: Option<&SemVerdict>,
-    multi: Option<&MultiVerdict>,
-    command: &str,
-) -> String {
+/// The other checkers' verdicts, where the run has them.
+#[derive(Clone, Copy, Default)]
+pub struct Others<'a> {
+    /// The read-write checker's, in a read-write run.
+    pub rw: Option<&'a RwVerdict>,
+    /// The semaphore checker's, in a semaphore run.
+    pub sem: Option<&'a SemVerdict>,
+    /// The multi-lock checker's, in a multi-lock run.
+    pub multi: Option<&'a MultiVerdict>,
+    /// The engine checker's, in an engine run.
+    pub engine: Option<&'a EngineVerdict>,
+}
+
+impl Others<'_> {
+    /// Whether another checker judges the leases (see
+    /// [`JUDGED_ELSEWHERE`]).
+    fn any(&self) -> bool {
+        self.rw.is_some() || self.sem.is_some() || self.multi.is_some() || self.engine.is_some()
+    }
+}
+
+/// The readable summary (everything but the JSON line).
+pub fn summary(run: &Run, verdict: &Verdict, others: Others<'_>, command: &str) -> String {
+    let Others {
+        rw,
+        sem,
+        multi,
+        engine,
+    } = others;
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(
@@ -142,7 +165,10 @@ pub fn summary(
             .history
             .iter()
             .filter(|op| op.call == call && op.is_call())
-            .filter(|op| kind.is_none_or(|(m, multi)| op.mode == m && op.multi.is_some() == multi))
+            // A multi-lock's call once, whatever the mode of its first name.
+            .filter(|op| {
+                kind.is_none_or(|(m, multi)| op.multi.is_some() == multi && (multi || op.mode == m))
+            })
             .collect();
         if ops.is_empty() {
             continue;
@@ -231,11 +257,14 @@ pub fn summary(
     if let Some(multi) = multi {
         multi_observations(w, run, multi);
     }
+    if let Some(engine) = engine {
+        engine::observations(w, run, engine);
+    }
 
     let _ = writeln!(w, "\nchecks:");
     checks(
         w,
-        &exclusive_counts(verdict, rw.is_some() || sem.is_some() || multi.is_some()),
+        &exclusive_counts(verdict, others.any()),
         &verdict.examples,
     );
     if let Some(rw) = rw {
@@ -259,6 +288,14 @@ pub fn summary(
              grants, lock_all waits):"
         );
         checks(w, &multi.counts(), &multi.examples);
+    }
+    if let Some(engine) = engine {
+        let _ = writeln!(
+            w,
+            "engine checks (capacity, order and starvation per name, every mode; token order, \
+             stale reads and expiry at return):"
+        );
+        checks(w, &engine.counts(), &engine.examples);
     }
     out
 }
@@ -506,14 +543,15 @@ fn observations(w: &mut String, run: &Run) {
 /// The one-line JSON report; a read-write run's has `rw_violations` too,
 /// a semaphore run's `sem_violations` and `sem_peak` (the most holders at
 /// once, per name), a multi-lock run's `multi_violations` and `multi`
-/// (its calls and waits).
-pub fn json(
-    run: &Run,
-    verdict: &Verdict,
-    rw: Option<&RwVerdict>,
-    sem: Option<&SemVerdict>,
-    multi: Option<&MultiVerdict>,
-) -> String {
+/// (its calls and waits), an engine run's `engine_violations` and
+/// `engine` (its calls by kind, how the order was judged).
+pub fn json(run: &Run, verdict: &Verdict, others: Others<'_>) -> String {
+    let Others {
+        rw,
+        sem,
+        multi,
+        engine,
+    } = others;
     let faults: serde_json::Map<String, serde_json::Value> = run
         .faults
         .iter()
@@ -525,10 +563,7 @@ pub fn json(
             .map(|(k, n)| (k.to_string(), json!(n)))
             .collect()
     };
-    let violations = map(&exclusive_counts(
-        verdict,
-        rw.is_some() || sem.is_some() || multi.is_some(),
-    ));
+    let violations = map(&exclusive_counts(verdict, others.any()));
     let mut report = json!({
         "scenario": run.scenario,
         "seed": run.seed,
@@ -569,6 +604,10 @@ pub fn json(
             "max_kept_out_ms": ms(f.max_kept_out),
         });
     }
+    if let Some(engine) = engine {
+        report["engine_violations"] = serde_json::Value::Object(map(&engine.counts()));
+        report["engine"] = self::engine::json(engine);
+    }
     report.to_string()
 }
 
@@ -592,6 +631,7 @@ mod tests {
             read_write: None,
             semaphore: None,
             multi: None,
+            engine: None,
         }
     }
 
@@ -602,12 +642,27 @@ mod tests {
             writer_overlap: 2,
             ..RwVerdict::default()
         };
-        let line: serde_json::Value =
-            serde_json::from_str(&json(&run(), &verdict, Some(&rw), None, None)).unwrap();
+        let line: serde_json::Value = serde_json::from_str(&json(
+            &run(),
+            &verdict,
+            Others {
+                rw: Some(&rw),
+                ..Others::default()
+            },
+        ))
+        .unwrap();
         assert!(line["violations"].get("overlap").is_none(), "{line}");
         assert_eq!(line["violations"]["lost_update"], 0);
         assert_eq!(line["rw_violations"]["writer_overlap"], 2);
-        let text = summary(&run(), &verdict, Some(&rw), None, None, "replay");
+        let text = summary(
+            &run(),
+            &verdict,
+            Others {
+                rw: Some(&rw),
+                ..Others::default()
+            },
+            "replay",
+        );
         assert!(
             text.contains("writer_overlap                2  VIOLATION"),
             "{text}"
@@ -615,7 +670,7 @@ mod tests {
         assert!(!text.contains("  overlap "), "{text}");
         // An exclusive run's report is as it was.
         let line: serde_json::Value =
-            serde_json::from_str(&json(&run(), &verdict, None, None, None)).unwrap();
+            serde_json::from_str(&json(&run(), &verdict, Others::default())).unwrap();
         assert_eq!(line["violations"]["overlap"], 0);
         assert!(line.get("rw_violations").is_none());
         assert!(line.get("sem_violations").is_none());
@@ -642,14 +697,29 @@ mod tests {
             fenced: true,
             flagged_by: None,
         });
-        let line: serde_json::Value =
-            serde_json::from_str(&json(&run, &verdict, None, None, Some(&multi))).unwrap();
+        let line: serde_json::Value = serde_json::from_str(&json(
+            &run,
+            &verdict,
+            Others {
+                multi: Some(&multi),
+                ..Others::default()
+            },
+        ))
+        .unwrap();
         assert!(line["violations"].get("overlap").is_none(), "{line}");
         assert_eq!(line["multi_violations"]["name_overlap"], 1);
         assert_eq!(line["multi"]["lock_all_granted"], 9);
         assert_eq!(line["multi"]["max_wait_ms"], 4001);
         assert_eq!(line["multi"]["max_kept_out_ms"], 250);
-        let text = summary(&run, &verdict, None, None, Some(&multi), "replay");
+        let text = summary(
+            &run,
+            &verdict,
+            Others {
+                multi: Some(&multi),
+                ..Others::default()
+            },
+            "replay",
+        );
         assert!(
             text.contains("name_overlap                  1  VIOLATION"),
             "{text}"
@@ -675,20 +745,99 @@ mod tests {
             permits: 2,
             flagged_by: Some("over_permits"),
         });
-        let line: serde_json::Value =
-            serde_json::from_str(&json(&run, &verdict, None, Some(&sem), None)).unwrap();
+        let line: serde_json::Value = serde_json::from_str(&json(
+            &run,
+            &verdict,
+            Others {
+                sem: Some(&sem),
+                ..Others::default()
+            },
+        ))
+        .unwrap();
         assert!(line["violations"].get("overlap").is_none(), "{line}");
         assert_eq!(line["sem_violations"]["over_permits"], 1);
         assert_eq!(line["sem_violations"]["fencing"], 0);
         assert_eq!(line["sem_peak"]["0"], 3);
         assert!(line.get("rw_violations").is_none());
-        let text = summary(&run, &verdict, None, Some(&sem), None, "replay");
+        let text = summary(
+            &run,
+            &verdict,
+            Others {
+                sem: Some(&sem),
+                ..Others::default()
+            },
+            "replay",
+        );
         assert!(
             text.contains("over_permits                  1  VIOLATION"),
             "{text}"
         );
         assert!(
             text.contains("2 permit(s) per name") && text.contains("lock 0: 3, lock 1: 2"),
+            "{text}"
+        );
+        assert!(!text.contains("  overlap "), "{text}");
+    }
+
+    #[test]
+    fn an_engine_report_shows_its_checker_its_kinds_and_what_was_excused() {
+        use crate::engine_checker::{EngineFigures, KindFigures};
+        let verdict = Verdict::default();
+        let write = KindFigures {
+            calls: 10,
+            granted: 9,
+            waits: (8, 8),
+            judged: 8,
+            contended: (20, 3),
+            overtaken: (1, 2),
+            worst_overtake: Some((Duration::from_millis(640), "case".into())),
+            ..KindFigures::default()
+        };
+        let engine = EngineVerdict {
+            overtaken: 2,
+            figures: EngineFigures {
+                kinds: BTreeMap::from([("write", write)]),
+                contended: 20,
+                out_of_order: 3,
+                excused: BTreeMap::from([("node faults", 1)]),
+                max_kept_out: Duration::from_millis(250),
+                peak: BTreeMap::from([(0, 1), (4, 2)]),
+                ..EngineFigures::default()
+            },
+            ..EngineVerdict::default()
+        };
+        let mut run = run();
+        run.engine = Some(EngineRun {
+            capacity: BTreeMap::from([(4, 2)]),
+            starvation_bound: Duration::from_secs(2),
+            modes: "write,permit".into(),
+            ..EngineRun::default()
+        });
+        let others = Others {
+            engine: Some(&engine),
+            ..Others::default()
+        };
+        let line: serde_json::Value = serde_json::from_str(&json(&run, &verdict, others)).unwrap();
+        assert!(line["violations"].get("overlap").is_none(), "{line}");
+        assert_eq!(line["engine_violations"]["overtaken"], 2);
+        assert_eq!(line["engine"]["kinds"]["write"]["overtaken_pairs"], 2);
+        assert_eq!(line["engine"]["kinds"]["write"]["out_of_order"], 3);
+        assert_eq!(line["engine"]["excused"]["node faults"], 1);
+        assert_eq!(line["engine"]["max_kept_out_ms"], 250);
+        let text = summary(&run, &verdict, others, "replay");
+        assert!(
+            text.contains("overtaken                     2  VIOLATION"),
+            "{text}"
+        );
+        assert!(
+            text.contains("most held at once: lock 0: 1 holder(s), lock 4: 2 of 2 permits")
+                && text.contains("20 pair(s) of a waiter")
+                && text.contains(
+                    "3 of them out of order (beyond the slacks): 2 flagged, excused: node faults 1"
+                )
+                && text.contains(
+                    "worst overtake of a write waiter (it still waited 640 ms after): case"
+                ),
             "{text}"
         );
         assert!(!text.contains("  overlap "), "{text}");

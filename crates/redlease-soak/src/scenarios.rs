@@ -48,6 +48,17 @@
 //! name, and the `lock_all` waits of the clients that reach every node
 //! directly for starvation by later single-name lockers (bound
 //! [`MULTI_STARVATION_TTLS`] x TTL).
+//!
+//! `engine-mixed` puts every mode on shared names under the mixed faults:
+//! on 4 lock names, exclusive locks, readers and sets of 2 or 3 of them
+//! (each name written or read), and on a semaphore name of its own, 2
+//! permits (two more clients, reaching every node directly, take permits
+//! only); each also tried once, some kept alive; every call that waits
+//! waits up to 6 x TTL (see [`workload::engine`]). `--modes` narrows the
+//! kinds drawn (`--modes write` is exclusive locks alone). The engine
+//! checker judges capacity, the order in which waiters are served and
+//! starvation, every fault applied being a disturbance that excuses the
+//! waiters it touches (see [`engine_checker`](crate::engine_checker)).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +66,8 @@ use std::time::{Duration, Instant};
 use redlease_testkit::netns::Faults;
 
 use crate::checker::FinalState;
-use crate::faults::{self, FaultKind, Link, Topology};
+use crate::engine_checker::{self, Disturbance, EngineRun};
+use crate::faults::{self, Action, FaultKind, Link, Topology};
 use crate::history::Recorder;
 use crate::inject;
 use crate::multi_checker::MultiLocks;
@@ -66,6 +78,7 @@ use crate::rw_checker::ReadWrite;
 use crate::sem_checker::Semaphores;
 use crate::store::Store;
 use crate::watchdog::{Watchdog, STALL};
+use crate::workload::engine::{Journal, Modes};
 use crate::workload::{self, Client, Settings};
 
 /// Which nodes run with `appendonly yes, appendfsync always`.
@@ -125,6 +138,9 @@ pub enum Workload {
     /// Several names at once and one at a time ([`Settings::multi`]),
     /// judged by the multi-lock checker too.
     Multi,
+    /// Every mode on shared names ([`Settings::engine`]), judged by the
+    /// engine checker too.
+    Engine,
 }
 
 /// The library's guards against servers that restarted or whose clock
@@ -290,6 +306,17 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: Workload::Multi,
     },
     Scenario {
+        name: "engine-mixed",
+        about: "the mixed faults under every mode on shared names (writers, readers, sets of 2-3 \
+                of 3 names, 3 permits on a name of their own); order judged (--modes narrows)",
+        mix: MIXED,
+        fsync: Fsync::Minority,
+        patient: true,
+        clients: Clients::Standard,
+        fake_clock: false,
+        workload: Workload::Engine,
+    },
+    Scenario {
         name: "empty-restart",
         about:
             "SIGKILL a node without persistence, restart at once, empty; holders on bare majorities",
@@ -348,7 +375,24 @@ const STARVATION_TTLS: u32 = 4;
 /// later single lockers kept a judged `lock_all` out 1.3 s at most, and
 /// none of them waited more than 2.2 s.
 pub const MULTI_STARVATION_TTLS: u32 = 6;
+/// The engine checker's starvation bound, in TTLs, as the read-write
+/// checker's: every call that waits waits up to 6 x TTL.
+const ENGINE_STARVATION_TTLS: u32 = 4;
+/// How long after a fault heals (or a lease ends unreleased) waiters may
+/// still be served out of order, in TTLs: a waiter whose place a fault
+/// took queues again at its next attempt, which its fallback timer (the
+/// holder's expiry at most) brings within a TTL.
+const ENGINE_RECOVER_TTLS: u32 = 1;
+/// How long a restarted node casts no vote (the library's restart
+/// quarantine, at most the TTL plus drift, rounded up to the whole
+/// seconds the server counts its uptime in, plus one).
+const RESTART_QUARANTINE: Duration = Duration::from_secs(2);
+/// What real packet loss adds to the engine checker's slacks: the kernel
+/// retransmits a lost segment after 200 ms at least, doubling; two in a
+/// row.
+const LOSS_SLACK: Duration = Duration::from_millis(200 + 400);
 
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     scenario: &Scenario,
     nodes: usize,
@@ -356,9 +400,15 @@ pub async fn run(
     seed: u64,
     guards: Guards,
     loss: Option<&Loss>,
+    modes: Option<Modes>,
     verbose: bool,
 ) -> Result<Run, String> {
+    if modes.is_some() && scenario.workload != Workload::Engine {
+        return Err(format!("--modes does not apply to {}", scenario.name));
+    }
     let mut settings = match scenario.workload {
+        // Fencing on for every client: tokens and generations per name.
+        Workload::Engine => Settings::engine(scenario.patient, modes.unwrap_or(Modes::ALL)),
         // Fencing on for every client: readers' generations.
         Workload::ReadWrite => Settings::read_write(scenario.patient),
         // Fencing on for every client: permits' tokens go up per name.
@@ -583,6 +633,7 @@ pub async fn run(
         epoch,
         verbose,
     ));
+    let journal = Journal::default();
     let workers: Vec<_> = clients
         .into_iter()
         .map(|client| {
@@ -591,6 +642,13 @@ pub async fn run(
                 Workload::Multi => {
                     tokio::spawn(workload::multi::work(client, settings, seed, deadline))
                 }
+                Workload::Engine => tokio::spawn(workload::engine::work(
+                    client,
+                    settings,
+                    seed,
+                    deadline,
+                    journal.clone(),
+                )),
                 _ => tokio::spawn(workload::work(client, settings, seed, deadline)),
             }
         })
@@ -610,7 +668,7 @@ pub async fn run(
     }
     let elapsed = epoch.elapsed();
     let stalls = watchdog.stop();
-    let faults = injector
+    let applied = injector
         .await
         .map_err(|e| format!("fault injector: {e}"))??;
 
@@ -694,9 +752,56 @@ pub async fn run(
             multi.starvation_bound.as_millis()
         ));
     }
+    let engine = settings.engine.as_ref().map(|mix| {
+        let recover = ENGINE_RECOVER_TTLS * settings.ttl;
+        let run = EngineRun {
+            asked: journal.asked(),
+            nodes: servers,
+            capacity: mix
+                .semaphore_names(settings.locks)
+                .map(|name| (name, mix.permits))
+                .collect(),
+            disturbances: disturbances(&applied.windows, recover),
+            recover,
+            starvation_bound: ENGINE_STARVATION_TTLS * settings.ttl,
+            loss_slack: if loss.is_some() {
+                LOSS_SLACK
+            } else {
+                Duration::ZERO
+            },
+            modes: mix.modes.label(),
+            flagged_by: None,
+        };
+        notes.push(format!(
+            "engine: {} on lock names 0-{} and semaphore name(s) {:?} of {} permits (weights \
+             {:?}; clients {}.. take permits only, if any); {:.0}% try_, {:.0}% kept alive; \
+             critical sections {}-{} ms; calls that wait wait up to {} ms; order \
+             judged with slacks of 2 node timeouts + 50 ms{}, a fault taking its node from a \
+             waiter until {} ms after it healed (restarts: 2 s more); starvation bound {} ms",
+            run.modes,
+            settings.locks - 1,
+            mix.semaphore_names(settings.locks),
+            mix.permits,
+            workload::engine::PERMIT_WEIGHTS,
+            mix.permit_workers_from,
+            settings.try_share * 100.0,
+            settings.keep_alive_share * 100.0,
+            settings.min_sleep.as_millis(),
+            settings.max_sleep.as_millis(),
+            settings.wait.as_millis(),
+            if loss.is_some() {
+                format!(" + {} ms for the loss", LOSS_SLACK.as_millis())
+            } else {
+                String::new()
+            },
+            recover.as_millis(),
+            run.starvation_bound.as_millis()
+        ));
+        run
+    });
     let mut faults_by_kind: std::collections::BTreeMap<&'static str, u64> =
         scenario.mix.iter().map(|(k, _)| (k.label(), 0)).collect();
-    faults_by_kind.extend(faults);
+    faults_by_kind.extend(applied.counts);
     Ok(Run {
         scenario: scenario.name.to_string(),
         seed,
@@ -718,7 +823,45 @@ pub async fn run(
         read_write,
         semaphore,
         multi,
+        engine,
     })
+}
+
+/// The disturbances the engine checker excuses waiters by: each applied
+/// fault from its start until `recover` after it healed (after a restart,
+/// the restart quarantine besides: the node casts no vote until then); a
+/// node fault takes its node from every worker, a link fault each of its
+/// links' node from that link's worker.
+fn disturbances(windows: &[inject::Window], recover: Duration) -> Vec<Disturbance> {
+    let mut out = Vec::new();
+    for w in windows {
+        let fault = |node, workers: Option<Vec<usize>>, to| Disturbance {
+            from: w.from,
+            to: to + recover,
+            cause: if workers.is_some() {
+                engine_checker::LINK_FAULT
+            } else {
+                engine_checker::NODE_FAULT
+            },
+            workers,
+            locks: None,
+            node: Some(node),
+        };
+        match &w.fault.action {
+            Action::Links(links) => {
+                out.extend(
+                    links
+                        .iter()
+                        .map(|(link, _)| fault(link.node, Some(vec![link.worker]), w.to)),
+                );
+            }
+            Action::Kill { node, .. } => out.push(fault(*node, None, w.to + RESTART_QUARANTINE)),
+            Action::Pause { node } | Action::ClockJump { node, .. } => {
+                out.push(fault(*node, None, w.to));
+            }
+        }
+    }
+    out
 }
 
 /// A bare majority of `n` nodes.
@@ -783,6 +926,66 @@ mod tests {
             .collect();
         assert_eq!(missed, [4, 0, 1, 2, 3]);
         assert!(unreached(0, 1, permit_quorum(1, 3)).is_empty());
+    }
+
+    #[test]
+    fn faults_become_disturbances_of_the_nodes_they_take() {
+        use crate::faults::{Fault, LinkMode};
+        let ms = Duration::from_millis;
+        let window = |action, from: u64, to: u64| inject::Window {
+            fault: Fault {
+                at: ms(from),
+                kind: FaultKind::Pause,
+                action,
+                hold: ms(to - from),
+            },
+            from: ms(from),
+            to: ms(to),
+        };
+        let link = |worker, node| (Link { worker, node }, LinkMode::Blackhole);
+        let windows = [
+            window(Action::Pause { node: 2 }, 100, 300),
+            window(
+                Action::Kill {
+                    node: 1,
+                    down: ms(50),
+                },
+                400,
+                460,
+            ),
+            window(
+                Action::Links(vec![link(0, 3), link(4, 3), link(4, 1)]),
+                500,
+                900,
+            ),
+        ];
+        let found = disturbances(&windows, ms(500));
+        let seen: Vec<String> = found
+            .iter()
+            .map(|d| {
+                let ms = |t: Duration| t.as_millis();
+                format!(
+                    "node {:?} workers {:?} [{}, {}] {}",
+                    d.node,
+                    d.workers,
+                    ms(d.from),
+                    ms(d.to),
+                    d.cause
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                "node Some(2) workers None [100, 800] node faults",
+                // A restart: its quarantine (2 s) besides.
+                "node Some(1) workers None [400, 2960] node faults",
+                "node Some(3) workers Some([0]) [500, 1400] node and link faults",
+                "node Some(3) workers Some([4]) [500, 1400] node and link faults",
+                "node Some(1) workers Some([4]) [500, 1400] node and link faults",
+            ]
+        );
+        assert!(found.iter().all(|d| d.locks.is_none()));
     }
 
     #[test]

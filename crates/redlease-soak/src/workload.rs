@@ -55,6 +55,7 @@ use crate::history::{Call, ErrorKind, LeaseId, Mode, Multi, NotCounted, Op, Outc
 use crate::panics;
 use crate::store::Store;
 
+pub mod engine;
 pub mod multi;
 
 /// Upper bound on critical sections per worker, whatever the run time.
@@ -82,6 +83,9 @@ pub struct Settings {
     pub write_margin: Duration,
     /// Longest sleep inside the critical section.
     pub max_sleep: Duration,
+    /// Shortest sleep inside the critical section (of a lease not kept
+    /// alive).
+    pub min_sleep: Duration,
     /// Share of acquisitions made with `try_lock`.
     pub try_share: f64,
     /// Share of critical sections that extend once.
@@ -128,6 +132,9 @@ pub struct Settings {
     pub multi_share: f64,
     /// How long a `lock_all` waits (`None`: `wait`, as every lock).
     pub multi_wait: Option<Duration>,
+    /// The engine workload: every mode on shared names (`None`: another
+    /// workload; see [`Settings::engine`]).
+    pub engine: Option<engine::Mix>,
 }
 
 impl Settings {
@@ -149,6 +156,7 @@ impl Settings {
             patient: if patient { vec![0, 1] } else { Vec::new() },
             write_margin: ttl / 10,
             max_sleep: ttl / 10,
+            min_sleep: Duration::ZERO,
             try_share: 0.15,
             extend_share: 0.1,
             abandon_share: 0.02,
@@ -165,6 +173,7 @@ impl Settings {
             unsafe_majority: false,
             multi_share: 0.0,
             multi_wait: None,
+            engine: None,
         }
     }
 
@@ -221,9 +230,43 @@ impl Settings {
         }
     }
 
-    /// Whether the clients take read locks too.
+    /// The engine workload on [`standard`](Self::standard)'s clients and
+    /// two more that reach every node directly (see [`engine`]): 4 lock
+    /// names, taken exclusively, read and in sets, and 1 semaphore name
+    /// of [`engine::PERMITS`] permits, each kind as `modes` allows (the
+    /// two more take permits only, when there are any); every call that
+    /// waits waits up to 6 x TTL
+    /// (3 s), so a waiter kept out beyond the engine checker's starvation
+    /// bound (4 x TTL) would be seen; critical sections of TTL/5 to TTL/2,
+    /// so that a waiter passed over waits longer than the checker's grant
+    /// slack for the next turn; 10% of the leases kept alive. Every
+    /// client has fencing on.
+    pub fn engine(patient: bool, modes: engine::Modes) -> Settings {
+        let standard = Settings::standard(patient);
+        Settings {
+            locks: 4,
+            workers: standard.workers + 2,
+            wait: standard.ttl * 6,
+            min_sleep: standard.ttl / 5,
+            max_sleep: standard.ttl / 2,
+            keep_alive_share: 0.1,
+            engine: Some(engine::Mix {
+                modes,
+                permit_workers_from: standard.workers,
+                semaphores: 1,
+                permits: engine::PERMITS,
+            }),
+            ..standard
+        }
+    }
+
+    /// Whether the clients take read locks too (read holds in sets
+    /// among them).
     pub fn takes_read_locks(&self) -> bool {
         self.read_share > 0.0
+            || self.engine.as_ref().is_some_and(|mix| {
+                mix.modes.contains(engine::Kind::Read) || mix.modes.contains(engine::Kind::Set)
+            })
     }
 
     /// The longest any acquire of these clients may wait.
@@ -250,6 +293,17 @@ impl Settings {
     pub fn quarantine(&self) -> Duration {
         self.restart_quarantine
             .unwrap_or(self.ttl + self.ttl / 50 + Duration::from_millis(5))
+    }
+
+    /// How long a critical section sleeps: up to `keep_alive_hold` if
+    /// kept alive, else from `min_sleep` to `max_sleep`, at `at` (0 to 1)
+    /// of the way.
+    pub fn hold(&self, kept_alive: bool, at: f64) -> Duration {
+        if kept_alive {
+            self.keep_alive_hold.mul_f64(at)
+        } else {
+            self.min_sleep + self.max_sleep.saturating_sub(self.min_sleep).mul_f64(at)
+        }
     }
 
     pub fn node_timeout_of(&self, worker: usize) -> Duration {
@@ -868,12 +922,7 @@ async fn critical_section(
         let _ = client.release(held).await;
         return;
     };
-    let longest = if held.kept_alive {
-        settings.keep_alive_hold
-    } else {
-        settings.max_sleep
-    };
-    tokio::time::sleep(longest.mul_f64(rng.random::<f64>())).await;
+    tokio::time::sleep(settings.hold(held.kept_alive, rng.random::<f64>())).await;
     if rng.random_bool(settings.extend_share) && !held.kept_alive {
         client.extend(&mut held).await;
     }
