@@ -308,7 +308,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "engine-mixed",
         about: "the mixed faults under every mode on shared names (writers, readers, sets of 2-3 \
-                of 3 names, 3 permits on a name of their own); order judged (--modes narrows)",
+                of 4 names, 2 permits on a name of their own); order judged (--modes narrows)",
         mix: MIXED,
         fsync: Fsync::Minority,
         patient: true,
