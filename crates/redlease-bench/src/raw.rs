@@ -46,13 +46,13 @@ static REFUSED: LazyLock<Script> = LazyLock::new(|| {
         "../../redlease/src/protocol/scripts/refused.lua"
     ))
 });
-const RELEASE_CODE: &str = include_str!("../../redlease/src/protocol/scripts/release.lua");
-/// The cluster's copy (SPUBLISH for PUBLISH), as the library has it.
-static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(include_str!(
-        "../../redlease/src/protocol/scripts/release_sharded.lua"
-    ))
-});
+/// The release as the library sends it: the engine's preludes, then the
+/// release script.
+const RELEASE_CODE: &str = concat!(
+    include_str!("../../redlease/src/protocol/scripts/owner.lua"),
+    include_str!("../../redlease/src/protocol/scripts/engine.lua"),
+    include_str!("../../redlease/src/protocol/scripts/release.lua")
+);
 /// The plain baseline's release: delete only our own token.
 static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -145,16 +145,28 @@ impl Raw {
                                 return Ok(1);
                             }
                         }
-                        let script = if conn.is_cluster() {
-                            &RELEASE_SHARDED
-                        } else {
-                            &RELEASE
+                        // One name held alone, announced, nobody put in
+                        // line, as the library's release of a plain lock.
+                        let (publish, numsub) = match conn.is_cluster() {
+                            true => ("SPUBLISH", "SHARDNUMSUB"),
+                            false => ("PUBLISH", "NUMSUB"),
                         };
-                        script
+                        let released: String = RELEASE
                             .key(key)
                             .arg(token)
-                            .invoke_async::<i64>(&mut conn)
-                            .await
+                            .arg(0)
+                            .arg(publish)
+                            .arg(numsub)
+                            .arg(1)
+                            .arg(1)
+                            .arg("w")
+                            .arg("")
+                            .arg(0)
+                            .arg(0)
+                            .arg(3_600_000)
+                            .invoke_async(&mut conn)
+                            .await?;
+                        Ok(i64::from(released == "1"))
                     }
                     Flavor::Plain => {
                         COMPARE_AND_DELETE

@@ -93,7 +93,7 @@ pub const CODES: &[Code] = &[
         claims: &[
             by(
                 &["run", "acquire"],
-                "the lock is held elsewhere, or all `--permits` are held (or the code \
+                "the lock is held elsewhere, or too few `--permits` are free (or the code \
                  `--conflict-exit-code N` gives)",
             ),
             by(&["doctor"], "a check FAILed"),
@@ -113,8 +113,9 @@ pub const CODES: &[Code] = &[
             ),
             by(
                 &["run", "acquire"],
-                "`--permits` 0 or over 100000, a semaphore on which no node may fail without \
-                 `--allow-no-failures`, or another N than the name's holders give",
+                "`--permits` 0 or over 100000, `--weight` 0 or over `--permits`, a semaphore \
+                 on which no node may fail without `--allow-no-failures`, or another N than the \
+                 name's holders give",
             ),
             by(
                 &["run", "acquire"],

@@ -93,10 +93,10 @@ pub async fn try_all(
             "zrem" => vec!["ZREM", key, "doctor-probe"],
             "zremrangebyscore" => vec!["ZREMRANGEBYSCORE", key, "-inf", "+inf"],
             "zcard" => vec!["ZCARD", key],
-            "zrank" => vec!["ZRANK", key, "doctor-probe"],
             "zpopmin" => vec!["ZPOPMIN", key],
             // Last of the key's commands, by the declaration's order.
             "del" => vec!["DEL", key],
+            "exists" => vec!["EXISTS", key],
             "pubsub|numsub" => vec!["PUBSUB", "NUMSUB", channel],
             "pubsub|shardnumsub" => vec!["PUBSUB", "SHARDNUMSUB", channel],
             "publish" => vec!["PUBLISH", channel, "doctor-probe"],

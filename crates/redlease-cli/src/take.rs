@@ -47,6 +47,13 @@ pub struct TakeArgs {
     #[arg(long, value_name = "N", value_parser = parse_permits, conflicts_with = "shared")]
     permits: Option<u32>,
 
+    /// With --permits: take K of the N permits at once, all or none (a
+    /// job that needs more room than others). Permits go in the order
+    /// runs asked for them, whatever their weights: a run that asks for
+    /// many is never overtaken by later runs that ask for few.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_weight, requires = "permits")]
+    weight: u32,
+
     /// With --permits: accept a semaphore on which no node may fail (each
     /// permit needs every node, as 2 permits over 3 nodes do), which is
     /// otherwise refused: one node down then stops every holder of the
@@ -107,8 +114,19 @@ impl TakeArgs {
     /// usage error with `--permits`).
     pub fn want(&self) -> Result<Want, Exit> {
         let hold = match (self.permits, self.shared) {
+            (Some(permits), _) if self.weight > permits => {
+                return Err(Exit::with(
+                    exit::USAGE,
+                    format!(
+                        "--weight {} of --permits {permits}: a run takes at most all the \
+                         permits (give --weight {permits} or less)",
+                        self.weight
+                    ),
+                ))
+            }
             (Some(permits), _) => Hold::Permit {
                 permits,
+                weight: self.weight,
                 allow_no_failures: self.allow_no_failures,
             },
             (None, true) => Hold::Shared,
@@ -387,9 +405,11 @@ pub enum Hold {
     Alone,
     /// The lock, shared with other readers: `--shared`.
     Shared,
-    /// One of `permits` permits of a semaphore: `--permits N`.
+    /// `weight` of `permits` permits of a semaphore: `--permits N
+    /// --weight K`.
     Permit {
         permits: u32,
+        weight: u32,
         /// `--allow-no-failures`.
         allow_no_failures: bool,
     },
@@ -431,8 +451,11 @@ impl Want {
         match self.hold {
             Hold::Permit {
                 permits,
+                weight,
                 allow_no_failures,
-            } => semaphore(locker, self.name(), permits, allow_no_failures).try_acquire(),
+            } => {
+                semaphore(locker, self.name(), permits, allow_no_failures).try_acquire_many(weight)
+            }
             _ if !self.all() && written.is_empty() => locker.try_read_lock(self.name()),
             _ if !self.all() => locker.try_lock(self.name()),
             _ if written.is_empty() => locker.try_read_lock(self.name()).and_read(&self.read[1..]),
@@ -446,8 +469,9 @@ impl Want {
         match self.hold {
             Hold::Permit {
                 permits,
+                weight,
                 allow_no_failures,
-            } => semaphore(locker, self.name(), permits, allow_no_failures).acquire(),
+            } => semaphore(locker, self.name(), permits, allow_no_failures).acquire_many(weight),
             _ if !self.all() && written.is_empty() => locker.read_lock(self.name()),
             _ if !self.all() => locker.write_lock(self.name()),
             _ if written.is_empty() => locker.read_lock(self.name()).and_read(&self.read[1..]),
@@ -465,7 +489,8 @@ impl Want {
     /// locks "A", "B"", "its permit of "K"".
     pub fn held(&self) -> String {
         match self.hold {
-            Hold::Permit { .. } => format!("its permit of {}", self.listed()),
+            Hold::Permit { weight: 1, .. } => format!("its permit of {}", self.listed()),
+            Hold::Permit { weight, .. } => format!("its {weight} permits of {}", self.listed()),
             _ if self.all() => format!("the locks {}", self.listed()),
             _ => format!("the lock {}", self.listed()),
         }
@@ -480,9 +505,11 @@ impl Want {
         let key = self.listed();
         let first = held_on.first().map(|h| h.by);
         let by = first.filter(|by| held_on.iter().all(|h| h.by == *by));
-        let permits = match self.hold {
-            Hold::Permit { permits, .. } => Some(permits),
-            _ => None,
+        let (permits, weight) = match self.hold {
+            Hold::Permit {
+                permits, weight, ..
+            } => (Some(permits), weight),
+            _ => (None, 1),
         };
         match (by, permits) {
             _ if self.all() => {
@@ -491,8 +518,11 @@ impl Want {
             (Some(HeldBy::Semaphore { permits: 1 }), Some(_)) => {
                 format!("the 1 permit of {key} is held")
             }
-            (Some(HeldBy::Semaphore { permits }), Some(_)) => {
+            (Some(HeldBy::Semaphore { permits }), Some(_)) if weight == 1 => {
                 format!("all {permits} permits of {key} are held")
+            }
+            (Some(HeldBy::Semaphore { permits }), Some(_)) => {
+                format!("fewer than {weight} of the {permits} permits of {key} are free")
             }
             (Some(HeldBy::Semaphore { permits }), None) => format!(
                 "{key} is a semaphore of {permits} permits (--permits {permits}), not a lock, \
@@ -505,9 +535,13 @@ impl Want {
                 format!("{key} is a lock held by a plain run, not a semaphore")
             }
             (Some(HeldBy::Readers), None) => format!("lock {key} is held by --shared runs"),
-            (Some(HeldBy::WaitingWriter), None) => {
-                format!("lock {key} has a writer waiting for it (new --shared runs wait behind it)")
+            (Some(HeldBy::Queued), Some(_)) => {
+                format!("others who came first wait in line for the permits of {key}")
             }
+            (Some(HeldBy::Queued), None) => format!(
+                "others who came first wait in line for lock {key} (a --shared run waits \
+                 behind a plain run that came before it)"
+            ),
             (Some(HeldBy::Owner | HeldBy::Unknown), None) if self.hold == Hold::Shared => {
                 format!("lock {key} is held by a writer (a plain run)")
             }
@@ -531,6 +565,18 @@ fn semaphore<'a>(
     match allow_no_failures {
         true => semaphore.allow_no_failures(),
         false => semaphore,
+    }
+}
+
+/// `--weight K`: a positive number (0 would hold nothing).
+fn parse_weight(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(0) => Err("--weight 0 would hold no permit: give 1 or more".to_string()),
+        Ok(weight) => Ok(weight),
+        Err(_) => Err(format!(
+            "{:?} is not a number of permits; write e.g. --weight 2",
+            text.trim()
+        )),
     }
 }
 

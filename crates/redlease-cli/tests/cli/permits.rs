@@ -221,3 +221,79 @@ fn a_permit_run_that_loses_its_lease_is_stopped_and_exits_75() {
     );
     assert_eq!(read(&stopped).trim(), "term");
 }
+
+/// `--weight K` takes K of the N permits at once, and waits in turn: a
+/// run for 1 permit that asks after a run for 2 waits behind it, even
+/// though 1 is free; a weight beyond the permits is a usage error.
+#[test]
+fn a_weighted_run_takes_its_permits_at_once_and_in_turn() {
+    let nodes = RedisNodes::start(1);
+    let urls = nodes.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let hold = |ready: &str, stop: &str| format!(r#"{AWAIT}touch "{ready}"; await "{stop}""#);
+    // Two of three permits held.
+    let (ready, stop) = (path("ready"), path("stop"));
+    let two = start(
+        run_cmd(&urls, "pool", 3)
+            .args(["--weight", "2", "--", "sh", "-c"])
+            .arg(hold(
+                &ready.display().to_string(),
+                &stop.display().to_string(),
+            )),
+    );
+    eventually(LIMIT, "the weighted run to start", || ready.exists());
+    // Two more do not fit: told so at once.
+    let refused = run(
+        run_cmd(&urls, "pool", 3).args(["--weight", "2", "--no-wait", "--", "true"]),
+        LIMIT,
+    );
+    refused.expect(1);
+    assert!(
+        refused
+            .one_line_error()
+            .contains("fewer than 2 of the 3 permits of \"pool\" are free"),
+        "{refused:#?}"
+    );
+    // A waiter for 2, then one for 1: the 1 waits behind the 2.
+    let (second_ready, second_stop) = (path("second"), path("second-stop"));
+    let second = start(
+        run_cmd(&urls, "pool", 3)
+            .args(["--weight", "2", "--wait", "20s", "--", "sh", "-c"])
+            .arg(hold(
+                &second_ready.display().to_string(),
+                &second_stop.display().to_string(),
+            )),
+    );
+    eventually(LIMIT, "the second run to wait in line", || {
+        status(&urls, "pool")
+            .stdout
+            .contains("; 1 process waiting;")
+    });
+    let small = run(
+        run_cmd(&urls, "pool", 3).args(["--no-wait", "--", "true"]),
+        LIMIT,
+    );
+    small.expect(1);
+    assert!(
+        small
+            .one_line_error()
+            .contains("others who came first wait in line for the permits"),
+        "{small:#?}"
+    );
+    std::fs::write(&stop, "").unwrap();
+    finish(two, LIMIT).expect(0);
+    eventually(LIMIT, "the second run to start", || second_ready.exists());
+    std::fs::write(&second_stop, "").unwrap();
+    finish(second, LIMIT).expect(0);
+    // More than all of them: a usage error, before any I/O.
+    let usage = run(
+        run_cmd(&urls, "pool", 3).args(["--weight", "4", "--", "true"]),
+        LIMIT,
+    );
+    usage.expect(2);
+    assert!(
+        usage.one_line_error().contains("--weight 4 of --permits 3"),
+        "{usage:#?}"
+    );
+}

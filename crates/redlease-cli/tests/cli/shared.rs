@@ -144,7 +144,7 @@ fn a_plain_run_waits_for_the_shared_run_and_new_readers_wait_behind_it() {
     late.expect(1);
     assert!(
         late.one_line_error()
-            .contains("has a writer waiting for it (new --shared runs wait behind it)"),
+            .contains("others who came first wait in line for lock"),
         "{late:#?}"
     );
 

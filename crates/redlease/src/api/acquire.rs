@@ -11,6 +11,7 @@ use crate::api::lease::Lease;
 use crate::api::lease_handle::LeaseHandle;
 use crate::coord::engine::Engine;
 use crate::coord::wait;
+use crate::core::claim::Claim;
 use crate::core::error::{Error, Op};
 use crate::core::lease_state::LostReason;
 use crate::core::mode::Hold;
@@ -298,16 +299,8 @@ impl<'a> Acquire<'a> {
             // Boxed: a multi-lock's state need not weigh on every lock.
             return Box::pin(self.run_all(timing)).await;
         }
-        let keys = engine.keys(&self.resource);
-        let grant = wait::lock(
-            engine,
-            &self.resource,
-            std::slice::from_ref(&keys),
-            timing,
-            &self.retry,
-            &[self.hold],
-        )
-        .await?;
+        let claim = Claim::one(engine.keys(&self.resource), self.hold);
+        let grant = wait::lock(engine, &self.resource, &claim, timing, &self.retry).await?;
         let mut lease = match Lease::new(grant, self.resource) {
             Ok(lease) => lease,
             // Boxed: rare, and its state need not weigh on every lock.
@@ -350,7 +343,8 @@ impl Acquire<'_> {
         let holds: Vec<Hold> = named.iter().map(|&(_, hold)| hold).collect();
         let names: Vec<String> = named.into_iter().map(|(name, _)| name).collect();
         let label = names.join(", ");
-        let grant = wait::lock(engine, &label, &keys, timing, &self.retry, &holds).await?;
+        let claim = Claim::of(keys, holds);
+        let grant = wait::lock(engine, &label, &claim, timing, &self.retry).await?;
         let mut lease = match Lease::new_all(grant, names) {
             Ok(lease) => lease,
             Err(unregistered) => return Err(Box::pin(unregistered.give_back()).await),

@@ -11,6 +11,7 @@ use crate::coord::engine::Engine;
 use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::release::Ownership;
+use crate::core::claim::Claim;
 use crate::core::error::{Error, Op};
 use crate::core::handle::Exported;
 use crate::core::mode::{Hold, LockMode};
@@ -92,26 +93,19 @@ fn read(engine: &Engine, handle: &str) -> Result<(Exported, Ownership), Error> {
     for name in &exported.names {
         crate::core::keys::check_resource(prefix, name)?;
     }
-    let keys: Vec<Arc<str>> = exported
+    let keys = exported
         .names
         .iter()
-        .map(|name| engine.keys(name).lock)
+        .map(|name| engine.keys(name))
         .collect();
+    let claim = Claim::of(keys, exported.holds.clone());
     let node_timeout = engine.timing("ttl", exported.ttl)?.node_timeout;
-    let mut ownership = Ownership::adopted(
-        keys[0].clone(),
+    let ownership = Ownership::adopted(
+        claim,
         engine.nodes().len(),
         exported.token.clone(),
-        exported.hold(),
         node_timeout,
     );
-    if keys.len() > 1 {
-        let others = keys[1..]
-            .iter()
-            .cloned()
-            .zip(exported.holds[1..].iter().copied());
-        ownership.others = Some(others.collect());
-    }
     Ok((exported, ownership))
 }
 
@@ -152,7 +146,7 @@ impl Locker {
         let timing = engine.timing("ttl", exported.ttl)?;
         let label = exported.names.join(", ");
         let ownership = Arc::new(ownership);
-        let quorum = ownership.hold.quorum(engine.nodes().len());
+        let quorum = ownership.claim.quorum(engine.nodes().len());
         let start = Instant::now();
         let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
@@ -225,11 +219,15 @@ impl Locker {
         let (exported, ownership) = read(engine, handle)?;
         let label = exported.names.join(", ");
         let timeout = engine.timing("ttl", exported.ttl)?.node_timeout;
-        let quorum = ownership.hold.quorum(engine.nodes().len());
+        let quorum = ownership.claim.quorum(engine.nodes().len());
         let ownership = Arc::new(ownership);
         let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
-            async move { ownership.release_on_node(&node, true, false, timeout).await }
+            async move {
+                ownership
+                    .release_on_node(&node, true, false, None, timeout)
+                    .await
+            }
         })
         .await;
         match replies.tally.decision() {

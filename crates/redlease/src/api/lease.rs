@@ -17,6 +17,7 @@ use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
 use crate::core::mode::LockMode;
 use crate::core::quorum::NodeSet;
 
+mod downgrade;
 mod names;
 mod release;
 use crate::core::node_error::{NodeError, NodeId};
@@ -68,7 +69,7 @@ impl fmt::Debug for Lease {
         // No token here: whoever reads the logs must not be able to release.
         f.debug_struct("Lease")
             .field("resource", &self.view.resource())
-            .field("key", &self.guard.ownership.key)
+            .field("key", &self.guard.ownership.key())
             .field("remaining", &self.remaining())
             .finish()
     }
@@ -105,7 +106,7 @@ impl Lease {
             late,
             replicas,
         } = grant;
-        let key = &guard.ownership.key;
+        let key = guard.ownership.key();
         // The key is `prefix{resource}`.
         let name_at = key.len() - 1 - resource.len();
         debug_assert_eq!(&key[name_at..key.len() - 1], resource);
@@ -141,7 +142,7 @@ impl Lease {
         let nodes = engine.nodes().len();
         let bounds = ExpiryBounds::new(
             nodes,
-            self.guard.ownership.hold.quorum(nodes),
+            self.guard.ownership.claim.quorum(nodes),
             std::mem::take(&mut self.granted).iter(),
             self.valid_until_now(),
         );
@@ -250,7 +251,7 @@ impl Lease {
     /// [`resources`](Self::resources); [`mode_of`](Self::mode_of) tells
     /// each name's.
     pub fn mode(&self) -> LockMode {
-        self.guard.ownership.hold.mode()
+        self.guard.ownership.hold().mode()
     }
 
     /// Until when the lock is ours: `start + ttl - drift`, where `start` is
@@ -424,7 +425,7 @@ impl Lease {
         }
 
         let ownership = self.guard.ownership.clone();
-        let quorum = ownership.hold.quorum(engine.nodes().len());
+        let quorum = ownership.claim.quorum(engine.nodes().len());
         let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
             let ownership = ownership.clone();
             async move {
@@ -513,7 +514,7 @@ impl Lease {
                     op: Op::Extend,
                     succeeded: nodes - failed.len() - refused_on.len(),
                     nodes,
-                    quorum: self.guard.ownership.hold.quorum(nodes),
+                    quorum: self.guard.ownership.claim.quorum(nodes),
                     refused: refused_on.into_iter().map(Refusal::bare).collect(),
                     failed,
                 };

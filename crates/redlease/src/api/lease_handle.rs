@@ -54,7 +54,7 @@ impl LeaseHandle {
     /// ```
     pub fn resource(&self) -> &str {
         // The key is `prefix{name}`.
-        let key = &self.owner.key;
+        let key = self.owner.key();
         &key[self.name_at..key.len() - 1]
     }
 

@@ -210,6 +210,52 @@ impl<'a> Semaphore<'a> {
         TryAcquire::new(self.engine, self.resource.clone(), self.hold()).refused(self.refusal())
     }
 
+    /// Waits for `k` of the permits at once, all or none, as one
+    /// [`Lease`](crate::Lease) (tokio's `acquire_many`, Redisson's
+    /// `acquire(permits)`): it holds `k` of the semaphore's room until
+    /// released. Waiters take permits in the order they came, whatever
+    /// their weights: a waiter for many is never overtaken by later ones
+    /// for few, who wait behind it even when what they ask for is free.
+    /// `k` of 0, or more than the semaphore's permits, is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) before any I/O.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// // A build that takes 3 of the 8 build slots at once:
+    /// let slots = locker.semaphore("build-slots", 8);
+    /// let three = slots.acquire_many(3).await?;
+    /// assert!(slots.try_acquire_many(6).await.is_err(), "5 are left");
+    /// three.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire)'s.
+    pub fn acquire_many(&self, k: u32) -> Acquire<'a> {
+        let retry = self.engine.settings().retry.clone();
+        let hold = self.hold_of(k);
+        Acquire::new(self.engine, self.resource.clone(), retry, hold)
+            .refused(self.refusal().or_else(|| self.weight_refusal(k)))
+    }
+
+    /// Makes one attempt at `k` of the permits at once (see
+    /// [`acquire_many`](Self::acquire_many)).
+    ///
+    /// ```
+    /// # async fn f(locker: &redlease::Locker) -> Result<(), redlease::Error> {
+    /// let two = locker.semaphore("encoders", 4).try_acquire_many(2).await?;
+    /// two.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire_many(&self, k: u32) -> TryAcquire<'a> {
+        TryAcquire::new(self.engine, self.resource.clone(), self.hold_of(k))
+            .refused(self.refusal().or_else(|| self.weight_refusal(k)))
+    }
+
     /// Counts each permit at a plain majority of the nodes instead of
     /// the [`quorum`](Self::quorum) it needs: **unsafe** beyond one permit
     /// over several nodes (more than `N` holders at once). Only for the
@@ -223,9 +269,34 @@ impl<'a> Semaphore<'a> {
     }
 
     fn hold(&self) -> Hold {
+        self.hold_of(1)
+    }
+
+    /// The hold of `k` permits (at least 1: a 0 is refused before use).
+    fn hold_of(&self, k: u32) -> Hold {
         Hold::Permit {
             permits: NonZeroU32::new(self.permits).unwrap_or(NonZeroU32::MIN),
+            weight: NonZeroU32::new(k).unwrap_or(NonZeroU32::MIN),
             majority: self.majority,
+        }
+    }
+
+    /// Why `k` permits at once cannot be asked for, if they cannot.
+    fn weight_refusal(&self, k: u32) -> Option<Error> {
+        let permits = self.permits;
+        match k {
+            0 => Some(Error::invalid(
+                "permits",
+                "0 permits at once would hold nothing: ask for at least 1",
+            )),
+            k if k > permits => Some(Error::invalid(
+                "permits",
+                format!(
+                    "{k} permits at once of a semaphore of {permits}: at most {permits} \
+                     (no holder could ever take more than all of them)"
+                ),
+            )),
+            _ => None,
         }
     }
 

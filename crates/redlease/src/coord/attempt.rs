@@ -1,63 +1,22 @@
-//! One attempt to take a lock: send the acquire script to every node at
-//! once, decide at quorum, settle the fencing token, and either grant the
-//! lock with validity left or undo everything before saying why not.
+//! One attempt to take a claim: send it to every node at once, decide at
+//! quorum, settle the fencing tokens, and either grant it with validity
+//! left or undo everything before saying why not.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::coord::engine::Engine;
 use crate::coord::guard::ReleaseOnDrop;
-use crate::coord::place::Place;
+use crate::coord::place::{Place, Spelled};
 use crate::coord::release::{release_on, Announce, Ownership};
 use crate::coord::{fanout, fence};
+use crate::core::claim::Claim;
 use crate::core::error::{Error, Failure, Op};
-use crate::core::keys::LockKeys;
 use crate::core::lease_state::LateGrants;
 use crate::core::mode::Hold;
 use crate::core::quorum::{Decision, NodeSet};
-use crate::core::token::Token;
 use crate::core::validity::Timing;
-use crate::transport::node::{AcquireReply, OnRefusal};
-
-/// Which side of a lock an attempt asks for.
-#[derive(Clone, Copy)]
-pub(crate) enum Side<'a> {
-    /// The lock alone. `mark`: the waiting writer's name in a
-    /// writer-waiting mark, if it has one, set where readers refuse it
-    /// and the attempt marks holders for waiters (see [`OnRefusal`]).
-    /// `queue`: the waiter's place in the lock's queue, once it queues
-    /// (see [`turn`](crate::coord::turn)).
-    Write {
-        mark: Option<&'a Token>,
-        queue: Option<&'a Place>,
-    },
-    /// A read hold among other readers.
-    Read,
-    /// One of a semaphore's `permits` (`majority`: see [`Hold::Permit`]).
-    Permit {
-        permits: std::num::NonZeroU32,
-        majority: bool,
-    },
-    /// Several locks, all or none, each in its hold of `holds` (exclusive
-    /// or shared), in the order of the keys. `mark`: the waiter's
-    /// reservation mark (see
-    /// [`Reservation`](crate::coord::reserve::Reservation)).
-    Many {
-        holds: &'a [Hold],
-        mark: Option<&'a Token>,
-    },
-}
-
-impl Side<'_> {
-    pub(crate) fn hold(&self) -> Hold {
-        match *self {
-            Side::Write { .. } => Hold::Exclusive,
-            Side::Read => Hold::Shared,
-            Side::Permit { permits, majority } => Hold::Permit { permits, majority },
-            Side::Many { holds, .. } => holds[0],
-        }
-    }
-}
+use crate::transport::node::{AcquireReply, OnRefusal, Take};
 
 /// A lock a quorum granted, not yet a [`Lease`](crate::Lease).
 pub(crate) struct Grant {
@@ -80,98 +39,56 @@ pub(crate) struct Grant {
     pub(crate) replicas: Option<u32>,
 }
 
-/// One attempt on `keys` with `timing`, for `side`: one lock, or with
-/// several keys ([`Side::Many`]), all of them or none. `on_refusal`:
-/// whether the caller waits for the lock if this attempt is refused, and
-/// so marks the holder for waiters (see [`OnRefusal`]).
+/// One attempt at `claim` with `timing`: its names, all of them or none.
+/// `in_line`: the waiter's place in line, once it is there. `on_refusal`:
+/// whether the caller waits for the claim if this attempt is refused, and
+/// so marks a holder for waiters (see [`OnRefusal`]).
 ///
 /// Cancel safe: if the future is dropped mid-flight, the nodes that may
 /// hold the new token are released in the background.
 pub(crate) async fn attempt(
     engine: &Arc<Engine>,
     resource: &str,
-    keys: &[LockKeys],
+    claim: &Claim,
     timing: Timing,
-    side: Side<'_>,
+    in_line: Option<&Place>,
     on_refusal: OnRefusal,
 ) -> Result<Grant, Failure> {
-    let many = keys.len() > 1;
-    debug_assert!(!keys.is_empty() && many == matches!(side, Side::Many { .. }));
     // One server under two names: refused before anything is written.
     if let Some(e) = engine.same_server() {
         return Err(e.into());
     }
-    let hold = side.hold();
     let nodes = engine.nodes().len();
     let tag = &engine.settings().tag;
     let timeout = timing.node_timeout;
-    let mut ownership = Ownership::new(keys[0].lock.clone(), nodes, tag, hold, timeout);
-    // A multi-lock's holds, shared by the requests.
-    let holds: Option<Arc<[Hold]>> = match side {
-        Side::Many { holds, .. } => Some(holds.into()),
-        _ => None,
-    };
-    if let Some(holds) = &holds {
-        let others = keys[1..].iter().zip(&holds[1..]);
-        ownership.others = Some(others.map(|(k, &h)| (k.lock.clone(), h)).collect());
-    }
-    if let Side::Write {
-        queue: Some(place), ..
-    } = side
-    {
-        let spelled = place.spelled();
-        ownership.place = Some(Box::new((spelled.member.clone(), spelled.ticket)));
+    let mut ownership = Ownership::new(claim.clone(), nodes, tag, timeout);
+    let spelled = in_line.map(Place::spelled);
+    if let Some(spelled) = &spelled {
+        ownership.in_line = Some(Box::new((spelled.member.clone(), spelled.ticket)));
     }
     let ownership = Arc::new(ownership);
-    let mark = match side {
-        Side::Write { mark, .. } | Side::Many { mark, .. } => mark.cloned(),
-        Side::Read | Side::Permit { .. } => None,
-    };
-    let queue = match side {
-        Side::Write { queue, .. } => queue.map(Place::spelled),
-        _ => None,
-    };
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
     let fenced = engine.settings().fencing;
     let start = Instant::now();
-    let quorum = hold.quorum(nodes);
-    // A multi-lock's keys, shared by the requests (a lone lock's key is
-    // cloned into each, as cheap as an `Arc`).
-    let all: Option<Arc<[LockKeys]>> = many.then(|| keys.into());
+    let quorum = claim.quorum(nodes);
+    let many = claim.is_set();
     let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-        let (ownership, mark) = (ownership.clone(), mark.clone());
-        let (key, all, holds) = (keys[0].clone(), all.clone(), holds.clone());
-        let queue = queue.clone();
+        let (ownership, spelled) = (ownership.clone(), spelled.clone());
         async move {
-            let (token, ttl_ms, timeout) = (&ownership.token, timing.ttl_ms(), timing.node_timeout);
-            let reply = match (hold, &all, &holds) {
-                (_, Some(all), Some(holds)) => {
-                    let reserve = mark.as_ref();
-                    node.acquire_all(
-                        all, holds, token, ttl_ms, timeout, fenced, on_refusal, reserve,
-                    )
-                    .await
-                }
-                (Hold::Exclusive, ..) => {
-                    let (mark, queue) = (mark.as_ref(), queue.as_ref().map(|q| q.args()));
-                    node.acquire(
-                        &key, token, ttl_ms, timeout, fenced, on_refusal, mark, queue,
-                    )
-                    .await
-                }
-                (Hold::Shared, ..) => {
-                    node.read_acquire(&key, token, ttl_ms, timeout, on_refusal, fenced)
-                        .await
-                }
-                (Hold::Permit { permits, .. }, ..) => {
-                    node.permit_acquire(&key, token, permits, ttl_ms, timeout, fenced)
-                        .await
-                }
+            let take = Take {
+                claim: &ownership.claim,
+                token: &ownership.token,
+                ttl_ms: timing.ttl_ms(),
+                timeout,
+                fenced,
+                on_refusal,
+                in_line: spelled.as_ref().map(Spelled::in_line),
             };
+            let reply = node.take(&take).await;
             let unwritten = match &reply {
-                // A multi-lock refused on a cluster may have taken the
-                // keys of other slots there: only cleanup can tell.
-                Ok(AcquireReply::Held { .. }) => all.is_none(),
+                // A claim refused on a cluster may have taken the names of
+                // other slots there: only cleanup can tell.
+                Ok(AcquireReply::Held { .. }) => !ownership.claim.is_set(),
                 Ok(AcquireReply::PermitsDiffer { .. }) => true,
                 Err(e) => e.kind().never_sent(),
                 Ok(AcquireReply::Acquired { .. } | AcquireReply::AcquiredAll { .. }) => false,
@@ -208,10 +125,14 @@ pub(crate) async fn attempt(
         _ if differs(&replies).is_some() => {
             replies.finish().await;
             let (node, held) = differs(&replies).expect("seen above");
-            let asked = match hold {
-                Hold::Permit { permits, .. } => permits.get(),
-                _ => unreachable!("only a permit's acquire meets a semaphore's size"),
-            };
+            let asked = claim
+                .holds()
+                .iter()
+                .find_map(|h| match h {
+                    Hold::Permit { permits, .. } => Some(permits.get()),
+                    _ => None,
+                })
+                .unwrap_or(0);
             Failure::from(Error::PermitsDiffer {
                 resource: resource.to_string(),
                 asked,
@@ -235,7 +156,7 @@ pub(crate) async fn attempt(
             // Per key, the counters the granting nodes drew.
             // (Only drawn with fencing on: none to gather otherwise.)
             let mut fences: Vec<Vec<u64>> = match fenced {
-                true => vec![Vec::new(); keys.len()],
+                true => vec![Vec::new(); claim.len()],
                 false => Vec::new(),
             };
             let mut replicas: Option<u32> = None;
@@ -267,21 +188,18 @@ pub(crate) async fn attempt(
                     (fewest, acked) => fewest.or(acked),
                 };
             }
-            let settled = match (fenced, side) {
-                // A reader draws nothing: its token is the newest write
-                // generation a granting node saw. Any quorum shares a
-                // node with the quorum that granted (or was raised to)
-                // each earlier writer's token, so none is missed.
-                (true, Side::Read) => timing
-                    .check_usable(Op::Acquire, resource, start)
-                    .map(|()| vec![fences[0].iter().copied().max().unwrap_or(0)]),
-                // Each key's token settled as one lock's would be, a
-                // read hold's as a reader's.
-                (true, Side::Write { .. } | Side::Permit { .. } | Side::Many { .. }) => {
-                    let mut settled = Ok(Vec::with_capacity(keys.len()));
-                    for (i, (key, drawn)) in keys.iter().zip(&fences).enumerate() {
-                        let one = match &holds {
-                            Some(holds) if holds[i] == Hold::Shared => timing
+            // Each name's token settled as one lock's would be (drawn on
+            // a quorum, raised where it was behind); a read hold draws
+            // nothing: its token is the newest write generation a
+            // granting node saw, and any quorum shares a node with the
+            // quorum that granted (or was raised to) each earlier writer's
+            // token, so none is missed.
+            let settled = match fenced {
+                true => {
+                    let mut settled = Ok(Vec::with_capacity(claim.len()));
+                    for (i, (key, drawn)) in claim.keys().iter().zip(&fences).enumerate() {
+                        let one = match claim.holds()[i] {
+                            Hold::Shared => timing
                                 .check_usable(Op::Acquire, resource, start)
                                 .map(|()| drawn.iter().copied().max().unwrap_or(0)),
                             _ => {
@@ -299,7 +217,7 @@ pub(crate) async fn attempt(
                     }
                     settled
                 }
-                (false, _) => timing
+                false => timing
                     .check_usable(Op::Acquire, resource, start)
                     .map(|()| Vec::new()),
             };
@@ -346,7 +264,7 @@ pub(crate) async fn attempt(
                 Some(pair) => pair.into(),
                 None => replies
                     .shortfall(Op::Acquire, engine.nodes())
-                    .into_failure(resource, hold.mode()),
+                    .into_failure(resource, claim.hold()),
             }
         }
     };
@@ -366,16 +284,4 @@ pub(crate) async fn attempt(
     .await;
     guard.disarm();
     Err(failure)
-}
-
-/// Whether `grant` still has the validity an acquire must leave a lease
-/// with (see [`Timing::check_usable`]), now that more time has passed.
-pub(crate) fn still_usable(grant: &Grant, timing: Timing, resource: &str) -> Result<(), Error> {
-    match grant
-        .valid_until
-        .checked_sub(timing.ttl.saturating_sub(timing.drift))
-    {
-        Some(start) => timing.check_usable(crate::core::error::Op::Acquire, resource, start),
-        None => Ok(()),
-    }
 }

@@ -20,6 +20,7 @@ use crate::coord::subscription::Notifier;
 use crate::core::error::Error;
 use crate::core::keys::{lock_key, release_channel, LockKeys};
 use crate::core::lease_state::LostReason;
+use crate::core::mode::Hold;
 use crate::core::retry::RetryPolicy;
 use crate::core::slab::Slab;
 use crate::core::telemetry;
@@ -216,9 +217,22 @@ impl Engine {
     /// refused acquire's error says so: locks are not reentrant). Walks
     /// every lease held: for an acquire's final error only.
     pub(crate) fn holds(&self, key: &str) -> bool {
+        self.holds_as(key, |_| true)
+    }
+
+    /// Whether a live lease of this Locker holds the lock of `key` alone
+    /// (a waiter of this Locker then waits for it in the process). Walks
+    /// every lease held: for a refused waiter's first look only.
+    pub(crate) fn holds_alone(&self, key: &str) -> bool {
+        self.holds_as(key, |hold| hold == Hold::Exclusive)
+    }
+
+    fn holds_as(&self, key: &str, wanted: impl Fn(Hold) -> bool) -> bool {
         let now = std::time::Instant::now();
         self.held().iter().any(|lease| {
-            lease.each_key().any(|k| **k == *key) && lease.state.get().lost_at(now).is_none()
+            let mut holds = lease.each_key().zip(lease.holds());
+            holds.any(|(k, &h)| **k == *key && wanted(h))
+                && lease.state.get().lost_at(now).is_none()
         })
     }
 

@@ -129,8 +129,7 @@ impl Answer for AcquireReply {
                 expires_in,
                 waiting,
                 owner,
-                writer_waits,
-            } => Refusal::new(node, expires_in, waiting, owner, writer_waits),
+            } => Refusal::new(node, expires_in, waiting, owner),
             AcquireReply::Acquired { .. }
             | AcquireReply::AcquiredAll { .. }
             | AcquireReply::PermitsDiffer { .. } => Refusal::bare(node),

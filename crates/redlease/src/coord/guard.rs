@@ -95,7 +95,7 @@ impl Drop for ReleaseOnDrop {
         // Background::spawn needs a runtime; without one the keys simply
         // expire.
         if tokio::runtime::Handle::try_current().is_err() {
-            tracing::warn!(key = %self.ownership.key, "lock dropped outside a Tokio runtime; it stays until its TTL ends");
+            tracing::warn!(key = %self.ownership.key(), "lock dropped outside a Tokio runtime; it stays until its TTL ends");
             return;
         }
         let engine = self.engine.clone();

@@ -18,10 +18,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeErrorKind};
-use crate::protocol::lease::{ExtendManyRequest, Renewed};
-use crate::protocol::lua::{Lua, EXTEND_MANY, READ_EXTEND_MANY};
-use crate::protocol::shared::{Members, ReadExtendManyRequest};
+use crate::protocol::claim::{ClaimRenew, PerName};
+use crate::protocol::lua::{Lua, EXTEND};
 use crate::transport::deployment::Conn;
 use crate::transport::node::{write_off_after, Node};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -46,46 +46,26 @@ pub(crate) struct ExtendMany {
 }
 
 impl ExtendMany {
-    /// A call renewing `(key, token, ttl)` leases, all in `slot` if
-    /// given; `bind_lineage`: the locks are bound to their lineage.
+    /// A call renewing `(key, token, ttl)` holds of one kind, `hold`, all
+    /// in `slot` if given; `bind_lineage`: the holds are bound to their
+    /// lineage.
     pub(crate) fn new<'a>(
-        leases: impl Iterator<Item = (&'a str, &'a str, Duration)> + Clone,
+        holds: impl Iterator<Item = (&'a str, &'a str, Duration)> + Clone,
+        hold: Hold,
         slot: Option<u16>,
         bind_lineage: bool,
     ) -> Self {
-        let (cmd, len) = ExtendManyRequest {
-            leases,
-            bind_lineage,
+        let (cmd, len) = ClaimRenew {
+            holds,
+            hold,
+            bound: bind_lineage,
         }
         .call();
         ExtendMany {
             cmd: Arc::new(cmd),
             len,
             slot,
-            lua: &EXTEND_MANY,
-        }
-    }
-
-    /// A call renewing `(key, token, ttl)` holds among `members` (read
-    /// holds, or a semaphore's permits: see [`ReadExtendManyRequest`]), as
-    /// [`new`](Self::new) for leases held alone.
-    pub(crate) fn members<'a>(
-        leases: impl Iterator<Item = (&'a str, &'a str, Duration)> + Clone,
-        members: Members,
-        slot: Option<u16>,
-        bind_lineage: bool,
-    ) -> Self {
-        let (cmd, len) = ReadExtendManyRequest {
-            leases,
-            members,
-            bind_lineage,
-        }
-        .call();
-        ExtendMany {
-            cmd: Arc::new(cmd),
-            len,
-            slot,
-            lua: &READ_EXTEND_MANY,
+            lua: &EXTEND,
         }
     }
 
@@ -268,7 +248,7 @@ impl Lane {
         call: &ExtendMany,
         patience: Duration,
     ) -> Result<Vec<bool>, NodeError> {
-        let (Renewed(flags), replicas) = result.map_err(|e| self.node.redis_error(e, patience))?;
+        let (PerName(flags), replicas) = result.map_err(|e| self.node.redis_error(e, patience))?;
         if flags.len() != call.len {
             return Err(self.node.error(NodeErrorKind::Protocol(format!(
                 "the renewal script returned {} flags for {} leases",
@@ -290,7 +270,7 @@ impl Lane {
 
 /// A call's answer: one flag per lease, and with durability on the replicas
 /// that acknowledged it.
-type Flags = (Renewed, Option<u32>);
+type Flags = (PerName, Option<u32>);
 
 /// Runs one call, loading the script first if the node lost it (a restart
 /// or `SCRIPT FLUSH`).

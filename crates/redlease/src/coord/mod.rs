@@ -1,6 +1,6 @@
-//! What a Locker does with its nodes: one attempt fanned out to every
-//! node and decided at quorum, waiting with notifications, releases,
-//! renewal in batches per node, and the background tasks.
+//! What a Locker does with its nodes: one attempt at a claim fanned out to
+//! every node and decided at quorum, waiting in turn with notifications,
+//! releases, renewal in batches per node, and the background tasks.
 
 pub(crate) mod attempt;
 pub(crate) mod background;
@@ -12,8 +12,5 @@ pub(crate) mod lane;
 pub(crate) mod place;
 pub(crate) mod release;
 pub(crate) mod renew;
-pub(crate) mod reserve;
 pub(crate) mod subscription;
-pub(crate) mod turn;
 pub(crate) mod wait;
-pub(crate) mod writer_mark;

@@ -9,31 +9,25 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::coord::background::{HoldsInFlight, InFlight};
+use crate::core::claim::Claim;
 use crate::core::lease_state::{HoldsState, LeaseState, StateCell};
 use crate::core::mode::Hold;
 use crate::core::node_error::NodeError;
 use crate::core::token::{LockerTag, Token};
+use crate::protocol::claim::InLine;
 use crate::transport::node::Node;
 
-/// The other locks of a multi-lock, after its first, each with its hold
-/// (exclusive or shared), in the canonical order.
-pub(crate) type Others = Arc<[(Arc<str>, Hold)]>;
-
-/// One acquisition's claim on a lock: the key, the token, the mode it
-/// holds the lock in, and which nodes may hold it; once granted, the
+/// One acquisition's claim on its names: what it claims (each name with
+/// its hold), the token, and which nodes may hold it; once granted, the
 /// lease's state too. The lease's one shared record.
 pub(crate) struct Ownership {
-    pub(crate) key: Arc<str>,
-    /// The other locks taken with `key`, all or none (`lock_all`), each
-    /// with its hold (exclusive or shared; `hold` is `key`'s).
-    pub(crate) others: Option<Others>,
+    pub(crate) claim: Claim,
     pub(crate) token: Token,
-    pub(crate) hold: Hold,
     pub(crate) written: Written,
-    /// The waiter's place in the lock's queue and its ticket, for an
-    /// attempt in turn: its cleanup keeps the waiter's turn (see
-    /// `coord::turn`). Boxed: only a waiter that queued has one.
-    pub(crate) place: Option<Box<(Arc<str>, u64)>>,
+    /// The waiter's place in line and its ticket, for an attempt it made
+    /// in line: its cleanup keeps the waiter's turn (see release.lua).
+    /// Boxed: only a waiter in line has one.
+    pub(crate) in_line: Option<Box<(Arc<str>, u64)>>,
     /// Requests for this token still run in the background (the acquire's
     /// to slower nodes): a release waits for them.
     pub(crate) in_flight: InFlight,
@@ -74,32 +68,23 @@ fn whole_ms(timeout: Duration) -> u32 {
 impl Ownership {
     /// A claim with a fresh token, not yet sent to any of `nodes` nodes,
     /// whose requests may each take `node_timeout`.
-    pub(crate) fn new(
-        key: Arc<str>,
-        nodes: usize,
-        tag: &LockerTag,
-        hold: Hold,
-        node_timeout: Duration,
-    ) -> Self {
-        Ownership::adopted(key, nodes, Token::generate(tag), hold, node_timeout)
+    pub(crate) fn new(claim: Claim, nodes: usize, tag: &LockerTag, node_timeout: Duration) -> Self {
+        Ownership::adopted(claim, nodes, Token::generate(tag), node_timeout)
     }
 
     /// A claim on a lease exported by another Locker (see
     /// `Lease::export`): its token, on every node that may hold it.
     pub(crate) fn adopted(
-        key: Arc<str>,
+        claim: Claim,
         nodes: usize,
         token: Token,
-        hold: Hold,
         node_timeout: Duration,
     ) -> Self {
         Ownership {
-            key,
-            others: None,
+            claim,
             token,
-            hold,
             written: Written::new(nodes),
-            place: None,
+            in_line: None,
             in_flight: InFlight::default(),
             release_timeout_ms: whole_ms(node_timeout),
             state: StateCell::new(LeaseState::pending()),
@@ -113,78 +98,78 @@ impl Ownership {
         Duration::from_millis(self.release_timeout_ms.into())
     }
 
-    /// Every key held: `key`, then the others taken with it.
+    /// The first name's lock key.
+    pub(crate) fn key(&self) -> &Arc<str> {
+        self.claim.key()
+    }
+
+    /// The first name's hold (the only one's, for a lease of one name).
+    pub(crate) fn hold(&self) -> Hold {
+        self.claim.hold()
+    }
+
+    /// Every key held, in the claim's order.
     pub(crate) fn each_key(&self) -> impl Iterator<Item = &Arc<str>> {
-        std::iter::once(&self.key).chain(self.others.iter().flat_map(|o| o.iter().map(|(k, _)| k)))
+        self.claim.keys().iter().map(|k| &k.lock)
     }
 
     /// The hold on each key of [`each_key`](Self::each_key), in order.
-    pub(crate) fn holds(&self) -> Vec<Hold> {
-        std::iter::once(self.hold)
-            .chain(self.others.iter().flat_map(|o| o.iter().map(|&(_, h)| h)))
-            .collect()
+    pub(crate) fn holds(&self) -> &[Hold] {
+        self.claim.holds()
     }
 
-    /// [`each_key`](Self::each_key), collected.
-    pub(crate) fn keys(&self) -> Vec<Arc<str>> {
-        self.each_key().cloned().collect()
-    }
-
-    /// Gives our hold back on `node`, as its mode is given back (a
-    /// writer's compare-and-delete, or a reader's removal); `Ok(false)` if
-    /// the node did not hold it. `announce`: tell the lock's waiters.
+    /// Gives our claim back on `node` (see [`Node::give_back`]);
+    /// `Ok(false)` if the node did not hold it. `announce`: tell the
+    /// waiters. `next`: the place and ticket of the next waiter of this
+    /// Locker, which waits in the process, put in line where others wait.
     ///
     /// `marked`: the key's value is known to be marked (the lease was
-    /// taken in turn, or a task of this Locker queues behind it), so the
-    /// release goes straight to the script (see [`Node::release`]).
+    /// taken in line, or a task of this Locker waits behind it), so the
+    /// release goes straight to the script.
     pub(crate) async fn release_on_node(
         &self,
         node: &Node,
         announce: bool,
         marked: bool,
+        next: Option<&(Arc<str>, u64)>,
         timeout: std::time::Duration,
     ) -> Result<bool, NodeError> {
-        let (key, token) = (&self.key, &self.token);
-        if self.others.is_some() {
-            return node
-                .release_all(&self.keys(), &self.holds(), token, announce, timeout)
-                .await;
-        }
-        match self.hold {
-            Hold::Exclusive => {
-                let keep_turn = self.place.as_deref().filter(|_| !announce);
-                let marked = marked || self.place.is_some();
-                node.release(key, token, announce, marked, keep_turn, timeout)
-                    .await
-            }
-            Hold::Shared | Hold::Permit { .. } => {
-                node.read_release(key, token, self.hold, announce, timeout)
-                    .await
-            }
-        }
+        // The cleanup of a failed attempt in line keeps the waiter's turn.
+        let own = self
+            .in_line
+            .as_deref()
+            .filter(|_| !announce)
+            .map(|(place, ticket)| {
+                (
+                    InLine {
+                        place,
+                        ticket: *ticket,
+                    },
+                    true,
+                )
+            });
+        let next = next.map(|(place, ticket)| {
+            let line = InLine {
+                place,
+                ticket: *ticket,
+            };
+            (line, false)
+        });
+        let in_line = own.or(next);
+        let marked = marked || self.in_line.is_some();
+        node.give_back(&self.claim, &self.token, announce, marked, in_line, timeout)
+            .await
     }
 
-    /// Sets a new TTL on our hold on `node`; `Ok(false)` if it is not ours
-    /// there any more.
+    /// Sets a new TTL on our claim on `node`; `Ok(false)` if it is not
+    /// ours there any more.
     pub(crate) async fn extend_on_node(
         &self,
         node: &Node,
         ttl_ms: u64,
         timeout: std::time::Duration,
     ) -> Result<bool, NodeError> {
-        let (key, token) = (&self.key, &self.token);
-        if self.others.is_some() {
-            return node
-                .extend_all(&self.keys(), &self.holds(), token, ttl_ms, timeout)
-                .await;
-        }
-        match self.hold {
-            Hold::Exclusive => node.extend(key, token, ttl_ms, timeout).await,
-            Hold::Shared | Hold::Permit { .. } => {
-                node.read_extend(key, token, self.hold, ttl_ms, timeout)
-                    .await
-            }
-        }
+        node.extend(&self.claim, &self.token, ttl_ms, timeout).await
     }
 }
 
@@ -245,7 +230,7 @@ pub(crate) async fn release_on(
         nodes
             .iter()
             .filter(|n| ownership.written.may_hold(n.id().index()))
-            .map(|n| ownership.release_on_node(n, announce, false, timeout)),
+            .map(|n| ownership.release_on_node(n, announce, false, None, timeout)),
     )
     .await;
     let mut deleted = false;
@@ -269,7 +254,11 @@ mod tests {
         assert_eq!(whole_ms(Duration::MAX), u32::MAX);
         let tag = LockerTag::generate();
         let timeout = Duration::from_micros(2_001);
-        let ownership = Ownership::new("k".into(), 3, &tag, Hold::Exclusive, timeout);
+        let claim = Claim::one(
+            crate::core::keys::LockKeys::new("p:", "k", 1),
+            Hold::Exclusive,
+        );
+        let ownership = Ownership::new(claim, 3, &tag, timeout);
         assert_eq!(ownership.release_timeout(), Duration::from_millis(3));
     }
 }

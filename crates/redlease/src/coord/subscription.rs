@@ -7,9 +7,9 @@
 //! in arrival order and only the head is woken by a release, so one
 //! release costs one retry in this process, not one per waiter (no
 //! thundering herd), and the lock goes to waiters in turn (fairness within
-//! the process). An exclusive waiter that queues on the servers (see
-//! [`turn`](crate::coord::turn)) also listens on its Locker's own channel
-//! of the lock, where a release that hands it the lock names it: it alone
+//! the process). A waiter also listens on its Locker's own channel of each
+//! name it waits for (see [`wait`](crate::coord::wait)), where a release
+//! that hands it the name from the queue on the servers names it: it alone
 //! is woken, and a handoff to a waiter that left is passed on.
 //!
 //! Waiters trust these notifications only while they can arrive: a node's
@@ -31,12 +31,16 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::coord::background::RuntimeTasks;
-use crate::core::mode::LockMode;
+use crate::core::claim::Claim;
+use crate::core::keys::LockKeys;
+use crate::core::mode::{Hold, LockMode};
 use crate::core::token::ReleaseId;
 use crate::transport::node::Node;
 
 mod node_task;
+mod waiters;
 use node_task::node_task;
+pub(crate) use waiters::Waiters;
 
 /// What a node's subscription task is asked to do, in order.
 enum Command {
@@ -90,7 +94,10 @@ struct Entry {
     id: u64,
     notify: Arc<Notify>,
     mode: LockMode,
-    queued: bool,
+    /// A waiter for a lock held alone by another task of this Locker: its
+    /// place, not in line on the servers, which that task's release puts
+    /// there where others wait (see [`Notifier::next_place`]).
+    offered: Option<(Arc<str>, u64)>,
 }
 
 /// The waiters of one lock name on one channel: the lock's release
@@ -213,11 +220,13 @@ impl Notifier {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Queues a waiter for `mode` on `channel`, subscribing on every node
-    /// if it is the first.
-    pub(crate) fn join(self: &Arc<Self>, channel: &str, mode: LockMode) -> Waiter {
-        let id = self.next_id();
-        self.join_as(channel, mode, id, Kind::Plain)
+    /// The place of the first waiter on `channel` (a lock's release
+    /// channel), if it waits in this process for another task of this
+    /// Locker to release the lock, out of line on the servers: that
+    /// release puts it in line where others wait, at its arrival.
+    pub(crate) fn next_place(&self, channel: &str) -> Option<(Arc<str>, u64)> {
+        let channels = self.channels();
+        channels.get(channel)?.waiters.front()?.offered.clone()
     }
 
     /// Queues waiter `id` on `channel` as `kind` says, subscribing on
@@ -246,13 +255,14 @@ impl Notifier {
             id,
             notify: notify.clone(),
             mode,
-            queued: kind != Kind::Plain,
+            offered: None,
         });
         Waiter {
             notifier: self.clone(),
             channel: channel.to_string(),
             id,
             notify,
+            kind,
             confirmed: entry.confirmed.subscribe(),
             acquired: None,
         }
@@ -289,7 +299,7 @@ impl Notifier {
             // the lock's queue too: its acquire, behind the release, takes
             // the lock the release hands it. (If another process's waiter
             // is first, it is refused, and waits on.)
-            c.wake_head(true);
+            c.wake_head();
         }
     }
 
@@ -299,18 +309,18 @@ impl Notifier {
     /// a release still on its way to some nodes.
     ///
     /// On this Locker's own channel of a lock, a handoff names the waiter
-    /// it is for (`ID:WINDOW:RELEASE`). A handoff to a waiter no longer
+    /// it is for (`ID:WINDOW:RELEASE:HOLD`). A handoff to a waiter no longer
     /// here (it gave up, or took the lock on a quorum of other nodes) is
-    /// returned as that waiter's place (`TAG:ID:WINDOW`), to be passed on.
-    fn published(&self, channel: &str, payload: &str) -> Option<(String, String)> {
+    /// returned as that waiter's place (`TAG:ID:WINDOW`) and claim, to be passed on.
+    fn published(&self, channel: &str, payload: &str) -> Option<(Claim, String)> {
         let quorum = self.quorum;
         let mut channels = self.channels();
         let Some(c) = channels.get_mut(channel) else {
             return handed_to(channel, payload);
         };
         let (waiter, release_id) = match c.targeted {
-            true => match payload.splitn(3, ':').collect::<Vec<_>>()[..] {
-                [id, _, release] => (Some(id.parse::<u64>().ok()?), release),
+            true => match payload.splitn(4, ':').collect::<Vec<_>>()[..] {
+                [id, _, release, ..] => (Some(id.parse::<u64>().ok()?), release),
                 _ => return None,
             },
             false => (None, payload),
@@ -346,7 +356,7 @@ impl Notifier {
             }
             Some(_) => {}
             None if !release.done && (release.heard == 1 || release.heard == quorum) => {
-                c.wake_head(true);
+                c.wake_head();
             }
             None => {}
         }
@@ -376,7 +386,7 @@ impl Notifier {
             c.taken_until = None;
             match c.targeted {
                 true => c.waiters.iter().for_each(|e| e.notify.notify_one()),
-                false => c.wake_head(true),
+                false => c.wake_head(),
             }
         }
     }
@@ -408,12 +418,12 @@ impl Notifier {
             // The next waiter moves up: it needs a timer for the new
             // holder's expiry (waiters behind the first keep none), which
             // `taken_until` gives without a look at the lock.
-            c.wake_head(true);
+            c.wake_head();
         } else if was_front && !c.targeted {
             // A waiter at the front gave up (dropped, out of time), and may
             // have swallowed a wake-up, or took a read hold (the next in
             // line may be a writer, which must now look): pass it on.
-            c.wake_head(true);
+            c.wake_head();
         }
         if c.waiters.is_empty() {
             c.emptied += 1;
@@ -473,10 +483,9 @@ impl Channel {
         self.waiters.iter().take(run)
     }
 
-    /// Wakes the front; a queued waiter there only if `queued_too` (a
-    /// release that hands the lock on wakes the waiter it goes to).
-    fn wake_head(&self, queued_too: bool) {
-        for entry in self.front().filter(|e| queued_too || !e.queued) {
+    /// Wakes the front.
+    fn wake_head(&self) {
+        for entry in self.front() {
             // Stores a permit if the waiter is busy retrying: not lost.
             entry.notify.notify_one();
         }
@@ -490,6 +499,7 @@ pub(crate) struct Waiter {
     channel: String,
     id: u64,
     notify: Arc<Notify>,
+    kind: Kind,
     confirmed: watch::Receiver<Vec<bool>>,
     /// The validity of the lease it took, if it took the lock.
     acquired: Option<Instant>,
@@ -540,115 +550,28 @@ impl Waiter {
     }
 }
 
-/// A place in the queues of every lock of a multi-lock (`lock_all`), or
-/// of one lock: woken by a release of any of them, at the front when it
-/// is at the front of each queue.
-pub(crate) struct Waiters(Vec<Waiter>);
-
-impl Waiters {
-    /// Queues for `mode` on each of `channels`.
-    pub(crate) fn join(notifier: &Arc<Notifier>, channels: &[String], mode: LockMode) -> Self {
-        Waiters(channels.iter().map(|c| notifier.join(c, mode)).collect())
-    }
-
-    /// An exclusive waiter with place `id` in the lock's queue: on the
-    /// lock's release channel `released` (a release that frees the lock
-    /// wakes the front, which hands it on to the first in line if that is
-    /// not itself), and on this Locker's own channel of the lock `own`,
-    /// where a handoff wakes it by its number.
-    pub(crate) fn join_queued(
-        notifier: &Arc<Notifier>,
-        released: &str,
-        own: &str,
-        id: u64,
-    ) -> Self {
-        let mode = LockMode::Exclusive;
-        Waiters(vec![
-            notifier.join_as(released, mode, id, Kind::Queued),
-            notifier.join_as(own, mode, id, Kind::Own),
-        ])
-    }
-
-    /// Waits until a quorum confirmed every subscription, at most
-    /// `timeout` in all.
-    pub(crate) async fn subscribed(&mut self, timeout: Duration) {
-        let all = self.0.iter_mut().map(|w| w.subscribed(timeout));
-        futures_util::future::join_all(all).await;
-    }
-
-    /// Whether every release that succeeds will be heard.
-    pub(crate) fn heard(&self) -> bool {
-        self.0.iter().all(Waiter::heard)
-    }
-
-    /// Its number in this Locker (a queued waiter's, on each channel).
-    pub(crate) fn id(&self) -> u64 {
-        self.0.first().map_or(0, |w| w.id)
-    }
-
-    /// Whether it is at the front of every queue.
-    pub(crate) fn is_head(&self) -> bool {
-        self.0.iter().all(Waiter::is_head)
-    }
-
-    /// Resolves when a release of any of the locks wakes it, with the
-    /// index of the channel it was woken on (for a queued waiter, 1: a
-    /// handoff named it).
-    pub(crate) async fn woken(&self) -> usize {
-        let all = self.0.iter().map(|w| Box::pin(w.woken()));
-        futures_util::future::select_all(all).await.1
-    }
-
-    /// Leaves every queue because the locks are ours alone, valid until
-    /// `valid_until`.
-    pub(crate) fn acquired(self, valid_until: Instant) {
-        for w in self.0 {
-            w.acquired(valid_until);
-        }
-    }
-
-    /// Until when a lease another waiter of this Locker took after the
-    /// latest release of any of the locks is valid, the latest of them.
-    pub(crate) fn taken_until(&self) -> Option<Instant> {
-        self.0.iter().filter_map(Waiter::taken_until).max()
-    }
-
-    /// How long a lease that another task of this Locker took since the
-    /// latest release stays valid, if one did and still is. Only for
-    /// notified waiting, with the subscription confirmed on a quorum (so
-    /// any other release of the lock, a forced one say, is heard and
-    /// clears this); a policy that `counts_attempts` gets the attempts it
-    /// asked for.
-    pub(crate) fn taken_by_sibling(&self, counts_attempts: bool, now: Instant) -> Option<Duration> {
-        if counts_attempts || !self.heard() {
-            return None;
-        }
-        self.taken_until()
-            .and_then(|until| until.checked_duration_since(now))
-            .filter(|left| !left.is_zero())
-    }
-}
-
 /// The lock key and the place a handoff on a Locker's own channel of a
-/// lock (`KEY:released:TAG`, payload `ID:WINDOW:RELEASE`) was for, if it
+/// lock (`KEY:released:TAG`, payload `ID:WINDOW:RELEASE:HOLD`) was for, if it
 /// is one.
-fn handed_to(channel: &str, payload: &str) -> Option<(String, String)> {
+fn handed_to(channel: &str, payload: &str) -> Option<(Claim, String)> {
     let (rest, tag) = channel.rsplit_once(':')?;
     let key = rest.strip_suffix(":released")?;
-    let mut fields = payload.splitn(3, ':');
+    let mut fields = payload.splitn(4, ':');
     let (id, window) = (fields.next()?, fields.next()?);
     fields.next()?;
-    Some((key.to_string(), format!("{tag}:{id}:{window}")))
+    let hold = Hold::parse(fields.next()?)?;
+    let keys = LockKeys {
+        lock: key.into(),
+        fence_expiry_ms: 0,
+    };
+    Some((Claim::one(keys, hold), format!("{tag}:{id}:{window}")))
 }
 
 /// How a waiter is on a channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// Woken at the front by releases.
-    Plain,
-    /// Queued on the servers, on the lock's release channel: woken at the
-    /// front by a release that frees the lock, not by this Locker's own.
-    Queued,
+    /// On a lock's release channel: woken at the front by a release.
+    Released,
     /// Queued on the servers, on this Locker's own channel of the lock:
     /// woken by a handoff that names it.
     Own,
@@ -667,17 +590,44 @@ impl Drop for Waiter {
 
 #[cfg(test)]
 mod tests {
-    use super::handed_to;
+    use super::{handed_to, Kind, Notifier, Waiters};
+    use crate::core::mode::LockMode;
+    use std::time::Duration;
+
+    /// Two waiters that join at once may stand in one order on a name's
+    /// release channel and in the other on this Locker's own channel of
+    /// it: the first on the release channel is still the one at the front
+    /// (before, neither was, and both slept until their timers).
+    #[tokio::test]
+    async fn the_front_is_the_release_channels_whatever_the_own_channels_order() {
+        let notifier = Notifier::new(&[], Duration::from_secs(1));
+        let (released, own) = ("app:{job}:released", "app:{job}:released:0a1b");
+        let a_released = notifier.join_as(released, LockMode::Exclusive, 1, Kind::Released);
+        let b_released = notifier.join_as(released, LockMode::Exclusive, 2, Kind::Released);
+        let b_own = notifier.join_as(own, LockMode::Exclusive, 2, Kind::Own);
+        let a_own = notifier.join_as(own, LockMode::Exclusive, 1, Kind::Own);
+        let a = Waiters(vec![a_released, a_own]);
+        let b = Waiters(vec![b_released, b_own]);
+        assert!(a.is_head());
+        assert!(!b.is_head());
+        drop(a);
+        assert!(b.is_head());
+    }
 
     #[test]
-    fn a_handoff_names_its_lock_and_place() {
-        let handed = handed_to("app:{job}:released:0a1b", "7:250:abcdef");
+    fn a_handoff_names_its_lock_place_and_hold() {
+        use crate::core::mode::Hold;
+        let (claim, place) = handed_to("app:{job}:released:0a1b", "7:250:abcdef:w").unwrap();
         assert_eq!(
-            handed,
-            Some(("app:{job}".to_string(), "0a1b:7:250".to_string()))
+            (&**claim.key(), place.as_str()),
+            ("app:{job}", "0a1b:7:250")
         );
+        assert_eq!(claim.hold(), Hold::Exclusive);
+        let (claim, _) = handed_to("app:{job}:released:0a1b", "7:250:abcdef:p5:2").unwrap();
+        assert!(matches!(claim.hold(), Hold::Permit { weight, .. } if weight.get() == 2));
         // A release announced to every waiter names no place.
-        assert_eq!(handed_to("app:{job}:released", "abcdef"), None);
-        assert_eq!(handed_to("app:{job}:released:0a1b", "7:250"), None);
+        assert!(handed_to("app:{job}:released", "abcdef").is_none());
+        assert!(handed_to("app:{job}:released:0a1b", "7:250").is_none());
+        assert!(handed_to("app:{job}:released:0a1b", "7:250:abcdef:x").is_none());
     }
 }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::core::mode::LockMode;
+use crate::core::mode::{Hold, LockMode};
 use crate::core::node_error::{NodeError, NodeErrorKind, NodeId};
 use crate::core::refusal::{Busy, Held, Refusal};
 
@@ -25,6 +25,8 @@ pub enum Op {
     Extend,
     /// Deleting it whoever holds it ([`Admin::force_release`](crate::Admin::force_release)).
     ForceRelease,
+    /// Turning a write lease into a read lease ([`Lease::downgrade`](crate::Lease::downgrade)).
+    Downgrade,
 }
 
 impl fmt::Display for Op {
@@ -34,6 +36,7 @@ impl fmt::Display for Op {
             Op::Release => "release",
             Op::Extend => "extend",
             Op::ForceRelease => "force-release",
+            Op::Downgrade => "downgrade",
         })
     }
 }
@@ -82,6 +85,9 @@ pub enum Error {
         /// a full semaphore and a lock refused by a semaphore's name say
         /// different things.
         mode: LockMode,
+        /// For a semaphore's permits: how many this acquire asked for (1
+        /// unless `acquire_many`); 1 otherwise.
+        weight: u32,
         /// A lease of this same [`Locker`](crate::Locker) holds the lock.
         /// Locks are not reentrant: a task that asks again for a lock it
         /// holds waits for itself until its wait runs out; hand the lease
@@ -430,11 +436,11 @@ impl Shortfall {
     /// rule out a quorum, whatever the failed nodes would have said;
     /// otherwise `NoQuorum`. `expired`: the lease's validity had run out.
     pub(crate) fn into_error(self, resource: &str, expired: bool) -> Error {
-        self.into_error_as(resource, expired, LockMode::Exclusive)
+        self.into_error_as(resource, expired, Hold::Exclusive)
     }
 
     /// [`into_error`](Self::into_error) for an acquire in `mode`.
-    fn into_error_as(self, resource: &str, expired: bool, mode: LockMode) -> Error {
+    fn into_error_as(self, resource: &str, expired: bool, hold: Hold) -> Error {
         let quorum = self.quorum;
         let resource = resource.to_string();
         let refused_quorum = crate::core::quorum::refused(self.refused.len(), self.nodes, quorum);
@@ -445,7 +451,11 @@ impl Shortfall {
                 failed: self.failed,
                 nodes: self.nodes,
                 quorum,
-                mode,
+                mode: hold.mode(),
+                weight: match hold {
+                    Hold::Permit { weight, .. } => weight.get(),
+                    _ => 1,
+                },
                 by_this_locker: false,
             },
             op if refused_quorum => Error::NotHeld {
@@ -467,12 +477,12 @@ impl Shortfall {
         }
     }
 
-    /// An acquire's shortfall (it asked for `mode`) as its error, with
+    /// An acquire's shortfall (it asked for `hold`) as its error, with
     /// what the refusals said of the holder for a waiter.
-    pub(crate) fn into_failure(self, resource: &str, mode: LockMode) -> Failure {
+    pub(crate) fn into_failure(self, resource: &str, hold: Hold) -> Failure {
         let busy = Busy::of(&self.refused, crate::core::quorum::quorum(self.nodes));
         Failure {
-            error: self.into_error_as(resource, false, mode),
+            error: self.into_error_as(resource, false, hold),
             busy,
         }
     }
@@ -555,6 +565,7 @@ mod tests {
             quorum: 3,
             failed: Vec::new(),
             mode: LockMode::Exclusive,
+            weight: 1,
             by_this_locker: false,
         };
         assert_eq!(taken.quarantine_wait(), None);

@@ -96,7 +96,12 @@ impl Exported {
         let mode: String = match &self.holds[..] {
             [Hold::Exclusive] => "x".into(),
             [Hold::Shared] => "s".into(),
-            [Hold::Permit { permits, .. }] => format!("p{permits}"),
+            [Hold::Permit {
+                permits, weight, ..
+            }] if weight.get() == 1 => format!("p{permits}"),
+            [Hold::Permit {
+                permits, weight, ..
+            }] => format!("p{permits}:{weight}"),
             several => several
                 .iter()
                 .map(|h| if *h == Hold::Shared { 's' } else { 'x' })
@@ -150,12 +155,15 @@ impl Exported {
             ));
         };
         let permit = |p: &str| {
-            p.strip_prefix('p')
-                .and_then(|n| n.parse::<NonZeroU32>().ok())
-                .map(|permits| Hold::Permit {
-                    permits,
-                    majority: false,
-                })
+            let (permits, weight) = match p.strip_prefix('p')?.split_once(':') {
+                Some((n, w)) => (n.parse::<NonZeroU32>().ok()?, w.parse::<NonZeroU32>().ok()?),
+                None => (p[1..].parse::<NonZeroU32>().ok()?, NonZeroU32::MIN),
+            };
+            (weight <= permits).then_some(Hold::Permit {
+                permits,
+                weight,
+                majority: false,
+            })
         };
         let letter = |c: char| match c {
             'x' => Some(Hold::Exclusive),
@@ -233,9 +241,16 @@ mod tests {
     fn a_handle_reads_back_as_it_was_written() {
         let permit = Hold::Permit {
             permits: NonZeroU32::new(3).unwrap(),
+            weight: NonZeroU32::MIN,
+            majority: false,
+        };
+        let weighted = Hold::Permit {
+            permits: NonZeroU32::new(5).unwrap(),
+            weight: NonZeroU32::new(2).unwrap(),
             majority: false,
         };
         for e in [
+            exported(weighted, &["pool"], None),
             exported(Hold::Exclusive, &["job"], None),
             exported(Hold::Exclusive, &["a.b-c", "d/é"], Some(vec![7, 1 << 60])),
             exported(Hold::Shared, &["catalog"], Some(vec![0])),
@@ -345,8 +360,9 @@ mod tests {
         let hold = prop_oneof![
             Just(Hold::Exclusive),
             Just(Hold::Shared),
-            (1u32..=100_000).prop_map(|n| Hold::Permit {
+            (1u32..=100_000, any::<u32>()).prop_map(|(n, w)| Hold::Permit {
                 permits: NonZeroU32::new(n).unwrap(),
+                weight: NonZeroU32::new(1 + w % n).unwrap(),
                 majority: false,
             }),
         ];

@@ -198,9 +198,12 @@ mod tests {
 
     #[test]
     fn the_release_script_announces_on_the_release_channel() {
-        // The script spells the channel itself (see release.lua).
-        let spelled = format!("KEYS[1] .. '{RELEASED_SUFFIX}'");
+        // The scripts spell the channels themselves (see engine.lua and
+        // release.lua).
+        let spelled = format!("key .. '{RELEASED_SUFFIX}'");
         assert!(include_str!("../protocol/scripts/release.lua").contains(&spelled));
+        let own = format!("key .. '{RELEASED_SUFFIX}:' .. tag");
+        assert!(include_str!("../protocol/scripts/engine.lua").contains(&own));
         assert_eq!(release_channel("app:{x}"), "app:{x}:released");
         assert_eq!(own_channel("app:{x}", "0a1b"), "app:{x}:released:0a1b");
     }

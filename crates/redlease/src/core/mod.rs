@@ -4,6 +4,7 @@
 //! what a refusal tells a waiter),
 //! tested with injected time.
 
+pub(crate) mod claim;
 pub(crate) mod durability;
 pub(crate) mod error;
 pub(crate) mod expiry;

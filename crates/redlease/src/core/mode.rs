@@ -33,17 +33,22 @@ pub enum LockMode {
     Permit,
 }
 
-/// How an acquisition holds its name, as the coordination layer and the
-/// nodes need it: the public mode, and a semaphore's number of permits.
+/// How an acquisition holds one name, as the coordination layer and the
+/// nodes need it: the public mode, and for a semaphore its number of
+/// permits and how many of them this hold takes. The one description of
+/// a hold: it travels unchanged from the request to the scripts, which
+/// spell it as [`Hold::spelled`] says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Hold {
     Exclusive,
     Shared,
+    /// `weight` of a semaphore's `permits` (at most that many).
     /// `majority`: counted at a plain majority instead of the permit
     /// quorum, which is unsafe beyond one permit (only for the soak's
     /// negative control that shows it: see `Semaphore::unsafe_majority`).
     Permit {
         permits: NonZeroU32,
+        weight: NonZeroU32,
         majority: bool,
     },
 }
@@ -54,6 +59,35 @@ impl Hold {
             Hold::Exclusive => LockMode::Exclusive,
             Hold::Shared => LockMode::Shared,
             Hold::Permit { .. } => LockMode::Permit,
+        }
+    }
+
+    /// The hold as the scripts read it: `w` alone, `r` shared, `pN:W` for
+    /// `W` of a semaphore's `N` permits.
+    pub(crate) fn spelled(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Hold::Exclusive => "w".into(),
+            Hold::Shared => "r".into(),
+            Hold::Permit {
+                permits, weight, ..
+            } => format!("p{permits}:{weight}").into(),
+        }
+    }
+
+    /// A hold as [`spelled`](Self::spelled), if it is one.
+    pub(crate) fn parse(spelled: &str) -> Option<Hold> {
+        match spelled {
+            "w" => Some(Hold::Exclusive),
+            "r" => Some(Hold::Shared),
+            _ => {
+                let (permits, weight) = spelled.strip_prefix('p')?.split_once(':')?;
+                let (permits, weight) = (permits.parse().ok()?, weight.parse().ok()?);
+                (weight <= permits).then_some(Hold::Permit {
+                    permits,
+                    weight,
+                    majority: false,
+                })
+            }
         }
     }
 

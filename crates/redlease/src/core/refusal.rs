@@ -52,9 +52,10 @@ pub enum HeldBy {
     Owner,
     /// Readers share the lock (`read_lock`): a writer waits for them.
     Readers,
-    /// A writer waits for the lock, and readers that come after it queue
-    /// behind it (readers may still hold the lock).
-    WaitingWriter,
+    /// Nobody holds what this request needs, but others who came first
+    /// wait in line for the name (a reader behind a waiting writer, a
+    /// small permit behind a large one): every mode waits its turn.
+    Queued,
     /// The name is a semaphore's of `permits` permits: for a permit, all
     /// of them are held; for a lock of the same name, the semaphore holds
     /// the name while any of its permits is held.
@@ -72,9 +73,7 @@ impl std::fmt::Display for HeldBy {
         match self {
             HeldBy::Owner => f.write_str("held by another owner"),
             HeldBy::Readers => f.write_str("held by readers"),
-            HeldBy::WaitingWriter => {
-                f.write_str("wanted by a waiting writer (readers queue behind it)")
-            }
+            HeldBy::Queued => f.write_str("wanted by waiters who came first"),
             HeldBy::Semaphore { permits: 1 } => f.write_str("a semaphore's 1 permit is held"),
             HeldBy::Semaphore { permits } => write!(f, "all {permits} permits are held"),
             HeldBy::Unknown => f.write_str("held by another owner"),
@@ -86,7 +85,8 @@ impl std::fmt::Display for HeldBy {
 /// return for it (owner.lua; [`owner_of`](crate::protocol::set_nx::owner_of)
 /// for the plain path): a token's fingerprint below
 /// [`MARKERS`](Self::MARKERS), the readers' marker at it, a semaphore's
-/// of N permits at `MARKERS + N`, 0 when unknown.
+/// of N permits at `MARKERS + N`, waiters in line at
+/// [`QUEUED`](Self::QUEUED), 0 when unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Owner {
     Unknown,
@@ -94,11 +94,17 @@ pub(crate) enum Owner {
     Token(u32),
     Readers,
     Semaphore(u32),
+    /// Nobody holds what the request needs, but waiters who came first
+    /// are in line (engine.lua).
+    Queued,
 }
 
 impl Owner {
     /// Where the markers' numbers begin: token fingerprints are 27 bits.
     pub(crate) const MARKERS: u32 = 1 << 27;
+    /// Refused for the waiters in line: the largest 28-bit number, above
+    /// any semaphore's.
+    pub(crate) const QUEUED: u32 = (1 << 28) - 1;
 
     /// The owner a refusal's number names.
     pub(crate) fn of(number: u32) -> Owner {
@@ -106,6 +112,7 @@ impl Owner {
             0 => Owner::Unknown,
             n if n < Self::MARKERS => Owner::Token(n),
             Self::MARKERS => Owner::Readers,
+            Self::QUEUED => Owner::Queued,
             n => Owner::Semaphore(n - Self::MARKERS),
         }
     }
@@ -117,6 +124,7 @@ impl Owner {
             Owner::Token(n) => n,
             Owner::Readers => Self::MARKERS,
             Owner::Semaphore(n) => Self::MARKERS.saturating_add(n),
+            Owner::Queued => Self::QUEUED,
         }
     }
 }
@@ -136,17 +144,15 @@ pub(crate) struct Refusal {
 }
 
 impl Refusal {
-    /// A refusal by the holder `owner` (its number: see [`Owner`]);
-    /// `writer_waits`: a waiting writer's mark refused a reader.
+    /// A refusal by the holder `owner` (its number: see [`Owner`]).
     pub(crate) fn new(
         node: NodeId,
         expires_in: Option<Duration>,
         waiting: u64,
         owner: u32,
-        writer_waits: bool,
     ) -> Self {
         let by = match Owner::of(owner) {
-            _ if writer_waits => HeldBy::WaitingWriter,
+            Owner::Queued => HeldBy::Queued,
             Owner::Unknown => HeldBy::Unknown,
             Owner::Token(_) => HeldBy::Owner,
             Owner::Readers => HeldBy::Readers,
@@ -166,7 +172,7 @@ impl Refusal {
     /// A refusal that says nothing of the holder (a release or extend
     /// that found our token gone).
     pub(crate) fn bare(node: NodeId) -> Self {
-        Refusal::new(node, None, 0, 0, false)
+        Refusal::new(node, None, 0, 0)
     }
 }
 
@@ -215,7 +221,7 @@ mod tests {
         let refusals: Vec<Refusal> = owners
             .iter()
             .enumerate()
-            .map(|(i, &owner)| Refusal::new(NodeId::new(i, "n"), None, i as u64, owner, false))
+            .map(|(i, &owner)| Refusal::new(NodeId::new(i, "n"), None, i as u64, owner))
             .collect();
         Busy::of(&refusals, crate::core::quorum::quorum(nodes))
     }
@@ -238,13 +244,7 @@ mod tests {
 
     #[test]
     fn the_public_error_keeps_only_the_node_and_the_expiry() {
-        let refused = Refusal::new(
-            NodeId::new(0, "n"),
-            Some(Duration::from_secs(1)),
-            5,
-            7,
-            false,
-        );
+        let refused = Refusal::new(NodeId::new(0, "n"), Some(Duration::from_secs(1)), 5, 7);
         let shown = format!("{:?}", refused.held);
         assert!(
             !shown.contains("owner") && !shown.contains("waiting"),

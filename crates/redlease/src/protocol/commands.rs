@@ -140,9 +140,9 @@ pub const COMMANDS: &[Command] = &[
     need("zrem", When::Always, "no read lock can be released: each stays held until its TTL runs out"),
     need("zremrangebyscore", When::Always, "read locks cannot prune expired readers: they fail"),
     need("zcard", When::Always, "no semaphore permit can be taken: the holders cannot be counted"),
-    need("zrank", When::Always, "a refused waiter cannot find its place in the lock's queue: waiting for a busy exclusive lock fails"),
-    need("zpopmin", When::Always, "the release of a lock that waiters marked fails: it hands the lock to the first in line with it"),
+    need("zpopmin", When::Always, "no name's queue of waiters can be served: acquires and releases of names others wait for fail"),
     need("del", When::Always, "no release: every lock stays held until its TTL runs out"),
+    need("exists", When::Always, "no lock can tell whether others wait in line for it: acquires and releases fail"),
     need("pubsub|numsub", When::NotCluster, "`redlease status` counts the waiters with it: it fails"),
     optional("publish", When::NotCluster, "releases cannot wake other processes' waiters: they poll"),
     optional("subscribe", When::NotCluster, "waiters cannot hear releases: they poll"),
@@ -416,9 +416,9 @@ mod tests {
             "zrem",
             "zremrangebyscore",
             "zcard",
-            "zrank",
             "zpopmin",
             "del",
+            "exists",
         ];
         let plain = ["pubsub|numsub", "publish", "subscribe", "unsubscribe"];
         assert_eq!(standalone, [&always[..], &plain[..]].concat());
@@ -468,7 +468,7 @@ mod tests {
             rule.to_string(),
             "ACL SETUSER redlease on >PASSWORD resetkeys resetchannels ~redlease:* &redlease:* \
              -@all +info +time +eval +evalsha +set +get +incr +pexpire +pexpiretime +pttl \
-             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +zcard +zrank +zpopmin +del \
+             +pexpireat +zadd +zrange +zscore +zcount +zrem +zremrangebyscore +zcard +zpopmin +del +exists \
              +pubsub|numsub +publish +subscribe +unsubscribe"
         );
         let odd = AclRule::new(Deployment::Standalone).key_prefix(r"a*b?[c]\:");
@@ -511,24 +511,17 @@ mod tests {
     #[test]
     fn every_command_the_scripts_call_is_declared() {
         let scripts = [
+            include_str!("scripts/owner.lua"),
+            include_str!("scripts/engine.lua"),
             include_str!("scripts/acquire.lua"),
-            include_str!("scripts/extend.lua"),
-            include_str!("scripts/extend_many.lua"),
-            include_str!("scripts/force_release.lua"),
-            include_str!("scripts/raise_fence.lua"),
-            include_str!("scripts/refused.lua"),
             include_str!("scripts/release.lua"),
-            include_str!("scripts/read_acquire.lua"),
-            include_str!("scripts/read_release.lua"),
-            include_str!("scripts/read_extend.lua"),
-            include_str!("scripts/read_extend_many.lua"),
-            include_str!("scripts/writer_waits.lua"),
-            include_str!("scripts/writer_clear.lua"),
-            include_str!("scripts/read_inspect.lua"),
-            include_str!("scripts/permit_acquire.lua"),
-            include_str!("scripts/acquire_all.lua"),
-            include_str!("scripts/release_all.lua"),
-            include_str!("scripts/unreserve.lua"),
+            include_str!("scripts/extend.lua"),
+            include_str!("scripts/downgrade.lua"),
+            include_str!("scripts/leave.lua"),
+            include_str!("scripts/inspect.lua"),
+            include_str!("scripts/refused.lua"),
+            include_str!("scripts/raise_fence.lua"),
+            include_str!("scripts/force_release.lua"),
         ];
         let declared = |name: &str| COMMANDS.iter().any(|c| c.name == name);
         let mut called = Vec::new();
@@ -557,11 +550,11 @@ mod tests {
                 ),
             }
         }
-        // force_release.lua, read_release.lua and writer_clear.lua
+        // engine.lua (serving a queue), release.lua and force_release.lua
         // publish with the command they are given.
-        assert!(scripts[3].contains("redis.pcall(ARGV[3]"));
-        assert!(scripts[8].contains("redis.pcall(ARGV[4]"));
-        assert!(scripts[12].contains("redis.pcall(ARGV[2]"));
+        assert!(scripts[1].contains("redis.pcall(publish,"));
+        assert!(scripts[3].contains("redis.pcall(ARGV[3], key .. ':released'"));
+        assert!(scripts[10].contains("redis.pcall(ARGV[3]"));
         assert!(declared("publish") && declared("spublish"));
     }
 

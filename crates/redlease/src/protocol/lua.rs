@@ -131,30 +131,6 @@ pub(crate) fn malformed(script: &str, reply: &Value) -> redis::ParsingError {
     format!("the {script} script returned {reply:?}").into()
 }
 
-/// The integers of a script's reply that is an array of two to four of
-/// them, as the acquire scripts answer: the first four slots (zero past the
-/// end) and how many there were. Anything else is [`malformed`].
-pub(crate) fn small_int_array(
-    script: &str,
-    reply: &Value,
-) -> Result<([i64; 4], usize), redis::ParsingError> {
-    let bad = || malformed(script, reply);
-    let Value::Array(items) = reply else {
-        return Err(bad());
-    };
-    if !(2..=4).contains(&items.len()) {
-        return Err(bad());
-    }
-    let mut ints = [0i64; 4];
-    for (slot, item) in ints.iter_mut().zip(items) {
-        let Value::Int(i) = item else {
-            return Err(bad());
-        };
-        *slot = *i;
-    }
-    Ok((ints, items.len()))
-}
-
 /// A reply of 1 (`true`) or 0 (`false`) from `script`.
 pub(crate) fn one_or_zero(script: &str, reply: &Value) -> Result<bool, redis::ParsingError> {
     match reply {
@@ -164,15 +140,24 @@ pub(crate) fn one_or_zero(script: &str, reply: &Value) -> Result<bool, redis::Pa
     }
 }
 
+// One engine for every mode and every step of a claim's life (see
+// `claim`): a name's holds and its queue, engine.lua (with owner.lua,
+// who refuses), in front of each step's script.
+//
 // EVALSHA first, SCRIPT LOAD and retry on NOSCRIPT (after a restart or
 // SCRIPT FLUSH): `Conn::eval` does both, so NOSCRIPT never surfaces.
-pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("scripts/owner.lua"),
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/acquire.lua")
-    ))
-});
+macro_rules! engine_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Lua::new(concat!(
+                include_str!("scripts/owner.lua"),
+                include_str!("scripts/engine.lua"),
+                include_str!($file)
+            ))
+        })
+    };
+}
+pub(crate) static ACQUIRE: LazyLock<Lua> = engine_script!("scripts/acquire.lua");
 // Release goes as EVALSHA once this client has seen the node run it, and
 // whole (EVAL) before: a whole script is one command, never a NOSCRIPT
 // round trip, so it is on the wire as soon as it is first polled, and
@@ -182,105 +167,35 @@ pub(crate) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
 // (about half the release's cost); after a server lost its scripts (a
 // restart, SCRIPT FLUSH) the first one is retried whole, which may then
 // run after that next request: a delay, not an error.
-pub(crate) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/release.lua")
-    ))
-});
-// On a cluster the release is announced on the lock's shard channel: the
-// same script with SPUBLISH (a script of its own, so that no release
-// carries the command's name as an argument).
-pub(crate) static RELEASE_SHARDED: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/release_sharded.lua")
-    ))
-});
-// A waiter leaving a lock's queue (see `coord::turn`).
-pub(crate) static LEAVE_QUEUE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("scripts/queue.lua"),
-        include_str!("scripts/leave_queue.lua")
-    ))
-});
-// Sent whole (EVAL): an operator's rare command.
-pub(crate) const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
-pub(crate) static RAISE_FENCE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
+pub(crate) static RELEASE: LazyLock<Lua> = engine_script!("scripts/release.lua");
+// Renewal and extend: many holds of one kind per call.
+pub(crate) static EXTEND: LazyLock<Lua> = engine_script!("scripts/extend.lua");
+pub(crate) static DOWNGRADE: LazyLock<Lua> = engine_script!("scripts/downgrade.lua");
+pub(crate) static LEAVE: LazyLock<Lua> = engine_script!("scripts/leave.lua");
+pub(crate) static INSPECT: LazyLock<Lua> = engine_script!("scripts/inspect.lua");
+// The plain acquire's follow-up to a refusal (see `set_nx`).
 pub(crate) static REFUSED: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/refused.lua")));
-pub(crate) static EXTEND: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/extend.lua")));
-// A batch of renewals: compare-and-`PEXPIRE` for many leases at once.
-pub(crate) static EXTEND_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/extend_many.lua")));
-// The read (shared) side of a lock and its writer-waiting mark (see
-// `shared`).
-pub(crate) static READ_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("scripts/owner.lua"),
-        include_str!("scripts/read_acquire.lua")
-    ))
-});
-pub(crate) static READ_RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/read_release.lua")));
-pub(crate) static READ_EXTEND: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/read_extend.lua")));
-// Several locks at once, all or none (see `many`).
-pub(crate) static ACQUIRE_ALL: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("scripts/owner.lua"),
-        include_str!("scripts/acquire_all.lua")
-    ))
-});
-pub(crate) static RELEASE_ALL: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/release_all.lua")));
-pub(crate) static UNRESERVE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/unreserve.lua")));
-// A semaphore's permit (see `permits`).
-pub(crate) static PERMIT_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        include_str!("scripts/owner.lua"),
-        include_str!("scripts/permit_acquire.lua")
-    ))
-});
-// A batch of read renewals, as `EXTEND_MANY` for exclusive leases.
-pub(crate) static READ_EXTEND_MANY: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/read_extend_many.lua")));
-pub(crate) static WRITER_WAITS: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/writer_waits.lua")));
-pub(crate) static WRITER_CLEAR: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/writer_clear.lua")));
-pub(crate) static READ_INSPECT: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("scripts/read_inspect.lua")));
+pub(crate) static RAISE_FENCE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/raise_fence.lua")));
+// Sent whole (EVAL): an operator's rare command.
+pub(crate) const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua");
 
 /// The library's script with this SHA1, by its name in messages, and its
 /// text: an ACL refusal inside a script names only the script's SHA1 and
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 20] = [
+    let scripts: [(&str, &Lua); 9] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
-        ("release", &RELEASE_SHARDED),
-        ("force-release", &FORCE),
-        ("fencing write-back", &RAISE_FENCE),
-        ("refused-acquire follow-up", &REFUSED),
         ("extend", &EXTEND),
-        ("renewal", &EXTEND_MANY),
-        ("read acquire", &READ_ACQUIRE),
-        ("read release", &READ_RELEASE),
-        ("read extend", &READ_EXTEND),
-        ("read renewal", &READ_EXTEND_MANY),
-        ("permit acquire", &PERMIT_ACQUIRE),
-        ("multi-key acquire", &ACQUIRE_ALL),
-        ("multi-key release", &RELEASE_ALL),
-        ("multi-key unreserve", &UNRESERVE),
-        ("writer-waiting mark", &WRITER_WAITS),
-        ("writer-waiting clear", &WRITER_CLEAR),
-        ("read inspect", &READ_INSPECT),
-        ("queue leave", &LEAVE_QUEUE),
+        ("downgrade", &DOWNGRADE),
+        ("queue leave", &LEAVE),
+        ("inspect", &INSPECT),
+        ("refused-acquire follow-up", &REFUSED),
+        ("fencing write-back", &RAISE_FENCE),
+        ("force-release", &FORCE),
     ];
     scripts
         .into_iter()
@@ -308,20 +223,14 @@ mod tests {
     }
 
     #[test]
-    fn the_sharded_release_differs_only_by_its_publish_command() {
-        let (plain, sharded) = (RELEASE.code(), RELEASE_SHARDED.code());
-        let code = |text: &'static str| text.lines().filter(|l| !l.starts_with("--"));
-        let differing: Vec<_> = code(plain)
-            .zip(code(sharded))
-            .filter(|(a, b)| a != b)
-            .collect();
-        assert_eq!(code(plain).count(), code(sharded).count());
-        // The two hand-offs' and the announcement's.
-        assert_eq!(differing.len(), 3, "{differing:?}");
-        for (a, b) in differing {
-            assert_eq!(a.replace("'PUBLISH'", "'SPUBLISH'"), b);
+    fn every_script_is_found_by_its_hash() {
+        for (lua, name) in [
+            (&*ACQUIRE, "acquire"),
+            (&*RELEASE, "release"),
+            (&*INSPECT, "inspect"),
+        ] {
+            assert_eq!(script_by_hash(lua.hash()).unwrap().0, name);
         }
-        assert_ne!(RELEASE.hash(), RELEASE_SHARDED.hash());
-        assert_eq!(script_by_hash(RELEASE_SHARDED.hash()).unwrap().0, "release");
+        assert!(script_by_hash("0000").is_none());
     }
 }

@@ -8,13 +8,11 @@
 
 pub(crate) mod acquire;
 pub(crate) mod capabilities;
+pub(crate) mod claim;
 // Public as `redlease::acl`.
 pub mod commands;
 pub(crate) mod compare_delete;
 pub(crate) mod lease;
 pub(crate) mod lua;
-pub(crate) mod many;
-pub(crate) mod permits;
 pub(crate) mod server_error;
 pub(crate) mod set_nx;
-pub(crate) mod shared;

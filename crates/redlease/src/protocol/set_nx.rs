@@ -131,7 +131,7 @@ pub(crate) enum Reply {
 /// vote; it reveals nothing usable of the token.
 pub(crate) fn owner_of(value: &[u8]) -> u32 {
     use crate::core::refusal::Owner;
-    if value == crate::protocol::shared::READERS.as_bytes() {
+    if value == crate::protocol::claim::READERS.as_bytes() {
         return Owner::Readers.number();
     }
     if let Some(permits) = value

@@ -88,7 +88,7 @@ async fn readers_and_a_waiting_writer_are_named() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let e = loop {
         match c.try_read_lock("catalog").await {
-            Err(e) if refused_by(&e, HeldBy::WaitingWriter) => break e,
+            Err(e) if refused_by(&e, HeldBy::Queued) => break e,
             Ok(lease) => lease.release().await.unwrap(),
             Err(e) => panic!("{e}"),
         }
@@ -97,7 +97,7 @@ async fn readers_and_a_waiting_writer_are_named() {
     };
     assert!(
         e.to_string()
-            .contains("lock \"catalog\" has a writer waiting for it"),
+            .contains("others who came first wait in line for lock \"catalog\""),
         "{e}"
     );
     reader.release().await.unwrap();

@@ -63,8 +63,24 @@ async fn queue_up(
     node: &RedisNode,
     key: &str,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Arc<Mutex<Vec<usize>>>) {
+    queue_up_in(count, build, |_| true, resource, node, key).await
+}
+
+/// [`queue_up`], where only the arrivals `in_line` says go in line on the
+/// servers at once: the others are tasks of a Locker whose earlier task
+/// waits already, and wait behind it in their process (given a moment to
+/// get there before the next arrival).
+async fn queue_up_in(
+    count: usize,
+    build: impl Fn() -> Locker,
+    in_line: impl Fn(usize) -> bool,
+    resource: &'static str,
+    node: &RedisNode,
+    key: &str,
+) -> (Vec<tokio::task::JoinHandle<()>>, Arc<Mutex<Vec<usize>>>) {
     let served = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
+    let mut lined_up = 0;
     for arrival in 0..count {
         let (locker, served) = (build(), served.clone());
         tasks.push(tokio::spawn(async move {
@@ -73,7 +89,13 @@ async fn queue_up(
             tokio::time::sleep(5 * MS).await;
             lease.release().await.unwrap();
         }));
-        queued(node, key, arrival as u64 + 1).await;
+        match in_line(arrival) {
+            true => {
+                lined_up += 1;
+                queued(node, key, lined_up).await;
+            }
+            false => tokio::time::sleep(100 * MS).await,
+        }
     }
     (tasks, served)
 }
@@ -118,7 +140,10 @@ async fn twenty_processes_are_served_in_arrival_order_at_constant_cost() {
 }
 
 /// Tasks of one Locker and other Lockers queue together: the lock goes
-/// round in arrival order across them.
+/// round in arrival order across them. The Locker's later tasks wait in
+/// their process behind its first, and each release of the Locker puts
+/// its next task in line on the servers at its arrival, where others
+/// wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_of_one_locker_take_their_turn_among_processes() {
     let nodes = RedisNodes::start(1);
@@ -134,7 +159,8 @@ async fn tasks_of_one_locker_take_their_turn_among_processes() {
         0 => shared.clone(),
         _ => process(nodes.urls()),
     };
-    let (tasks, served) = queue_up(6, build, "job", node, &key).await;
+    let in_line = |arrival: usize| arrival == 0 || arrival % 2 == 1;
+    let (tasks, served) = queue_up_in(6, build, in_line, "job", node, &key).await;
     lease.release().await.unwrap();
     all_done(tasks, Duration::from_secs(10)).await;
     assert_eq!(*served.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
@@ -245,8 +271,8 @@ async fn a_gone_waiter_is_passed_over_at_once() {
     let tag = channels[0].rsplit(':').next().unwrap().to_string();
     // In front of it: a waiter of a process that ended, and a waiter of
     // the listening Locker that is no longer there.
-    let dead = "00000000000000ff:1:250";
-    let left = format!("{tag}:999999:250");
+    let dead = "00000000000000ff:1:250:w";
+    let left = format!("{tag}:999999:250:w");
     for (score, place) in [("1", dead), ("2", left.as_str())] {
         command(node, &["ZADD", &format!("{key}:queue"), score, place]).await;
     }

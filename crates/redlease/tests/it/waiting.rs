@@ -302,7 +302,7 @@ async fn the_next_in_line_behind_a_task_of_its_locker_does_not_look() {
     );
     tokio::time::sleep(200 * MS).await;
 
-    let before = script_calls(node).await;
+    let before = script_calls(node).await + command_calls(node, &["set"]).await;
     first.release().await.unwrap();
     let (_, got) = tokio::time::timeout(Duration::from_secs(2), second)
         .await
@@ -310,8 +310,9 @@ async fn the_next_in_line_behind_a_task_of_its_locker_does_not_look() {
         .unwrap();
     let second_lease = got.unwrap();
     tokio::time::sleep(500 * MS).await;
-    let calls = script_calls(node).await - before;
-    // The first's release and the second's acquire; the third sent nothing.
+    let calls = script_calls(node).await + command_calls(node, &["set"]).await - before;
+    // The first's release (a script) and the second's acquire (the plain
+    // SET: handed on in the process); the third sent nothing.
     assert_eq!(calls, 2, "the third looked at a lock its Locker holds");
     assert!(!third.is_finished());
 
@@ -473,15 +474,16 @@ async fn a_split_vote_does_not_put_the_waiters_to_sleep() {
     );
 }
 
-/// A release is published only when a waiter marked the lock, and then
-/// once, to the waiter it is handed to: a task of the same Locker queues
-/// like any other waiter, so its handoff costs one `PUBLISH` (on its
-/// Locker's own channel); a waiter elsewhere marks the holder (a `*` after
-/// its token, its TTL kept) with its refused acquire and hears the release
-/// at once. With fencing on the acquire is the script, which marks the
+/// A release is published only when a waiter of another Locker marked
+/// the lock, and then once, to the waiter it is handed to: a task of the
+/// same Locker waits behind its sibling in the process and is woken there
+/// by its release, which costs the servers no `PUBLISH` and leaves the
+/// holder unmarked; a waiter elsewhere marks the holder (a `*` after its
+/// token, its TTL kept) with its refused acquire and hears the release at
+/// once. With fencing on the acquire is the script, which marks the
 /// holder itself. A marked lease is still its holder's to extend and
-/// release; a lease taken in turn is marked (its release hands the lock to
-/// the next in line, or announces it), and one taken free is not.
+/// release; a lease taken in turn is marked (its release hands the lock
+/// to the next in line, or announces it), and one taken free is not.
 async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool) {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
@@ -507,20 +509,19 @@ async fn releases_are_published_only_for_waiters_of_other_lockers(fencing: bool)
     // A lock nobody waits for: taken and released without a PUBLISH.
     mine.try_lock("job").await.unwrap().release().await.unwrap();
     assert_eq!(command_calls(node, &["publish"]).await, published_before);
-    // Tasks of one Locker: the second queues behind its sibling, marks it,
-    // and is handed the lock by its release.
-    for round in 1..=3 {
+    // Tasks of one Locker: the second waits behind its sibling in the
+    // process, marks nothing, and is woken by its release there.
+    for _ in 1..=3 {
         let holder = mine.try_lock("job").await.unwrap();
         let sibling = spawn_lock(mine.clone(), "job");
         wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
         tokio::time::sleep(100 * MS).await;
         let value = get(node, &key).await;
-        assert!(marked(&value), "the queued sibling marked: {value:?}");
+        assert!(!marked(&value), "a sibling marks nothing: {value:?}");
         let gap = handoff(holder, sibling).await;
         assert!(gap < Duration::from_secs(1), "handoff took {gap:?}");
-        // The handoff, and the sibling's release of a lease taken in turn.
         let published = command_calls(node, &["publish"]).await - published_before;
-        assert_eq!(published, 2 * round, "one PUBLISH per handoff");
+        assert_eq!(published, 0, "a handoff in the process publishes nothing");
     }
     let published_before = command_calls(node, &["publish"]).await;
 
@@ -575,11 +576,12 @@ async fn releases_are_published_only_for_waiters_of_other_lockers_fenced() {
     releases_are_published_only_for_waiters_of_other_lockers(true).await;
 }
 
-/// The release itself hands the lock to the next waiter, of the same
-/// Locker too: while the release waits on a node whose writes are paused
-/// (`CLIENT PAUSE WRITE`), the waiter is not woken and sends nothing (it
-/// would only be refused), and once the release runs the waiter takes the
-/// lock at once.
+/// The release itself hands the lock to the next waiter of the same
+/// Locker, which waits in its process, out of line on the servers: while
+/// the release waits on a node whose writes are paused (`CLIENT PAUSE
+/// WRITE`), the waiter's one acquire waits behind it on the connection,
+/// and once the release runs the waiter takes the lock at once, with the
+/// plain acquire (one `SET`, no script).
 #[tokio::test]
 async fn the_release_hands_the_lock_to_the_next_waiter() {
     let nodes = RedisNodes::start(1);
@@ -600,9 +602,16 @@ async fn the_release_hands_the_lock_to_the_next_waiter() {
     let chan = channel(&locker, "job");
     wait_numsub(&nodes, &chan, 1, Duration::from_secs(3)).await;
     tokio::time::sleep(100 * MS).await;
-    assert_eq!(queue_len(node, &key).await, 1, "the waiter queued");
+    assert_eq!(
+        queue_len(node, &key).await,
+        0,
+        "the waiter waits in its process"
+    );
 
-    let scripts = script_calls(node).await;
+    let (scripts, sets) = (
+        script_calls(node).await,
+        command_calls(node, &["set"]).await,
+    );
     command(node, &["CLIENT", "PAUSE", "600", "WRITE"]).await;
     let released = Instant::now();
     let release = tokio::spawn(async move { holder.release().await });
@@ -621,6 +630,7 @@ async fn the_release_hands_the_lock_to_the_next_waiter() {
         "woken by the handoff, not its 5 s timer"
     );
     // The release, and the waiter's acquire: nothing sent in between.
-    assert_eq!(script_calls(node).await - scripts, 2);
+    assert_eq!(script_calls(node).await - scripts, 1);
+    assert_eq!(command_calls(node, &["set"]).await - sets, 1);
     got.unwrap().release().await.unwrap();
 }

@@ -53,8 +53,8 @@ enum Target<'a> {
     One { name: String, read: bool },
     /// Several names, all or none.
     All(Vec<String>),
-    /// A permit of a semaphore.
-    Permit(AsyncSemaphore<'a>),
+    /// `k` permits of a semaphore, at once.
+    Permit(AsyncSemaphore<'a>, u32),
 }
 
 impl fmt::Debug for Acquire<'_> {
@@ -91,8 +91,12 @@ impl<'a> Acquire<'a> {
         Acquire::new(shared, Target::All(names))
     }
 
+    pub(super) fn permits(shared: &'a Arc<Shared>, semaphore: AsyncSemaphore<'a>, k: u32) -> Self {
+        Acquire::new(shared, Target::Permit(semaphore, k))
+    }
+
     pub(super) fn permit(shared: &'a Arc<Shared>, semaphore: AsyncSemaphore<'a>) -> Self {
-        Acquire::new(shared, Target::Permit(semaphore))
+        Acquire::new(shared, Target::Permit(semaphore, 1))
     }
 
     /// Takes read holds on `names` too, all or none with the target
@@ -204,7 +208,7 @@ impl<'a> Acquire<'a> {
             Target::One { name, read: false } => locker.lock(name),
             Target::One { name, read: true } => locker.read_lock(name),
             Target::All(names) => locker.lock_all(names),
-            Target::Permit(semaphore) => semaphore.acquire(),
+            Target::Permit(semaphore, k) => semaphore.acquire_many(k),
         };
         if !self.read.is_empty() {
             request = request.and_read(self.read);

@@ -235,6 +235,48 @@ impl Lease {
         self.shared.run(inner.release())
     }
 
+    /// Turns this write lease into a read lease of the same names, token
+    /// and validity, atomically on a quorum:
+    /// [`Lease::downgrade`](crate::Lease::downgrade), blocking. A lease
+    /// that is not held alone is [`Error::InvalidInput`], with nothing
+    /// sent; a downgrade a quorum did not confirm gives the lease back.
+    ///
+    /// # Blocking
+    ///
+    /// One round trip to the nodes, each bounded by the node timeout.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// let writer = locker.lock("catalog")?;
+    /// // ... rewrite it ...
+    /// let reader = writer.downgrade()?;
+    /// // ... read it back, no writer in between ...
+    /// reader.release()
+    /// # }
+    /// ```
+    pub fn downgrade(mut self) -> Result<Lease, Error> {
+        self.shared.usable()?;
+        let inner = self
+            .inner
+            .take()
+            .expect("a lease is whole until it is given up");
+        let lease = self.shared.run(inner.downgrade())?;
+        Ok(Lease::new(lease, self.shared.clone()))
+    }
+
+    /// Refused at once: a read lease does not upgrade (see
+    /// [`Lease::upgrade`](crate::Lease::upgrade)).
+    ///
+    /// ```no_run
+    /// # fn f(reader: &redlease::blocking::Lease) {
+    /// assert!(reader.upgrade().is_err());
+    /// # }
+    /// ```
+    pub fn upgrade(&self) -> Result<Lease, Error> {
+        let refused = self.inner().upgrade()?;
+        Ok(Lease::new(refused, self.shared.clone()))
+    }
+
     /// Keeps this lease alive from now on, as if it had been taken with
     /// `.keep_alive()` ([`Lease::keep_alive`](crate::Lease::keep_alive)):
     /// the Locker's threads renew it every third of the TTL while this

@@ -137,6 +137,50 @@ impl<'a> Semaphore<'a> {
         self.request().try_lock()
     }
 
+    /// Waits for `k` of the permits at once, all or none, as one lease
+    /// (see the async [`Semaphore::acquire_many`](crate::Semaphore::acquire_many)):
+    /// waiters take permits in the order they came, whatever their
+    /// weights.
+    ///
+    /// # Blocking
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// let three = locker.semaphore("build-slots", 8).acquire_many(3)?;
+    /// three.release()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_many(&self, k: u32) -> Result<Lease, Error> {
+        self.request_many(k).lock()
+    }
+
+    /// Makes one attempt at `k` of the permits at once.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// if let Ok(two) = locker.semaphore("encoders", 4).try_acquire_many(2) {
+    ///     two.release()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire_many(&self, k: u32) -> Result<Lease, Error> {
+        self.request_many(k).try_lock()
+    }
+
+    /// A request for `k` permits at once, with per-call options, to end
+    /// with `lock`, `try_lock` or `with`.
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// let two = locker.semaphore("encoders", 4).request_many(2).keep_alive().lock()?;
+    /// # two.release() }
+    /// ```
+    pub fn request_many(&self, k: u32) -> Acquire<'a> {
+        Acquire::permits(self.shared, self.inner.clone(), k)
+    }
+
     /// A request for a permit, with per-call options (TTL, wait,
     /// keep-alive), to end with `lock`, `try_lock` or `with`.
     ///

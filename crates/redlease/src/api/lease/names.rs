@@ -137,7 +137,7 @@ impl Lease {
             None => self.fencing_token().map(|f| vec![f]),
         };
         let handle = crate::core::handle::Exported {
-            holds: self.guard.ownership.holds(),
+            holds: self.guard.ownership.holds().to_vec(),
             ttl: self.guard.timing.ttl,
             token: self.guard.ownership.token.clone(),
             prefix: engine.settings().prefix.clone(),

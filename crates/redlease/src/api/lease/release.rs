@@ -2,6 +2,7 @@
 //! telling the lock's waiters.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
@@ -77,15 +78,25 @@ impl Lease {
         // Worked out only if a task of this Locker waits, and then once.
         let release_id = std::sync::OnceLock::new();
         let release_id = || *release_id.get_or_init(|| ReleaseId::of(&ownership.token));
-        let quorum = ownership.hold.quorum(engine.nodes().len());
-        // A task of this Locker that waits for the lock marked it.
-        let marked = engine.started_notifier().is_some_and(|n| {
+        let quorum = ownership.claim.quorum(engine.nodes().len());
+        // A task of this Locker that waits for the lock marked it; the
+        // first of them, if it waits out of line for this lease alone, goes
+        // in line where others wait (see release.lua).
+        let notifier = engine.started_notifier();
+        let marked = notifier.is_some_and(|n| {
             ownership
                 .each_key()
                 .any(|key| n.has_waiters(&crate::core::keys::release_channel(key)))
         });
+        let next: Option<(Arc<str>, u64)> = match (marked, ownership.claim.alone()) {
+            (true, Some(keys)) => {
+                notifier.and_then(|n| n.next_place(&crate::core::keys::release_channel(&keys.lock)))
+            }
+            _ => None,
+        };
+        let next = Arc::new(next);
         let decided = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-            let ownership = ownership.clone();
+            let (ownership, next) = (ownership.clone(), next.clone());
             async move {
                 let i = node.id().index();
                 background::lowered(&*ownership, 1 << i).await;
@@ -93,7 +104,7 @@ impl Lease {
                     return Ok(false);
                 }
                 ownership
-                    .release_on_node(&node, true, marked, timeout)
+                    .release_on_node(&node, true, marked, next.as_ref().as_ref(), timeout)
                     .await
             }
         });

@@ -7,7 +7,6 @@ use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::renew_schedule::patience;
 use crate::core::telemetry;
-use crate::protocol::shared::Members;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -154,7 +153,7 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
                 cadence: e.cadence,
                 round: e.round,
                 lost_from: e.lost_from(),
-                keys: 1 + e.owner.others.as_ref().map_or(0, |o| o.len()),
+                keys: e.owner.claim.len(),
             });
             entries.push(e);
         }
@@ -163,20 +162,20 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     // per call: they go after the writers' leases, grouped by kind (and
     // by slot on a cluster), in calls of their own.
     // Multi-locks go last, each in calls of its own.
-    let grouped = |e: &Entry| e.owner.hold != Hold::Exclusive || e.owner.others.is_some();
+    let grouped = |e: &Entry| e.owner.hold() != Hold::Exclusive || e.owner.claim.is_set();
     if inner.by_slot || entries.iter().any(|e| grouped(e)) {
         let mut order: Vec<(u64, u16, usize)> = entries
             .iter()
             .enumerate()
             .map(|(k, e)| {
                 let slot = if inner.by_slot {
-                    hash_slot(&e.owner.key)
+                    hash_slot(e.owner.key())
                 } else {
                     0
                 };
-                let rank = match e.owner.others {
-                    Some(_) => u64::MAX,
-                    None => rank(e.owner.hold),
+                let rank = match e.owner.claim.is_set() {
+                    true => u64::MAX,
+                    false => rank(e.owner.hold()),
                 };
                 (rank, slot, k)
             })
@@ -200,12 +199,15 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
 }
 
 /// Where holds of a kind go in a batch: writers' leases first, then read
-/// holds, then permits by their semaphore's size.
+/// holds, then permits by their semaphore's size and their weight (each
+/// kind renewed by calls of its own).
 fn rank(hold: Hold) -> u64 {
     match hold {
         Hold::Exclusive => 0,
         Hold::Shared => 1,
-        Hold::Permit { permits, .. } => 1 + u64::from(permits.get()),
+        Hold::Permit {
+            permits, weight, ..
+        } => 2 + (u64::from(permits.get()) << 32 | u64::from(weight.get())),
     }
 }
 
@@ -217,59 +219,50 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
     let mut calls = Vec::new();
     let lone = entries
         .iter()
-        .take_while(|e| e.owner.others.is_none())
+        .take_while(|e| !e.owner.claim.is_set())
         .count();
     let (mut rest, many) = entries.split_at(lone);
-    // A multi-lock's keys: one call per mode (exclusive, then shared),
-    // and on a cluster per slot, in a row (its flags are the next places
-    // of the batch, in key order within each call).
+    // A multi-lock's names: one call per hold (alone, then shared), and
+    // on a cluster per slot, in a row (its flags are the next places of
+    // the batch, its lease renewed when all of them say so).
     for e in many {
         let owner = &*e.owner;
-        let keys: Vec<(&str, Hold)> = std::iter::once((&*owner.key, owner.hold))
-            .chain(
-                owner
-                    .others
-                    .iter()
-                    .flat_map(|o| o.iter().map(|(k, h)| (&**k, *h))),
-            )
-            .collect();
-        let mut groups: Vec<(u16, bool)> = keys
+        let keys: Vec<(&str, Hold)> = owner
+            .claim
+            .keys()
             .iter()
-            .map(|&(k, h)| (if by_slot { hash_slot(k) } else { 0 }, h == Hold::Shared))
+            .zip(owner.claim.holds())
+            .map(|(k, &h)| (&*k.lock, h))
             .collect();
-        groups.sort_unstable();
+        let mut groups: Vec<(u16, u64, Hold)> = keys
+            .iter()
+            .map(|&(k, h)| (if by_slot { hash_slot(k) } else { 0 }, rank(h), h))
+            .collect();
+        groups.sort_unstable_by_key(|&(slot, rank, _)| (slot, rank));
         groups.dedup();
-        for (slot, shared) in groups {
+        for (slot, _, hold) in groups {
             let leases = keys
                 .iter()
-                .filter(move |&&(k, h)| {
-                    (!by_slot || hash_slot(k) == slot) && (h == Hold::Shared) == shared
-                })
+                .filter(move |&&(k, h)| (!by_slot || hash_slot(k) == slot) && h == hold)
                 .map(|&(k, _)| (k, owner.token.as_str(), e.cadence.ttl));
             let slot = by_slot.then_some(slot);
-            calls.push(match shared {
-                false => ExtendMany::new(leases, slot, bind_lineage),
-                true => ExtendMany::members(leases, Members::Readers, slot, bind_lineage),
-            });
+            calls.push(ExtendMany::new(leases, hold, slot, bind_lineage));
         }
     }
     let many_calls = std::mem::take(&mut calls);
     while !rest.is_empty() {
         let mut len = rest.len().min(CHUNK);
-        let (slot, hold) = (hash_slot(&rest[0].owner.key), rest[0].owner.hold);
+        let (slot, hold) = (hash_slot(rest[0].owner.key()), rest[0].owner.hold());
         len = rest[..len]
             .iter()
-            .position(|e| e.owner.hold != hold || (by_slot && hash_slot(&e.owner.key) != slot))
+            .position(|e| e.owner.hold() != hold || (by_slot && hash_slot(e.owner.key()) != slot))
             .unwrap_or(len);
         let (call, tail) = rest.split_at(len);
         let leases = call
             .iter()
-            .map(|e| (&*e.owner.key, e.owner.token.as_str(), e.cadence.ttl));
+            .map(|e| (&**e.owner.key(), e.owner.token.as_str(), e.cadence.ttl));
         let slot = by_slot.then_some(slot);
-        calls.push(match Members::of(hold) {
-            None => ExtendMany::new(leases, slot, bind_lineage),
-            Some(members) => ExtendMany::members(leases, members, slot, bind_lineage),
-        });
+        calls.push(ExtendMany::new(leases, hold, slot, bind_lineage));
         rest = tail;
     }
     calls.extend(many_calls);

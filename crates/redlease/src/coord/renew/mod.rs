@@ -178,7 +178,7 @@ impl Entry {
                 true
             });
             let failed: Vec<String> = self.errors().map(|e| format!("{e:#}")).collect();
-            tracing::warn!(key = %self.owner.key, reason = %why, ?failed, "lease lost");
+            tracing::warn!(key = %self.owner.key(), reason = %why, ?failed, "lease lost");
             telemetry::lease_lost(why);
         }
     }

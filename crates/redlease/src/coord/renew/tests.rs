@@ -19,11 +19,12 @@ fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> En
     let timing = Timing::new("ttl", 1_500 * MS, DriftModel::DEFAULT, Some(400 * MS)).unwrap();
     let until = timing.valid_until(t0);
     let view = LeaseState::new(until, timing.drift);
+    let claim =
+        crate::core::claim::Claim::one(crate::core::keys::LockKeys::new("p:", "k", 1), hold);
     let owner = Arc::new(Ownership::new(
-        "k".into(),
+        claim,
         nodes,
         &LockerTag::generate(),
-        hold,
         timing.node_timeout,
     ));
     owner.state.modify(|s| *s = view);

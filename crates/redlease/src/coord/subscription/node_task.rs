@@ -105,12 +105,12 @@ pub(super) async fn node_task(
                     PushKind::Message | PushKind::SMessage => {
                         if let [channel, payload] = push.data.as_slice() {
                             if let (Some(channel), Some(payload), Some(n)) = (text(channel), text(payload), notifier.upgrade()) {
-                                if let Some((key, place)) = n.published(&channel, &payload) {
+                                if let Some((claim, place)) = n.published(&channel, &payload) {
                                     // Handed to a waiter no longer here:
                                     // pass it on, in the background.
                                     let node = node.clone();
                                     tokio::spawn(async move {
-                                        if let Err(e) = node.leave_queue(&key, &place, timeout).await {
+                                        if let Err(e) = node.leave(&claim, &place, timeout).await {
                                             tracing::debug!(error = %e, "passing a handoff on failed; its window runs out");
                                         }
                                     });

@@ -45,17 +45,22 @@ fn one_holder(held_on: &[Held]) -> Option<HeldBy> {
     held_on.iter().all(|h| h.by == first).then_some(first)
 }
 
-/// What kept an acquire in `mode` out of `resource`, without the nodes:
-/// "all 3 permits of semaphore "deploys" are held".
-pub(super) fn refused(resource: &str, held_on: &[Held], mode: LockMode) -> String {
+/// What kept an acquire in `mode` (of `weight` permits, for a permit)
+/// out of `resource`, without the nodes: "all 3 permits of semaphore
+/// "deploys" are held".
+pub(super) fn refused(resource: &str, held_on: &[Held], mode: LockMode, weight: u32) -> String {
     let permit = mode == LockMode::Permit;
     match one_holder(held_on) {
         Some(HeldBy::Semaphore { permits: 1 }) if permit => {
             format!("the 1 permit of semaphore {resource:?} is held")
         }
-        Some(HeldBy::Semaphore { permits }) if permit => {
+        Some(HeldBy::Semaphore { permits }) if permit && weight == 1 => {
             format!("all {permits} permits of semaphore {resource:?} are held")
         }
+        Some(HeldBy::Semaphore { permits }) if permit => format!(
+            "fewer than the {weight} permits asked for of semaphore {resource:?} ({permits} \
+             permits) are free"
+        ),
         Some(HeldBy::Semaphore { permits }) => format!(
             "{resource:?} is a semaphore of {permits} permits, not a lock, and its permits \
              are held"
@@ -67,9 +72,12 @@ pub(super) fn refused(resource: &str, held_on: &[Held], mode: LockMode) -> Strin
             format!("{resource:?} is held as a lock, not by a semaphore")
         }
         Some(HeldBy::Readers) => format!("lock {resource:?} is held by readers"),
-        Some(HeldBy::WaitingWriter) => format!(
-            "lock {resource:?} has a writer waiting for it, and readers queue behind a \
-             waiting writer"
+        Some(HeldBy::Queued) if permit => {
+            format!("others who came first wait in line for the permits of semaphore {resource:?}")
+        }
+        Some(HeldBy::Queued) => format!(
+            "others who came first wait in line for lock {resource:?} (a reader waits \
+             behind a writer that came before it)"
         ),
         Some(HeldBy::Owner | HeldBy::Unknown) => {
             format!("lock {resource:?} is held by another owner")
@@ -95,6 +103,7 @@ impl fmt::Display for Error {
                 nodes,
                 quorum,
                 mode,
+                weight,
                 by_this_locker,
             } => {
                 let needs = match mode {
@@ -104,7 +113,7 @@ impl fmt::Display for Error {
                 write!(
                     f,
                     "{} on {} of {nodes} nodes ({needs} {quorum}): ",
-                    refused(resource, held_on, *mode),
+                    refused(resource, held_on, *mode, *weight),
                     held_on.len()
                 )?;
                 match one_holder(held_on) {
@@ -291,12 +300,13 @@ impl Error {
                 held_on,
                 nodes,
                 mode,
+                weight,
                 by_this_locker,
                 ..
             } => {
                 let mut why = format!(
                     "{} on {} of {nodes} nodes",
-                    refused(resource, held_on, *mode),
+                    refused(resource, held_on, *mode, *weight),
                     held_on.len()
                 );
                 if *by_this_locker {

@@ -1,127 +1,195 @@
--- Take the lock if it is free, and draw its fencing token if asked: one
--- round trip whether it succeeds or not. (A lock without a token or
--- durability is taken with plain commands instead: see set_nx.rs.)
--- KEYS[1] lock key; KEYS[2] fencing counter (in the same hash slot).
--- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] idle expiry of the counter in ms;
--- ARGV[4] '1' to bind the lock to this server's replication lineage
--- (durability on): the key holds 'token|master_replid', and an extend on a
--- server of another lineage (a promoted replica, a restart that lost the
--- data) finds it not ours.
--- ARGV[5] '1' to append the server clock (TIME: seconds, microseconds) to
--- a "yes", so the client can see the clock jump before it counts it (see
--- vote_guard.rs); a "no" needs no such check.
--- ARGV[6] NUMSUB, or SHARDNUMSUB on a cluster: with a "no" comes the number
--- of connections subscribed to the lock's release channel (KEYS[1] ..
--- ':released'), that is how many waiting processes watch the lock, so
--- that a crowd of waiters can spread its checks (see retry.rs).
--- ARGV[7] '1' to draw a fencing token, '0' to leave the counter alone.
--- ARGV[8] the Locker's tag, which begins its tokens. A "no" from a holder
--- of another Locker marks it for its waiters, as refused.lua does, so
--- that its release is published (a holder of the same Locker wakes its
--- waiters itself); only with ARGV[9] '1', when the acquire waits for the
--- lock after a "no" ('0': it gives up, and no release need be heard).
--- ARGV[10] the waiter's place in the lock's queue (queue.lua), '' for an
--- acquire that does not queue; then ARGV[11] its arrival ticket ('0': the
--- server's clock now, in microseconds, for a place not yet queued);
--- ARGV[12] how long the queue lives after its latest arrival, in ms;
--- ARGV[13] PUBLISH or SPUBLISH. A
--- waiter with a place takes the lock reserved for it, or a free lock when
--- it is first in line (a free lock with others before it is handed to the
--- first of them, and the waiter refused); refused, it keeps its place
--- (queued at its ticket if it had none) and marks any holder, of this
--- Locker too, so that the release hands the lock on. Its own value is
--- then marked: its release hands the lock on in turn.
--- Returns {1, fencing token (0 if none was drawn)[, seconds,
--- microseconds]} when taken by us,
--- {0, pttl, waiting, owner} when held by someone else (pttl is -1 for a
--- foreign key that never expires). owner names the holder (owner.lua):
--- waiters compare it across nodes to tell a lock held by one owner on a
--- quorum from a split vote between contenders.
-local value = ARGV[1]
-if ARGV[4] == '1' then
-  value = value .. '|' .. string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
-end
-local place = ARGV[10] or ''
-local queue = KEYS[1] .. ':queue'
-local function ticket()
-  if ARGV[11] ~= '0' then
-    return ARGV[11]
+-- Take a claim on one name or several, all or none, each in its hold
+-- (engine.lua), and draw the fencing tokens: one round trip whether it
+-- succeeds or not. On a cluster, one call per hash slot.
+-- KEYS[1..k] the lock keys, in the canonical order; KEYS[k+1..2k] their
+-- fencing counters, in the same order.
+-- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] the counters' idle expiry in
+-- ms; ARGV[4] '1' to bind the holds to this server's replication lineage
+-- (a holder alone's value, or a member, is then 'token|master_replid');
+-- ARGV[5] '1' to append this server's clock (TIME) to a "yes", for the
+-- clock guard (vote_guard.rs); ARGV[6] NUMSUB, or SHARDNUMSUB on a
+-- cluster; ARGV[7] '1' to draw fencing tokens; ARGV[8] the Locker's tag,
+-- which begins its tokens; ARGV[9] '1' when the caller waits for the
+-- claim if refused; ARGV[10] the waiter's place, 'TAG:ID:WINDOW' ('' for
+-- an attempt not in line), whose hold of each name is added to it;
+-- ARGV[11] its arrival ticket; ARGV[12] how long a queue lives after its
+-- latest arrival, in ms; ARGV[13] PUBLISH, or SPUBLISH on a cluster;
+-- ARGV[14] k; ARGV[15..14+k] each name's hold, spelled.
+--
+-- A name is ready for the claim when it is reserved for the waiter's
+-- place, or when the queue's turn comes to the place and its hold fits
+-- (the queue is served first: a waiter in line joins it at its ticket,
+-- and waits for those before it); an attempt not in line is ready only
+-- where nobody waits and its hold fits. A waiter of several names is in
+-- line only up to the first name not ready for it, in the canonical
+-- order (what it had after that is given back). With every name ready, the holds
+-- are taken: a holder alone's value is marked ('*') if others wait. Else
+-- nothing is taken; a waiter in line keeps its place in every queue and
+-- the reservations it has (renewed for its window), and marks the holder
+-- alone of each name it waits for, whose release then serves the queue;
+-- an attempt that waits without a place (its first) marks such a holder
+-- of another Locker, whose release is then announced.
+--
+-- Returns {1, fence_1 .. fence_k[, seconds, microseconds]} when taken (a
+-- fence is 0 when none was drawn; a read hold's is the counter's value,
+-- never drawn; a missing counter restarts from the clock, in
+-- microseconds cut to 100 ms); {0, i, pttl, waiting, owner} for the
+-- first name i not ready (pttl: until its holders' first hold or the
+-- reservation ends, -1 with no expiry; waiting: its queue's length;
+-- owner: who holds it, owner.lua, or 2^28 - 1 when nobody holds what it
+-- needs but waiters came first); {3, n} when a name is a semaphore of
+-- n permits, not the number asked (nothing written).
+local k = tonumber(ARGV[14])
+local token, ttl = ARGV[1], tonumber(ARGV[2])
+local numsub, publish = ARGV[6], ARGV[13]
+local prefix = ARGV[10]
+local holds, states, places = {}, {}, {}
+for i = 1, k do
+  holds[i] = E.hold(ARGV[14 + i])
+  if not holds[i] then
+    return redis.error_reply('ERR unknown hold ' .. tostring(ARGV[14 + i]))
   end
-  local now = redis.call('TIME')
-  return string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  states[i] = E.state(KEYS[i])
+  if holds[i].kind == 'p' and states[i].kind == 'p' and states[i].n ~= holds[i].n then
+    return {3, states[i].n}
+  end
+  if prefix ~= '' then
+    places[i] = prefix .. ':' .. ARGV[14 + i]
+  end
 end
-local taken
-local current
-if place ~= '' then
-  current = redis.call('GET', KEYS[1])
-  if current == place .. '~' then
-    taken = true
-  elseif not current then
-    if redis.call('ZADD', queue, 'NX', ticket(), place) == 1 then
-      redis.call('PEXPIRE', queue, ARGV[12])
+local id = string.sub(redis.sha1hex(token), 1, 16)
+local ready, first = {}, nil
+for i = 1, k do
+  local key, st, h, place = KEYS[i], states[i], holds[i], places[i]
+  local queue = key .. ':queue'
+  if place and first then
+    -- After a name not ready, a waiter is not in line: it waits in line
+    -- for a prefix of its names in the canonical order, plus the first
+    -- it lacks, so that no two takers (nor one that nests single names in
+    -- that order) wait on each other in a circle. What it had here goes.
+    redis.call('ZREM', queue, place)
+    if E.unreserve(key, st, place, h) and redis.call('EXISTS', queue) == 1 then
+      E.serve(key, st, publish, numsub, id, nil)
     end
-    local release = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
-    taken = hand_off(KEYS[1], ARGV[13], release, place) == place
+    ready[i] = false
+  elseif place then
+    ready[i] = E.reserved_for(key, st, place, h)
+    if not ready[i] then
+      redis.call('ZADD', queue, 'NX', ARGV[11], place)
+      ready[i] = E.serve(key, st, publish, numsub, id, place)
+    end
+  elseif redis.call('EXISTS', queue) == 1 then
+    E.serve(key, st, publish, numsub, id, nil)
+    ready[i] = redis.call('EXISTS', queue) == 0 and E.fits(st, h)
+  else
+    ready[i] = E.fits(st, h)
   end
-  if taken then
-    redis.call('SET', KEYS[1], value .. '*', 'PX', ARGV[2])
+  if not ready[i] then
+    first = first or i
   end
-else
-  taken = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
 end
-if taken then
-  -- A counter that expired while idle (or a node that restarted empty)
-  -- starts again from the server clock in microseconds, above every token
-  -- handed out before it went idle; otherwise it counts up by one. The
-  -- clock is cut to 100 ms, so nodes that start a counter together start
-  -- it at the same value and need no second round trip to agree.
-  -- (INCR of a missing key gives 1, which a live counter never is.)
+
+if first then
+  for i = 1, k do
+    local key, st, h, place = KEYS[i], states[i], holds[i], places[i]
+    if place and i > first then
+      -- Not in line here (see above).
+    elseif place and ready[i] then
+      -- Ours here: kept for our window while the other names come.
+      local _, _, window = E.place(place)
+      E.reserve(key, st, place, h, window)
+    elseif place then
+      E.mark(key, st)
+      local queue = key .. ':queue'
+      if redis.call('PTTL', queue) < tonumber(ARGV[12]) then
+        redis.call('PEXPIRE', queue, ARGV[12])
+      end
+    elseif ARGV[9] == '1' and st.kind == 'w' and type(st.value) == 'string'
+        and string.sub(st.value, 1, #ARGV[8]) ~= ARGV[8] then
+      E.mark(key, st)
+    end
+  end
+  local key, st = KEYS[first], states[first]
+  local pttl
+  if st.kind == 'r' or st.kind == 'p' then
+    local soonest = redis.call('ZRANGE', E.set_of(key, st), 0, 0, 'WITHSCORES')[2]
+    pttl = soonest and math.max(0, tonumber(soonest) - E.now()) or 0
+  elseif st.kind == 'free' then
+    -- Free, but handed to the waiters before us: look again after a
+    -- handoff window.
+    local head = redis.call('ZRANGE', key .. ':queue', 0, 0)[1]
+    local _, _, window = E.place(head or '')
+    pttl = window or 0
+  else
+    pttl = redis.call('PTTL', key)
+    if pttl == -2 then
+      pttl = 0
+    end
+  end
+  local waiting = redis.call('ZCARD', key .. ':queue')
+  -- Refused for the waiters in line, not for a holder (refusal.rs,
+  -- `Owner::QUEUED`): what it needs is there, or reserved for another.
+  local owner = owner_of(st.value)
+  if st.kind == 'reserved' or E.fits(st, holds[first]) then
+    owner = 268435455
+  end
+  return {0, first, pttl, waiting, owner}
+end
+
+local value = E.member(token, ARGV[4] == '1')
+local out = {1}
+for i = 1, k do
+  local key, st, h, place = KEYS[i], states[i], holds[i], places[i]
+  local queue = key .. ':queue'
+  -- Our reservation becomes our hold (a holder alone's is overwritten;
+  -- our place left the queue when its turn came).
+  if place and h.kind ~= 'w' then
+    E.unreserve(key, st, place, h)
+  end
   local fence = 0
-  if ARGV[7] == '1' then
-    fence = redis.call('INCR', KEYS[2])
-    if fence == 1 then
-      local now = redis.call('TIME')
-      fence = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 100000) * 100000
-      redis.call('SET', KEYS[2], string.format('%.0f', fence))
+  if h.kind == 'w' then
+    -- Marked where others may wait, so that its release serves them: a
+    -- waiter that came through the line is marked without a look (its
+    -- release finds the line empty, or not).
+    if place or redis.call('EXISTS', queue) == 1 then
+      redis.call('SET', key, value .. '*', 'PX', ttl)
+    else
+      redis.call('SET', key, value, 'PX', ttl)
     end
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  else
+    E.add(key, st, value, h, E.now() + ttl)
   end
-  if ARGV[5] == '1' then
-    local now = redis.call('TIME')
-    return {1, fence, tonumber(now[1]), tonumber(now[2])}
+  if ARGV[7] == '1' then
+    local counter = KEYS[k + i]
+    local t = E.time()
+    local restart = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 100000) * 100000
+    if h.kind == 'r' then
+      -- A reader draws nothing: its token is the generation of the last
+      -- write this node saw.
+      fence = redis.call('GET', counter)
+      if fence then
+        fence = tonumber(fence)
+        if not fence then
+          return redis.error_reply('ERR the fencing counter is not a number')
+        end
+      else
+        fence = restart
+        redis.call('SET', counter, E.ms(fence), 'PX', ARGV[3])
+      end
+    else
+      fence = redis.call('INCR', counter)
+      if fence == 1 then
+        fence = restart
+        redis.call('SET', counter, E.ms(fence))
+      end
+      redis.call('PEXPIRE', counter, ARGV[3])
+    end
   end
-  return {1, fence}
+  out[i + 1] = fence
 end
--- pcall: an ACL user without the PUBSUB command still gets its answer.
-local waiting = redis.pcall('PUBSUB', ARGV[6], KEYS[1] .. ':released')
-if type(waiting) == 'table' and type(waiting[2]) == 'number' then
-  waiting = waiting[2]
-else
-  waiting = 0
+if ARGV[5] == '1' then
+  local t = E.time()
+  out[k + 2] = tonumber(t[1])
+  out[k + 3] = tonumber(t[2])
 end
--- A waiter with a place read the holder already.
-local owner = current
-if place == '' then
-  owner = redis.pcall('GET', KEYS[1])
-end
-if place ~= '' and ARGV[9] == '1' and owner
-    and not redis.call('ZRANK', queue, place) then
-  redis.call('ZADD', queue, ticket(), place)
-  redis.call('PEXPIRE', queue, ARGV[12])
-end
-if ARGV[9] == '1' and type(owner) == 'string'
-    and (place ~= '' or string.sub(owner, 1, #ARGV[8]) ~= ARGV[8])
-    and string.byte(owner, -1) ~= 42 then
-  local hex = string.match(owner, '^%x*')
-  if #hex == 48 and (#owner == 48 or string.byte(owner, 49) == 124) then
-    redis.call('SET', KEYS[1], owner .. '*', 'KEEPTTL')
-  end
-end
-owner = owner_of(owner)
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl == -2 and place ~= '' then
-  -- Free, and others are first in line (or were, if they no longer
-  -- listen): look again after a handoff window.
-  pttl = tonumber(string.match(place, '(%d+)$'))
-end
-return {0, pttl, waiting, owner}
+return out

@@ -1,75 +1,100 @@
--- Delete the lock only if it still holds our token: never someone else's.
--- If a waiter marked the lock (refused.lua, acquire.lua), hand it on or
--- announce the release, so that waiters go on at once instead of polling;
--- a release nobody waits for costs no PUBLISH.
--- KEYS[1] lock key; ARGV[1] token; ARGV[2], only for the cleanup of a
--- failed attempt: announce nothing (the lock was never ours, so nothing
--- was freed).
--- The key holds the token, then '|lineage' if bound to a replication
--- lineage (acquire.lua), then '*' if marked: ours in any lineage, marked
--- or not.
--- The release is announced on KEYS[1] .. ':released' (keys.rs) with the
--- first 16 hex digits of the token's SHA-1 as its id: the same on every
--- node, so waiters can count the nodes that confirmed one release, and
--- nothing usable of the token. A cluster runs release_sharded.lua
--- instead, the same script with SPUBLISH, so that the message stays in
--- the lock's shard.
--- Every argument and every call costs Redis time on every release, so
--- the common case (ours, unbound, unmarked) is one comparison, and the
--- channel and the id are spelled here, only when published.
--- A marked release first hands the lock on: to a waiting multi-lock that
--- claimed it, or else to the first exclusive waiter in the lock's queue
--- (queue.lua), which alone is woken; only a lock nobody queues for is
--- freed and announced to every waiter. The cleanup of a failed attempt
--- (ARGV[2]) announces nothing: a waiter whose attempt took its turn on
--- some nodes and failed keeps its turn there, and takes it again.
--- Returns 1 if deleted (or handed on), 0 if not ours.
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-local n = #ARGV[1]
-if not value or string.sub(value, 1, n) ~= ARGV[1] then
-  return 0
-end
-local next = string.byte(value, n + 1)
-if next ~= 124 and next ~= 42 then -- '|' or '*'
-  return 0
-end
-if string.byte(value, -1) ~= 42 then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-if ARGV[2] then
-  -- A waiter in turn (ARGV[2] its place, ARGV[3] its ticket) keeps its
-  -- turn: the lock is reserved for it again, for its window, to take at
-  -- its next attempt. Unless a waiter with an earlier ticket queues here:
-  -- then the lock goes to the first in line. So when waiters each took
-  -- their turn on some nodes and none has a quorum, the earliest ends up
-  -- with every node's turn, and nobody waits on a cycle.
-  local window = string.match(ARGV[2], ':(%d+)$')
-  if window then
-    local first = redis.call('ZRANGE', KEYS[1] .. ':queue', 0, 0, 'WITHSCORES')
-    if not first[1] or (tonumber(first[2]) or -math.huge) >= tonumber(ARGV[3]) then
-      redis.call('SET', KEYS[1], ARGV[2] .. '~', 'PX', window)
-      return 1
-    end
+-- Give back a claim's holds, only where they are still ours (never
+-- anyone else's), and serve each name's queue (engine.lua) with what was
+-- freed. On a cluster, one call per hash slot.
+-- KEYS[1..k] the lock keys.
+-- ARGV[1] token; ARGV[2] '1' if the holds were bound to a lineage (a
+-- member 'token|lineage' is ours in any lineage, as a value is); ARGV[3]
+-- PUBLISH, or SPUBLISH on a cluster; ARGV[4] NUMSUB, or SHARDNUMSUB;
+-- ARGV[5] '1' to announce what was freed and nobody in line took, on
+-- KEYS[i] .. ':released' (for waiters not in line yet), '0' for the
+-- cleanup of a failed attempt; ARGV[6] k; ARGV[7..6+k] each name's hold;
+-- ARGV[7+k] a waiter's place ('TAG:ID:WINDOW', '' for none) put in line
+-- at ARGV[8+k], its ticket, before the queue is served: the caller's own
+-- (ARGV[9+k] '1', the cleanup of a waiter's failed attempt, which keeps
+-- its turn: its reservation comes back without a wake-up), or the next
+-- waiter of the caller's Locker, which waits in the process rather than
+-- in line, and whose turn comes before anyone who arrived after it;
+-- ARGV[10+k] how long a queue lives after its latest arrival, in ms.
+-- The release is announced with the first 16 hex digits of the token's
+-- SHA-1 as its id: the same on every node, and nothing usable of the
+-- token.
+-- The common case (a holder alone, unbound, unmarked: nobody waits in
+-- line) is one GET and one DEL; a handoff to the first in line, the GET,
+-- the queue's pop, the wake-up and the reservation.
+-- Returns one character per name, '1' (given back) or '0' (not ours).
+local k = tonumber(ARGV[6])
+local token = ARGV[1]
+local place, ticket, own = ARGV[7 + k], ARGV[8 + k], ARGV[9 + k] == '1'
+local first = nil
+if k == 1 and ARGV[7] == 'w' then
+  first = redis.call('GET', KEYS[1])
+  if first == token and place == '' then
     redis.call('DEL', KEYS[1])
-    hand_off(KEYS[1], 'PUBLISH', string.sub(redis.sha1hex(ARGV[1]), 1, 16), nil)
-    return 1
+    return '1'
   end
-  redis.call('DEL', KEYS[1])
-  return 1
 end
-local release = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
--- Handed to the first in the queue (a waiting multi-lock's claim comes
--- first): it alone is woken.
-if hand_off(KEYS[1], 'PUBLISH', release, nil) then
-  return 1
+local id = string.sub(redis.sha1hex(token), 1, 16)
+local out = {}
+for i = 1, k do
+  local key, h = KEYS[i], E.hold(ARGV[6 + i])
+  if not h then
+    return redis.error_reply('ERR unknown hold ' .. tostring(ARGV[6 + i]))
+  end
+  local released, announce, held_alone = false, false, false
+  local st
+  if h.kind == 'w' then
+    -- A holder alone's value, read once (above for the common case).
+    local value = first
+    if i > 1 or value == nil then
+      value = redis.pcall('GET', key)
+    end
+    if E.owns(value, token) then
+      -- Marked: others wait, in line or about to be.
+      announce = string.byte(value, -1) == 42
+      st = {kind = 'free'}
+      released, held_alone = true, true
+    end
+  else
+    st = E.state(key)
+    if st.kind == h.kind then
+      local member = E.find(key, token, h, ARGV[2] == '1')
+      if member then
+        E.remove(key, st, member, h)
+        released = true
+        -- The last reader frees the name; every permit frees room.
+        announce = h.kind == 'p' or st.kind == 'free'
+      end
+    end
+  end
+  out[i] = released and '1' or '0'
+  if released then
+    local queue = key .. ':queue'
+    local queued = not held_alone or announce
+    local mine = nil
+    -- The Locker's next waiter goes in line only where others wait in
+    -- line: elsewhere the process hands the name on itself, at no cost
+    -- here. The caller's own place always does (it keeps its turn).
+    if place ~= '' and (own or (queued and redis.call('EXISTS', queue) == 1)) then
+      mine = place .. ':' .. ARGV[6 + i]
+      redis.call('ZADD', queue, 'NX', ticket, mine)
+      if redis.call('PTTL', queue) < tonumber(ARGV[10 + k]) then
+        redis.call('PEXPIRE', queue, ARGV[10 + k])
+      end
+      queued = true
+    end
+    local woken, served = 0, false
+    if queued then
+      served, woken = E.serve(key, st, ARGV[3], ARGV[4], id, own and mine or nil)
+    end
+    -- Our hold alone goes, unless the queue's turn took the name over.
+    if held_alone and st.kind == 'free' then
+      redis.call('DEL', key)
+    end
+    if ARGV[5] == '1' and announce and woken == 0 and not served then
+      -- pcall: an ACL user without channel rights can still release; its
+      -- waiters fall back to their timers.
+      redis.pcall(ARGV[3], key .. ':released', id)
+    end
+  end
 end
-redis.call('DEL', KEYS[1])
--- pcall: an ACL user without channel rights (or a server without
--- SPUBLISH) can still release; its waiters fall back to their timers.
-redis.pcall('PUBLISH', KEYS[1] .. ':released', release)
-return 1
+return table.concat(out)

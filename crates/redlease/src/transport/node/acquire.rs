@@ -1,19 +1,18 @@
-//! A node's acquire: `SET NX` or the acquire script, and the judgement
-//! of its vote (the vote guard, durability), and the fencing write-back.
+//! A node's plain acquire (`SET NX`, for the plain lock), the judgement
+//! of any acquire's vote (the vote guard, durability), and the fencing
+//! write-back.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::keys::LockKeys;
 use crate::core::node_error::{NodeError, NodeErrorKind};
-use crate::core::refusal::READERS_OWNER;
 use crate::core::token::Token;
 use crate::core::vote_guard::{ClockSample, ServerFacts};
 use crate::protocol::acquire::{
-    AcquireRequest, AcquireScriptReply, FenceRaised, LeaveQueueRequest, OnRefusal, QueuePlace,
-    RaiseFenceRequest, RefusedReply, RefusedRequest, ServerTime,
+    FenceRaised, OnRefusal, RaiseFenceRequest, RefusedReply, RefusedRequest, ServerTime,
 };
-use crate::protocol::lua::{ACQUIRE, LEAVE_QUEUE, RAISE_FENCE, REFUSED};
+use crate::protocol::lua::{RAISE_FENCE, REFUSED};
 use crate::transport::shard_conn;
 
 use super::{Gate, Node};
@@ -28,19 +27,6 @@ enum Plain {
     Unsupported,
 }
 
-/// A scripted acquire's reply, before it is judged (see
-/// [`Node::judge_scripted`]).
-pub(super) enum Scripted {
-    /// Taken, with the fencing token or generation, and the server's
-    /// clock when asked for.
-    Taken {
-        fence: Option<u64>,
-        clock: Option<ServerTime>,
-    },
-    /// Refused, as this reply says.
-    Refused(AcquireReply),
-}
-
 /// A node's answer to an acquire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -51,104 +37,30 @@ pub(crate) enum AcquireReply {
         /// With durability on, how many replicas acknowledged it.
         replicas: Option<u32>,
     },
-    /// Every lock of a multi-key acquire taken by us (see
-    /// [`Node::acquire_all`]), with a fencing token each when drawn.
+    /// Every name of a claim of several taken by us, with a fencing token
+    /// each when drawn.
     AcquiredAll {
         fences: Option<Vec<u64>>,
         replicas: Option<u32>,
     },
     /// The name is a semaphore of this many permits, not the number
-    /// asked for (see [`Node::permit_acquire`]): nothing was written.
+    /// asked for: nothing was written.
     PermitsDiffer { permits: u32 },
     /// Held by another owner.
     Held {
         /// How long the owner has left (`None`: no expiry).
         expires_in: Option<Duration>,
-        /// How many processes (subscriptions) wait for its release there.
+        /// How many wait in line for it there.
         waiting: u64,
         /// Who holds it (see [`Owner`](crate::core::refusal::Owner)).
         owner: u32,
-        /// A waiting writer's mark refused a reader: readers may hold it.
-        writer_waits: bool,
     },
 }
 
 impl Node {
-    /// `SET key token NX PX ttl`, or the holder's remaining TTL. A "yes"
-    /// from a server that may not vote (see [`VoteGuard`]) is an error: the
-    /// key was written there, so a failed attempt still undoes it.
-    ///
-    /// `fenced`: also draw a fencing token. With it, or with durability on,
-    /// or on a server older than Redis 7.0, this is the acquire script;
-    /// otherwise plain commands (see [`set_nx`](crate::protocol::set_nx)).
-    /// `on_refusal`: whether a refusal marks the holder for waiters; if
-    /// it does and readers refused, `mark` (the waiting writer's name) is
-    /// set as the writer-waiting mark, so that new readers wait behind it.
-    /// `queue`: the waiter's place in the lock's queue, if it queues (see
-    /// `coord::turn`): then it runs the script, which knows a lock
-    /// reserved for it.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl_ms: u64,
-        timeout: Duration,
-        fenced: bool,
-        on_refusal: OnRefusal,
-        mark: Option<&Token>,
-        queue: Option<QueuePlace<'_>>,
-    ) -> Result<AcquireReply, NodeError> {
-        use std::sync::atomic::Ordering;
-        let plain = !fenced
-            && self.settings.durability.wait().is_none()
-            && queue.is_none()
-            && self.set_nx_get.load(Ordering::Relaxed);
-        let mut reply = None;
-        if plain {
-            match self
-                .acquire_plain(keys, token, ttl_ms, timeout, on_refusal)
-                .await?
-            {
-                Some(answer) => reply = Some(answer),
-                // Nothing was written: the script does it the old way.
-                None => self.set_nx_get.store(false, Ordering::Relaxed),
-            }
-        }
-        let reply = match reply {
-            Some(reply) => reply,
-            // Boxed, so that the plain path's futures do not carry its state.
-            None => {
-                let scripted =
-                    self.acquire_scripted(keys, token, ttl_ms, timeout, fenced, on_refusal, queue);
-                Box::pin(scripted).await?
-            }
-        };
-        if let AcquireReply::Held {
-            owner: READERS_OWNER,
-            ..
-        } = reply
-        {
-            if let Some(mark) = mark.filter(|_| on_refusal == OnRefusal::Mark) {
-                Box::pin(self.mark_writer(keys, mark, ttl_ms, timeout)).await;
-            }
-        }
-        Ok(reply)
-    }
-
-    /// After readers refused a writer that will wait: mark it waiting, so
-    /// that new readers queue behind it (see `protocol::shared`). A mark
-    /// that fails only lets readers in meanwhile; it is logged.
-    async fn mark_writer(&self, keys: &LockKeys, mark: &Token, ttl_ms: u64, timeout: Duration) {
-        let ttl = Duration::from_millis(ttl_ms);
-        if let Err(e) = self.writer_waits(&keys.lock, mark, ttl, timeout).await {
-            tracing::debug!(error = %e, "the writer-waiting mark failed");
-        }
-    }
-
     /// The acquire with plain commands; `None` if the server does not know
     /// `SET ... NX GET`.
-    async fn acquire_plain(
+    pub(super) async fn acquire_plain(
         &self,
         keys: &LockKeys,
         token: &Token,
@@ -208,7 +120,6 @@ impl Node {
                     expires_in: refusal.expires_in,
                     waiting: refusal.waiting,
                     owner,
-                    writer_waits: false,
                 };
                 return self.judge_refusal(shard, held).map(Some);
             }
@@ -221,81 +132,22 @@ impl Node {
         self.judge_grant(shard, clock, None, None).map(Some)
     }
 
-    /// The acquire script: with a fencing token, durability, on a server
-    /// older than Redis 7.0, or for a waiter that may have a place in the
-    /// lock's queue.
-    #[allow(clippy::too_many_arguments)]
-    async fn acquire_scripted(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        ttl_ms: u64,
-        timeout: Duration,
-        fenced: bool,
-        on_refusal: OnRefusal,
-        queue: Option<QueuePlace<'_>>,
-    ) -> Result<AcquireReply, NodeError> {
-        let fence_key = keys.fence();
-        let request = AcquireRequest {
-            key: &keys.lock,
-            fence_key: &fence_key,
-            token: token.as_str(),
-            ttl: Duration::from_millis(ttl_ms),
-            fence_expiry: Duration::from_millis(keys.fence_expiry_ms),
-            bind_lineage: self.binds_lineage(),
-            watch_clock: self.watches_clock(),
-            pubsub: self.pubsub(),
-            fenced,
-            tag: self.settings.tag.as_str(),
-            on_refusal,
-            queue,
-        };
-        let call = request.call();
-        let sent = std::time::Instant::now();
-        let mut conn = self.conn.clone();
-        let durability = self.settings.durability;
-        let exchange = Box::pin(async move { conn.eval_voted(&ACQUIRE, &call, durability).await });
-        let (reply, replicas, shard) = self
-            .bounded(timeout, Gate::New, &keys.lock, exchange)
-            .await?;
-        let answer = request.check(reply).map(|reply| match reply {
-            AcquireScriptReply::Taken { fence, clock } => Scripted::Taken { fence, clock },
-            AcquireScriptReply::Held {
-                expires_in,
-                waiting,
-                owner,
-            } => Scripted::Refused(AcquireReply::Held {
-                expires_in,
-                waiting,
-                owner,
-                writer_waits: false,
-            }),
-        });
-        self.judge_scripted(sent, shard, replicas, answer)
-    }
-
-    /// A scripted acquire's answer (the acquire script's, a read's or a
-    /// permit's), judged: a "yes" as a vote, with the server's clock it
-    /// carried (when asked for) read against `sent`; a refusal as one; a
-    /// reply that does not answer the request as a protocol error.
-    pub(super) fn judge_scripted(
+    /// A scripted acquire's "yes" (with its fencing token or generation),
+    /// judged as a vote, with the server's clock it carried (when asked
+    /// for) read against `sent`.
+    pub(super) fn judge_taken(
         &self,
         sent: std::time::Instant,
         shard: Option<Arc<ServerFacts>>,
         replicas: Option<u32>,
-        answer: Result<Scripted, String>,
+        fence: Option<u64>,
+        clock: Option<ServerTime>,
     ) -> Result<AcquireReply, NodeError> {
-        match answer {
-            Ok(Scripted::Taken { fence, clock }) => {
-                let clock = clock.map(|t| {
-                    let received = std::time::Instant::now();
-                    ClockSample::new(sent, received, t.secs, t.micros)
-                });
-                self.judge_grant(shard, clock, fence, replicas)
-            }
-            Ok(Scripted::Refused(refusal)) => self.judge_refusal(shard, refusal),
-            Err(what) => Err(self.error(NodeErrorKind::Protocol(what))),
-        }
+        let clock = clock.map(|t| {
+            let received = std::time::Instant::now();
+            ClockSample::new(sent, received, t.secs, t.micros)
+        });
+        self.judge_grant(shard, clock, fence, replicas)
     }
 
     /// A "yes", unless this server may not vote (see [`VoteGuard`]) or
@@ -326,27 +178,6 @@ impl Node {
             Some(kind @ NodeErrorKind::SameServer { .. }) => Err(self.error(kind)),
             _ => Ok(held),
         }
-    }
-
-    /// Takes the waiter's `place` off the lock's queue, handing the lock on
-    /// if it was reserved for it meanwhile (see `coord::turn`).
-    pub(crate) async fn leave_queue(
-        &self,
-        key: &str,
-        place: &str,
-        timeout: Duration,
-    ) -> Result<(), NodeError> {
-        let call = LeaveQueueRequest {
-            key,
-            place,
-            pubsub: self.pubsub(),
-        }
-        .call();
-        let (left, _): (i64, _) = self
-            .run(&LEAVE_QUEUE, call, timeout, Gate::Cleanup, key)
-            .await?;
-        debug_assert_eq!(left, 1);
-        Ok(())
     }
 
     /// Raises the fencing counter to at least `fence`.

@@ -5,13 +5,13 @@
 //! [`health`].
 
 mod acquire;
+mod claim;
 mod health;
-mod many;
 mod ops;
-mod shared;
 
 pub(crate) use crate::protocol::acquire::OnRefusal;
 pub(crate) use acquire::AcquireReply;
+pub(crate) use claim::Take;
 pub(crate) use health::write_off_after;
 use health::{owe, Health, ServerHealth};
 
