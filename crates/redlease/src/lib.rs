@@ -8,13 +8,23 @@
 //! settings sit behind [`LockerBuilder::advanced`], the operator's tools
 //! (inspection, force release, key names) behind [`Locker::admin`].
 //! [`Locker::read_lock`] and [`Locker::write_lock`] make it a read-write
-//! lock: any number of readers, or one writer, with writer preference.
+//! lock: any number of readers, or one writer; a writer's lease becomes
+//! a reader's with [`Lease::downgrade`], with no other writer in between.
 //! [`Locker::semaphore`] admits at most N holders at once, each permit a
-//! lease of its own, over a quorum large enough for N.
+//! lease of its own (or k permits at once, with
+//! [`Semaphore::acquire_many`]), over a quorum large enough for N.
 //! [`Locker::lock_all`] takes several locks at once, all or none (some
 //! of them shared, with [`Acquire::and_read`]), and
 //! [`Lease::export`] hands a lease to another process, which
 //! [adopts](Locker::adopt) it.
+//!
+//! Every mode waits in turn: exclusive locks, readers, permits and sets
+//! that want a name wait in one queue for it on the servers, first come,
+//! first served across processes. A reader that arrives after a waiting
+//! writer waits behind it, a waiter for k permits is never overtaken by
+//! later ones for fewer, and a waiter whose process is gone is passed
+//! over by the next release or attempt that reaches it. A refusal by the
+//! line is [`HeldBy::Queued`].
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -64,7 +74,7 @@
 //! }
 //! ```
 //!
-//! How the lock works (the algorithm, waiting, renewal, slow nodes,
+//! How the lock works (the algorithm, waiting in turn, renewal, slow nodes,
 //! restarts and clock jumps, fencing, read-write locks, semaphores,
 //! Cluster, Sentinel and durability, TLS, observability) is told in
 //! `docs/library.md` in the repository;
@@ -75,7 +85,7 @@
 //! While every assumption below holds, no two leases on the same resource
 //! are valid at the same instant, except read leases together (a write
 //! lease shares its time with no other lease) and at most N permits of a
-//! semaphore of N, and a lease that could not be made valid is never
+//! semaphore of N (a hold of k permits counting k), and a lease that could not be made valid is never
 //! returned. The assumptions:
 //!
 //! - **Bounded clock drift.** Each node expires keys with its own clock. The
