@@ -506,12 +506,13 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// Waits until a quorum of nodes confirmed the subscription, at most
-    /// `timeout`: a release published before that would go unheard.
+    /// Waits until every node confirmed the subscription, at most
+    /// `timeout`: a release published before that would go unheard, and a
+    /// handoff from a queue there would pass the waiter over. (Past the
+    /// timeout, a quorum is what the waiter's hearing rests on.)
     pub(crate) async fn subscribed(&mut self, timeout: Duration) {
-        let quorum = self.notifier.quorum;
-        let on_quorum = |nodes: &Vec<bool>| confirmations(nodes) >= quorum;
-        let _ = tokio::time::timeout(timeout, self.confirmed.wait_for(on_quorum)).await;
+        let every = |nodes: &Vec<bool>| nodes.iter().all(|&c| c);
+        let _ = tokio::time::timeout(timeout, self.confirmed.wait_for(every)).await;
     }
 
     /// Whether every release that succeeds will be heard: the subscription

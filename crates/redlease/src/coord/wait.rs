@@ -212,9 +212,7 @@ async fn wait_for(
         let (Some(w), Some(p)) = (waiter.as_ref(), place.as_mut()) else {
             continue;
         };
-        if p.is_in_line() || !last.as_ref().is_some_and(|f| refused_by_a_holder(&f.error)) {
-            // In line already; or a failure of another kind (a quarantined
-            // server, say), which has nobody to wait in line behind.
+        if p.is_in_line() || !last.as_ref().is_some_and(|f| for_the_line(&f.error)) {
             continue;
         }
         let sibling = claim.alone().is_some_and(|keys| {
@@ -234,13 +232,24 @@ async fn wait_for(
     }
 }
 
-/// Whether an attempt failed because a holder, or waiters in line,
-/// refused it somewhere.
-fn refused_by_a_holder(error: &Error) -> bool {
+/// Whether a failed attempt puts its waiter in line: any failure (a
+/// refusal, or a quorum missed with a node cut off or slow: a waiter
+/// kept out of line then would let those who came after it through on
+/// the nodes it still reaches), but one whose only obstacle was servers
+/// in quarantine, which turn everyone away alike: nobody is there to
+/// wait behind, and the waiter sleeps the quarantine out.
+fn for_the_line(error: &Error) -> bool {
+    use crate::core::node_error::NodeErrorKind;
     match error {
-        Error::Taken { .. } => true,
-        Error::NoQuorum { refused_by, .. } => !refused_by.is_empty(),
-        _ => false,
+        Error::NoQuorum {
+            failed, refused_by, ..
+        } => {
+            !refused_by.is_empty()
+                || !failed
+                    .iter()
+                    .all(|f| matches!(f.kind(), NodeErrorKind::Quarantined { .. }))
+        }
+        _ => true,
     }
 }
 

@@ -45,6 +45,24 @@ async fn all_or_none_with_a_token_per_name() {
 
 /// Two callers lock {a, b} and {b, a} in a loop: neither ever holds while
 /// the other does, and both finish (no deadlock, no livelock).
+/// Names whose keys sort the other way round ("p{ab}" before "p{a}")
+/// are taken in the names' order, and a handle of them reads back.
+#[tokio::test]
+async fn names_that_prefix_each_other_are_taken_in_order() {
+    let nodes = RedisNodes::start(1);
+    let locker = fenced_locker(&nodes);
+    let all = locker.try_lock_all(["ab", "a"]).await.unwrap();
+    assert_eq!(all.resources().collect::<Vec<_>>(), ["a", "ab"]);
+    assert!(locker.try_lock_all(["a", "ab"]).await.is_err());
+    let handle = all.export();
+    let other = fenced_locker(&nodes);
+    let adopted = other.adopt(&handle).await.unwrap();
+    assert_eq!(adopted.resources().collect::<Vec<_>>(), ["a", "ab"]);
+    adopted.release().await.unwrap();
+    let again = locker.lock_all(["a", "ab"]).await.unwrap();
+    again.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_sets_never_deadlock_or_overlap() {
     let nodes = RedisNodes::start(3);
@@ -486,7 +504,7 @@ async fn a_set_of_written_and_read_names() {
 
 /// A writer waiting for readers keeps new sets that read the name out,
 /// as it keeps out new readers; and a set that wants a name alone while
-/// readers hold it waits, marked, until the last one leaves.
+/// readers hold it waits in line until the last one leaves.
 #[tokio::test]
 async fn sets_and_writers_wait_for_each_other_in_turn() {
     let nodes = RedisNodes::start(1);
@@ -540,4 +558,87 @@ async fn sets_and_writers_wait_for_each_other_in_turn() {
         matches!(permit, Err(Error::InvalidInput { .. })),
         "{permit:?}"
     );
+}
+
+/// A set whose attempt took its names on too few nodes gives them back
+/// keeping its turn there: the waiter behind it in line does not get
+/// them. (Node 0 hands `a` to the set; nodes 1 and 2 are cut off from
+/// it, so it takes both names on node 0 alone and undoes that.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_short_of_a_quorum_keeps_its_turn_where_it_took_its_names() {
+    use redlease::{Locker, RetryPolicy};
+    use redlease_testkit::proxy::{Mode, Proxy};
+    let nodes = RedisNodes::start(3);
+    let proxies: Vec<Proxy> = nodes.iter().map(|nd| Proxy::start(&nd.addr())).collect();
+    let set_locker = Locker::builder(proxies.iter().map(Proxy::url).collect::<Vec<_>>())
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
+        .ttl(Duration::from_secs(5))
+        .node_timeout(Duration::from_millis(100))
+        .retry(RetryPolicy::within(Duration::from_secs(20)))
+        .build()
+        .unwrap();
+    let (holder, later) = (locker(&nodes), locker(&nodes));
+    let key = holder.admin().key("a");
+    let node0 = nodes.node(0);
+    let held = holder.lock("a").await.unwrap();
+    let set = tokio::spawn(async move { set_locker.lock_all(["a", "b"]).await });
+    let in_line = |n: u64| {
+        let key = key.clone();
+        async move {
+            for _ in 0..200 {
+                if queue_len(node0, &key).await == n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{n} waiters never queued for {key}");
+        }
+    };
+    in_line(1).await;
+    let waiting = tokio::spawn(async move {
+        later
+            .lock("a")
+            .retry(RetryPolicy::within(Duration::from_secs(20)))
+            .await
+    });
+    in_line(2).await;
+    proxies[1].set(Mode::Blackhole);
+    proxies[2].set(Mode::Blackhole);
+    held.release().await.unwrap();
+    // The set's place names its window, its TTL (5000 ms); the single
+    // waiter's is shorter. Node 0 keeps `a` for the set through its
+    // attempts and their undoing: reserved for it, or held by the set's
+    // own attempt (its token begins with its Locker's tag, as its place
+    // does) until that attempt is undone; never the later waiter's.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Bounded: caught between the set's attempt and its undoing, the
+    // value is the set's token; the reservation is back within its node
+    // timeout.
+    let mut reserved = String::new();
+    for _ in 0..100 {
+        reserved = get(node0, &key).await.unwrap_or_default();
+        if reserved.ends_with(":5000:w~") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let tag = reserved.split(':').next().unwrap_or_default().to_string();
+    assert!(
+        reserved.ends_with(":5000:w~") && tag.len() == 16,
+        "a is not reserved for the set on node 0: {reserved:?}"
+    );
+    for _ in 0..10 {
+        let value = get(node0, &key).await.unwrap_or_default();
+        assert!(
+            value.ends_with(":5000:w~") || value.starts_with(&tag),
+            "a is neither reserved for the set nor held by it on node 0: {value:?}"
+        );
+        assert!(!waiting.is_finished(), "the later waiter got a");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for proxy in &proxies[1..] {
+        proxy.set(Mode::Reset);
+    }
+    set.abort();
+    waiting.abort();
 }

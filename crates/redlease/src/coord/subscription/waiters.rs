@@ -50,7 +50,7 @@ impl Waiters {
         }
     }
 
-    /// Waits until a quorum confirmed every subscription, at most
+    /// Waits until every node confirmed every subscription, at most
     /// `timeout` in all.
     pub(crate) async fn subscribed(&mut self, timeout: Duration) {
         let all = self.0.iter_mut().map(|w| w.subscribed(timeout));

@@ -211,7 +211,9 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         if claim.is_set() {
-            return self.give_back_set(claim, token, announce, timeout).await;
+            return self
+                .give_back_set(claim, token, announce, in_line, timeout)
+                .await;
         }
         use std::sync::atomic::Ordering;
         let key: Arc<str> = claim.keys()[0].lock.clone();
@@ -271,6 +273,7 @@ impl Node {
         claim: &Claim,
         token: &Token,
         announce: bool,
+        in_line: Option<(InLine<'_>, bool)>,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let groups = by_slot(self.deployment.is_cluster(), claim);
@@ -284,7 +287,9 @@ impl Node {
                 bound: self.binds_lineage(),
                 pubsub: self.pubsub(),
                 announce,
-                in_line: None,
+                // A failed attempt's cleanup keeps the set's turn on every
+                // name it gives back.
+                in_line,
             }
             .call();
             let reply: PerName = self
