@@ -93,6 +93,7 @@ fn read(engine: &Engine, handle: &str) -> Result<(Exported, Ownership), Error> {
     for name in &exported.names {
         crate::core::keys::check_resource(prefix, name)?;
     }
+    // In the canonical order, one hold each: `decode` checked.
     let keys = exported
         .names
         .iter()

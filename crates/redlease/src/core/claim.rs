@@ -34,7 +34,12 @@ impl Claim {
     /// (one name is [`one`](Self::one)).
     pub(crate) fn of(keys: Vec<LockKeys>, holds: Vec<Hold>) -> Claim {
         debug_assert_eq!(keys.len(), holds.len());
-        debug_assert!(keys.windows(2).all(|w| w[0].lock < w[1].lock));
+        // Sorted by name, not by key ("a" before "ab", whose keys "p{a}"
+        // and "p{ab}" sort the other way): distinct is what holds here.
+        debug_assert!(keys
+            .iter()
+            .enumerate()
+            .all(|(i, k)| keys[..i].iter().all(|o| o.lock != k.lock)));
         match (&keys[..], &holds[..]) {
             ([one], [hold]) => Claim::one(one.clone(), *hold),
             _ => Claim::Many {

@@ -184,6 +184,11 @@ impl Exported {
             .collect::<Option<Vec<String>>>()
             .filter(|n| !n.is_empty() && n.iter().all(|n| !n.is_empty()))
             .ok_or_else(|| bad("its names"))?;
+        // A lease of several names lists them as every taker takes them:
+        // sorted, each once.
+        if names.windows(2).any(|n| n[0] >= n[1]) {
+            return Err(bad("its names are out of their order, or repeated"));
+        }
         let holds: Vec<Hold> = match (names.len(), mode) {
             (1, m) => m
                 .parse::<char>()
@@ -256,8 +261,8 @@ mod tests {
             exported(Hold::Shared, &["catalog"], Some(vec![0])),
             exported(permit, &["pool"], None),
             Exported {
-                holds: vec![Hold::Shared, Hold::Exclusive, Hold::Shared],
-                ..exported(Hold::Exclusive, &["r", "w", "s"], None)
+                holds: vec![Hold::Shared, Hold::Shared, Hold::Exclusive],
+                ..exported(Hold::Exclusive, &["r", "s", "w"], None)
             },
         ] {
             let text = e.encode();
@@ -303,6 +308,10 @@ mod tests {
             with(4, "zz"),
             with(5, ""),
             with(5, "61-"),
+            // Out of the canonical order (b before a), and repeated.
+            with(5, "62-61"),
+            with(5, "61-61"),
+            with(5, "6162-61"),
             with(6, "1"),
             with(6, "1-x"),
             with(1, "s"),
@@ -369,7 +378,10 @@ mod tests {
         let names = proptest::collection::vec("[a-z.\\-/é]{1,8}", 1..4);
         let fences = proptest::option::of(any::<u64>());
         (hold, names, fences, 1u64..=1 << 53, "[a-z:]{0,8}").prop_map(
-            |(hold, names, fence, ttl_ms, prefix)| {
+            |(hold, mut names, fence, ttl_ms, prefix)| {
+                // As a lease lists them: sorted, each once.
+                names.sort();
+                names.dedup();
                 let many = names.len() > 1;
                 let holds = match (many, hold) {
                     (true, Hold::Permit { .. }) => vec![Hold::Exclusive; names.len()],
