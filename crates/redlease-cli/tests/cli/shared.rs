@@ -181,9 +181,9 @@ fn a_shared_run_that_loses_its_lease_is_stopped_and_exits_75() {
     assert_eq!(std::fs::read_to_string(&stopped).unwrap().trim(), "term");
 }
 
-/// A waiting writer that was killed keeps no reader out: its mark goes
-/// once its process no longer listens, as a killed exclusive waiter's
-/// place in the queue does, not after the writer's TTL.
+/// A waiting writer that was killed keeps no reader out: its place in
+/// line is passed over once its process no longer listens, not after the
+/// writer's TTL.
 #[test]
 fn a_killed_waiting_writer_lets_new_readers_in_at_once() {
     let nodes = RedisNodes::start(3);
@@ -228,6 +228,63 @@ fn a_killed_waiting_writer_lets_new_readers_in_at_once() {
         },
     );
     assert!(killed.elapsed() < Duration::from_secs(10));
+    std::fs::write(&stop, "").unwrap();
+    finish(reader, LIMIT).expect(0);
+}
+
+/// A reader that waits in line behind a writer that is then killed moves
+/// up at its next look (within a second), not when the readers holding
+/// the name finish.
+#[test]
+fn a_reader_queued_behind_a_killed_writer_moves_up() {
+    let nodes = RedisNodes::start(3);
+    let urls = nodes.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, stop, second) = (
+        dir.path().join("ready"),
+        dir.path().join("stop"),
+        dir.path().join("second"),
+    );
+    let reader = start(
+        run_cmd(&urls, "ledger")
+            .args(["--shared", "--", "sh", "-c"])
+            .arg(format!(r#"{AWAIT}touch "$READY"; await "$STOP""#))
+            .env("READY", &ready)
+            .env("STOP", &stop),
+    );
+    eventually(LIMIT, "the shared run to start", || ready.exists());
+    let writer =
+        start(run_cmd(&urls, "ledger").args(["--ttl", "60s", "--wait", "60s", "--", "true"]));
+    eventually(Duration::from_secs(10), "a waiting writer", || {
+        status(&urls, "ledger")
+            .stdout
+            .contains("; a writer waits (new readers wait behind it);")
+    });
+    // A second reader waits in line behind the writer.
+    let queued = start(
+        run_cmd(&urls, "ledger")
+            .args(["--shared", "--wait", "30s", "--", "sh", "-c"])
+            .arg(r#"touch "$SECOND""#)
+            .env("SECOND", &second),
+    );
+    eventually(Duration::from_secs(10), "two processes waiting", || {
+        status(&urls, "ledger")
+            .stdout
+            .contains("; 2 processes waiting")
+    });
+    assert!(
+        !second.exists(),
+        "the reader got past a live waiting writer"
+    );
+    signal(&writer, rustix::process::Signal::KILL);
+    finish(writer, LIMIT);
+    // The first reader still holds the name: only the queue moved.
+    eventually(
+        Duration::from_secs(5),
+        "the queued reader past the killed writer",
+        || second.exists(),
+    );
+    finish(queued, LIMIT).expect(0);
     std::fs::write(&stop, "").unwrap();
     finish(reader, LIMIT).expect(0);
 }

@@ -35,7 +35,9 @@
 -- never drawn; a missing counter restarts from the clock, in
 -- microseconds cut to 100 ms); {0, i, pttl, waiting, owner} for the
 -- first name i not ready (pttl: until its holders' first hold or the
--- reservation ends, -1 with no expiry; waiting: its queue's length;
+-- reservation ends, -1 with no expiry; when refused for the waiters in
+-- line, at most a second or the first one's handoff window; waiting:
+-- its queue's length;
 -- owner: who holds it, owner.lua, or 2^28 - 1 when nobody holds what it
 -- needs but waiters came first); {3, n} when a name is a semaphore of
 -- n permits, not the number asked (nothing written).
@@ -132,6 +134,15 @@ if first then
   local owner = owner_of(st.value)
   if st.kind == 'reserved' or E.fits(st, holds[first]) then
     owner = 268435455
+    -- Look again within a second, or the first waiter's handoff window
+    -- if shorter: it may be gone without a word (its process killed),
+    -- and is passed over at the next look.
+    local head = redis.call('ZRANGE', key .. ':queue', 0, 0)[1]
+    local _, _, window = E.place(head or '')
+    local look = math.min(window or 1000, 1000)
+    if pttl < 0 or look < pttl then
+      pttl = look
+    end
   end
   return {0, first, pttl, waiting, owner}
 end

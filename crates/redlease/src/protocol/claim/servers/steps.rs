@@ -51,6 +51,45 @@ fn a_downgrade_lets_the_readers_in_line_join() {
     assert_eq!(f.woken(3), ["1"]);
 }
 
+/// A waiter that stood first and did not fit leaves (it gave up): those
+/// behind it that fit are served at once, not at their next look.
+#[test]
+fn leaving_the_front_lets_those_behind_in_at_once() {
+    let mut f = fixture();
+    f.listen(2);
+    f.listen(3);
+    let (r1, w, r2) = (token(1, 1), token(2, 2), token(3, 3));
+    assert!(taken(&f.acquire(Hold::Shared, &r1, None)));
+    // A writer waits for the reader; a later reader waits behind it.
+    assert!(!taken(&f.acquire(
+        Hold::Exclusive,
+        &w,
+        Some((&place(2, 1), 100))
+    )));
+    assert!(!taken(&f.acquire(
+        Hold::Shared,
+        &r2,
+        Some((&place(3, 1), 200))
+    )));
+    assert_eq!(f.woken(3), Vec::<String>::new());
+    let _: i64 = ClaimLeave {
+        keys: &[KEY],
+        holds: &[Hold::Exclusive],
+        place: &place(2, 1),
+        pubsub: PubSub::Classic,
+    }
+    .call()
+    .query(&mut f.conn)
+    .unwrap();
+    assert_eq!(f.woken(3), ["1"], "the reader behind is served");
+    assert!(f.queue().is_empty());
+    assert!(taken(&f.acquire(
+        Hold::Shared,
+        &r2,
+        Some((&place(3, 1), 200))
+    )));
+}
+
 /// A release hands the name to its Locker's next waiter, which waits in
 /// the process, ahead of a later arrival in line; a failed attempt's
 /// cleanup keeps its waiter's turn; leaving hands a reservation on.
