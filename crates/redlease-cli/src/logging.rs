@@ -93,7 +93,11 @@ pub fn init(verbose: u8, quiet: bool) {
         complaint,
         plain,
     } = setup(verbose, quiet, rust_log.as_deref());
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    // Every level through the builder (its own default stops at INFO):
+    // the filter alone decides, so `RUST_LOG=redlease=debug` shows debug.
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::TRACE)
+        .with_writer(std::io::stderr);
     let installed = match plain {
         true => builder.event_format(Plain).finish().with(filter).try_init(),
         false => builder
