@@ -21,6 +21,13 @@
 # name, token order per name, whole grants, lock_all starved by single
 # lockers), and its control: a multi-lease that lost a name to a plain
 # DEL, which a single-name locker then takes (about 4 s).
+# Then every mode on shared names (issue 49): writers, readers, weighted
+# permits and sets of names under the same faults for 20 s (150
+# acquisitions and 5 faults at least, about 320 in a run; about 25 s with
+# its start and drain), judged by the engine checker (capacity, the order
+# waiters are served in, starvation), and its controls: a release that
+# wakes out of order, and holders beyond a semaphore's capacity (about
+# 4 s each).
 # Then the same multi-lock run under real packet loss (issue 48, item
 # 15): `--loss 2` puts the soak in a network namespace of its own where
 # nftables drops 2 % of the TCP packets to and from the lock nodes, for
@@ -67,6 +74,9 @@ soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario control-sem-majority --expect-violation
 "$soak" --scenario multi-mixed --nodes 5 --seconds 20 --min-acquired 120 --min-faults 5
 "$soak" --scenario control-multi-partial-release --expect-violation
+"$soak" --scenario engine-mixed --nodes 5 --seconds 20 --min-acquired 150 --min-faults 5
+"$soak" --scenario control-engine-queue-jump --expect-violation
+"$soak" --scenario control-engine-extra-holder --expect-violation
 REDLEASE_REQUIRE_NETNS=1 "$soak" --scenario multi-mixed --nodes 5 --seconds 15 --loss 2 \
   --min-acquired 60 --min-faults 3
 "$soak" --scenario cluster-failover --seconds 10 --min-acquired 100 --min-faults 1

@@ -30,13 +30,13 @@
 //!   write generation. Judged by the read-write checker, it passes only
 //!   if `writer_overlap` is flagged (`stale_read` comes with it).
 //! - `control-rw-writer-mark-erased`: readers that ignore a waiting
-//!   writer. A reader holds; a writer waits for the lock (readers refuse
-//!   it, so it marks itself waiting); for 3 s, every 100 ms, the soak
-//!   deletes the writer-waiting mark on every node (plain `DEL`: the
-//!   library has no switch for it) and a new reader takes a read hold
-//!   before the previous one lets go, so the lock is never free. The
-//!   writer gets in only once the stream stops. Passes only if
-//!   `writer_starved` is flagged.
+//!   writer. A reader holds; a writer waits for the lock (the reader
+//!   refuses it, so it takes a place in the name's queue, which later
+//!   readers must wait behind); for 3 s, every 100 ms, the soak deletes
+//!   the queue on every node (plain `DEL`: the library has no switch for
+//!   it) and a new reader takes a read hold before the previous one lets
+//!   go, so the lock is never free. The writer gets in only once the
+//!   stream stops. Passes only if `writer_starved` is flagged.
 //! - `control-sem-majority`: a semaphore of 2 permits whose permits count
 //!   at a plain majority (`Semaphore::unsafe_majority`, the library's
 //!   hidden knob) instead of the `n * N / (N + 1) + 1` nodes it needs: 3
@@ -111,8 +111,8 @@ pub const CONTROLS: &[(&str, &str)] = &[
     ),
     (
         "control-rw-writer-mark-erased",
-        "a waiting writer's mark is deleted before each new reader: a reader stream keeps \
-         it out for 3 s (must be flagged writer_starved)",
+        "a waiting writer's place in the queue is deleted before each new reader: a reader \
+         stream keeps it out for 3 s (must be flagged writer_starved)",
     ),
     (
         "control-sem-majority",
@@ -626,7 +626,8 @@ async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
         bench.client(1, bench.direct(), ttl).await?,
     ];
     let mut writer = bench.client(2, bench.direct(), ttl).await?;
-    let mark = format!("{}:writer", readers[0].locker.admin().key(&lock_name(0)));
+    // The writer's place: the name's queue, which readers wait behind.
+    let mark = format!("{}:queue", readers[0].locker.admin().key(&lock_name(0)));
     let read = Request {
         mode: history::Mode::Read,
         once: true,
@@ -649,7 +650,7 @@ async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
     });
     tokio::time::sleep(EVERY).await;
     bench.note(format!(
-        "a writer waits for it (up to {} s); readers refuse it, so it marks itself waiting",
+        "a writer waits for it (up to {} s); the reader refuses it, so it takes a place in the queue",
         wait.as_secs()
     ));
     let start = Instant::now();
@@ -657,8 +658,8 @@ async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
     let mut erased = 0;
     while start.elapsed() < STREAM {
         tokio::time::sleep(EVERY).await;
-        // The next reader, after the mark is deleted: a few tries, in case
-        // the writer marked itself again in between.
+        // The next reader, after the queue is deleted: a few tries, in
+        // case the writer took its place again in between.
         let reader = &mut readers[(readers_let_in + 1) % 2];
         let mut next = None;
         for _ in 0..5 {
@@ -671,7 +672,7 @@ async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
         let next = next.ok_or_else(|| {
             inconclusive(
                 NAME,
-                "a reader was refused five times after erasing the mark",
+                "a reader was refused five times after erasing the queue",
             )
         })?;
         let previous = std::mem::replace(&mut held, next);
@@ -680,8 +681,8 @@ async fn writer_mark_erased(nodes: usize, seed: u64) -> Result<Run, String> {
     }
     bench.note(format!(
         "for {} s a new reader took a read hold every {} ms before the previous one let go \
-         ({readers_let_in} readers; the writer's mark, deleted first each time, was found \
-         {erased} time(s))",
+         ({readers_let_in} readers; the queue holding the writer's place, deleted first each \
+         time, was found {erased} time(s))",
         STREAM.as_secs(),
         EVERY.as_millis()
     ));

@@ -38,6 +38,18 @@
 //!      counts as waiting until its deadline (arrival plus its wait),
 //!      not until it returned: it may leave its place from then on.
 //!
+//!    A set W1 is judged on its first name only (the first in the
+//!    canonical order, which the workload's name order follows), against
+//!    the W2 that cannot share that name with it (a reader passing a set
+//!    that reads the name takes nothing the set waits for): it waits
+//!    in line for a prefix of its names, up to the first it lacks, and
+//!    joins the next name's line (at its arrival) only once it has the
+//!    ones before; a later arrival may take a name beyond that meanwhile.
+//!    This is the engine's rule, not a fault: a set queued on every name
+//!    at once would keep a later name from one who holds an earlier one
+//!    and takes them in the canonical order, and the two would wait on
+//!    each other.
+//!
 //!    With real packet loss (`--loss`), `loss_slack` is added to both
 //!    slacks, and the first case gets it too: a lost segment delays a
 //!    round by the kernel's retransmission timeout.
@@ -182,6 +194,27 @@ impl Asked {
 
     fn shares_with(&self, other: &Asked) -> bool {
         self.wants.iter().any(|w| other.want(w.lock).is_some())
+    }
+
+    /// The names it surely waits in line for from its arrival: all of a
+    /// single name's; a set's first, in the canonical order (see check 2).
+    fn in_line_for(&self) -> &[Want] {
+        match self.set {
+            true => self.wants.get(..1).unwrap_or_default(),
+            false => &self.wants,
+        }
+    }
+
+    /// Whether `other` asked for a name this waiter surely waits in line
+    /// for; for a set, in a mode the set cannot hold beside (a reader of
+    /// a name the set reads shares it, and takes nothing the set waits
+    /// for: the set waits for another of its names).
+    fn in_line_with(&self, other: &Asked) -> bool {
+        self.in_line_for().iter().any(|w| {
+            other
+                .want(w.lock)
+                .is_some_and(|o| !(self.set && w.mode == Mode::Read && o.mode == Mode::Read))
+        })
     }
 
     /// Until when it certainly still waited: its return when granted;
@@ -733,7 +766,7 @@ fn check_order(asked: &[Asked], config: &EngineConfig, verdict: &mut EngineVerdi
             if std::ptr::eq(*w2, w1)
                 || w2.arrived <= cut
                 || w2.arrived >= live
-                || !w1.shares_with(w2)
+                || !w1.in_line_with(w2)
             {
                 continue;
             }

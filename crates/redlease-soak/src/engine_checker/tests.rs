@@ -167,24 +167,61 @@ fn small_permits_passing_a_large_waiting_one_are_overtaken() {
 }
 
 #[test]
-fn a_set_passed_on_a_shared_name_is_overtaken() {
-    // A set of lock 0 (write) and 1 (read) waits from 0 to 900; a later
-    // writer of lock 1 gets in at 400, a later reader of lock 2 (not the
+fn a_set_passed_on_its_first_name_is_overtaken() {
+    // A set of lock 0 (read) and 1 (write) waits from 0 to 900; a later
+    // writer of lock 0 gets in at 400, a later reader of lock 2 (not the
     // set's) at 500.
     let asked = vec![
         asked(
             0,
-            &[want(0, Mode::Write), want(1, Mode::Read)],
+            &[want(0, Mode::Read), want(1, Mode::Write)],
             (0, 900),
             &[(0, 1), (1, 2)],
         ),
-        asked(1, &[want(1, Mode::Write)], (300, 400), &[(1, 3)]),
+        asked(1, &[want(0, Mode::Write)], (300, 400), &[(0, 3)]),
         asked(2, &[want(2, Mode::Read)], (300, 500), &[(2, 4)]),
     ];
     let v = check(&[], &asked, &config());
     assert_eq!(v.overtaken, 1, "{v:?}");
     assert_eq!(v.figures.kinds["set"].overtaken, (1, 1));
-    assert!(v.examples["overtaken"][0].contains("lock_all [0 write, 1 read]"));
+    assert!(v.examples["overtaken"][0].contains("lock_all [0 read, 1 write]"));
+}
+
+#[test]
+fn a_set_is_in_line_for_its_later_names_only_once_it_has_the_first() {
+    // The same set; the later writer takes lock 1, beyond the first name
+    // (lock 0), which the set lacks while a holder keeps it: not in line
+    // there yet, so not overtaken. A later set of both is judged on lock 0
+    // as a waiter, and as a later arrival on every name it took.
+    let passed = vec![
+        asked(
+            0,
+            &[want(0, Mode::Read), want(1, Mode::Write)],
+            (0, 900),
+            &[(0, 1), (1, 2)],
+        ),
+        asked(1, &[want(1, Mode::Write)], (300, 400), &[(1, 3)]),
+    ];
+    let v = check(&[], &passed, &config());
+    assert_eq!(v.overtaken, 0, "{v:?}");
+    // A later reader of the name the set reads first shares it.
+    let shared = vec![
+        passed[0].clone(),
+        asked(1, &[want(0, Mode::Read)], (300, 400), &[(0, 3)]),
+    ];
+    let v = check(&[], &shared, &config());
+    assert_eq!(v.overtaken, 0, "{v:?}");
+    let later_set = vec![
+        asked(0, &[want(1, Mode::Write)], (0, 900), &[(1, 1)]),
+        asked(
+            1,
+            &[want(0, Mode::Read), want(1, Mode::Write)],
+            (300, 400),
+            &[(0, 2), (1, 3)],
+        ),
+    ];
+    let v = check(&[], &later_set, &config());
+    assert_eq!(v.overtaken, 1, "a later set that took lock 1 first: {v:?}");
 }
 
 #[test]

@@ -38,12 +38,10 @@ use crate::history::{Call, LeaseId, Mode, Multi, NotCounted};
 /// want them at once, so permits run out and waiters queue.
 pub const PERMITS: u32 = 2;
 
-/// The weights a permit is drawn with, one at random. Only 1 until the
-/// library takes several permits at once: then list larger ones here (at
-/// most [`PERMITS`]; say `&[1, 1, 2]`, or raise `PERMITS` to 4 with
-/// `&[1, 1, 2, 3]`) and switch [`permits_waiting`] and [`permits_once`]
-/// to `acquire_many(weight)`.
-pub const PERMIT_WEIGHTS: &[u32] = &[1];
+/// The weights a permit is drawn with, one at random: mostly one permit,
+/// sometimes all [`PERMITS`] at once (a large weight, which the small
+/// ones must not overtake).
+pub const PERMIT_WEIGHTS: &[u32] = &[1, 1, 2];
 
 /// A kind of acquisition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,18 +177,14 @@ pub enum Taken {
     Set(HeldAll),
 }
 
-/// A permit of `weight` that waits. The one place weights reach the
-/// library: with `Semaphore::acquire_many(k)`, this is
-/// `semaphore.acquire_many(weight)` (and [`PERMIT_WEIGHTS`] lists more).
+/// A permit of `weight`, waited for.
 fn permits_waiting<'a>(semaphore: &Semaphore<'a>, weight: u32) -> Acquire<'a> {
-    debug_assert_eq!(weight, 1, "weights above 1 need acquire_many");
-    semaphore.acquire()
+    semaphore.acquire_many(weight)
 }
 
-/// A permit of `weight`, tried once (see [`permits_waiting`]).
+/// A permit of `weight`, tried once.
 fn permits_once<'a>(semaphore: &Semaphore<'a>, weight: u32) -> TryAcquire<'a> {
-    debug_assert_eq!(weight, 1, "weights above 1 need try_acquire_many");
-    semaphore.try_acquire()
+    semaphore.try_acquire_many(weight)
 }
 
 impl Client {
