@@ -34,7 +34,7 @@ and is judged by its permit quorum: a permit needs room on n*N/(N+1)+1 of \
 the n nodes, not a majority, and is not takeable while fewer nodes have \
 room and vote. The servers tell N while a permit is held; --permits N \
 judges the name as a semaphore when none is. \"a writer waits\" means one \
-waits for the readers to finish, and new readers wait behind it.
+stands in the name's queue, and readers who come after it wait behind it.
 
 Example:
   redlease status --nodes redis://a:6379,redis://b:6379,redis://c:6379 --key nightly-report
@@ -179,7 +179,7 @@ pub async fn status(args: StatusArgs) -> Exit {
     });
     let writer_waits = match (status.writer_waits(), status.reserved()) {
         (true, _) => "; a writer waits (new readers wait behind it)",
-        (false, true) => "; reserved for a set of locks (lock_all, run with several --key) that waits for its other names",
+        (false, true) => "; reserved for a waiter whose turn came (a set of locks, run with several --key, keeps it while it waits for its other names)",
         (false, false) => "",
     };
     println!(
@@ -245,7 +245,7 @@ fn show_node(s: &NodeLockState) -> String {
         cell += ", a writer waits";
     }
     if s.reserved {
-        cell += ", reserved for a waiting set";
+        cell += ", reserved for a waiter";
     }
     if s.quarantine.is_some() {
         cell += ", quarantined";

@@ -36,8 +36,8 @@ pub struct TakeArgs {
 
     /// Take the lock shared, as a reader: --shared holders of one name
     /// hold it at the same time, but never while a writer (a plain run or
-    /// acquire) holds the lock or waits for it [default: alone, as a
-    /// writer].
+    /// acquire) holds the lock, and they wait in line behind whoever came
+    /// before them and waits [default: alone, as a writer].
     #[arg(long)]
     shared: bool,
 

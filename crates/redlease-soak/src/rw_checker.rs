@@ -27,7 +27,7 @@
 //!    kept it out for longer than `starvation_bound`. Precisely: the leases
 //!    that explain its wait are every other write lease and every read
 //!    lease whose acquire began by `began + arrival_grace` (readers already
-//!    there, or arriving before its "writer waiting" mark can be in
+//!    there, or arriving before its place in the name's queue can be in
 //!    place); `free` is the latest end of those explaining leases that were
 //!    returned before `ended`, at least `began` and at most `ended`. The
 //!    writer is starved when `ended - free` (less process stalls) exceeds
@@ -104,8 +104,8 @@ pub struct RwConfig {
     /// out (check 4).
     pub starvation_bound: Duration,
     /// Readers whose acquire began this soon after a writer began waiting
-    /// count as earlier than it: its "writer waiting" mark takes a round
-    /// trip to be in place, longer under delayed links.
+    /// count as earlier than it: its place in the name's queue takes a
+    /// round trip to be in place, longer under delayed links.
     pub arrival_grace: Duration,
     /// How far after `valid_until` a lease may be seen returned before it
     /// counts as returned expired; also the margin of check 2.

@@ -32,8 +32,8 @@
 //! - `try_lock`: `3 x nt` (acquire round, fencing write-back, cleanup);
 //! - `lock`: `wait + 4 x nt` (the last attempt may start at the deadline,
 //!   after one subscription wait of `nt`); in the read-write workload,
-//!   `wait + 5 x nt` for writers: one that readers kept waiting clears its
-//!   writer-waiting mark on every node before it returns the lease (and
+//!   `wait + 5 x nt` for writers: one that waited leaves the name's
+//!   queue on every node before it returns the lease (and
 //!   `read_lock` is given the same bound); a permit's `try_acquire` and
 //!   `acquire`, and `try_lock_all` and `lock_all`, as `try_lock` and
 //!   `lock`;

@@ -124,8 +124,9 @@ impl Locker {
 
     /// Takes the lock as a writer: the same request as [`lock`](Self::lock),
     /// under the name that says what it excludes. A writer holds the lock
-    /// alone, with no reader; once readers keep it waiting, new readers
-    /// wait behind it, so a stream of readers cannot starve it (see
+    /// alone, with no reader; it waits in the name's one line with readers
+    /// and writers alike, and readers who come after it wait behind it, so
+    /// a stream of readers cannot starve it (see
     /// [`read_lock`](Self::read_lock)).
     ///
     /// ```
@@ -140,9 +141,9 @@ impl Locker {
     ///
     /// # Cancel safety
     ///
-    /// As [`lock`](Self::lock)'s; a writer that stops waiting also clears
-    /// its writer-waiting mark (in the background), so the readers behind
-    /// it go on at once.
+    /// As [`lock`](Self::lock)'s; a writer that stops waiting leaves the
+    /// line (in the background), and the readers behind it that fit go on
+    /// at once.
     pub fn write_lock(&self, resource: impl Into<String>) -> Acquire<'_> {
         self.acquire(resource.into(), Hold::Exclusive)
     }
@@ -151,8 +152,9 @@ impl Locker {
     /// [`lock`](Self::lock) does. Any number of readers hold a name
     /// together, and no writer meanwhile; each reader's hold expires on
     /// its own, by the servers' clocks, whatever the other readers do.
-    /// A reader waits while a writer holds the lock, and while a writer
-    /// waits for it (writer preference: see [`write_lock`](Self::write_lock)).
+    /// A reader waits while a writer holds the lock, and behind anyone who
+    /// came before it and waits (first come, first served: see
+    /// [`write_lock`](Self::write_lock)).
     /// The lease is the same [`Lease`](crate::Lease) as a writer's (keep
     /// it alive, extend it, release it), in [`LockMode::Shared`](crate::LockMode::Shared); its
     /// [`fencing_token`](crate::Lease::fencing_token) is the newest write

@@ -79,12 +79,15 @@ pub struct NodeLockState {
     /// A semaphore's number of permits, while any is held there
     /// ([`LockMode::Permit`]).
     pub permits: Option<u32>,
-    /// A writer waits for the readers to leave, and new readers wait
+    /// A waiter that wants the name alone (a writer, or a set that writes
+    /// it) stands in the name's queue, and readers who come after it wait
     /// behind it (see [`Locker::write_lock`](crate::Locker::write_lock)).
     pub writer_waits: bool,
-    /// The key is reserved for a waiting multi-lock (see
-    /// [`Locker::lock_all`](crate::Locker::lock_all)): held by no one
-    /// yet, and taken by no one else until that waiter has it or gives up.
+    /// The key is reserved for a queued waiter that wants it alone: its
+    /// turn came, and it has the waiter's handoff window to take it (a
+    /// set of names keeps it while it waits for its next name; see
+    /// [`Locker::lock_all`](crate::Locker::lock_all)). Held by no one yet,
+    /// and taken by no one else until that waiter has it or gives up.
     pub reserved: bool,
 }
 
@@ -315,8 +318,8 @@ impl LockStatus {
         self.answers().map(|s| s.readers).max().unwrap_or(0)
     }
 
-    /// Whether a writer waits for the readers, on any node (new readers
-    /// wait behind it there).
+    /// Whether a waiter that wants the name alone (a writer) stands in its
+    /// queue, on any node (readers who come after it wait behind it).
     ///
     /// ```
     /// # fn f(status: &redlease::LockStatus) {
@@ -329,14 +332,15 @@ impl LockStatus {
         self.answers().any(|s| s.writer_waits)
     }
 
-    /// Whether some node keeps the lock reserved for a waiting
-    /// multi-lock (see [`Locker::lock_all`](crate::Locker::lock_all)):
-    /// the key is there, but no lease holds it yet.
+    /// Whether some node keeps the lock reserved for a queued waiter whose
+    /// turn came (a set of names keeps it while it waits for its next
+    /// name; see [`Locker::lock_all`](crate::Locker::lock_all)): the key
+    /// is there, but no lease holds it yet.
     ///
     /// ```
     /// # fn f(status: &redlease::LockStatus) {
     /// if status.reserved() {
-    ///     println!("reserved for a set of locks that waits for its other names");
+    ///     println!("reserved for the waiter whose turn came");
     /// }
     /// # }
     /// ```

@@ -134,8 +134,9 @@ impl Owner {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Refusal {
     pub(crate) held: Held,
-    /// How many processes wait for the lock there (subscriptions to its
-    /// release channel): spreads a crowd's checks of a held lock.
+    /// How many wait for the lock there (the places in its queue, or,
+    /// refused by the plain acquire, the subscribers to its release
+    /// channel): spreads a crowd's checks of a held lock.
     pub(crate) waiting: u64,
     /// Who holds it, as [`Owner`]'s number (0: unknown): the same owner
     /// on a quorum of nodes holds the lock; different ones are contenders
@@ -177,8 +178,9 @@ impl Refusal {
 }
 
 /// The owner number of a lock held by readers: that of the value its key
-/// holds meanwhile (`READERS` in `protocol::shared`), the same on every
+/// holds meanwhile (`READERS` in `protocol::claim`), the same on every
 /// node, so readers on a quorum are "one owner" to a waiting writer.
+#[cfg(test)]
 pub(crate) const READERS_OWNER: u32 = Owner::MARKERS;
 
 /// What a failed acquire's refusals said of the lock's holder.
@@ -188,13 +190,10 @@ pub(crate) struct Busy {
     /// between contenders, whose partial grants are undone at once and
     /// announced to no one).
     pub(crate) one_owner: bool,
-    /// The most processes any refusing node counted as waiting for it
-    /// (every waiter subscribes on every node).
+    /// The most waiters any refusing node counted: the places in its
+    /// queue (or, refused by the plain acquire, the subscribers to its
+    /// release channel).
     pub(crate) crowd: u64,
-    /// Readers refused it on some node: a writer that waits has marked
-    /// itself there (see `protocol::shared`), and clears the mark when it
-    /// stops waiting.
-    pub(crate) readers: bool,
 }
 
 impl Busy {
@@ -208,7 +207,6 @@ impl Busy {
         Busy {
             one_owner,
             crowd: refusals.iter().map(|r| r.waiting).max().unwrap_or(0),
-            readers: refusals.iter().any(|r| r.owner == READERS_OWNER),
         }
     }
 }

@@ -11,12 +11,12 @@ use redis::{Cmd, FromRedisValue, ParsingError, Value};
 use super::lua::{malformed, millis, Flag, PubSub, RAISE_FENCE, REFUSED};
 
 /// What a refused acquire does to the holder's value: mark it for waiters
-/// (docs/library.md, "A release is published only when a waiter marked
-/// the lock") or leave it alone.
+/// (docs/library.md, "A release is published only where someone waits")
+/// or leave it alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum OnRefusal {
     /// The acquire waits for the lock after a refusal: a holder of another
-    /// Locker (for an exclusive waiter in turn, any holder) is marked, so
+    /// Locker (for a waiter in line, any holder) is marked, so
     /// that its release is handed on or published to the waiter.
     Mark,
     /// The acquire gives up after a refusal (`try_lock`, the last attempt

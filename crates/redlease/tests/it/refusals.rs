@@ -79,7 +79,7 @@ async fn readers_and_a_waiting_writer_are_named() {
     assert!(e
         .to_string()
         .contains("lock \"catalog\" is held by readers"));
-    // A writer waits (and marks itself once readers refused it): a new
+    // A writer waits (in the queue once readers refused it): a new
     // reader is told a writer waits, not that a writer holds the lock.
     let writer = tokio::spawn(async move {
         let lease = b.lock("catalog").wait(Duration::from_secs(20)).await;
@@ -92,7 +92,10 @@ async fn readers_and_a_waiting_writer_are_named() {
             Ok(lease) => lease.release().await.unwrap(),
             Err(e) => panic!("{e}"),
         }
-        assert!(Instant::now() < deadline, "the writer never marked itself");
+        assert!(
+            Instant::now() < deadline,
+            "the writer never took its place in the queue"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(

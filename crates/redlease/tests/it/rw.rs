@@ -77,10 +77,14 @@ async fn a_waiting_writer_keeps_new_readers_out() {
         let b = b.clone();
         async move { b.write_lock("doc").wait(Duration::from_secs(5)).await }
     });
-    // Bounded: the writer marks itself within its first attempts.
+    // Bounded: the writer takes its place in the queue within its first
+    // attempts.
     let deadline = Instant::now() + Duration::from_secs(3);
     while !a.admin().inspect("doc").await.unwrap().writer_waits() {
-        assert!(Instant::now() < deadline, "the writer never marked itself");
+        assert!(
+            Instant::now() < deadline,
+            "the writer never took its place in the queue"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let late = a.try_read_lock("doc").await;
@@ -92,7 +96,7 @@ async fn a_waiting_writer_keeps_new_readers_out() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     reader.release().await.unwrap();
     let w = writer.await.unwrap().unwrap();
-    // The mark is gone with the writer's acquire: readers now wait only
+    // The writer's place is gone with its acquire: readers now wait only
     // for its release, which wakes them.
     assert!(!a.admin().inspect("doc").await.unwrap().writer_waits());
     assert!(!late.is_finished());
@@ -108,7 +112,7 @@ async fn a_waiting_writer_keeps_new_readers_out() {
 }
 
 #[tokio::test]
-async fn a_writer_that_gives_up_leaves_no_mark() {
+async fn a_writer_that_gives_up_leaves_the_queue() {
     let nodes = RedisNodes::start(1);
     let (a, b) = (locker(&nodes), locker(&nodes));
     let reader = a.read_lock("doc").await.unwrap();
@@ -209,10 +213,10 @@ async fn force_release_clears_both_modes() {
     assert!(lost.is_ok());
 }
 
-/// A writer that readers kept waiting clears its mark before it hands
+/// A writer that readers kept waiting leaves the queue before it hands
 /// out its lease, but never spends the lease on a silent node doing so:
-/// with one of 3 nodes blackholed after the writer marked itself there,
-/// the lease comes back with most of its TTL (the clear waits for a
+/// with one of 3 nodes blackholed after the writer took its place there,
+/// the lease comes back with most of its TTL (the leave waits for a
 /// quorum; the silent node's goes on in the background). Before, the
 /// writer waited out its node timeout there, 1.5 s of a 2 s TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,7 +245,10 @@ async fn a_silent_node_does_not_spend_a_waiting_writers_lease() {
     });
     let deadline = Instant::now() + Duration::from_secs(5);
     while !readers.admin().inspect("doc").await.unwrap().writer_waits() {
-        assert!(Instant::now() < deadline, "the writer never marked itself");
+        assert!(
+            Instant::now() < deadline,
+            "the writer never took its place in the queue"
+        );
         tokio::time::sleep(10 * MS).await;
     }
     // Marked on every node (one inspect of a quorum may miss a slow one).
