@@ -9,8 +9,8 @@ use tracing::Instrument;
 
 use crate::api::lease::Lease;
 use crate::api::lease_handle::LeaseHandle;
+use crate::coord::acquire::wait;
 use crate::coord::engine::Engine;
-use crate::coord::wait;
 use crate::core::claim::Claim;
 use crate::core::error::{Error, Op};
 use crate::core::lease_state::LostReason;

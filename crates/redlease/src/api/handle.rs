@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use crate::api::lease::Lease;
 use crate::api::locker::Locker;
-use crate::coord::attempt::Grant;
+use crate::coord::acquire::attempt::Grant;
 use crate::coord::engine::Engine;
 use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
-use crate::coord::release::Ownership;
+use crate::coord::ownership::Ownership;
 use crate::core::claim::Claim;
 use crate::core::error::{Error, Op};
 use crate::core::handle::Exported;

@@ -7,11 +7,9 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::api::lease_handle::LeaseHandle;
-use crate::coord::attempt::Grant;
-use crate::coord::fanout;
+use crate::coord::acquire::attempt::Grant;
 use crate::coord::guard::ReleaseOnDrop;
-use crate::coord::renew::ExtendFailure;
-use crate::core::error::{Error, Op, Shortfall};
+use crate::core::error::{Error, Op};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{LateGrants, LeaseState, LostReason};
 use crate::core::mode::LockMode;
@@ -20,11 +18,7 @@ use crate::core::quorum::NodeSet;
 mod downgrade;
 mod names;
 mod release;
-use crate::core::node_error::{NodeError, NodeId};
-use crate::core::quorum::Decision;
-use crate::core::refusal::Refusal;
 use crate::core::telemetry;
-use crate::core::validity::Timing;
 use names::AllNames;
 
 /// A lock we hold, until [`valid_until`](Self::valid_until).
@@ -157,13 +151,6 @@ impl Lease {
 
     fn valid_until_now(&self) -> Instant {
         self.view.valid_until()
-    }
-
-    fn set_valid_until(&self, valid_until: Instant) {
-        self.guard
-            .ownership
-            .state
-            .modify(|s| s.valid_until = valid_until);
     }
 
     /// The resource name the lock was taken on.
@@ -400,153 +387,12 @@ impl Lease {
     }
 
     async fn extend_once(&mut self, ttl: Duration) -> Result<(), Error> {
-        let engine = self.guard.engine.clone();
-        let timing = engine.timing("ttl", ttl)?;
+        let timing = self.guard.engine.timing("ttl", ttl)?;
         if self.guard.renewal.is_some() {
-            timing.check_renewal("ttl", engine.settings().renew_fraction)?;
+            timing.check_renewal("ttl", self.guard.engine.settings().renew_fraction)?;
         }
-        if let Some(why) = self.lost_reason() {
-            return Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()));
-        }
-        if let Some(id) = self.guard.renewal {
-            return self.extend_kept_alive(id, timing).await;
-        }
-        let start = Instant::now();
-        let old_valid_until = self.valid_until_now();
-        // Before anything is sent: some nodes may apply a TTL shorter than
-        // what is left, so the lease can only be trusted until the earlier.
-        let extended_until = timing.valid_until(start);
-        self.set_valid_until(old_valid_until.min(extended_until));
-        self.guard.settle().await;
-        // Waiting for the acquire's slow requests may have used up what
-        // was left: then send nothing.
-        if let Some(why) = self.lost_reason() {
-            return Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()));
-        }
-
-        let ownership = self.guard.ownership.clone();
-        let quorum = ownership.claim.quorum(engine.nodes().len());
-        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-            let ownership = ownership.clone();
-            async move {
-                ownership
-                    .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
-                    .await
-            }
-        })
-        .await;
-        let now = Instant::now();
-        match replies.tally.decision() {
-            // Too late: the lease was (or was about to be) reported lost,
-            // and a lost lease never comes back.
-            Decision::Reached if self.lost_reason().is_some() => {
-                replies.detach(engine.background());
-                let why = self.lost_reason().unwrap_or(LostReason::Expired);
-                Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()))
-            }
-            Decision::Reached if !timing.usable(now - start) => {
-                replies.detach(engine.background());
-                Err(Error::ValidityExhausted {
-                    op: Op::Extend,
-                    resource: self.view.resource().to_string(),
-                    elapsed: now - start,
-                    ttl: timing.ttl,
-                    drift: timing.drift,
-                })
-            }
-            Decision::Reached => {
-                replies.detach(engine.background());
-                self.guard.ownership.state.modify(|s| {
-                    s.valid_until = extended_until;
-                    s.early = timing.drift;
-                });
-                self.guard.timing = timing;
-                Ok(())
-            }
-            Decision::Impossible | Decision::Pending => {
-                replies.finish().await;
-                // Judged after the replies: a lease that ran out meanwhile
-                // expired; it was not taken over.
-                let expired = self.lost_reason() == Some(LostReason::Expired);
-                let error = replies
-                    .shortfall(Op::Extend, engine.nodes())
-                    .into_error(&self.label(), expired);
-                if matches!(error, Error::NotHeld { .. }) {
-                    // A majority no longer has our token: the lease is gone.
-                    let why = if expired {
-                        LostReason::Expired
-                    } else {
-                        LostReason::Refused
-                    };
-                    self.guard.ownership.state.modify(|s| s.lost = Some(why));
-                    tracing::warn!(resource = self.resource(), reason = %why, "lease lost");
-                    telemetry::lease_lost(why);
-                }
-                Err(error)
-            }
-        }
-    }
-
-    /// Extends a kept-alive lease through the renewer, in order with its
-    /// renewals on every node.
-    async fn extend_kept_alive(
-        &mut self,
-        id: std::num::NonZeroU64,
-        timing: Timing,
-    ) -> Result<(), Error> {
-        let engine = self.guard.engine.clone();
-        match engine.renewer().extend(id, timing).await {
-            Ok(()) => {
-                self.guard.timing = timing;
-                Ok(())
-            }
-            Err(ExtendFailure::Gone) => {
-                let why = self.lost_reason().unwrap_or(LostReason::Expired);
-                Err(self.gone(Op::Extend, why, Vec::new(), Vec::new()))
-            }
-            Err(ExtendFailure::Lost {
-                why: LostReason::NodeErrors,
-                refused_on,
-                failed,
-            }) => {
-                let nodes = engine.nodes().len();
-                let shortfall = Shortfall {
-                    op: Op::Extend,
-                    succeeded: nodes - failed.len() - refused_on.len(),
-                    nodes,
-                    quorum: self.guard.ownership.claim.quorum(nodes),
-                    refused: refused_on.into_iter().map(Refusal::bare).collect(),
-                    failed,
-                };
-                Err(shortfall.into_error(&self.label(), true))
-            }
-            Err(ExtendFailure::Lost {
-                why,
-                refused_on,
-                failed,
-            }) => Err(self.gone(Op::Extend, why, refused_on, failed)),
-        }
-    }
-
-    /// The error for an operation on a lease known to be lost, and the
-    /// nodes that said so, if any.
-    fn gone(
-        &self,
-        op: Op,
-        why: LostReason,
-        not_held_on: Vec<NodeId>,
-        failed: Vec<NodeError>,
-    ) -> Error {
-        if why == LostReason::Closed {
-            return Error::Closed;
-        }
-        Error::NotHeld {
-            op,
-            resource: self.view.resource().to_string(),
-            expired: why != LostReason::Refused,
-            not_held_on,
-            failed,
-        }
+        let (guard, resource, label) = self.guard_and_label();
+        guard.extend(timing, resource, label).await
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`LeaseHandle`]: what work running under a lease may see of it.
 
-use crate::coord::release::Ownership;
+use crate::coord::ownership::Ownership;
 use crate::core::lease_state::{watch, LostReason};
 use std::fmt;
 use std::sync::Arc;

@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use crate::coord::acquire::subscription::Notifier;
 use crate::coord::background::Background;
-use crate::coord::release::{release_on, Announce, Ownership};
+use crate::coord::ownership::Ownership;
+use crate::coord::release::{release_on, Announce};
 use crate::coord::renew::Renewer;
-use crate::coord::subscription::Notifier;
 use crate::core::error::Error;
 use crate::core::keys::{lock_key, release_channel, LockKeys};
 use crate::core::lease_state::LostReason;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::coord::background;
 use crate::coord::engine::Engine;
 use crate::coord::fanout::{Answer, Replies};
-use crate::coord::release::Ownership;
+use crate::coord::ownership::Ownership;
 use crate::core::node_error::NodeError;
 use crate::core::validity::Timing;
 

@@ -2,15 +2,8 @@
 //! a quorum, with no writer able to take the lock in between; and why a
 //! read lease does not upgrade.
 
-use std::sync::Arc;
-
-use crate::coord::background;
-use crate::coord::fanout;
-use crate::coord::guard::ReleaseOnDrop;
-use crate::coord::release::Ownership;
-use crate::core::error::{Error, Op};
+use crate::core::error::Error;
 use crate::core::mode::Hold;
-use crate::core::quorum::Decision;
 
 use super::Lease;
 
@@ -49,72 +42,17 @@ impl Lease {
     /// Dropping the future before it completes drops the lease, which is
     /// given back in the background, in either form.
     pub async fn downgrade(mut self) -> Result<Lease, Error> {
-        let claim = self.guard.ownership.claim.clone();
-        if claim.holds().iter().any(|h| *h != Hold::Exclusive) {
+        let holds = self.guard.ownership.claim.holds();
+        if holds.iter().any(|h| *h != Hold::Exclusive) {
             return Err(Error::invalid(
                 "lease",
                 "only a lease held alone (a writer's) downgrades: this one is shared or a \
                  semaphore's permit",
             ));
         }
-        let engine = self.guard.engine.clone();
-        let old = self.guard.ownership.clone();
-        let timeout = self.guard.timing.node_timeout;
-        let label = self.label().into_owned();
-        // The renewal of the write hold stops: from here on the hold is
-        // renewed as a read hold, or not at all.
-        let kept_alive = self.guard.renewal.is_some();
-        if let Some(id) = self.guard.renewal.take() {
-            engine.renewer().remove(id);
-        }
-        let shared = Arc::new(Ownership::adopted(
-            claim.shared(),
-            engine.nodes().len(),
-            old.token.clone(),
-            timeout,
-        ));
-        shared.state.modify_if(|s| {
-            *s = old.state.get();
-            false
-        });
-        let quorum = claim.quorum(engine.nodes().len());
-        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-            let old = old.clone();
-            async move {
-                let i = node.id().index();
-                background::lowered(&*old, 1 << i).await;
-                if !old.written.may_hold(i) {
-                    return Ok(false);
-                }
-                node.downgrade(&old.claim, &old.token, timeout).await
-            }
-        })
-        .await;
-        if replies.tally.decision() != Decision::Reached {
-            replies.finish().await;
-            let error = replies
-                .shortfall(Op::Downgrade, engine.nodes())
-                .into_error(&label, false);
-            // Given back in both forms: each node holds one or the other.
-            let guard = ReleaseOnDrop::new(engine.clone(), shared, self.guard.timing);
-            drop(guard);
-            return Err(error);
-        }
-        replies.detach(engine.background());
-        for i in 0..engine.nodes().len() {
-            if !old.written.may_hold(i) {
-                shared.written.ruled_out(i);
-            }
-        }
-        // The write hold is gone: its record leaves the Locker's books
-        // without a release, and the read hold takes its place.
-        self.guard.unregister();
-        self.guard.disarm();
-        let mut guard = ReleaseOnDrop::new(engine.clone(), shared.clone(), self.guard.timing);
-        match engine.register(shared.clone()) {
-            Ok(id) => guard.registration = Some(id),
-            Err(closed) => return Err(closed),
-        }
+        let (guard, _, label) = self.guard_and_label();
+        let (guard, kept_alive) = guard.downgrade(label).await?;
+        let shared = guard.ownership.clone();
         let mut lease = Lease {
             view: super::LeaseHandle {
                 owner: shared,

@@ -4,6 +4,7 @@
 //! adopted one, say).
 
 use super::Lease;
+use crate::coord::guard::ReleaseOnDrop;
 use crate::core::error::Error;
 use crate::core::mode::LockMode;
 
@@ -66,14 +67,23 @@ impl Lease {
         }
     }
 
-    /// The lease's names for an error: its resource, or every name of a
-    /// multi-lock (a refusal of the release or extend of several names
-    /// says no more than that one or more of them is gone).
-    pub(super) fn label(&self) -> std::borrow::Cow<'_, str> {
-        match &self.all {
-            None => self.resource().into(),
-            Some(all) => all.names.join(", ").into(),
-        }
+    /// The lease's guard, for coord to act on, beside its resource and
+    /// its label for an error, worked out only for one: its resource, or
+    /// every name of a multi-lock (a refusal of the release or extend of
+    /// several names says no more than that one or more of them is gone).
+    pub(super) fn guard_and_label(
+        &mut self,
+    ) -> (
+        &mut ReleaseOnDrop,
+        &str,
+        impl Fn() -> String + Send + Sync + '_,
+    ) {
+        let (view, all) = (&self.view, &self.all);
+        let label = move || match all {
+            None => view.resource().to_string(),
+            Some(all) => all.names.join(", "),
+        };
+        (&mut self.guard, view.resource(), label)
     }
 
     /// How this lease holds `name`, one of [`resources`](Self::resources):

@@ -1,7 +1,7 @@
 //! What each node's lane task does: take the batch due for its node, send
 //! it, and apply the answers to every lease in it.
 
-use crate::coord::lane::{Delivery, ExtendMany, Lane, CHUNK};
+use crate::coord::renew::lane::{Delivery, ExtendMany, Lane, CHUNK};
 use crate::core::keys::hash_slot;
 use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeErrorKind};

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::coord::background::RuntimeTasks;
-use crate::coord::lane::{ExtendMany, CHUNK};
-use crate::coord::release::Ownership;
+use crate::coord::ownership::Ownership;
+use crate::coord::renew::lane::{ExtendMany, CHUNK};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::{watch, LateGrants, LeaseState, LostReason};
 use crate::core::node_error::{NodeError, NodeId};
@@ -35,6 +35,8 @@ use crate::core::validity::Timing;
 use crate::transport::node::Node;
 
 mod agenda;
+mod extend;
+pub(crate) mod lane;
 mod lanes;
 use agenda::{Agenda, Tick};
 use lanes::lane;

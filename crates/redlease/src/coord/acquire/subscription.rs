@@ -8,7 +8,7 @@
 //! release costs one retry in this process, not one per waiter (no
 //! thundering herd), and the lock goes to waiters in turn (fairness within
 //! the process). A waiter also listens on its Locker's own channel of each
-//! name it waits for (see [`wait`](crate::coord::wait)), where a release
+//! name it waits for (see [`wait`](crate::coord::acquire::wait)), where a release
 //! that hands it the name from the queue on the servers names it: it alone
 //! is woken, and a handoff to a waiter that left is passed on.
 //!

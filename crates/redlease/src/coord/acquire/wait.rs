@@ -31,10 +31,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::coord::attempt::{attempt, Grant};
+use crate::coord::acquire::attempt::{attempt, Grant};
+use crate::coord::acquire::place::Place;
+use crate::coord::acquire::subscription::Waiters;
 use crate::coord::engine::Engine;
-use crate::coord::place::Place;
-use crate::coord::subscription::Waiters;
 use crate::core::claim::Claim;
 use crate::core::error::{Error, Failure};
 use crate::core::keys::release_channel;

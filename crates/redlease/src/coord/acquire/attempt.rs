@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::coord::acquire::fence;
+use crate::coord::acquire::place::{Place, Spelled};
 use crate::coord::engine::Engine;
+use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
-use crate::coord::place::{Place, Spelled};
-use crate::coord::release::{release_on, Announce, Ownership};
-use crate::coord::{fanout, fence};
+use crate::coord::ownership::Ownership;
+use crate::coord::release::{release_on, Announce};
 use crate::core::claim::Claim;
 use crate::core::error::{Error, Failure, Op};
 use crate::core::lease_state::LateGrants;

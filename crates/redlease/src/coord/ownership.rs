@@ -1,12 +1,10 @@
-//! Giving a lock back on every node that may hold our token, when nobody
-//! waits for the answer: an attempt that failed or was dropped, a lease
-//! dropped without `release`, a Locker closing.
+//! [`Ownership`]: one acquisition's claim, token and state, the record
+//! every party to a lease shares (the acquire, the holder, the renewer,
+//! the release), with the per-node steps on it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-use futures_util::future::join_all;
 
 use crate::coord::background::{HoldsInFlight, InFlight};
 use crate::core::claim::Claim;
@@ -200,47 +198,6 @@ impl Written {
     pub(crate) fn may_hold(&self, i: usize) -> bool {
         self.0.load(Ordering::Relaxed) & (1 << i) != 0
     }
-}
-
-/// Whether a release tells the lock's waiters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Announce {
-    /// A lock that was held is free: waiters retry at once.
-    Waiters,
-    /// The cleanup of an attempt that failed: the lock was never ours, so
-    /// nothing was freed, and waking waiters (the attempt's own task first)
-    /// would only turn waiting into a busy loop of failing attempts.
-    Nobody,
-}
-
-/// Runs the compare-and-delete on every node that may hold our token,
-/// concurrently, and waits for all of them (each bounded by `timeout`).
-/// Returns whether it was announced and some node deleted the key, for the
-/// caller to tell local waiters too (see [`ReleaseId::of`]). Failures are only logged: the
-/// keys carry a TTL, so a node that missed the release frees the lock by
-/// expiry.
-pub(crate) async fn release_on(
-    nodes: &[Arc<Node>],
-    ownership: &Ownership,
-    timeout: Duration,
-    announce: Announce,
-) -> bool {
-    let announce = announce == Announce::Waiters;
-    let results = join_all(
-        nodes
-            .iter()
-            .filter(|n| ownership.written.may_hold(n.id().index()))
-            .map(|n| ownership.release_on_node(n, announce, false, None, timeout)),
-    )
-    .await;
-    let mut deleted = false;
-    for result in results {
-        match result {
-            Ok(d) => deleted |= d,
-            Err(e) => tracing::debug!(error = %e, "release failed; the key expires by its TTL"),
-        }
-    }
-    announce && deleted
 }
 
 #[cfg(test)]
