@@ -98,6 +98,9 @@ struct Entry {
     /// place, not in line on the servers, which that task's release puts
     /// there where others wait (see [`Notifier::next_place`]).
     offered: Option<(Arc<str>, u64)>,
+    /// On this Locker's own channel: the last release that handed the
+    /// name to this waiter (a hash of its id), and from how many nodes.
+    handed: (u64, usize),
 }
 
 /// The waiters of one lock name on one channel: the lock's release
@@ -256,6 +259,7 @@ impl Notifier {
             notify: notify.clone(),
             mode,
             offered: None,
+            handed: (0, 0),
         });
         Waiter {
             notifier: self.clone(),
@@ -326,12 +330,31 @@ impl Notifier {
             false => (None, payload),
         };
         if let Some(id) = waiter {
-            if !c.waiters.iter().any(|e| e.id == id) {
+            let Some(entry) = c.waiters.iter_mut().find(|e| e.id == id) else {
                 if c.took.contains(&id) {
                     return None;
                 }
                 return handed_to(channel, payload);
+            };
+            // Counted per waiter: one release hands the name to several
+            // waiters at once (readers, permits), each on every node. It
+            // wakes at the first node's handoff and again at a quorum's,
+            // in case its first try raced a release still on its way.
+            let release = {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                release_id.hash(&mut h);
+                h.finish()
+            };
+            let heard = match entry.handed {
+                (r, n) if r == release => n.saturating_add(1),
+                _ => 1,
+            };
+            entry.handed = (release, heard);
+            if heard == 1 || heard == quorum {
+                entry.notify.notify_one();
             }
+            return None;
         }
         let release = match &mut c.release {
             Some(r) if r.id == release_id => r,
@@ -345,20 +368,8 @@ impl Notifier {
             }
         };
         release.heard = release.heard.saturating_add(1);
-        match waiter {
-            // Woken at the first node's handoff (the lock may be handed
-            // on a quorum already), and again when a quorum did, in case
-            // its first try raced a release still on its way elsewhere.
-            Some(id) if release.heard == 1 || release.heard == quorum => {
-                if let Some(entry) = c.waiters.iter().find(|e| e.id == id) {
-                    entry.notify.notify_one();
-                }
-            }
-            Some(_) => {}
-            None if !release.done && (release.heard == 1 || release.heard == quorum) => {
-                c.wake_head();
-            }
-            None => {}
+        if !release.done && (release.heard == 1 || release.heard == quorum) {
+            c.wake_head();
         }
         None
     }
@@ -613,6 +624,24 @@ mod tests {
         assert!(!b.is_head());
         drop(a);
         assert!(b.is_head());
+    }
+
+    /// One release hands a name to several waiters at once (readers),
+    /// each by a message of its own: every one of them wakes. (Counted
+    /// per channel, the second message of a release woke nobody on one
+    /// node, and its waiter slept until its next look, up to a second.)
+    #[tokio::test]
+    async fn one_release_wakes_every_waiter_it_hands_the_name_to() {
+        let notifier = Notifier::new(&[], Duration::from_secs(1));
+        let own = "app:{job}:released:0a1b";
+        let a = notifier.join_as(own, LockMode::Shared, 1, Kind::Own);
+        let b = notifier.join_as(own, LockMode::Shared, 2, Kind::Own);
+        assert!(notifier.published(own, "1:250:beef:r").is_none());
+        assert!(notifier.published(own, "2:250:beef:r").is_none());
+        for w in [&a, &b] {
+            let woken = tokio::time::timeout(Duration::from_millis(100), w.woken()).await;
+            assert!(woken.is_ok(), "waiter {} slept through its handoff", w.id);
+        }
     }
 
     #[test]
