@@ -46,9 +46,10 @@ static REFUSED: LazyLock<Script> = LazyLock::new(|| {
         "../../redlease/src/protocol/scripts/refused.lua"
     ))
 });
-/// The release as the library sends it: the engine's preludes, then the
-/// release script.
+/// The release as the library sends it: its common case, the engine's
+/// preludes, then the release script.
 const RELEASE_CODE: &str = concat!(
+    include_str!("../../redlease/src/protocol/scripts/release_alone.lua"),
     include_str!("../../redlease/src/protocol/scripts/owner.lua"),
     include_str!("../../redlease/src/protocol/scripts/engine.lua"),
     include_str!("../../redlease/src/protocol/scripts/release.lua")

@@ -522,6 +522,7 @@ mod tests {
             include_str!("scripts/refused.lua"),
             include_str!("scripts/raise_fence.lua"),
             include_str!("scripts/force_release.lua"),
+            include_str!("scripts/release_alone.lua"),
         ];
         let declared = |name: &str| COMMANDS.iter().any(|c| c.name == name);
         let mut called = Vec::new();

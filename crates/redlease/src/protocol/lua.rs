@@ -156,6 +156,17 @@ macro_rules! engine_script {
             ))
         })
     };
+    // `$head` runs first: a common case that needs none of the engine.
+    ($head:literal, $file:literal) => {
+        LazyLock::new(|| {
+            Lua::new(concat!(
+                include_str!($head),
+                include_str!("scripts/owner.lua"),
+                include_str!("scripts/engine.lua"),
+                include_str!($file)
+            ))
+        })
+    };
 }
 pub(crate) static ACQUIRE: LazyLock<Lua> = engine_script!("scripts/acquire.lua");
 // Release goes as EVALSHA once this client has seen the node run it, and
@@ -167,7 +178,8 @@ pub(crate) static ACQUIRE: LazyLock<Lua> = engine_script!("scripts/acquire.lua")
 // (about half the release's cost); after a server lost its scripts (a
 // restart, SCRIPT FLUSH) the first one is retried whole, which may then
 // run after that next request: a delay, not an error.
-pub(crate) static RELEASE: LazyLock<Lua> = engine_script!("scripts/release.lua");
+pub(crate) static RELEASE: LazyLock<Lua> =
+    engine_script!("scripts/release_alone.lua", "scripts/release.lua");
 // Renewal and extend: many holds of one kind per call.
 pub(crate) static EXTEND: LazyLock<Lua> = engine_script!("scripts/extend.lua");
 pub(crate) static DOWNGRADE: LazyLock<Lua> = engine_script!("scripts/downgrade.lua");

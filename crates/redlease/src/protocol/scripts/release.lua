@@ -19,20 +19,12 @@
 -- SHA-1 as its id: the same on every node, and nothing usable of the
 -- token.
 -- The common case (a holder alone, unbound, unmarked: nobody waits in
--- line) is one GET and one DEL; a handoff to the first in line, the GET,
--- the queue's pop, the wake-up and the reservation.
+-- line) is one GET and one DEL, in release_alone.lua, which runs before
+-- the engine and leaves k, token, place and first (the value it read) to
+-- this script; a handoff to the first in line, the GET, the queue's pop,
+-- the wake-up and the reservation.
 -- Returns one character per name, '1' (given back) or '0' (not ours).
-local k = tonumber(ARGV[6])
-local token = ARGV[1]
-local place, ticket, own = ARGV[7 + k], ARGV[8 + k], ARGV[9 + k] == '1'
-local first = nil
-if k == 1 and ARGV[7] == 'w' then
-  first = redis.call('GET', KEYS[1])
-  if first == token and place == '' then
-    redis.call('DEL', KEYS[1])
-    return '1'
-  end
-end
+local ticket, own = ARGV[8 + k], ARGV[9 + k] == '1'
 local id = string.sub(redis.sha1hex(token), 1, 16)
 local out = {}
 for i = 1, k do
