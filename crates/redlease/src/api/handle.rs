@@ -2,20 +2,19 @@
 //! handle (see [`Lease::export`]), or gives it back without adopting it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::api::lease::Lease;
 use crate::api::locker::Locker;
+use crate::coord::acquire::adopt::adopt;
 use crate::coord::acquire::attempt::Grant;
 use crate::coord::engine::Engine;
-use crate::coord::fanout;
-use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::ownership::Ownership;
+use crate::coord::release::release_adopted;
 use crate::core::claim::Claim;
-use crate::core::error::{Error, Op};
+use crate::core::error::Error;
 use crate::core::handle::Exported;
 use crate::core::mode::{Hold, LockMode};
-use crate::core::quorum::{Decision, NodeSet};
 
 /// What a lease handle ([`Lease::export`]) says, read without the token
 /// it carries: for a program that must build a Locker able to adopt it
@@ -146,42 +145,13 @@ impl Locker {
         }
         let timing = engine.timing("ttl", exported.ttl)?;
         let label = exported.names.join(", ");
-        let ownership = Arc::new(ownership);
-        let quorum = ownership.claim.quorum(engine.nodes().len());
-        let start = Instant::now();
-        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-            let ownership = ownership.clone();
-            async move {
-                ownership
-                    .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
-                    .await
-            }
-        })
-        .await;
-        if replies.tally.decision() != Decision::Reached {
-            replies.finish().await;
-            return Err(replies
-                .shortfall(Op::Extend, engine.nodes())
-                .into_error(&label, false));
-        }
-        timing.check_usable(Op::Extend, &label, start)?;
-        let granted_by: NodeSet = replies
-            .answers
-            .iter()
-            .filter(|(_, answer)| matches!(answer, Ok(true)))
-            .map(|(i, _)| *i)
-            .collect();
-        let guard = ReleaseOnDrop::new(engine.clone(), ownership, timing);
-        guard.detach(replies, |_, _| {});
         let many = exported.names.len() > 1;
+        let fences = exported.fences;
+        let grant = adopt(engine, Arc::new(ownership), timing, &label).await?;
         let grant = Grant {
-            guard,
-            valid_until: timing.valid_until(start),
-            fence: exported.fences.as_ref().and_then(|f| f.first().copied()),
-            fences: exported.fences.filter(|_| many),
-            granted_by,
-            late: None,
-            replicas: None,
+            fence: fences.as_ref().and_then(|f| f.first().copied()),
+            fences: fences.filter(|_| many),
+            ..grant
         };
         let lease = match many {
             true => Lease::new_all(grant, exported.names),
@@ -220,32 +190,6 @@ impl Locker {
         let (exported, ownership) = read(engine, handle)?;
         let label = exported.names.join(", ");
         let timeout = engine.timing("ttl", exported.ttl)?.node_timeout;
-        let quorum = ownership.claim.quorum(engine.nodes().len());
-        let ownership = Arc::new(ownership);
-        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-            let ownership = ownership.clone();
-            async move {
-                ownership
-                    .release_on_node(&node, true, false, None, timeout)
-                    .await
-            }
-        })
-        .await;
-        match replies.tally.decision() {
-            Decision::Reached => {
-                replies.detach(engine.background());
-                let id = crate::core::token::ReleaseId::of(&ownership.token);
-                for key in ownership.each_key() {
-                    engine.announce_release(key, || id);
-                }
-                Ok(())
-            }
-            _ => {
-                replies.finish().await;
-                Err(replies
-                    .shortfall(Op::Release, engine.nodes())
-                    .into_error(&label, false))
-            }
-        }
+        release_adopted(engine, Arc::new(ownership), timeout, &label).await
     }
 }

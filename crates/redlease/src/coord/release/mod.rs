@@ -2,7 +2,8 @@
 //! for the answer ([`ReleaseOnDrop::release`], behind `Lease::release`),
 //! or on every node in the background when nobody waits (an attempt that
 //! failed or was dropped, a lease dropped without `release`, a Locker
-//! closing: [`release_on`]). A downgrade gives back the write hold and
+//! closing: [`release_on`]); an exported lease is given back without
+//! being adopted ([`release_adopted`]). A downgrade gives back the write hold and
 //! keeps a read hold ([`downgrade`]).
 
 use std::future::Future;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use crate::coord::background;
+use crate::coord::engine::Engine;
 use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::ownership::Ownership;
@@ -108,6 +110,44 @@ impl ReleaseOnDrop {
         };
         self.disarm();
         result
+    }
+}
+
+/// Gives back an exported lease without adopting it
+/// (`Locker::release_handle`): released on every node that holds its
+/// token, decided at quorum, and its waiters told. Short of a quorum, the
+/// error (`label` names the lease).
+pub(crate) async fn release_adopted(
+    engine: &Arc<Engine>,
+    ownership: Arc<Ownership>,
+    timeout: Duration,
+    label: &str,
+) -> Result<(), Error> {
+    let quorum = ownership.claim.quorum(engine.nodes().len());
+    let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
+        let ownership = ownership.clone();
+        async move {
+            ownership
+                .release_on_node(&node, true, false, None, timeout)
+                .await
+        }
+    })
+    .await;
+    match replies.tally.decision() {
+        Decision::Reached => {
+            replies.detach(engine.background());
+            let id = ReleaseId::of(&ownership.token);
+            for key in ownership.each_key() {
+                engine.announce_release(key, || id);
+            }
+            Ok(())
+        }
+        _ => {
+            replies.finish().await;
+            Err(replies
+                .shortfall(Op::Release, engine.nodes())
+                .into_error(label, false))
+        }
     }
 }
 
