@@ -26,7 +26,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlease::{Acquire, Semaphore, TryAcquire};
 
-use super::multi::{lock_index, HeldAll};
+use super::multi::{critical_section_all, lock_index, HeldAll};
 use super::{
     critical_section, guarded, lock_name, worker_seed, Client, Held, Ran, Request, Settings,
     MAX_CYCLES,
@@ -525,50 +525,13 @@ pub async fn work(
                 critical_section(&mut client, held, &settings, &mut rng).await
             }
             Some(Taken::Set(held)) => {
-                critical_section_set(&mut client, held, &settings, &mut rng).await
+                let hold = |kept_alive, at| settings.hold(kept_alive, at);
+                critical_section_all(&mut client, held, &settings, &mut rng, hold).await
             }
             // Do not hammer names a try found busy.
             None => tokio::time::sleep(Duration::from_millis(rng.random_range(0..=5))).await,
         }
     }
-}
-
-/// Reads every name's counter, sleeps (longer if kept alive), extends
-/// sometimes (unless kept alive), then writes the counter + 1 and the
-/// fenced store of each name held alone; gives the lease up, now and then
-/// without release.
-async fn critical_section_set(
-    client: &mut Client,
-    mut held: HeldAll,
-    settings: &Settings,
-    rng: &mut StdRng,
-) {
-    let mut seen = Vec::with_capacity(held.names.len());
-    for part in held.parts() {
-        match client.read_part(&part).await {
-            Some(v) => seen.push(v),
-            None => break,
-        }
-    }
-    if seen.len() < held.names.len() {
-        let _ = client.release_all(held).await;
-        return;
-    }
-    tokio::time::sleep(settings.hold(held.kept_alive, rng.random::<f64>())).await;
-    if rng.random_bool(settings.extend_share) && !held.kept_alive {
-        client.extend_all(&mut held).await;
-    }
-    for (part, seen) in held.parts().zip(seen) {
-        if part.lease.mode_of(&lock_name(part.lock)) == Some(redlease::LockMode::Exclusive) {
-            client.write_part(&part, seen + 1, false).await;
-            client.fenced_write_part(&part, false).await;
-        }
-    }
-    if rng.random_bool(settings.abandon_share) {
-        client.abandon_all(held);
-        return;
-    }
-    let _ = client.release_all(held).await;
 }
 
 #[cfg(test)]

@@ -239,7 +239,12 @@ pub async fn work(mut client: Client, settings: Arc<Settings>, seed: u64, deadli
             request.wait = settings.multi_wait;
             match client.take_all(&locks, request).await {
                 Some(held) => {
-                    critical_section_all(&mut client, held, &settings, &mut rng).await;
+                    // Up to the longest sleep, or keep-alive hold.
+                    let hold = |kept_alive: bool, at: f64| match kept_alive {
+                        true => settings.keep_alive_hold.mul_f64(at),
+                        false => settings.max_sleep.mul_f64(at),
+                    };
+                    critical_section_all(&mut client, held, &settings, &mut rng, hold).await;
                     true
                 }
                 None => false,
@@ -261,14 +266,17 @@ pub async fn work(mut client: Client, settings: Arc<Settings>, seed: u64, deadli
     }
 }
 
-/// Reads every name's counter, sleeps (longer if kept alive), extends
-/// sometimes (unless kept alive), then writes every name's counter + 1
-/// and fenced store; gives the lease up, now and then without release.
-async fn critical_section_all(
+/// Reads every name's counter, sleeps for `hold(kept_alive, draw)` (a
+/// draw in [0, 1)), extends sometimes (unless kept alive), then writes
+/// the counter + 1 and the fenced store of each name held alone (every
+/// name of a `lock_all`); gives the lease up, now and then without
+/// release. The engine workload's sets share it.
+pub(super) async fn critical_section_all(
     client: &mut Client,
     mut held: HeldAll,
     settings: &Settings,
     rng: &mut StdRng,
+    hold: impl Fn(bool, f64) -> Duration,
 ) {
     let mut seen = Vec::with_capacity(held.names.len());
     for part in held.parts() {
@@ -281,18 +289,15 @@ async fn critical_section_all(
         let _ = client.release_all(held).await;
         return;
     }
-    let longest = if held.kept_alive {
-        settings.keep_alive_hold
-    } else {
-        settings.max_sleep
-    };
-    tokio::time::sleep(longest.mul_f64(rng.random::<f64>())).await;
+    tokio::time::sleep(hold(held.kept_alive, rng.random::<f64>())).await;
     if rng.random_bool(settings.extend_share) && !held.kept_alive {
         client.extend_all(&mut held).await;
     }
     for (part, seen) in held.parts().zip(seen) {
-        client.write_part(&part, seen + 1, false).await;
-        client.fenced_write_part(&part, false).await;
+        if part.lease.mode_of(&lock_name(part.lock)) == Some(redlease::LockMode::Exclusive) {
+            client.write_part(&part, seen + 1, false).await;
+            client.fenced_write_part(&part, false).await;
+        }
     }
     if rng.random_bool(settings.abandon_share) {
         client.abandon_all(held);
