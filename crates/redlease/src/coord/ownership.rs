@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::coord::background::{HoldsInFlight, InFlight};
+use crate::coord::fanout::{self, Replies};
 use crate::core::claim::Claim;
 use crate::core::lease_state::{HoldsState, LeaseState, StateCell};
 use crate::core::mode::Hold;
 use crate::core::node_error::NodeError;
 use crate::core::token::{LockerTag, Token};
+use crate::core::validity::Timing;
 use crate::protocol::claim::InLine;
 use crate::transport::node::Node;
 
@@ -157,6 +159,26 @@ impl Ownership {
         let marked = marked || self.in_line.is_some();
         node.give_back(&self.claim, &self.token, announce, marked, in_line, timeout)
             .await
+    }
+
+    /// Sets `timing`'s TTL on our claim on every node, until a quorum
+    /// decided (see [`fanout::until_decided_at`]): the round of an extend
+    /// and of an adoption.
+    pub(crate) async fn extend_at_quorum(
+        self: &Arc<Self>,
+        nodes: &[Arc<Node>],
+        timing: Timing,
+    ) -> Replies<bool> {
+        let quorum = self.claim.quorum(nodes.len());
+        fanout::until_decided_at(nodes, quorum, |node| {
+            let ownership = self.clone();
+            async move {
+                ownership
+                    .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
+                    .await
+            }
+        })
+        .await
     }
 
     /// Sets a new TTL on our claim on `node`; `Ok(false)` if it is not

@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use crate::coord::acquire::attempt::Grant;
 use crate::coord::engine::Engine;
-use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::ownership::Ownership;
 use crate::core::error::{Error, Op};
@@ -23,17 +22,8 @@ pub(crate) async fn adopt(
     timing: Timing,
     label: &str,
 ) -> Result<Grant, Error> {
-    let quorum = ownership.claim.quorum(engine.nodes().len());
     let start = Instant::now();
-    let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-        let ownership = ownership.clone();
-        async move {
-            ownership
-                .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
-                .await
-        }
-    })
-    .await;
+    let mut replies = ownership.extend_at_quorum(engine.nodes(), timing).await;
     if replies.tally.decision() != Decision::Reached {
         replies.finish().await;
         return Err(replies

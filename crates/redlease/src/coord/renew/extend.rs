@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::renew::ExtendFailure;
 use crate::core::error::{Error, Op, Shortfall};
@@ -51,17 +50,10 @@ impl ReleaseOnDrop {
             return Err(gone(Op::Extend, why, resource, Vec::new(), Vec::new()));
         }
 
-        let ownership = self.ownership.clone();
-        let quorum = ownership.claim.quorum(engine.nodes().len());
-        let mut replies = fanout::until_decided_at(engine.nodes(), quorum, |node| {
-            let ownership = ownership.clone();
-            async move {
-                ownership
-                    .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
-                    .await
-            }
-        })
-        .await;
+        let mut replies = self
+            .ownership
+            .extend_at_quorum(engine.nodes(), timing)
+            .await;
         let now = Instant::now();
         match replies.tally.decision() {
             // Too late: the lease was (or was about to be) reported lost,

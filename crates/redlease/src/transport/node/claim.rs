@@ -57,6 +57,27 @@ fn by_slot(cluster: bool, claim: &Claim) -> Vec<Vec<usize>> {
     groups.into_iter().map(|(_, group)| group).collect()
 }
 
+/// The lock keys and holds of `claim`'s names at `group` (one of
+/// [`by_slot`]'s), in order.
+fn keys_and_holds<'a>(claim: &'a Claim, group: &[usize]) -> (Vec<&'a str>, Vec<Hold>) {
+    group
+        .iter()
+        .map(|&i| (&*claim.keys()[i].lock, claim.holds()[i]))
+        .unzip()
+}
+
+/// Runs one call per hash slot at once; `Ok(true)` only if every call
+/// answered `true`, the first error otherwise (once all are done).
+async fn every_slot(
+    calls: impl IntoIterator<Item = impl std::future::Future<Output = Result<bool, NodeError>>>,
+) -> Result<bool, NodeError> {
+    let mut all = true;
+    for answer in join_all(calls).await {
+        all &= answer?;
+    }
+    Ok(all)
+}
+
 impl Node {
     /// Takes the claim on this node, every name in its hold or none, and
     /// draws its fencing tokens; or says who holds the first name that is
@@ -92,9 +113,8 @@ impl Node {
         let claim = take.claim;
         let groups = by_slot(self.deployment.is_cluster(), claim);
         let calls = groups.iter().map(|group| async move {
-            let names: Vec<&str> = group.iter().map(|&i| &*claim.keys()[i].lock).collect();
+            let (names, holds) = keys_and_holds(claim, group);
             let fence_keys: Vec<String> = group.iter().map(|&i| claim.keys()[i].fence()).collect();
-            let holds: Vec<Hold> = group.iter().map(|&i| claim.holds()[i]).collect();
             let request = ClaimAcquire {
                 keys: &names,
                 fence_keys: &fence_keys,
@@ -278,8 +298,7 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let groups = by_slot(self.deployment.is_cluster(), claim);
         let calls = groups.iter().map(|group| async move {
-            let names: Vec<&str> = group.iter().map(|&i| &*claim.keys()[i].lock).collect();
-            let holds: Vec<Hold> = group.iter().map(|&i| claim.holds()[i]).collect();
+            let (names, holds) = keys_and_holds(claim, group);
             let call = ClaimRelease {
                 keys: &names,
                 holds: &holds,
@@ -297,11 +316,7 @@ impl Node {
                 .await?;
             Ok::<_, NodeError>(reply.all())
         });
-        let mut all = true;
-        for given in join_all(calls).await {
-            all &= given?;
-        }
-        Ok(all)
+        every_slot(calls).await
     }
 
     /// Sets a new TTL on every hold of the claim that is still ours here
@@ -342,11 +357,7 @@ impl Node {
             }
             Ok::<_, NodeError>(reply.all())
         });
-        let mut all = true;
-        for extended in join_all(calls).await {
-            all &= extended?;
-        }
-        Ok(all)
+        every_slot(calls).await
     }
 
     /// Turns the claim's holds alone into shared ones of the same token,
@@ -360,7 +371,7 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let groups = by_slot(self.deployment.is_cluster(), claim);
         let calls = groups.iter().map(|group| async move {
-            let names: Vec<&str> = group.iter().map(|&i| &*claim.keys()[i].lock).collect();
+            let (names, _) = keys_and_holds(claim, group);
             let call = ClaimDowngrade {
                 keys: &names,
                 token: token.as_str(),
@@ -376,11 +387,7 @@ impl Node {
             }
             Ok::<_, NodeError>(reply.all())
         });
-        let mut all = true;
-        for done in join_all(calls).await {
-            all &= done?;
-        }
-        Ok(all)
+        every_slot(calls).await
     }
 
     /// Takes the waiter's `place` out of the claim's queues on this node,
@@ -393,8 +400,7 @@ impl Node {
     ) -> Result<(), NodeError> {
         let groups = by_slot(self.deployment.is_cluster(), claim);
         let calls = groups.iter().map(|group| async move {
-            let names: Vec<&str> = group.iter().map(|&i| &*claim.keys()[i].lock).collect();
-            let holds: Vec<Hold> = group.iter().map(|&i| claim.holds()[i]).collect();
+            let (names, holds) = keys_and_holds(claim, group);
             let call = ClaimLeave {
                 keys: &names,
                 holds: &holds,
