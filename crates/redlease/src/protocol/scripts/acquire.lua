@@ -112,6 +112,15 @@ if first then
     end
   end
   local key, st = KEYS[first], states[first]
+  -- Refused for the waiters in line, not for a holder (refusal.rs,
+  -- `Owner::QUEUED`): what it needs is there, or reserved for another.
+  local queued = st.kind == 'reserved' or E.fits(st, holds[first])
+  local window = nil
+  if queued or st.kind == 'free' then
+    local head = redis.call('ZRANGE', key .. ':queue', 0, 0)[1]
+    local _, _, w = E.place(head or '')
+    window = w
+  end
   local pttl
   if st.kind == 'r' or st.kind == 'p' then
     local soonest = redis.call('ZRANGE', E.set_of(key, st), 0, 0, 'WITHSCORES')[2]
@@ -119,8 +128,6 @@ if first then
   elseif st.kind == 'free' then
     -- Free, but handed to the waiters before us: look again after a
     -- handoff window.
-    local head = redis.call('ZRANGE', key .. ':queue', 0, 0)[1]
-    local _, _, window = E.place(head or '')
     pttl = window or 0
   else
     pttl = redis.call('PTTL', key)
@@ -129,16 +136,12 @@ if first then
     end
   end
   local waiting = redis.call('ZCARD', key .. ':queue')
-  -- Refused for the waiters in line, not for a holder (refusal.rs,
-  -- `Owner::QUEUED`): what it needs is there, or reserved for another.
   local owner = owner_of(st.value)
-  if st.kind == 'reserved' or E.fits(st, holds[first]) then
+  if queued then
     owner = 268435455
     -- Look again within a second, or the first waiter's handoff window
     -- if shorter: it may be gone without a word (its process killed),
     -- and is passed over at the next look.
-    local head = redis.call('ZRANGE', key .. ':queue', 0, 0)[1]
-    local _, _, window = E.place(head or '')
     local look = math.min(window or 1000, 1000)
     if pttl < 0 or look < pttl then
       pttl = look
