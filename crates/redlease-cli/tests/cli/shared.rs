@@ -181,6 +181,33 @@ fn a_shared_run_that_loses_its_lease_is_stopped_and_exits_75() {
     assert_eq!(std::fs::read_to_string(&stopped).unwrap().trim(), "term");
 }
 
+/// A shared run of "ledger" that holds it until the file `stop` exists,
+/// and a writer waiting behind it (TTL 60 s, far beyond the tests'
+/// bounds), returned once `status` shows the writer waiting.
+fn a_reader_and_a_waiting_writer(
+    urls: &[String],
+    dir: &Path,
+    stop: &Path,
+) -> (std::process::Child, std::process::Child) {
+    let ready = dir.join("ready");
+    let reader = start(
+        run_cmd(urls, "ledger")
+            .args(["--shared", "--", "sh", "-c"])
+            .arg(format!(r#"{AWAIT}touch "$READY"; await "$STOP""#))
+            .env("READY", &ready)
+            .env("STOP", stop),
+    );
+    eventually(LIMIT, "the shared run to start", || ready.exists());
+    let writer =
+        start(run_cmd(urls, "ledger").args(["--ttl", "60s", "--wait", "60s", "--", "true"]));
+    eventually(Duration::from_secs(10), "a waiting writer", || {
+        status(urls, "ledger")
+            .stdout
+            .contains("; a writer waits (new readers wait behind it);")
+    });
+    (reader, writer)
+}
+
 /// A waiting writer that was killed keeps no reader out: its place in
 /// line is passed over once its process no longer listens, not after the
 /// writer's TTL.
@@ -189,23 +216,8 @@ fn a_killed_waiting_writer_lets_new_readers_in_at_once() {
     let nodes = RedisNodes::start(3);
     let urls = nodes.urls();
     let dir = tempfile::tempdir().unwrap();
-    let (ready, stop) = (dir.path().join("ready"), dir.path().join("stop"));
-    let reader = start(
-        run_cmd(&urls, "ledger")
-            .args(["--shared", "--", "sh", "-c"])
-            .arg(format!(r#"{AWAIT}touch "$READY"; await "$STOP""#))
-            .env("READY", &ready)
-            .env("STOP", &stop),
-    );
-    eventually(LIMIT, "the shared run to start", || ready.exists());
-    // A writer with a TTL far beyond the test's bounds below.
-    let writer =
-        start(run_cmd(&urls, "ledger").args(["--ttl", "60s", "--wait", "60s", "--", "true"]));
-    eventually(Duration::from_secs(10), "a waiting writer", || {
-        status(&urls, "ledger")
-            .stdout
-            .contains("; a writer waits (new readers wait behind it);")
-    });
+    let stop = dir.path().join("stop");
+    let (reader, writer) = a_reader_and_a_waiting_writer(&urls, dir.path(), &stop);
     let refused = run(
         run_cmd(&urls, "ledger").args(["--shared", "--no-wait", "--", "true"]),
         LIMIT,
@@ -240,26 +252,8 @@ fn a_reader_queued_behind_a_killed_writer_moves_up() {
     let nodes = RedisNodes::start(3);
     let urls = nodes.urls();
     let dir = tempfile::tempdir().unwrap();
-    let (ready, stop, second) = (
-        dir.path().join("ready"),
-        dir.path().join("stop"),
-        dir.path().join("second"),
-    );
-    let reader = start(
-        run_cmd(&urls, "ledger")
-            .args(["--shared", "--", "sh", "-c"])
-            .arg(format!(r#"{AWAIT}touch "$READY"; await "$STOP""#))
-            .env("READY", &ready)
-            .env("STOP", &stop),
-    );
-    eventually(LIMIT, "the shared run to start", || ready.exists());
-    let writer =
-        start(run_cmd(&urls, "ledger").args(["--ttl", "60s", "--wait", "60s", "--", "true"]));
-    eventually(Duration::from_secs(10), "a waiting writer", || {
-        status(&urls, "ledger")
-            .stdout
-            .contains("; a writer waits (new readers wait behind it);")
-    });
+    let (stop, second) = (dir.path().join("stop"), dir.path().join("second"));
+    let (reader, writer) = a_reader_and_a_waiting_writer(&urls, dir.path(), &stop);
     // A second reader waits in line behind the writer.
     let queued = start(
         run_cmd(&urls, "ledger")
