@@ -385,6 +385,35 @@ pub struct Request {
     pub keep_alive: bool,
 }
 
+impl Request {
+    /// A waiting acquire as this request asks: its TTL, wait and
+    /// keep-alive, where given.
+    pub fn shape<'a>(&self, mut req: redlease::Acquire<'a>) -> redlease::Acquire<'a> {
+        if let Some(ttl) = self.ttl {
+            req = req.ttl(ttl);
+        }
+        if let Some(wait) = self.wait {
+            req = req.wait(wait);
+        }
+        if self.keep_alive {
+            req = req.keep_alive();
+        }
+        req
+    }
+
+    /// One attempt as this request asks: its TTL and keep-alive, where
+    /// given.
+    pub fn shape_try<'a>(&self, mut req: redlease::TryAcquire<'a>) -> redlease::TryAcquire<'a> {
+        if let Some(ttl) = self.ttl {
+            req = req.ttl(ttl);
+        }
+        if self.keep_alive {
+            req = req.keep_alive();
+        }
+        req
+    }
+}
+
 /// One client "process": its own Locker (own connections) and its own
 /// connection to the data Redis. Every call is timed and recorded.
 pub struct Client {
@@ -571,43 +600,22 @@ impl Client {
         };
         let invoke = Instant::now();
         let ran = guarded(async move {
-            let Request {
-                mode,
-                once,
-                ttl,
-                wait,
-                keep_alive,
-            } = request;
+            let Request { mode, once, .. } = request;
             if once {
-                let mut req = match mode {
+                let req = match mode {
                     Mode::Read => locker.try_read_lock(name),
                     Mode::Write => locker.try_lock(name),
                     Mode::Permit => semaphore(name).try_acquire(),
                 };
-                if let Some(ttl) = ttl {
-                    req = req.ttl(ttl);
-                }
-                if keep_alive {
-                    req = req.keep_alive();
-                }
-                req.await
+                request.shape_try(req).await
             } else {
-                let mut req = match mode {
+                let req = match mode {
                     Mode::Read => locker.read_lock(name),
                     Mode::Write if read_write => locker.write_lock(name),
                     Mode::Write => locker.lock(name),
                     Mode::Permit => semaphore(name).acquire(),
                 };
-                if let Some(ttl) = ttl {
-                    req = req.ttl(ttl);
-                }
-                if let Some(wait) = wait {
-                    req = req.wait(wait);
-                }
-                if keep_alive {
-                    req = req.keep_alive();
-                }
-                req.await
+                request.shape(req).await
             }
         })
         .await;

@@ -202,16 +202,9 @@ impl Client {
         let read_write = self.read_write;
         let invoke = Instant::now();
         let ran = guarded(async move {
-            let Request {
-                once,
-                ttl,
-                wait,
-                keep_alive,
-                ..
-            } = request;
             let name = |want: &Want| lock_name(want.lock);
-            if once {
-                let mut req = match ask {
+            if request.once {
+                let req = match ask {
                     Ask::One(want) => match want.mode {
                         Mode::Read => locker.try_read_lock(name(want)),
                         Mode::Write => locker.try_lock(name(want)),
@@ -224,15 +217,9 @@ impl Client {
                         locker.try_lock_all(written).and_read(read)
                     }
                 };
-                if let Some(ttl) = ttl {
-                    req = req.ttl(ttl);
-                }
-                if keep_alive {
-                    req = req.keep_alive();
-                }
-                req.await
+                request.shape_try(req).await
             } else {
-                let mut req = match ask {
+                let req = match ask {
                     Ask::One(want) => match want.mode {
                         Mode::Read => locker.read_lock(name(want)),
                         Mode::Write if read_write => locker.write_lock(name(want)),
@@ -246,16 +233,7 @@ impl Client {
                         locker.lock_all(written).and_read(read)
                     }
                 };
-                if let Some(ttl) = ttl {
-                    req = req.ttl(ttl);
-                }
-                if let Some(wait) = wait {
-                    req = req.wait(wait);
-                }
-                if keep_alive {
-                    req = req.keep_alive();
-                }
-                req.await
+                request.shape(req).await
             }
         })
         .await;

@@ -82,34 +82,12 @@ impl Client {
         let locker = &self.locker;
         let invoke = Instant::now();
         let ran = guarded(async move {
-            let Request {
-                once,
-                ttl,
-                wait,
-                keep_alive,
-                ..
-            } = request;
-            if once {
-                let mut req = locker.try_lock_all(names);
-                if let Some(ttl) = ttl {
-                    req = req.ttl(ttl);
-                }
-                if keep_alive {
-                    req = req.keep_alive();
-                }
-                req.await
+            if request.once {
+                let req = locker.try_lock_all(names);
+                request.shape_try(req).await
             } else {
-                let mut req = locker.lock_all(names);
-                if let Some(ttl) = ttl {
-                    req = req.ttl(ttl);
-                }
-                if let Some(wait) = wait {
-                    req = req.wait(wait);
-                }
-                if keep_alive {
-                    req = req.keep_alive();
-                }
-                req.await
+                let req = locker.lock_all(names);
+                request.shape(req).await
             }
         })
         .await;
