@@ -60,7 +60,7 @@ for i = 1, k do
   end
 end
 local id = string.sub(redis.sha1hex(token), 1, 16)
-local ready, first = {}, nil
+local ready, reserved, first = {}, {}, nil
 for i = 1, k do
   local key, st, h, place = KEYS[i], states[i], holds[i], places[i]
   local queue = key .. ':queue'
@@ -75,10 +75,18 @@ for i = 1, k do
     end
     ready[i] = false
   elseif place then
-    ready[i] = E.reserved_for(key, st, place, h)
-    if not ready[i] then
+    reserved[i] = E.reserved_for(key, st, place, h)
+    ready[i] = reserved[i]
+    if ready[i] then
+      -- Handed to us.
+    elseif redis.call('EXISTS', queue) == 0 and E.fits(st, h) then
+      -- Nobody in line and room: ours without a turn in the queue (the
+      -- same as joining it and being served at once, for less).
+      ready[i] = true
+    else
       redis.call('ZADD', queue, 'NX', ARGV[11], place)
       ready[i] = E.serve(key, st, publish, numsub, id, place)
+      reserved[i] = ready[i]
     end
   elseif redis.call('EXISTS', queue) == 1 then
     E.serve(key, st, publish, numsub, id, nil)
@@ -157,15 +165,16 @@ for i = 1, k do
   local queue = key .. ':queue'
   -- Our reservation becomes our hold (a holder alone's is overwritten;
   -- our place left the queue when its turn came).
-  if place and h.kind ~= 'w' then
-    E.unreserve(key, st, place, h)
+  if reserved[i] and h.kind ~= 'w' then
+    E.unreserve(key, st, place, h, true)
   end
   local fence = 0
   if h.kind == 'w' then
     -- Marked where others may wait, so that its release serves them: a
     -- waiter that came through the line is marked without a look (its
-    -- release finds the line empty, or not).
-    if place or redis.call('EXISTS', queue) == 1 then
+    -- release finds the line empty, or not). An attempt not in line was
+    -- ready only with the queue empty (above).
+    if place then
       redis.call('SET', key, value .. '*', 'PX', ttl)
     else
       redis.call('SET', key, value, 'PX', ttl)

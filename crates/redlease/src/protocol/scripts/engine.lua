@@ -182,8 +182,9 @@ function E.add(key, st, member, h, expiry)
 end
 
 -- Removes `member`'s hold `h` from the name's set; the number of members
--- removed. With none left, K is freed.
-function E.remove(key, st, member, h)
+-- removed. With none left, K is freed; with `keep` (a hold added at once
+-- in its place), K and the set keep their marker and expiry for E.add.
+function E.remove(key, st, member, h, keep)
   local set = E.set_of(key, h)
   local removed = 0
   local batch = {}
@@ -202,6 +203,9 @@ function E.remove(key, st, member, h)
   flush()
   if removed > 0 and st.kind == h.kind then
     st.used = st.used - removed
+    if keep then
+      return removed
+    end
     local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')[2]
     if last then
       redis.call('PEXPIREAT', key, last)
@@ -234,8 +238,8 @@ function E.reserve(key, st, place, h, window)
 end
 
 -- Gives back `place`'s reservation (hold `h`), if it has one; whether
--- it had.
-function E.unreserve(key, st, place, h)
+-- it had. `keep`: as for E.remove (a shared or permit hold only).
+function E.unreserve(key, st, place, h, keep)
   if h.kind == 'w' then
     if st.kind == 'reserved' and st.value == place .. '~' then
       redis.call('DEL', key)
@@ -244,7 +248,7 @@ function E.unreserve(key, st, place, h)
     end
     return false
   end
-  return st.kind == h.kind and E.remove(key, st, place .. '~', h) > 0
+  return st.kind == h.kind and E.remove(key, st, place .. '~', h, keep) > 0
 end
 
 -- A place's parts: tag, id, window (ms) and hold (spelled), or nil. A
@@ -282,7 +286,9 @@ function E.serve(key, st, publish, numsub, release, me)
   local mine, woken = false, 0
   for _ = 1, 16 do
     -- Held alone, or reserved for a waiter alone: nobody else fits.
-    if st.kind == 'w' or st.kind == 'reserved' then
+    -- Every permit held or reserved: nobody fits (a waiter gone is
+    -- passed over when there is room again).
+    if st.kind == 'w' or st.kind == 'reserved' or (st.kind == 'p' and st.used >= st.n) then
       break
     end
     local head = redis.call('ZPOPMIN', queue)

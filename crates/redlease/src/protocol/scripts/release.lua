@@ -19,8 +19,8 @@
 -- SHA-1 as its id: the same on every node, and nothing usable of the
 -- token.
 -- The common case (a holder alone, unbound, unmarked: nobody waits in
--- line) is one GET and one DEL, in release_alone.lua, which runs before
--- the engine and leaves k, token, place and first (the value it read) to
+-- line) is a GET and one DEL, in release_alone.lua, which runs before
+-- the engine and leaves k, token, place and values (what it read) to
 -- this script; a handoff to the first in line, the GET, the queue's pop,
 -- the wake-up and the reservation.
 -- Returns one character per name, '1' (given back) or '0' (not ours).
@@ -36,8 +36,8 @@ for i = 1, k do
   local st
   if h.kind == 'w' then
     -- A holder alone's value, read once (above for the common case).
-    local value = first
-    if i > 1 or value == nil then
+    local value = values and values[i]
+    if not value then
       value = redis.pcall('GET', key)
     end
     if E.owns(value, token) then
@@ -49,9 +49,12 @@ for i = 1, k do
   else
     st = E.state(key)
     if st.kind == h.kind then
-      local member = E.find(key, token, h, ARGV[2] == '1')
-      if member then
-        E.remove(key, st, member, h)
+      -- Unbound, the member is the token: removed if there.
+      local member = token
+      if ARGV[2] == '1' then
+        member = E.find(key, token, h, true)
+      end
+      if member and E.remove(key, st, member, h) > 0 then
         released = true
         -- The last reader frees the name; every permit frees room.
         announce = h.kind == 'p' or st.kind == 'free'
