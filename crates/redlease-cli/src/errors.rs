@@ -60,6 +60,7 @@ fn flag(field: &str) -> &str {
         "advanced.restart_quarantine" => "--restart-quarantine",
         "durability" => "--durable",
         "ttl" => "--ttl",
+        "lock_delay" => "--lock-delay",
         // Only status, release --force and doctor set it: their --timeout.
         "connect_timeout" => "--timeout",
         other => other,

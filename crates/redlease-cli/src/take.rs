@@ -67,6 +67,14 @@ pub struct TakeArgs {
     #[arg(long, value_name = "D", default_value = "10s", value_parser = duration::parse_positive)]
     pub ttl: Duration,
 
+    /// Lock-delay: if the lock ends without a release (redlease killed, its
+    /// machine gone, or the lock lost), nobody gets it until D after it
+    /// expired, so that writes the command still had in flight land before
+    /// the next holder starts. A run that ends normally releases at once.
+    /// The restart quarantine covers the TTL and D [default: 0s, off].
+    #[arg(long, value_name = "D", default_value = "0s", value_parser = duration::parse)]
+    lock_delay: Duration,
+
     /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m), and for
     /// unreachable nodes to come back: within it, an outage is ridden out
     /// (said once) and exits 69 only when the wait is over [default: wait
@@ -167,6 +175,7 @@ impl TakeArgs {
         let locker = builder
             .fencing(true)
             .ttl(self.ttl)
+            .lock_delay(self.lock_delay)
             .key_prefix(self.key_prefix.as_str())
             .durability(durability)
             .build()
@@ -231,7 +240,9 @@ impl TakeArgs {
             Err(e) if self.no_wait() => return Err(e),
             Err(e) if worth_waiting(&e) => {
                 // Said once, before the wait: it can be as long as the TTL.
-                let quarantine = self.nodes.restart_quarantine(self.ttl);
+                let quarantine = self
+                    .nodes
+                    .restart_quarantine(self.ttl.saturating_add(self.lock_delay));
                 let note = quarantine_note(&e, quarantine).or_else(|| replicas_note(&e));
                 if let Some(note) = note.filter(|_| !self.quiet) {
                     eprintln!("redlease: {note}");
@@ -292,7 +303,9 @@ impl TakeArgs {
     /// tried.
     fn not_acquired(&self, e: &Error, want: &Want, waited: Duration, by: Taker) -> Exit {
         let not_done = by.not_done();
-        let quarantine = self.nodes.restart_quarantine(self.ttl);
+        let quarantine = self
+            .nodes
+            .restart_quarantine(self.ttl.saturating_add(self.lock_delay));
         let cause = match e {
             Error::WaitTimeout { last, .. } => last.as_ref(),
             other => other,

@@ -559,3 +559,52 @@ fn a_durable_run_waits_for_a_replica_to_acknowledge() {
         .count();
     assert_eq!(said, 1, "{ran:#?}");
 }
+
+#[test]
+fn a_killed_run_keeps_the_lock_for_its_lock_delay_and_a_finished_one_does_not() {
+    let node = RedisNode::start();
+    let urls = [node.url()];
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let flags = ["--ttl", "1s", "--lock-delay", "4s"];
+    // A run that finishes releases at once, lock-delay or not.
+    run(
+        run_cmd(&urls, "delayed").args(flags).args(["--", "true"]),
+        LIMIT,
+    )
+    .expect(0);
+    run(
+        run_cmd(&urls, "delayed").args(["--no-wait", "--", "true"]),
+        LIMIT,
+    )
+    .expect(0);
+
+    let child = start(
+        run_cmd(&urls, "delayed")
+            .args(flags)
+            .args(["--", "sh", "-c", r#"touch "$STARTED"; sleep 60"#])
+            .env("STARTED", &started),
+    );
+    eventually(LIMIT, "the command to start", || started.exists());
+    signal(&child, Signal::KILL);
+    let killed = std::time::Instant::now();
+    finish(child, LIMIT);
+    // Past the TTL since its last renewal, within the lock-delay: still
+    // nobody else's.
+    std::thread::sleep(Duration::from_millis(1500));
+    let refused = run(
+        run_cmd(&urls, "delayed").args(["--no-wait", "--", "true"]),
+        LIMIT,
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(4),
+        "too slow to judge: {:?}",
+        killed.elapsed()
+    );
+    refused.expect(1);
+    run(
+        run_cmd(&urls, "delayed").args(["--wait", "20s", "--", "true"]),
+        LIMIT,
+    )
+    .expect(0);
+}

@@ -283,6 +283,10 @@ fn durations_too_long_for_the_clock_are_refused_not_a_panic() {
         ),
         (&["acquire", "--key", "k", "--ttl", huge], "invalid --ttl: "),
         (
+            &["run", "--key", "k", "--lock-delay", huge, "--", "true"][..],
+            "invalid --lock-delay: ",
+        ),
+        (
             &["status", "--key", "k", "--timeout", huge],
             "invalid --timeout: ",
         ),

@@ -254,18 +254,28 @@ impl Advanced {
         Ok(())
     }
 
-    /// The restart quarantine for a Locker whose default TTL is `ttl`:
-    /// zero (off), or covering that TTL plus drift.
-    pub(super) fn checked_quarantine(&self, ttl: Duration) -> Result<Duration, Error> {
-        let covered = ttl + self.drift.drift(ttl);
+    /// The restart quarantine for a Locker whose default TTL is `ttl` and
+    /// lock-delay `lock_delay`: zero (off), or covering both plus drift.
+    pub(super) fn checked_quarantine(
+        &self,
+        ttl: Duration,
+        lock_delay: Duration,
+    ) -> Result<Duration, Error> {
+        let held = ttl + lock_delay;
+        let covered = held + self.drift.drift(held);
         let quarantine = self.quarantine.unwrap_or(covered);
         if !quarantine.is_zero() && (quarantine < covered || quarantine > MAX_TTL) {
             return Err(Error::invalid(
                 "advanced.restart_quarantine",
                 format!(
-                    "{quarantine:?} is not between the TTL plus drift ({covered:?}) and \
+                    "{quarantine:?} is not between the TTL{} plus drift ({covered:?}) and \
                      {MAX_TTL:?}: a server that restarted empty could grant again a lock \
-                     still held"
+                     still held",
+                    if lock_delay.is_zero() {
+                        ""
+                    } else {
+                        " and the lock-delay"
+                    }
                 ),
             ));
         }

@@ -72,6 +72,7 @@ impl Locker {
 /// | [`fencing`](Self::fencing) | off |
 /// | [`tls`](Self::tls) | the system's trust store, no client certificate |
 /// | [`durability`](Self::durability) | off |
+/// | [`lock_delay`](Self::lock_delay) | off |
 /// | [`advanced`](Self::advanced) | see [`Advanced`]: drift, renewal rate, restart quarantine, clock-jump guard, fence expiry |
 ///
 /// ```
@@ -99,6 +100,7 @@ pub struct LockerBuilder {
     fencing: bool,
     tls: Option<TlsConfig>,
     durability: Durability,
+    lock_delay: Duration,
     advanced: Advanced,
 }
 
@@ -115,6 +117,7 @@ impl LockerBuilder {
             fencing: false,
             tls: None,
             durability: Durability::off(),
+            lock_delay: Duration::ZERO,
             advanced: Advanced::default(),
         }
     }
@@ -278,6 +281,31 @@ impl LockerBuilder {
         self
     }
 
+    /// Lock-delay, as in Chubby and Consul (off by default): a lease that
+    /// ends without a release (its holder died, or it was lost) keeps its
+    /// names from being granted again until `delay` after it expired, so
+    /// that writes its holder still had in flight land before the next
+    /// holder starts. A clean release frees the names at once.
+    ///
+    /// The servers keep each hold `delay` longer than its TTL (the lease's
+    /// own validity is unchanged), and the restart quarantine covers the
+    /// TTL and the delay: a longer delay keeps a restarted server from
+    /// voting longer. At most [`MAX_TTL`](crate::MAX_TTL) with the TTL.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .lock_delay(Duration::from_secs(15))
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+
     /// The expert settings (see [`Advanced`]): `tune` gets them as set so
     /// far and returns them changed. [`build`](Self::build) checks them
     /// with the rest, and names a refused one `advanced.<setting>`.
@@ -364,8 +392,19 @@ impl LockerBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
-        let quarantine = advanced.checked_quarantine(self.ttl)?;
-        let covered = self.ttl + advanced.drift.drift(self.ttl);
+        let lock_delay =
+            Duration::from_millis(self.lock_delay.as_millis().min(u128::from(u64::MAX)) as u64);
+        if self.lock_delay > MAX_TTL || self.ttl + lock_delay > MAX_TTL {
+            return Err(Error::invalid(
+                "lock_delay",
+                format!(
+                    "{:?} with the TTL {:?} is above the largest supported hold, {MAX_TTL:?}",
+                    self.lock_delay, self.ttl
+                ),
+            ));
+        }
+        let quarantine = advanced.checked_quarantine(self.ttl, lock_delay)?;
+        let covered = self.ttl + lock_delay + advanced.drift.drift(self.ttl + lock_delay);
         let tag = LockerTag::generate();
         let connect = ConnectSettings {
             tag,
@@ -394,6 +433,7 @@ impl LockerBuilder {
             fencing: self.fencing,
             durability: self.durability,
             quarantine,
+            lock_delay,
             tag,
         };
         Ok(Locker {

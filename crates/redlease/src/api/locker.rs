@@ -82,6 +82,7 @@ impl fmt::Debug for Locker {
             .field("drift", &s.drift)
             .field("retry", &s.retry)
             .field("prefix", &s.prefix)
+            .field("lock_delay", &s.lock_delay)
             .finish()
     }
 }

@@ -26,7 +26,7 @@ use crate::core::retry::RetryPolicy;
 use crate::core::slab::Slab;
 use crate::core::telemetry;
 use crate::core::token::{LockerTag, ReleaseId};
-use crate::core::validity::{DriftModel, Timing};
+use crate::core::validity::{DriftModel, Timing, MAX_TTL};
 use crate::transport::node::Node;
 
 /// A Locker's settings, checked by its builder.
@@ -43,8 +43,12 @@ pub(crate) struct Settings {
     /// Whether every acquire draws a fencing token.
     pub(crate) fencing: bool,
     pub(crate) durability: crate::core::durability::Durability,
-    /// The restart quarantine (zero: off): no TTL may outlast it.
+    /// The restart quarantine (zero: off): no TTL (with the lock-delay)
+    /// may outlast it.
     pub(crate) quarantine: Duration,
+    /// How long a hold that ends without a release is kept past the
+    /// lease's end (zero: off; see `Timing::hold_ms`).
+    pub(crate) lock_delay: Duration,
     /// Begins every token this Locker hands out.
     pub(crate) tag: LockerTag,
 }
@@ -151,7 +155,8 @@ impl Engine {
 
     /// Checks a TTL against this Locker's drift and timeout settings.
     pub(crate) fn timing(&self, field: &'static str, ttl: Duration) -> Result<Timing, Error> {
-        let timing = Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)?;
+        let mut timing = Timing::new(field, ttl, self.settings.drift, self.settings.node_timeout)?;
+        timing.lock_delay = self.settings.lock_delay;
         // The node timeout depends on the TTL when not set: a shorter TTL
         // may leave no room for the durability WAIT.
         self.settings
@@ -159,11 +164,26 @@ impl Engine {
             .check(timing.node_timeout)
             .map_err(|why| Error::invalid(field, why))?;
         let quarantine = self.settings.quarantine;
-        if !quarantine.is_zero() && timing.ttl + timing.drift > quarantine {
+        let delay = timing.lock_delay;
+        if timing.ttl + delay > MAX_TTL {
             return Err(Error::invalid(
                 field,
                 format!(
-                    "{:?} plus its drift allowance outlasts the restart quarantine \
+                    "{:?} with the {delay:?} lock-delay is above the largest supported hold, \
+                     {MAX_TTL:?}",
+                    timing.ttl
+                ),
+            ));
+        }
+        if !quarantine.is_zero() && timing.ttl + timing.drift + delay > quarantine {
+            let with_delay = match delay.is_zero() {
+                true => String::new(),
+                false => format!(" and the {delay:?} lock-delay"),
+            };
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{:?} plus its drift allowance{with_delay} outlasts the restart quarantine \
                      ({quarantine:?}): a server that restarted empty could grant the lock \
                      again while it is held; raise advanced.restart_quarantine",
                     timing.ttl

@@ -4,11 +4,13 @@
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::coord::background;
 use crate::coord::engine::Engine;
 use crate::coord::fanout::{Answer, Replies};
 use crate::coord::ownership::Ownership;
+use crate::core::lease_state::LostReason;
 use crate::core::node_error::NodeError;
 use crate::core::validity::Timing;
 
@@ -81,6 +83,19 @@ impl ReleaseOnDrop {
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
     }
+
+    /// Why a lease is not given back on the servers: with a lock-delay, a
+    /// lease that was lost (expired, refused or closed) keeps its holds
+    /// until they expire, the delay past its end, so that the next holder
+    /// starts only after the writes of this one could land. `None` for an
+    /// attempt (its partial holds are always cleaned up), without a
+    /// lock-delay, and for a lease still valid.
+    pub(crate) fn kept_for_lock_delay(&self) -> Option<LostReason> {
+        if self.timing.lock_delay.is_zero() || self.registration.is_none() {
+            return None;
+        }
+        self.ownership.state.get().lost_at(Instant::now())
+    }
 }
 
 impl Drop for ReleaseOnDrop {
@@ -88,8 +103,9 @@ impl Drop for ReleaseOnDrop {
         if !self.armed {
             return;
         }
+        let kept = self.kept_for_lock_delay();
         // Unregister now, so no renewal starts after the lease is gone.
-        if !self.unregister() {
+        if !self.unregister() || kept.is_some() {
             return;
         }
         // Background::spawn needs a runtime; without one the keys simply

@@ -174,7 +174,7 @@ impl Ownership {
             let ownership = self.clone();
             async move {
                 ownership
-                    .extend_on_node(&node, timing.ttl_ms(), timing.node_timeout)
+                    .extend_on_node(&node, timing.hold_ms(), timing.node_timeout)
                     .await
             }
         })

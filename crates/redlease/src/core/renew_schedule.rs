@@ -19,6 +19,9 @@ const MIN_RETRY: Duration = Duration::from_millis(5);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cadence {
     pub(crate) ttl: Duration,
+    /// What the servers are told each renewed hold lasts
+    /// ([`Timing::hold_ms`]).
+    pub(crate) hold: Duration,
     pub(crate) drift: Duration,
     pub(crate) interval: Duration,
 }
@@ -28,6 +31,7 @@ impl Cadence {
     pub(crate) fn new(timing: &Timing, fraction: f64) -> Self {
         Cadence {
             ttl: timing.ttl,
+            hold: Duration::from_millis(timing.hold_ms()),
             drift: timing.drift,
             interval: timing.renew_interval(fraction),
         }

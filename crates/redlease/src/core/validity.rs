@@ -77,6 +77,11 @@ pub(crate) struct Timing {
     pub(crate) drift: Duration,
     /// How long each node may take to answer one request.
     pub(crate) node_timeout: Duration,
+    /// How much longer than the TTL the servers keep a hold that is not
+    /// released (the Locker's lock-delay; zero: off): see [`hold_ms`].
+    ///
+    /// [`hold_ms`]: Timing::hold_ms
+    pub(crate) lock_delay: Duration,
 }
 
 impl Timing {
@@ -150,11 +155,17 @@ impl Timing {
             ttl,
             drift,
             node_timeout,
+            lock_delay: Duration::ZERO,
         })
     }
 
-    pub(crate) fn ttl_ms(&self) -> u64 {
-        self.ttl.as_millis() as u64
+    /// What the servers are told a hold lasts, in ms: the TTL plus the
+    /// lock-delay. A hold released cleanly is deleted at once; one whose
+    /// holder died stays the lock-delay past the lease's end, so that the
+    /// dead holder's writes still in flight land before the next holder
+    /// starts. The lease's validity is the TTL's alone.
+    pub(crate) fn hold_ms(&self) -> u64 {
+        (self.ttl + self.lock_delay).as_millis() as u64
     }
 
     /// When a lease whose requests were first sent at `start` stops being
@@ -304,7 +315,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.ttl, 9 * MS);
-        assert_eq!(t.ttl_ms(), 9);
+        assert_eq!(t.hold_ms(), 9);
     }
 
     #[test]
@@ -413,7 +424,7 @@ mod tests {
             }
             let start = Instant::now();
             prop_assert!(t.valid_until(start) > start || checked.is_err());
-            let _ = (t.validity(elapsed), t.usable(elapsed), t.ttl_ms());
+            let _ = (t.validity(elapsed), t.usable(elapsed), t.hold_ms());
             let _ = (t.check_renewal("ttl", fraction), t.check_renewal_schedule("ttl", fraction));
         }
     }

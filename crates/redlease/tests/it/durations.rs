@@ -212,6 +212,7 @@ struct Settings {
     quarantine: Option<Duration>,
     fence_expiry: Option<Duration>,
     durability: Option<(bool, u32, Duration)>,
+    lock_delay: Option<Duration>,
 }
 
 /// Mostly `usual`, sometimes anything `any` makes: most cases get past
@@ -245,13 +246,14 @@ fn any_settings() -> impl Strategy<Value = Settings> {
                 None,
                 proptest::option::of((any::<bool>(), any::<u32>(), any_duration())),
             ),
+            mostly(None, proptest::option::of(any_duration())),
         ),
     )
         .prop_map(
             |(
                 (ttl, node_timeout, connect_timeout, retry),
                 (drift_factor, drift_floor, renew_fraction),
-                (quarantine, fence_expiry, durability),
+                (quarantine, fence_expiry, durability, lock_delay),
             )| Settings {
                 ttl,
                 node_timeout,
@@ -263,6 +265,7 @@ fn any_settings() -> impl Strategy<Value = Settings> {
                 quarantine,
                 fence_expiry,
                 durability,
+                lock_delay,
             },
         )
 }
@@ -278,6 +281,9 @@ impl Settings {
             .fencing(self.fence_expiry.is_some());
         if let Some(t) = self.node_timeout {
             b = b.node_timeout(t);
+        }
+        if let Some(d) = self.lock_delay {
+            b = b.lock_delay(d);
         }
         if let Some((required, replicas, timeout)) = self.durability {
             b = b.durability(match required {
@@ -301,7 +307,7 @@ impl Settings {
 }
 
 /// The fields a Locker's settings can be refused for.
-const SETTINGS: [&str; 10] = [
+const SETTINGS: [&str; 11] = [
     "ttl",
     "node_timeout",
     "connect_timeout",
@@ -311,6 +317,7 @@ const SETTINGS: [&str; 10] = [
     "advanced.renew_fraction",
     "advanced.restart_quarantine",
     "advanced.fence_expiry",
+    "lock_delay",
     "urls",
 ];
 

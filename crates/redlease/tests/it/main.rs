@@ -20,6 +20,7 @@ mod faults;
 mod fencing;
 mod handle_checks;
 mod lifecycle;
+mod lock_delay;
 mod many;
 mod metrics_facade;
 mod ownership;

@@ -126,6 +126,13 @@ impl LockerBuilder {
         self.map(|b| b.durability(durability))
     }
 
+    /// How long a lease that ends without a release keeps its names from
+    /// the next holder (off by default):
+    /// [`LockerBuilder::lock_delay`](crate::LockerBuilder::lock_delay).
+    pub fn lock_delay(self, delay: Duration) -> Self {
+        self.map(|b| b.lock_delay(delay))
+    }
+
     /// The expert settings:
     /// [`LockerBuilder::advanced`](crate::LockerBuilder::advanced).
     pub fn advanced(self, tune: impl FnOnce(Advanced) -> Advanced) -> Self {

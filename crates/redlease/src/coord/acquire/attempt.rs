@@ -80,7 +80,7 @@ pub(crate) async fn attempt(
             let take = Take {
                 claim: &ownership.claim,
                 token: &ownership.token,
-                ttl_ms: timing.ttl_ms(),
+                ttl_ms: timing.hold_ms(),
                 timeout,
                 fenced,
                 on_refusal,

@@ -18,6 +18,7 @@ use crate::coord::engine::Engine;
 use crate::coord::fanout;
 use crate::coord::guard::ReleaseOnDrop;
 use crate::coord::ownership::Ownership;
+use crate::coord::renew::gone;
 use crate::core::error::{Error, Op};
 use crate::core::quorum::Decision;
 use crate::core::token::ReleaseId;
@@ -33,9 +34,15 @@ impl ReleaseOnDrop {
     /// The guard is disarmed either way: a failed release is not retried
     /// in the background (the keys expire by their TTL).
     pub(crate) async fn release(&mut self, label: impl Fn() -> String) -> Result<(), Error> {
+        let kept = self.kept_for_lock_delay();
         if !self.unregister() {
             // `close` released it already.
             return Err(Error::Closed);
+        }
+        if let Some(why) = kept {
+            // Lost under a lock-delay: its holds stay until it is over.
+            self.disarm();
+            return Err(gone(Op::Release, why, &label(), Vec::new(), Vec::new()));
         }
         let engine = self.engine.clone();
         let ownership = self.ownership.clone();

@@ -157,7 +157,7 @@ impl ReleaseOnDrop {
 
 /// The error for an operation on a lease known to be lost, and the
 /// nodes that said so, if any.
-fn gone(
+pub(crate) fn gone(
     op: Op,
     why: LostReason,
     resource: &str,

@@ -244,7 +244,7 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
             let leases = keys
                 .iter()
                 .filter(move |&&(k, h)| (!by_slot || hash_slot(k) == slot) && h == hold)
-                .map(|&(k, _)| (k, owner.token.as_str(), e.cadence.ttl));
+                .map(|&(k, _)| (k, owner.token.as_str(), e.cadence.hold));
             let slot = by_slot.then_some(slot);
             calls.push(ExtendMany::new(leases, hold, slot, bind_lineage));
         }
@@ -260,7 +260,7 @@ pub(super) fn calls_of(entries: &[&Entry], by_slot: bool, bind_lineage: bool) ->
         let (call, tail) = rest.split_at(len);
         let leases = call
             .iter()
-            .map(|e| (&**e.owner.key(), e.owner.token.as_str(), e.cadence.ttl));
+            .map(|e| (&**e.owner.key(), e.owner.token.as_str(), e.cadence.hold));
         let slot = by_slot.then_some(slot);
         calls.push(ExtendMany::new(leases, hold, slot, bind_lineage));
         rest = tail;

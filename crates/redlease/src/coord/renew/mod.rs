@@ -36,6 +36,7 @@ use crate::transport::node::Node;
 
 mod agenda;
 mod extend;
+pub(crate) use extend::gone;
 pub(crate) mod lane;
 mod lanes;
 use agenda::{Agenda, Tick};
