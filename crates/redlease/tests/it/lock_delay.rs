@@ -212,3 +212,20 @@ async fn on_a_cluster_a_lost_set_keeps_every_slot_for_the_delay() {
     assert!(start.elapsed() >= TTL + DELAY - 10 * MS);
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_lost_permit_stays_taken_for_the_delay() {
+    let nodes = RedisNodes::start(1);
+    let (holder, other) = (delayed(&nodes, DELAY), delayed(&nodes, Duration::ZERO));
+    let start = Instant::now();
+    let permit = holder.semaphore("slots", 1).acquire().await.unwrap();
+    lost(&permit).await;
+    drop(permit);
+    match other.semaphore("slots", 1).try_acquire().await {
+        Err(Error::Taken { .. }) => {}
+        other => panic!("a permit granted during the lock-delay: {other:?}"),
+    }
+    let next = other.semaphore("slots", 1).acquire().await.unwrap();
+    assert!(start.elapsed() >= TTL + DELAY - 10 * MS);
+    next.release().await.unwrap();
+}
