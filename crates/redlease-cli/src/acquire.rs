@@ -76,7 +76,7 @@ pub async fn acquire(args: AcquireArgs) -> Exit {
             )
         }
     };
-    let locker = match take.locker(&want) {
+    let locker = match take.locker(&want, "redlease acquire") {
         Ok(locker) => locker,
         Err(exit) => return exit,
     };

@@ -61,6 +61,7 @@ fn flag(field: &str) -> &str {
         "durability" => "--durable",
         "ttl" => "--ttl",
         "lock_delay" => "--lock-delay",
+        "owner" => "--owner",
         // Only status, release --force and doctor set it: their --timeout.
         "connect_timeout" => "--timeout",
         other => other,

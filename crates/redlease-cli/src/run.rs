@@ -176,7 +176,12 @@ pub async fn run(args: RunArgs) -> Exit {
         }
     }
     // Fencing on: the command gets the lease's tokens (REDLEASE_FENCING_TOKEN).
-    let locker = match take.locker(&want) {
+    let doing: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let locker = match take.locker(&want, &doing.join(" ")) {
         Ok(locker) => locker,
         Err(exit) => return exit,
     };

@@ -182,6 +182,13 @@ pub async fn status(args: StatusArgs) -> Exit {
         (false, true) => "; reserved for a waiter whose turn came (a set of locks, run with several --key, keeps it while it waits for its other names)",
         (false, false) => "",
     };
+    // Who: the owner each holder's lease names (never its token), before
+    // the verdict, which stays the last line.
+    let now = std::time::SystemTime::now();
+    let holders: Vec<String> = status.holders().iter().map(|h| h.describe(now)).collect();
+    if !holders.is_empty() {
+        println!("held by {}", holders.join("; "));
+    }
     println!(
         "{}{writer_waits}; {waiting} process{} waiting; {counter}",
         match &judged {

@@ -75,6 +75,12 @@ pub struct TakeArgs {
     #[arg(long, value_name = "D", default_value = "0s", value_parser = duration::parse)]
     lock_delay: Duration,
 
+    /// Who the lock says holds it, to `status` and to whoever finds it
+    /// taken (at most 128 bytes; no control character, nor | * ~ #)
+    /// [default: HOST:PID (COMMAND)].
+    #[arg(long, value_name = "LABEL")]
+    owner: Option<String>,
+
     /// Wait at most this long for the lock (e.g. 500ms, 10s, 2m), and for
     /// unreachable nodes to come back: within it, an outage is ridden out
     /// (said once) and exits 69 only when the wait is over [default: wait
@@ -164,10 +170,15 @@ impl TakeArgs {
     }
 
     /// The Locker for taking `want`, with fencing on (the holder gets
-    /// each name's fencing token), the TTL, key prefix and durability the
-    /// flags give; every name is checked. No I/O.
-    pub fn locker(&self, want: &Want) -> Result<Locker, Exit> {
-        let (_, builder) = self.nodes.builder()?;
+    /// each name's fencing token), the TTL, key prefix, durability and
+    /// owner the flags give (by default this process, `doing`); every name
+    /// is checked. No I/O.
+    pub fn locker(&self, want: &Want, doing: &str) -> Result<Locker, Exit> {
+        let (_, mut builder) = self.nodes.builder()?;
+        builder = match &self.owner {
+            Some(label) => builder.owner(label.as_str()),
+            None => builder.owner_lossy(&format!("{} ({doing})", redlease::default_owner())),
+        };
         let durability = match self.durable {
             Some(replicas) => redlease::Durability::required(replicas, self.durable_timeout),
             None => redlease::Durability::off(),
@@ -524,10 +535,21 @@ impl Want {
             } => (Some(permits), weight),
             _ => (None, 1),
         };
-        match (by, permits) {
-            _ if self.all() => {
-                format!("one or more of the locks {key} are held by another owner")
+        // Who, as the holders' leases name themselves (never a token).
+        let now = std::time::SystemTime::now();
+        let mut who: Vec<String> = Vec::new();
+        for h in held_on.iter().filter_map(|h| h.holder.as_ref()) {
+            let said = h.describe(now);
+            if !who.contains(&said) {
+                who.push(said);
             }
+        }
+        let who = (!who.is_empty()).then(|| who.join("; "));
+        match (by, permits) {
+            _ if self.all() => match &who {
+                Some(who) => format!("one or more of the locks {key} are held, by {who}"),
+                None => format!("one or more of the locks {key} are held by another owner"),
+            },
             (Some(HeldBy::Semaphore { permits: 1 }), Some(_)) => {
                 format!("the 1 permit of {key} is held")
             }
@@ -558,9 +580,10 @@ impl Want {
             (Some(HeldBy::Owner | HeldBy::Unknown), None) if self.hold == Hold::Shared => {
                 format!("lock {key} is held by a writer (a plain run)")
             }
-            (Some(HeldBy::Owner | HeldBy::Unknown), None) => {
-                format!("lock {key} is held by another owner")
-            }
+            (Some(HeldBy::Owner | HeldBy::Unknown), None) => match &who {
+                Some(who) => format!("lock {key} is held by {who}"),
+                None => format!("lock {key} is held by another owner"),
+            },
             (_, Some(permits)) => format!("no permit of the {permits} of {key} is free"),
             _ => format!("lock {key} is held by other owners"),
         }

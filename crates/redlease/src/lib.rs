@@ -178,6 +178,7 @@ pub use crate::core::lease_state::LostReason;
 pub use crate::core::lock_status::{KeyState, LockStatus, NodeLockState, NodeQuarantine, Verdict};
 pub use crate::core::mode::LockMode;
 pub use crate::core::node_error::{NodeError, NodeErrorKind, NodeId, Quarantine};
+pub use crate::core::owner::{default_owner, Holder, MAX_OWNER_LEN};
 pub use crate::core::refusal::{Held, HeldBy};
 pub use crate::core::retry::RetryPolicy;
 pub use crate::core::server_code::ServerErrorCode;

@@ -66,10 +66,12 @@ fn an_acquired_lock_is_held_until_released_by_its_handle() {
     let busy = acquire(&urls, &["deploy"], &["--no-wait"]);
     busy.expect(1);
     assert!(busy.stdout.is_empty(), "{busy:#?}");
+    // Named by the owner the acquiring process gave its lease.
+    let line = busy.one_line_error();
     assert!(
-        busy.one_line_error().contains(
-            "lock \"deploy\" is held by another owner (on 3 of 3 nodes); nothing was acquired"
-        ),
+        line.contains("lock \"deploy\" is held by ")
+            && line.contains(" (redlease acquire) for ")
+            && line.contains(" (on 3 of 3 nodes); nothing was acquired"),
         "{busy:#?}"
     );
 
@@ -322,7 +324,8 @@ fn several_keys_are_acquired_all_or_none() {
     both.expect(1);
     assert!(
         both.one_line_error()
-            .contains("one or more of the locks \"a\", \"b\" are held by another owner"),
+            .contains("one or more of the locks \"a\", \"b\" are held, by ")
+            && both.one_line_error().contains(" (redlease acquire) for "),
         "{both:#?}"
     );
     // None was taken: "a" is free.

@@ -33,7 +33,9 @@ fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
     eventually(Duration::from_secs(10), "the key on every node", || {
         nodes.iter().all(|node| has_key(node, &lock_key("report")))
     });
-    let token = get(nodes.node(0), &lock_key("report")).expect("the lock key holds a token");
+    let value = get(nodes.node(0), &lock_key("report")).expect("the lock key holds a token");
+    // The secret token, then the owner the lease names.
+    let token = value[..48].to_string();
 
     let held = status(&urls, "report");
     held.expect(0);
@@ -52,6 +54,9 @@ fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
         "shows the fencing counter: {held:#?}"
     );
     assert!(!held.stdout.contains(&token) && !held.stderr.contains(&token));
+    // Who: this test process, the holder's default owner.
+    let me = format!("held by {} for ", redlease::default_owner());
+    assert!(held.stdout.contains(&me), "{held:#?}");
 
     // A `run` waiting for the lock shows as one waiting process.
     let waiter = start(
@@ -381,4 +386,77 @@ fn a_semaphore_with_two_of_five_nodes_quarantined_is_not_takeable() {
             ),
         "{permits:#?}"
     );
+}
+
+#[test]
+fn status_and_a_refused_run_name_the_running_command() {
+    let nodes = RedisNodes::start(1);
+    let urls = nodes.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let child = start(
+        redlease()
+            .args(["run", "--nodes", &urls.join(","), "--key", "deploy"])
+            .args(["--", "sh", "-c", r#"touch "$STARTED"; exec sleep 30"#])
+            .env("STARTED", &started),
+    );
+    eventually(LIMIT, "the command to start", || started.exists());
+    let owner = format!(
+        "{}:{} (sh -c touch \"$STARTED\"; exec sleep 30)",
+        hostname(),
+        child.id()
+    );
+    let held = status(&urls, "deploy");
+    held.expect(0);
+    assert!(
+        held.stdout.contains(&format!("held by {owner} for ")),
+        "{held:#?}"
+    );
+    let refused = run(
+        redlease()
+            .args([
+                "run",
+                "--nodes",
+                &urls.join(","),
+                "--key",
+                "deploy",
+                "--no-wait",
+            ])
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    refused.expect(1);
+    assert!(
+        refused.stderr.contains(&format!("held by {owner} for ")),
+        "{refused:#?}"
+    );
+    // --owner says who instead.
+    crate::support::signal(&child, rustix::process::Signal::TERM);
+    finish(child, LIMIT);
+    let named = start(
+        redlease()
+            .args(["run", "--nodes", &urls.join(","), "--key", "deploy"])
+            .args(["--owner", "deploy of v2.3 by ana"])
+            .args([
+                "--",
+                "sh",
+                "-c",
+                r#"rm "$STARTED"; touch "$STARTED"; exec sleep 30"#,
+            ])
+            .env("STARTED", &started),
+    );
+    eventually(LIMIT, "the named run to hold it", || {
+        status(&urls, "deploy")
+            .stdout
+            .contains("held by deploy of v2.3 by ana for ")
+    });
+    crate::support::signal(&named, rustix::process::Signal::TERM);
+    finish(named, LIMIT);
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
 }

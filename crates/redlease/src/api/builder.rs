@@ -73,6 +73,7 @@ impl Locker {
 /// | [`tls`](Self::tls) | the system's trust store, no client certificate |
 /// | [`durability`](Self::durability) | off |
 /// | [`lock_delay`](Self::lock_delay) | off |
+/// | [`owner`](Self::owner) | `HOST:PID` |
 /// | [`advanced`](Self::advanced) | see [`Advanced`]: drift, renewal rate, restart quarantine, clock-jump guard, fence expiry |
 ///
 /// ```
@@ -101,6 +102,7 @@ pub struct LockerBuilder {
     tls: Option<TlsConfig>,
     durability: Durability,
     lock_delay: Duration,
+    owner: Option<String>,
     advanced: Advanced,
 }
 
@@ -118,6 +120,7 @@ impl LockerBuilder {
             tls: None,
             durability: Durability::off(),
             lock_delay: Duration::ZERO,
+            owner: None,
             advanced: Advanced::default(),
         }
     }
@@ -306,6 +309,49 @@ impl LockerBuilder {
         self
     }
 
+    /// Who this Locker's leases say they are, to anyone who looks
+    /// (`Admin::inspect`, `redlease status`, the message of
+    /// [`Error::Taken`] a contender gets): by default the host name and
+    /// process id, `HOST:PID`. At most
+    /// [`MAX_OWNER_LEN`](crate::MAX_OWNER_LEN) bytes, with no control
+    /// character and none of `| * ~ #`; a lease's secret token is never
+    /// part of what is shown.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .owner("billing-worker-3 (nightly invoices)")
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn owner(mut self, label: impl Into<String>) -> Self {
+        self.owner = Some(label.into());
+        self
+    }
+
+    /// Like [`owner`](Self::owner), for a label made of text a label
+    /// cannot always hold (a command line, say): each character it cannot
+    /// hold becomes `_`, and it is cut to
+    /// [`MAX_OWNER_LEN`](crate::MAX_OWNER_LEN) bytes. Empty text keeps
+    /// the default.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// let label = format!("{} (sh -c 'a | b')", redlease::default_owner());
+    /// let locker = redlease::Locker::builder(["redis://127.0.0.1:6379"])
+    ///     .owner_lossy(&label) // 'a _ b'
+    ///     .build()?;
+    /// # let _ = locker; Ok(()) }
+    /// ```
+    pub fn owner_lossy(mut self, text: &str) -> Self {
+        if let Some(label) = crate::core::owner::sanitize(text) {
+            self.owner = Some(label);
+        }
+        self
+    }
+
     /// The expert settings (see [`Advanced`]): `tune` gets them as set so
     /// far and returns them changed. [`build`](Self::build) checks them
     /// with the rest, and names a refused one `advanced.<setting>`.
@@ -403,6 +449,14 @@ impl LockerBuilder {
                 ),
             ));
         }
+        let owner: Arc<str> = match &self.owner {
+            Some(label) => {
+                crate::core::owner::check_label(label)
+                    .map_err(|why| Error::invalid("owner", why))?;
+                label.as_str().into()
+            }
+            None => crate::core::owner::default_owner().into(),
+        };
         let quarantine = advanced.checked_quarantine(self.ttl, lock_delay)?;
         let covered = self.ttl + lock_delay + advanced.drift.drift(self.ttl + lock_delay);
         let tag = LockerTag::generate();
@@ -435,6 +489,7 @@ impl LockerBuilder {
             quarantine,
             lock_delay,
             tag,
+            owner,
         };
         Ok(Locker {
             engine: Arc::new(Engine::new(nodes, settings)),

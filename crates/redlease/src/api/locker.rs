@@ -83,6 +83,7 @@ impl fmt::Debug for Locker {
             .field("retry", &s.retry)
             .field("prefix", &s.prefix)
             .field("lock_delay", &s.lock_delay)
+            .field("owner", &s.owner)
             .finish()
     }
 }

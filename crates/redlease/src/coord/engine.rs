@@ -51,6 +51,8 @@ pub(crate) struct Settings {
     pub(crate) lock_delay: Duration,
     /// Begins every token this Locker hands out.
     pub(crate) tag: LockerTag,
+    /// Who its leases say they are (a checked label).
+    pub(crate) owner: Arc<str>,
 }
 
 pub(crate) struct Engine {

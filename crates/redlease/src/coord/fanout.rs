@@ -124,12 +124,13 @@ impl Answer for AcquireReply {
     }
 
     fn refusal(&self, node: NodeId) -> Refusal {
-        match *self {
+        match self {
             AcquireReply::Held {
                 expires_in,
                 waiting,
                 owner,
-            } => Refusal::new(node, expires_in, waiting, owner),
+                holder,
+            } => Refusal::new(node, *expires_in, *waiting, *owner).naming(holder.clone()),
             AcquireReply::Acquired { .. }
             | AcquireReply::AcquiredAll { .. }
             | AcquireReply::PermitsDiffer { .. } => Refusal::bare(node),

@@ -68,8 +68,15 @@ fn whole_ms(timeout: Duration) -> u32 {
 impl Ownership {
     /// A claim with a fresh token, not yet sent to any of `nodes` nodes,
     /// whose requests may each take `node_timeout`.
-    pub(crate) fn new(claim: Claim, nodes: usize, tag: &LockerTag, node_timeout: Duration) -> Self {
-        Ownership::adopted(claim, nodes, Token::generate(tag), node_timeout)
+    /// Its token names `owner` (a checked label) to anyone who looks.
+    pub(crate) fn new(
+        claim: Claim,
+        nodes: usize,
+        tag: &LockerTag,
+        owner: Option<&str>,
+        node_timeout: Duration,
+    ) -> Self {
+        Ownership::adopted(claim, nodes, Token::generate(tag, owner), node_timeout)
     }
 
     /// A claim on a lease exported by another Locker (see
@@ -237,7 +244,7 @@ mod tests {
             crate::core::keys::LockKeys::new("p:", "k", 1),
             Hold::Exclusive,
         );
-        let ownership = Ownership::new(claim, 3, &tag, timeout);
+        let ownership = Ownership::new(claim, 3, &tag, None, timeout);
         assert_eq!(ownership.release_timeout(), Duration::from_millis(3));
     }
 }

@@ -5,9 +5,9 @@
 //! `x` (alone), `s` (a read hold) or `pN` (one of N permits), and for
 //! several names one letter per name, `x` or `s` (a lone `x`: every name
 //! alone); `TTL` the lease's TTL in milliseconds; `TOKEN` the lease's
-//! token (48 hex digits), which is what lets the holder of the handle
-//! release the lease and nobody else, so the handle is a secret like the
-//! token; `PREFIX` the key prefix and `NAMES` the names, each hex-encoded
+//! token (48 hex digits, then `-` and its owner hex-encoded if it names
+//! one), which is what lets the holder of the handle release the lease
+//! and nobody else, so the handle is a secret like the token; `PREFIX` the key prefix and `NAMES` the names, each hex-encoded
 //! (names joined by `-`); `FENCES` each name's fencing token in decimal,
 //! joined by `-` (empty without fencing); `CHECK` the first 64 bits of
 //! the SHA-1 of everything before it, in 16 hex digits. Nothing in it
@@ -85,6 +85,22 @@ fn unhex(text: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
+/// A token as a handle spells it: the secret, then `-` and the owner
+/// part hex-encoded, if any.
+fn token_field(token: &Token) -> String {
+    match token.owner_part() {
+        "" => token.secret().to_string(),
+        owner => format!("{}-{}", token.secret(), hex(owner)),
+    }
+}
+
+fn read_token_field(field: &str) -> Option<Token> {
+    match field.split_once('-') {
+        None => Token::parse(field),
+        Some((secret, owner)) => Token::parse(&format!("{secret}{}", unhex(owner)?)),
+    }
+}
+
 impl Exported {
     /// The first name's hold (the only one's, for a lease of one name).
     pub(crate) fn hold(&self) -> Hold {
@@ -112,7 +128,7 @@ impl Exported {
         let body = format!(
             "{VERSION}.{mode}.{}.{}.{}.{}.{}",
             self.ttl.as_millis(),
-            self.token.as_str(),
+            token_field(&self.token),
             hex(&self.prefix),
             names.join("-"),
             fences.join("-"),
@@ -176,7 +192,7 @@ impl Exported {
             .filter(|&ms| ms > 0)
             .map(Duration::from_millis)
             .ok_or_else(|| bad("its TTL"))?;
-        let token = Token::parse(token).ok_or_else(|| bad("its token"))?;
+        let token = read_token_field(token).ok_or_else(|| bad("its token"))?;
         let prefix = unhex(prefix).ok_or_else(|| bad("its key prefix"))?;
         let names = names
             .split('-')
@@ -235,7 +251,7 @@ mod tests {
         Exported {
             holds: vec![hold; names.len()],
             ttl: Duration::from_secs(30),
-            token: Token::generate(&LockerTag::generate()),
+            token: Token::generate(&LockerTag::generate(), None),
             prefix: "redlease:".into(),
             names: names.iter().map(|n| n.to_string()).collect(),
             fences,
@@ -263,6 +279,14 @@ mod tests {
             Exported {
                 holds: vec![Hold::Shared, Hold::Shared, Hold::Exclusive],
                 ..exported(Hold::Exclusive, &["r", "s", "w"], None)
+            },
+            // A token naming its owner, dots and dashes in the label.
+            Exported {
+                token: Token::generate(
+                    &LockerTag::generate(),
+                    Some("ci-7.eu:42 (make -j8 deploy)"),
+                ),
+                ..exported(Hold::Exclusive, &["job"], Some(vec![3]))
             },
         ] {
             let text = e.encode();
@@ -390,7 +414,7 @@ mod tests {
                 Exported {
                     holds,
                     ttl: Duration::from_millis(ttl_ms),
-                    token: Token::generate(&LockerTag::generate()),
+                    token: Token::generate(&LockerTag::generate(), None),
                     prefix,
                     fences: fence.map(|f| (0..names.len() as u64).map(|i| f ^ i).collect()),
                     names,

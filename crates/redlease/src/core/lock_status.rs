@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeId, Quarantine};
+use crate::core::owner::Holder;
 use crate::core::quorum::quorum;
 
 /// A lock key's state on one node. Never the key's value: that is the
@@ -89,6 +90,11 @@ pub struct NodeLockState {
     /// [`Locker::lock_all`](crate::Locker::lock_all)). Held by no one yet,
     /// and taken by no one else until that waiter has it or gives up.
     pub reserved: bool,
+    /// Who holds it there: the holder alone, or each reader or permit
+    /// holder (of a set, its 1,000 members that expire last), with its owner label
+    /// and since when ([`LockerBuilder::owner`](crate::LockerBuilder::owner)).
+    /// Never a token.
+    pub holders: Vec<Holder>,
 }
 
 /// A node whose "yes" to an acquire does not count yet
@@ -237,6 +243,30 @@ impl LockStatus {
         }
     }
 
+    /// Who holds the name, as the nodes that answered tell: each holder
+    /// once (the same lease on several nodes is one holder), in the order
+    /// the nodes list them. Never a token.
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// let now = std::time::SystemTime::now();
+    /// for holder in status.holders() {
+    ///     println!("held by {}", holder.describe(now));
+    /// }
+    /// # }
+    /// ```
+    pub fn holders(&self) -> Vec<Holder> {
+        let mut seen: Vec<Holder> = Vec::new();
+        for state in self.nodes.iter().filter_map(|(_, a)| a.as_ref().ok()) {
+            for h in &state.holders {
+                if !seen.contains(h) {
+                    seen.push(h.clone());
+                }
+            }
+        }
+        seen
+    }
+
     /// The highest fencing counter any node reported: no token handed out
     /// so far is higher. (A node outside the last granting quorum may hold
     /// more than the last token, so the next token is higher than the last
@@ -381,6 +411,7 @@ mod tests {
                             permits: None,
                             writer_waits: false,
                             reserved: false,
+                            holders: Vec::new(),
                         }),
                         None => Err(NodeError::new(
                             id.clone(),

@@ -15,6 +15,7 @@ pub(crate) mod lease_state;
 pub(crate) mod lock_status;
 pub(crate) mod mode;
 pub(crate) mod node_error;
+pub(crate) mod owner;
 pub(crate) mod quorum;
 pub(crate) mod refusal;
 pub(crate) mod renew_schedule;

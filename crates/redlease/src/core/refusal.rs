@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::core::node_error::NodeId;
+use crate::core::owner::Holder;
 
 /// A node on which the lock is held by another owner, with the remaining
 /// time the node reported and who holds it there.
@@ -26,6 +27,10 @@ pub struct Held {
     pub expires_in: Option<Duration>,
     /// Who keeps the lock from us there.
     pub by: HeldBy,
+    /// The holder alone, as its lease names its owner
+    /// ([`LockerBuilder::owner`](crate::LockerBuilder::owner)), when it
+    /// does.
+    pub holder: Option<Holder>,
 }
 
 /// Who keeps a lock from being taken on a node, as its refusal said.
@@ -164,10 +169,17 @@ impl Refusal {
                 node,
                 expires_in,
                 by,
+                holder: None,
             },
             waiting,
             owner,
         }
+    }
+
+    /// The same refusal, by the holder `holder` names.
+    pub(crate) fn naming(mut self, holder: Option<Holder>) -> Self {
+        self.held.holder = holder;
+        self
     }
 
     /// A refusal that says nothing of the holder (a release or extend

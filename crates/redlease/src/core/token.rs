@@ -3,37 +3,77 @@
 use std::fmt;
 
 /// The Locker's [`LockerTag`], then 128 bits from a CSPRNG, hex-encoded
-/// for Redis (48 digits). The 128 random bits are fresh for every
-/// acquisition and are what makes the token unguessable; the tag only says
-/// which Locker took the lock. Its `Debug` never shows the value, so it
-/// cannot leak into logs. Kept inline: a copy is 48 bytes, less than a
-/// shared string's allocation and its reference counts.
+/// for Redis (48 digits): the secret. The 128 random bits are fresh for
+/// every acquisition and are what makes the token unguessable; the tag only
+/// says which Locker took the lock. With an owner, `\tLABEL\tMS` follows
+/// (see [`owner`](crate::core::owner)): the servers store the whole of it
+/// for a hold, and show anyone who looks the owner, never the secret. Its
+/// `Debug` never shows the value, so it cannot leak into logs.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Token([u8; Token::LEN]);
+pub(crate) struct Token(Box<str>);
 
 impl Token {
     const LEN: usize = LockerTag::LEN + 32;
 
-    pub(crate) fn generate(tag: &LockerTag) -> Self {
-        // rand's thread-local generator is a CSPRNG (ChaCha12) seeded and
-        // periodically reseeded from the operating system: as strong as
-        // asking the OS each time, without a system call per lock.
-        let mut text = [0u8; Token::LEN];
-        text[..LockerTag::LEN].copy_from_slice(&tag.0);
-        text[LockerTag::LEN..].copy_from_slice(&hex::<32>(rand::random::<u128>()));
-        Token(text)
+    /// A fresh token of the Locker tagged `tag`, naming `owner` (a checked
+    /// label) if given.
+    pub(crate) fn generate(tag: &LockerTag, owner: Option<&str>) -> Self {
+        loop {
+            // rand's thread-local generator is a CSPRNG (ChaCha12) seeded
+            // and periodically reseeded from the operating system: as
+            // strong as asking the OS each time, without a system call per
+            // lock.
+            let mut text = [0u8; Token::LEN];
+            text[..LockerTag::LEN].copy_from_slice(&tag.0);
+            text[LockerTag::LEN..].copy_from_slice(&hex::<32>(rand::random::<u128>()));
+            let secret = std::str::from_utf8(&text).expect("hex digits are ASCII");
+            match owner {
+                None => return Token(secret.into()),
+                // A label never holds its own lease's secret: what shows
+                // the owner to anyone who looks would show it too.
+                Some(label) if label.contains(&secret[LockerTag::LEN..]) => continue,
+                Some(label) => {
+                    let owned = format!("{secret}{}", crate::core::owner::suffix(label));
+                    return Token(owned.into());
+                }
+            }
+        }
     }
 
+    /// What the servers store: the secret, then the owner if any.
     pub(crate) fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+        &self.0
     }
 
-    /// A token as [`generate`](Self::generate) spells it (48 lowercase
-    /// hex digits), from an exported lease's handle; `None` otherwise.
+    /// The secret alone.
+    pub(crate) fn secret(&self) -> &str {
+        &self.0[..Token::LEN]
+    }
+
+    /// What follows the secret: `\tLABEL\tMS`, or nothing.
+    pub(crate) fn owner_part(&self) -> &str {
+        &self.0[Token::LEN..]
+    }
+
+    /// A token as [`as_str`](Self::as_str) spells it (48 lowercase hex
+    /// digits, then nothing or `\tLABEL\tMS` with a label that
+    /// [`check_label`](crate::core::owner::check_label) takes), from an
+    /// exported lease's handle; `None` otherwise.
     pub(crate) fn parse(text: &str) -> Option<Self> {
-        let digits: [u8; Token::LEN] = text.as_bytes().try_into().ok()?;
-        let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
-        digits.iter().all(hex).then_some(Token(digits))
+        let secret = text.get(..Token::LEN)?;
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        if !secret.bytes().all(hex) {
+            return None;
+        }
+        let rest = &text[Token::LEN..];
+        if !rest.is_empty() {
+            let (label, ms) = rest.strip_prefix('\t')?.split_once('\t')?;
+            crate::core::owner::check_label(label).ok()?;
+            if ms.is_empty() || ms.len() > 20 || !ms.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+        }
+        Some(Token(text.into()))
     }
 }
 
@@ -121,8 +161,8 @@ mod tests {
     #[test]
     fn tokens_are_the_tag_and_128_random_bits_in_hex_and_distinct() {
         let tag = LockerTag::generate();
-        let a = Token::generate(&tag);
-        let b = Token::generate(&tag);
+        let a = Token::generate(&tag, None);
+        let b = Token::generate(&tag, None);
         assert_eq!(a.as_str().len(), 48);
         assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
         assert!(a.as_str().starts_with(tag.as_str()));
@@ -142,7 +182,7 @@ mod tests {
         let token = Token::parse(&"0123456789abcdef".repeat(3)).unwrap();
         assert_eq!(ReleaseId::of(&token).as_str(), "480f0a5bfe9d1ec3");
         let tag = LockerTag::generate();
-        let (a, b) = (Token::generate(&tag), Token::generate(&tag));
+        let (a, b) = (Token::generate(&tag, None), Token::generate(&tag, None));
         assert_ne!(ReleaseId::of(&a), ReleaseId::of(&b));
         assert!(!a.as_str().contains(ReleaseId::of(&a).as_str()));
     }
@@ -161,15 +201,38 @@ mod tests {
         // The same digits as `{:032x}` would give.
         let tag = LockerTag::generate();
         for _ in 0..100 {
-            let t = Token::generate(&tag);
+            let t = Token::generate(&tag, None);
             let back = u128::from_str_radix(&t.as_str()[16..], 16).unwrap();
             assert_eq!(format!("{back:032x}"), t.as_str()[16..]);
         }
     }
 
     #[test]
+    fn a_token_names_its_owner_after_the_secret_and_reads_back() {
+        let tag = LockerTag::generate();
+        let t = Token::generate(&tag, Some("build-7:4121 (./deploy.sh)"));
+        assert_eq!(t.secret().len(), 48);
+        assert!(t.as_str().starts_with(t.secret()));
+        assert!(t.owner_part().starts_with("\tbuild-7:4121 (./deploy.sh)\t"));
+        assert_eq!(Token::parse(t.as_str()), Some(t.clone()));
+        let secret = t.secret().to_string();
+        for bad in [
+            format!("{secret}\t"),
+            format!("{secret}\tlabel"),
+            format!("{secret}\tla|bel\t12"),
+            format!("{secret}\tlabel\t"),
+            format!("{secret}\tlabel\t12x"),
+            format!("{secret}x"),
+        ] {
+            assert_eq!(Token::parse(&bad), None, "{bad:?}");
+        }
+        // Debug shows neither.
+        assert!(!format!("{t:?}").contains(&secret));
+    }
+
+    #[test]
     fn debug_never_shows_the_value() {
-        let t = Token::generate(&LockerTag::generate());
+        let t = Token::generate(&LockerTag::generate(), None);
         let shown = format!("{t:?}");
         assert!(!shown.contains(t.as_str()), "{shown}");
     }

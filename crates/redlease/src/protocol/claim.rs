@@ -155,6 +155,8 @@ pub(crate) enum ClaimAcquireReply {
         expires_in: Option<Duration>,
         waiting: u64,
         owner: u32,
+        /// The holder alone's token tail (`\tLABEL\tMS`), or empty.
+        holder: String,
     },
     /// A name is a semaphore of this many permits, not the number asked.
     PermitsDiffer { permits: u32 },
@@ -185,7 +187,7 @@ impl FromRedisValue for ClaimAcquireReply {
                     clock: None,
                 })
             }
-            0 if items.len() == 5 => Ok(ClaimAcquireReply::Held {
+            0 if items.len() == 5 || items.len() == 6 => Ok(ClaimAcquireReply::Held {
                 index: usize::try_from(natural(1)?)
                     .ok()
                     .and_then(|i| i.checked_sub(1))
@@ -196,6 +198,13 @@ impl FromRedisValue for ClaimAcquireReply {
                 },
                 waiting: natural(3)?,
                 owner: u32::try_from(int(4)?).map_err(|_| bad())?,
+                holder: match items.get(5) {
+                    None => String::new(),
+                    Some(Value::BulkString(b)) => {
+                        String::from_utf8(b.clone()).map_err(|_| bad())?
+                    }
+                    Some(_) => return Err(bad()),
+                },
             }),
             3 if items.len() == 2 => Ok(ClaimAcquireReply::PermitsDiffer {
                 permits: u32::try_from(int(1)?).map_err(|_| bad())?,
@@ -438,7 +447,7 @@ impl ClaimInspect<'_> {
 }
 
 /// How a name is held (see [`ClaimInspect`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Inspected {
     pub(crate) how: HeldAs,
     /// The lock key's remaining TTL: `None` without one (or no key).
@@ -451,6 +460,9 @@ pub(crate) struct Inspected {
     pub(crate) waiting: u64,
     /// Of those, places that want the name alone.
     pub(crate) writers: u64,
+    /// Each holder's owner (the tail of its token, `\tLABEL\tMS`, or
+    /// empty) and weight.
+    pub(crate) holders: Vec<(String, u32)>,
 }
 
 /// How a name's key is held (see [`Inspected`]).
@@ -469,11 +481,31 @@ impl FromRedisValue for Inspected {
         let Value::Array(items) = &v else {
             return Err(bad());
         };
+        let (counts, holders) = match items.split_at_checked(6) {
+            Some((counts, [])) => (counts, &[][..]),
+            Some((counts, [Value::Array(holders)])) => (counts, &holders[..]),
+            _ => return Err(bad()),
+        };
         let [Value::Int(mode), Value::Int(pttl), Value::Int(members), Value::Int(permits), Value::Int(waiting), Value::Int(writers)] =
-            items[..]
+            *counts
         else {
             return Err(bad());
         };
+        let holders = holders
+            .chunks(2)
+            .map(|pair| match pair {
+                [owner, Value::Int(weight)] => {
+                    let owner = match owner {
+                        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                        Value::SimpleString(s) => Some(s.clone()),
+                        _ => None,
+                    }?;
+                    Some((owner, u32::try_from(*weight).ok()?))
+                }
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
         let natural = |n: i64| u64::try_from(n).map_err(|_| bad());
         Ok(Inspected {
             how: match mode {
@@ -489,6 +521,7 @@ impl FromRedisValue for Inspected {
             permits: u32::try_from(permits).map_err(|_| bad())?,
             waiting: natural(waiting)?,
             writers: natural(writers)?,
+            holders,
         })
     }
 }
@@ -517,7 +550,8 @@ mod tests {
                 index: 1,
                 expires_in: Some(Duration::from_millis(1500)),
                 waiting: 3,
-                owner: 42
+                owner: 42,
+                holder: String::new()
             })
         );
         assert_eq!(
@@ -526,7 +560,8 @@ mod tests {
                 index: 0,
                 expires_in: None,
                 waiting: 0,
-                owner: 0
+                owner: 0,
+                holder: String::new()
             })
         );
         assert_eq!(

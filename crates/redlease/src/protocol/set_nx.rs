@@ -23,17 +23,22 @@
 use redis::{Pipeline, Value};
 
 use super::server_error::ErrorReply;
+use crate::core::owner::Holder;
 use crate::core::server_code::ServerErrorCode;
 
 /// What a node's pipelined `SET NX PX GET` (and `PEXPIRETIME`) answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SetNx {
     /// Taken by us, with the key's expiry (Unix milliseconds) when it was
     /// asked for.
     Taken(Option<u64>),
     /// Held by another owner, whose fingerprint is this (see
     /// [`owner_of`]; 0 for a key that is not a string).
-    Held { owner: u32 },
+    Held {
+        owner: u32,
+        /// Who the holder's token names, if it names anyone.
+        holder: Option<Holder>,
+    },
     /// The server does not know `SET ... NX GET` (before Redis 7.0):
     /// nothing was written.
     Unsupported,
@@ -78,6 +83,7 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
         Value::BulkString(holder) => {
             return Ok(SetNx::Held {
                 owner: owner_of(holder),
+                holder: Holder::of_stored(holder),
             })
         }
         Value::SimpleString(s) if s == "OK" => {
@@ -89,7 +95,10 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
                 // Redis 6.2 (and older) refuse NX with GET this way.
                 _ if reply.is_syntax_error() => Ok(SetNx::Unsupported),
                 // Another type's key under our name: held, but not by a lock.
-                ServerErrorCode::WrongType => Ok(SetNx::Held { owner: 0 }),
+                ServerErrorCode::WrongType => Ok(SetNx::Held {
+                    owner: 0,
+                    holder: None,
+                }),
                 _ => Err(Reply::Server(reply)),
             };
         }
@@ -211,7 +220,13 @@ mod tests {
     fn a_value_is_held_by_its_fingerprint() {
         let reply = parse(&[Value::BulkString(b"abc".to_vec())], false);
         // SHA-1("abc") = a9993e36...: the first 7 hex digits, below 2^27.
-        assert_eq!(reply, Ok(SetNx::Held { owner: 0x29993e3 }));
+        assert_eq!(
+            reply,
+            Ok(SetNx::Held {
+                owner: 0x29993e3,
+                holder: None
+            })
+        );
         assert_eq!(owner_of(b"abc|0123"), 0x29993e3);
         // Marked for waiters, with or without a lineage.
         assert_eq!(owner_of(b"abc*"), 0x29993e3);
@@ -247,7 +262,10 @@ mod tests {
                 )],
                 false
             ),
-            Ok(SetNx::Held { owner: 0 })
+            Ok(SetNx::Held {
+                owner: 0,
+                holder: None
+            })
         );
         assert_eq!(
             parse(&[err("NOPERM no permissions")], false),

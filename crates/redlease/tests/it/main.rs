@@ -23,6 +23,7 @@ mod lifecycle;
 mod lock_delay;
 mod many;
 mod metrics_facade;
+mod owners;
 mod ownership;
 mod plain_acquire;
 mod refusals;

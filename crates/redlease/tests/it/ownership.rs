@@ -13,16 +13,22 @@ async fn debug_output_never_shows_the_token() {
     let nodes = RedisNodes::start(1);
     let locker = locker(&nodes);
     let lease = locker.try_lock("job").await.unwrap();
-    let token = get(nodes.node(0), &locker.admin().key("job"))
+    let value = get(nodes.node(0), &locker.admin().key("job"))
         .await
         .unwrap();
-    assert_eq!(
-        token.len(),
-        48,
-        "the Locker's 64-bit tag and 128 random bits, hex"
+    // The token, then its owner (this process by default).
+    let (token, owner) = value.split_at(48);
+    assert!(
+        token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "the Locker's 64-bit tag and 128 random bits, hex: {value:?}"
+    );
+    let label = format!(":{}\t", std::process::id());
+    assert!(
+        owner.starts_with('\t') && owner.contains(&label),
+        "{value:?}"
     );
     let shown = format!("{lease:?} {locker:?}");
-    assert!(!shown.contains(&token), "{shown}");
+    assert!(!shown.contains(token), "{shown}");
     assert!(shown.contains("job"));
     lease.release().await.unwrap();
 }

@@ -249,7 +249,13 @@ async fn a_refused_try_lock_leaves_the_holder_unmarked() {
         let key = holder_side.admin().key(name);
         let held = holder_side.try_lock(name).await.unwrap();
         let value = get(node, &key).await.expect("held");
-        let token_like = |v: &str| v.len() == 48 && v.bytes().all(|b| b.is_ascii_hexdigit());
+        // The token (48 hex digits), then its owner, unmarked.
+        let token_like = |v: &str| {
+            v.len() > 49
+                && v.bytes().take(48).all(|b| b.is_ascii_hexdigit())
+                && v.as_bytes()[48] == b'\t'
+                && !v.ends_with('*')
+        };
         assert!(token_like(&value), "{name}: {value}");
 
         let refused = other.try_lock(name).await;

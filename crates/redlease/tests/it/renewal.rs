@@ -313,7 +313,10 @@ async fn one_overwritten_node_and_a_late_yes_do_not_lose_a_quorums_lease() {
     assert_eq!(held[0].as_deref(), Some("someone-else"));
     let ours = held[1].clone().expect("node 1 holds the key");
     assert_eq!(held[2].as_ref(), Some(&ours), "a quorum holds one token");
-    assert_eq!(ours.len(), 48, "our token: {ours:?}");
+    assert!(
+        ours.bytes().take(48).all(|b| b.is_ascii_hexdigit()) && ours[48..].starts_with('\t'),
+        "our token, then our owner: {ours:?}"
+    );
     for i in [1, 2] {
         let left = pttl(nodes.node(i), &key).await;
         assert!(left > 500, "node {i} renewed lately: PTTL {left}");

@@ -133,6 +133,18 @@ impl LockerBuilder {
         self.map(|b| b.lock_delay(delay))
     }
 
+    /// Who this Locker's leases say they are (`HOST:PID` by default):
+    /// [`LockerBuilder::owner`](crate::LockerBuilder::owner).
+    pub fn owner(self, label: impl Into<String>) -> Self {
+        self.map(|b| b.owner(label))
+    }
+
+    /// The same, for text a label cannot always hold:
+    /// [`LockerBuilder::owner_lossy`](crate::LockerBuilder::owner_lossy).
+    pub fn owner_lossy(self, text: &str) -> Self {
+        self.map(|b| b.owner_lossy(text))
+    }
+
     /// The expert settings:
     /// [`LockerBuilder::advanced`](crate::LockerBuilder::advanced).
     pub fn advanced(self, tune: impl FnOnce(Advanced) -> Advanced) -> Self {

@@ -61,9 +61,9 @@ pub(crate) async fn attempt(
         return Err(e.into());
     }
     let nodes = engine.nodes().len();
-    let tag = &engine.settings().tag;
+    let (tag, owner) = (&engine.settings().tag, &engine.settings().owner);
     let timeout = timing.node_timeout;
-    let mut ownership = Ownership::new(claim.clone(), nodes, tag, timeout);
+    let mut ownership = Ownership::new(claim.clone(), nodes, tag, Some(owner), timeout);
     let spelled = in_line.map(Place::spelled);
     if let Some(spelled) = &spelled {
         ownership.in_line = Some(Box::new((spelled.member.clone(), spelled.ticket)));

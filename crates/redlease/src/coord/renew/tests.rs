@@ -25,6 +25,7 @@ fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> En
         claim,
         nodes,
         &LockerTag::generate(),
+        None,
         timing.node_timeout,
     ));
     owner.state.modify(|s| *s = view);

@@ -39,6 +39,19 @@ fn held_by(f: &mut fmt::Formatter<'_>, h: &Held) -> fmt::Result {
     }
 }
 
+/// The owners the refusing nodes named, each once: "build-7:4121
+/// (./deploy.sh) for 12 s" (the time by this machine's clock).
+fn owners(held_on: &[Held]) -> Vec<String> {
+    let mut seen: Vec<&crate::core::owner::Holder> = Vec::new();
+    for h in held_on.iter().filter_map(|h| h.holder.as_ref()) {
+        if !seen.contains(&h) {
+            seen.push(h);
+        }
+    }
+    let now = std::time::SystemTime::now();
+    seen.iter().map(|h| h.describe(now)).collect()
+}
+
 /// Who holds the lock, if every refusing node said the same.
 fn one_holder(held_on: &[Held]) -> Option<HeldBy> {
     let first = held_on.first()?.by;
@@ -119,6 +132,10 @@ impl fmt::Display for Error {
                 match one_holder(held_on) {
                     Some(_) => list(f, held_on, held)?,
                     None => list(f, held_on, held_by)?,
+                }
+                let owners = owners(held_on);
+                if !owners.is_empty() {
+                    write!(f, "; held by {}", owners.join("; "))?;
                 }
                 if !failed.is_empty() {
                     f.write_str("; also failed: ")?;

@@ -39,7 +39,8 @@
 -- line, at most a second or the first one's handoff window; waiting:
 -- its queue's length;
 -- owner: who holds it, owner.lua, or 2^28 - 1 when nobody holds what it
--- needs but waiters came first); {3, n} when a name is a semaphore of
+-- needs but waiters came first; then the holder alone's owner label and
+-- time, as its token's tail gives them (engine.lua, E.owner_part)); {3, n} when a name is a semaphore of
 -- n permits, not the number asked (nothing written).
 local k = tonumber(ARGV[14])
 local token, ttl = ARGV[1], tonumber(ARGV[2])
@@ -155,7 +156,7 @@ if first then
       pttl = look
     end
   end
-  return {0, first, pttl, waiting, owner}
+  return {0, first, pttl, waiting, owner, E.owner_part(st.value)}
 end
 
 local value = E.member(token, ARGV[4] == '1')

@@ -8,10 +8,11 @@
 --   'permits:N'   holds of a semaphore of N permits, in K .. ':permits';
 --   'PLACE~'      reserved for the queued waiter PLACE, which wants it
 --                 alone (for the waiter's handoff window);
---   anything else one holder alone: 'token', then '|lineage' when bound
---                 to a replication lineage, then '*' once waiters queue
---                 (its release must serve them); a value another program
---                 wrote counts as a holder too.
+--   anything else one holder alone: 'token' (48 hex digits, then its
+--                 owner: TAB label TAB milliseconds, see owner.rs), then
+--                 '|lineage' when bound to a replication lineage, then '*'
+--                 once waiters queue (its release must serve them); a
+--                 value another program wrote counts as a holder too.
 -- A member of the readers or permits set is a holder's 'token[|lineage]'
 -- or a reservation 'PLACE~' for a queued waiter; a hold of W permits is W
 -- members, the first as said and the others with '#2' .. '#W' after it.
@@ -328,17 +329,27 @@ end
 
 -- Marks a holder alone for its waiters, so that its release serves them
 -- (a final '*'): only a value of this library (48 hex digits, then the
--- end or '|lineage'), never a foreign key.
+-- end, the owner's tab or '|lineage'), never a foreign key.
 function E.mark(key, st)
   local v = st.value
   if st.kind ~= 'w' or type(v) ~= 'string' or string.byte(v, -1) == 42 then
     return
   end
-  local hex = string.match(v, '^%x*')
-  if #hex == 48 and (#v == 48 or string.byte(v, 49) == 124) then
+  local hex, after = string.match(v, '^%x*'), string.byte(v, 49)
+  if #hex == 48 and (after == nil or after == 9 or after == 124) then
     redis.call('SET', key, v .. '*', 'KEEPTTL')
     st.value = v .. '*'
   end
+end
+
+-- What follows a holder's token (48 hex digits) in a value or member, up
+-- to '|lineage', the mark or a member's '#i': its owner ('\tLABEL\tMS',
+-- see owner.rs), never the token; '' for a value of another kind.
+function E.owner_part(v)
+  if type(v) ~= 'string' or #string.match(v, '^%x*') < 48 then
+    return ''
+  end
+  return string.match(string.sub(v, 49), '^[^|*#]*')
 end
 
 -- Whether `value` (K's, a holder alone) is `token`'s: the token, then

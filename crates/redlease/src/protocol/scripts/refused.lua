@@ -7,8 +7,8 @@
 -- The mark: a holder that is not of this Locker gets '*' appended to its
 -- value (its TTL kept), so that its release is published (release.lua); a
 -- holder of this Locker wakes its waiters in-process and is left alone.
--- Only a redlease value is marked (48 hex digits, then the end or
--- '|lineage'): a key of another program, or of a redlease version whose
+-- Only a redlease value is marked (48 hex digits, then the end, the
+-- owner's tab or '|lineage'): a key of another program, or of a redlease version whose
 -- tokens are 32 digits (it publishes every release), is never changed.
 -- Whoever holds the lock now is the one marked, in one step with the
 -- PTTL: a release before this finds the key gone (or a new holder, marked
@@ -21,7 +21,8 @@ if ARGV[3] == '1' and type(value) == 'string'
     and string.sub(value, 1, #ARGV[1]) ~= ARGV[1]
     and string.byte(value, -1) ~= 42 then
   local hex = string.match(value, '^%x*')
-  if #hex == 48 and (#value == 48 or string.byte(value, 49) == 124) then
+  local after = string.byte(value, 49)
+  if #hex == 48 and (after == nil or after == 9 or after == 124) then
     redis.call('SET', KEYS[1], value .. '*', 'KEEPTTL')
   end
 end

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::core::keys::LockKeys;
 use crate::core::node_error::{NodeError, NodeErrorKind};
+use crate::core::owner::Holder;
 use crate::core::token::Token;
 use crate::core::vote_guard::{ClockSample, ServerFacts};
 use crate::protocol::acquire::{
@@ -21,8 +22,9 @@ use super::{Gate, Node};
 enum Plain {
     /// Taken, with the new key's expiry when the clock guard asked for it.
     Taken(Option<u64>),
-    /// Refused, with the follow-up's details and the holder's fingerprint.
-    Held(RefusedReply, u32),
+    /// Refused, with the follow-up's details, the holder's fingerprint
+    /// and who its token names.
+    Held(RefusedReply, u32, Option<Holder>),
     /// The server does not know `SET ... NX GET`: nothing was written.
     Unsupported,
 }
@@ -54,6 +56,8 @@ pub(crate) enum AcquireReply {
         waiting: u64,
         /// Who holds it (see [`Owner`](crate::core::refusal::Owner)).
         owner: u32,
+        /// Who the holder's token names, if anyone.
+        holder: Option<Holder>,
     },
 }
 
@@ -89,7 +93,7 @@ impl Node {
                 false => None,
             };
             let answer = match set_nx::parse(&replies, clock) {
-                Ok(SetNx::Held { owner }) => {
+                Ok(SetNx::Held { owner, holder }) => {
                     // Marks a holder of another Locker for our waiters
                     // if we wait (see refused.lua).
                     let call = RefusedRequest {
@@ -100,7 +104,7 @@ impl Node {
                     }
                     .call();
                     let refusal: RefusedReply = conn.eval(&REFUSED, &call).await?;
-                    Ok(Plain::Held(refusal, owner))
+                    Ok(Plain::Held(refusal, owner, holder))
                 }
                 Ok(SetNx::Taken(expiry)) => Ok(Plain::Taken(expiry)),
                 Ok(SetNx::Unsupported) => Ok(Plain::Unsupported),
@@ -115,11 +119,12 @@ impl Node {
             Ok(Plain::Taken(expiry)) => {
                 expiry.map(|expiry| ClockSample::from_expiry(sent, received, expiry, ttl_ms))
             }
-            Ok(Plain::Held(refusal, owner)) => {
+            Ok(Plain::Held(refusal, owner, holder)) => {
                 let held = AcquireReply::Held {
                     expires_in: refusal.expires_in,
                     waiting: refusal.waiting,
                     owner,
+                    holder,
                 };
                 return self.judge_refusal(shard, held).map(Some);
             }
