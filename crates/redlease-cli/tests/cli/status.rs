@@ -24,6 +24,13 @@ fn status(urls: &[String], key: &str) -> crate::support::Finished {
     )
 }
 
+/// `redlease run` of `key` over `urls`; the caller adds its flags.
+fn run_of(urls: &[String], key: &str) -> std::process::Command {
+    let mut cmd = redlease();
+    cmd.args(["run", "--nodes", &urls.join(","), "--key", key]);
+    cmd
+}
+
 #[test]
 fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
     let mut nodes = RedisNodes::start(3);
@@ -60,16 +67,8 @@ fn status_shows_a_held_lock_and_its_counter_but_never_the_token() {
 
     // A `run` waiting for the lock shows as one waiting process.
     let waiter = start(
-        redlease()
-            .args([
-                "run",
-                "--nodes",
-                &urls.join(","),
-                "--key",
-                "report",
-                "--wait",
-                "20s",
-            ])
+        run_of(&urls, "report")
+            .args(["--wait", "20s"])
             .args(["--", "true"]),
     );
     eventually(Duration::from_secs(10), "the waiter to subscribe", || {
@@ -132,8 +131,7 @@ fn status_tells_readers_from_a_writer() {
     let hold = r#"touch "$READY"; i=0; while [ ! -e "$STOP" ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done"#;
     let holder = |flags: &[&str], ready: &std::path::Path| {
         start(
-            redlease()
-                .args(["run", "--nodes", &urls.join(","), "--key", "books"])
+            run_of(&urls, "books")
                 .args(flags)
                 .args(["--", "sh", "-c", hold])
                 .env("READY", ready)
@@ -289,9 +287,7 @@ fn a_semaphore_is_not_free_when_too_few_nodes_have_room_for_a_permit() {
     assert!(!out.stdout.contains("FREE"), "{out:#?}");
     // As a run finds it.
     let refused = run(
-        redlease()
-            .args(["run", "--nodes", &urls.join(","), "--key", "encoders"])
-            .args(["--permits", "2", "--no-wait", "--", "true"]),
+        run_of(&urls, "encoders").args(["--permits", "2", "--no-wait", "--", "true"]),
         LIMIT,
     );
     refused.expect(1);
@@ -395,8 +391,7 @@ fn status_and_a_refused_run_name_the_running_command() {
     let dir = tempfile::tempdir().unwrap();
     let started = dir.path().join("started");
     let child = start(
-        redlease()
-            .args(["run", "--nodes", &urls.join(","), "--key", "deploy"])
+        run_of(&urls, "deploy")
             .args(["--", "sh", "-c", r#"touch "$STARTED"; exec sleep 30"#])
             .env("STARTED", &started),
     );
@@ -413,15 +408,8 @@ fn status_and_a_refused_run_name_the_running_command() {
         "{held:#?}"
     );
     let refused = run(
-        redlease()
-            .args([
-                "run",
-                "--nodes",
-                &urls.join(","),
-                "--key",
-                "deploy",
-                "--no-wait",
-            ])
+        run_of(&urls, "deploy")
+            .args(["--no-wait"])
             .args(["--", "true"]),
         LIMIT,
     );
@@ -434,8 +422,7 @@ fn status_and_a_refused_run_name_the_running_command() {
     crate::support::signal(&child, rustix::process::Signal::TERM);
     finish(child, LIMIT);
     let named = start(
-        redlease()
-            .args(["run", "--nodes", &urls.join(","), "--key", "deploy"])
+        run_of(&urls, "deploy")
             .args(["--owner", "deploy of v2.3 by ana"])
             .args([
                 "--",

@@ -44,6 +44,30 @@ async fn lost(lease: &redlease::Lease) {
         .expect("a lease not kept alive is lost within its TTL");
 }
 
+/// Once `lease` (taken at `start`) is lost and dropped without a
+/// release: `try_now` is refused, and `wait` gets the names no sooner
+/// than the TTL and the lock-delay after `start`.
+async fn kept_for_the_delay(
+    start: Instant,
+    lease: redlease::Lease,
+    try_now: impl std::future::IntoFuture<Output = Result<redlease::Lease, Error>>,
+    wait: impl std::future::IntoFuture<Output = Result<redlease::Lease, Error>>,
+) {
+    lost(&lease).await;
+    drop(lease);
+    match try_now.await {
+        Err(Error::Taken { .. }) => {}
+        other => panic!("granted during the lock-delay: {other:?}"),
+    }
+    let next = wait.await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= TTL + DELAY - 10 * MS,
+        "granted {waited:?} after the first acquire, within its TTL and lock-delay"
+    );
+    next.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_lease_lost_without_a_release_keeps_its_name_for_the_delay() {
     let nodes = RedisNodes::start(3);
@@ -58,20 +82,8 @@ async fn a_lease_lost_without_a_release_keeps_its_name_for_the_delay() {
         "{left:?}"
     );
 
-    lost(&lease).await;
-    drop(lease);
     // Its holder gone without a release: nobody else has it yet.
-    match other.try_lock("job").await {
-        Err(Error::Taken { .. }) => {}
-        other => panic!("taken during the lock-delay: {other:?}"),
-    }
-    let next = other.lock("job").await.unwrap();
-    let waited = start.elapsed();
-    assert!(
-        waited >= TTL + DELAY - 10 * MS,
-        "granted {waited:?} after the first acquire, within its TTL and lock-delay"
-    );
-    next.release().await.unwrap();
+    kept_for_the_delay(start, lease, other.try_lock("job"), other.lock("job")).await;
 }
 
 #[tokio::test]
@@ -142,15 +154,7 @@ async fn a_lost_reader_keeps_writers_out_for_the_delay() {
     let (holder, other) = (delayed(&nodes, DELAY), delayed(&nodes, Duration::ZERO));
     let start = Instant::now();
     let reader = holder.read_lock("job").await.unwrap();
-    lost(&reader).await;
-    drop(reader);
-    match other.try_lock("job").await {
-        Err(Error::Taken { .. }) => {}
-        other => panic!("a writer got in during the reader's lock-delay: {other:?}"),
-    }
-    let writer = other.lock("job").await.unwrap();
-    assert!(start.elapsed() >= TTL + DELAY - 10 * MS);
-    writer.release().await.unwrap();
+    kept_for_the_delay(start, reader, other.try_lock("job"), other.lock("job")).await;
 }
 
 #[tokio::test]
@@ -202,15 +206,7 @@ async fn on_a_cluster_a_lost_set_keeps_every_slot_for_the_delay() {
     let names = ["a", "b", "c", "d"];
     let start = Instant::now();
     let set = holder.lock_all(names).await.unwrap();
-    lost(&set).await;
-    drop(set);
-    match other.try_lock_all(names).await {
-        Err(Error::Taken { .. }) => {}
-        other => panic!("taken during the lock-delay: {other:?}"),
-    }
-    let next = other.lock_all(names).await.unwrap();
-    assert!(start.elapsed() >= TTL + DELAY - 10 * MS);
-    next.release().await.unwrap();
+    kept_for_the_delay(start, set, other.try_lock_all(names), other.lock_all(names)).await;
 }
 
 #[tokio::test]
@@ -219,13 +215,6 @@ async fn a_lost_permit_stays_taken_for_the_delay() {
     let (holder, other) = (delayed(&nodes, DELAY), delayed(&nodes, Duration::ZERO));
     let start = Instant::now();
     let permit = holder.semaphore("slots", 1).acquire().await.unwrap();
-    lost(&permit).await;
-    drop(permit);
-    match other.semaphore("slots", 1).try_acquire().await {
-        Err(Error::Taken { .. }) => {}
-        other => panic!("a permit granted during the lock-delay: {other:?}"),
-    }
-    let next = other.semaphore("slots", 1).acquire().await.unwrap();
-    assert!(start.elapsed() >= TTL + DELAY - 10 * MS);
-    next.release().await.unwrap();
+    let slots = other.semaphore("slots", 1);
+    kept_for_the_delay(start, permit, slots.try_acquire(), slots.acquire()).await;
 }
