@@ -254,6 +254,12 @@ impl Advanced {
         Ok(())
     }
 
+    /// How long a server must stay out after a restart to cover a hold
+    /// the servers keep for `held`: that plus its drift allowance.
+    pub(super) fn covering(&self, held: Duration) -> Duration {
+        held + self.drift.drift(held)
+    }
+
     /// The restart quarantine for a Locker whose default TTL is `ttl` and
     /// lock-delay `lock_delay`: zero (off), or covering both plus drift.
     pub(super) fn checked_quarantine(
@@ -261,8 +267,7 @@ impl Advanced {
         ttl: Duration,
         lock_delay: Duration,
     ) -> Result<Duration, Error> {
-        let held = ttl + lock_delay;
-        let covered = held + self.drift.drift(held);
+        let covered = self.covering(ttl + lock_delay);
         let quarantine = self.quarantine.unwrap_or(covered);
         if !quarantine.is_zero() && (quarantine < covered || quarantine > MAX_TTL) {
             return Err(Error::invalid(

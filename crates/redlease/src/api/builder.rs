@@ -438,8 +438,8 @@ impl LockerBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
-        let lock_delay =
-            Duration::from_millis(self.lock_delay.as_millis().min(u128::from(u64::MAX)) as u64);
+        // Whole milliseconds, as the servers are told.
+        let lock_delay = Duration::from_millis(self.lock_delay.min(MAX_TTL).as_millis() as u64);
         if self.lock_delay > MAX_TTL || self.ttl + lock_delay > MAX_TTL {
             return Err(Error::invalid(
                 "lock_delay",
@@ -458,7 +458,7 @@ impl LockerBuilder {
             None => crate::core::owner::default_owner().into(),
         };
         let quarantine = advanced.checked_quarantine(self.ttl, lock_delay)?;
-        let covered = self.ttl + lock_delay + advanced.drift.drift(self.ttl + lock_delay);
+        let covered = advanced.covering(self.ttl + lock_delay);
         let tag = LockerTag::generate();
         let connect = ConnectSettings {
             tag,
