@@ -185,9 +185,8 @@ pub async fn status(args: StatusArgs) -> Exit {
     // Who: the owner each holder's lease names (never its token), before
     // the verdict, which stays the last line.
     let now = std::time::SystemTime::now();
-    let holders: Vec<String> = status.holders().iter().map(|h| h.describe(now)).collect();
-    if !holders.is_empty() {
-        println!("held by {}", holders.join("; "));
+    if let Some(who) = redlease::Holder::describe_all(&status.holders(), now) {
+        println!("held by {who}");
     }
     println!(
         "{}{writer_waits}; {waiting} process{} waiting; {counter}",

@@ -536,15 +536,8 @@ impl Want {
             _ => (None, 1),
         };
         // Who, as the holders' leases name themselves (never a token).
-        let now = std::time::SystemTime::now();
-        let mut who: Vec<String> = Vec::new();
-        for h in held_on.iter().filter_map(|h| h.holder.as_ref()) {
-            let said = h.describe(now);
-            if !who.contains(&said) {
-                who.push(said);
-            }
-        }
-        let who = (!who.is_empty()).then(|| who.join("; "));
+        let named = held_on.iter().filter_map(|h| h.holder.as_ref());
+        let who = redlease::Holder::describe_all(named, std::time::SystemTime::now());
         match (by, permits) {
             _ if self.all() => match &who {
                 Some(who) => format!("one or more of the locks {key} are held, by {who}"),

@@ -256,15 +256,11 @@ impl LockStatus {
     /// # }
     /// ```
     pub fn holders(&self) -> Vec<Holder> {
-        let mut seen: Vec<Holder> = Vec::new();
-        for state in self.nodes.iter().filter_map(|(_, a)| a.as_ref().ok()) {
-            for h in &state.holders {
-                if !seen.contains(h) {
-                    seen.push(h.clone());
-                }
-            }
-        }
-        seen
+        let answered = self.nodes.iter().filter_map(|(_, a)| a.as_ref().ok());
+        crate::core::owner::distinct(answered.flat_map(|state| &state.holders))
+            .into_iter()
+            .cloned()
+            .collect()
     }
 
     /// The highest fencing counter any node reported: no token handed out

@@ -81,6 +81,18 @@ pub(crate) fn suffix(label: &str) -> String {
     format!("\t{label}\t{ms}")
 }
 
+/// Whether `part` is what [`suffix`] writes: `\tLABEL\tMS`, with a label
+/// [`check_label`] takes and `MS` a count of milliseconds.
+pub(crate) fn is_owner_part(part: &str) -> bool {
+    let Some((label, ms)) = part.strip_prefix('\t').and_then(|p| p.split_once('\t')) else {
+        return false;
+    };
+    check_label(label).is_ok()
+        && !ms.is_empty()
+        && ms.len() <= 20
+        && ms.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// A holder as a stored hold names it (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -119,7 +131,7 @@ impl Holder {
     /// The holder a lock key's value names, if it is a redlease holder's
     /// with an owner (48 hex digits, then `\tLABEL\tMS`).
     pub(crate) fn of_stored(value: &[u8]) -> Option<Holder> {
-        let (token, rest) = value.split_at_checked(48)?;
+        let (token, rest) = value.split_at_checked(crate::core::token::Token::LEN)?;
         if !token.iter().all(u8::is_ascii_hexdigit) || rest.first() != Some(&b'\t') {
             return None;
         }
@@ -160,6 +172,37 @@ impl Holder {
         };
         format!("{who}{weight}{held}")
     }
+
+    /// `holders` each once, [described](Self::describe) and joined by
+    /// "; " ("build-7:4121 for 12 s; ci-3:88 for 2 s"); `None` for none.
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// let now = std::time::SystemTime::now();
+    /// if let Some(who) = redlease::Holder::describe_all(&status.holders(), now) {
+    ///     println!("held by {who}");
+    /// }
+    /// # }
+    /// ```
+    pub fn describe_all<'a>(
+        holders: impl IntoIterator<Item = &'a Holder>,
+        now: SystemTime,
+    ) -> Option<String> {
+        let said: Vec<String> = distinct(holders).iter().map(|h| h.describe(now)).collect();
+        (!said.is_empty()).then(|| said.join("; "))
+    }
+}
+
+/// `holders` each once (the same lease seen on several nodes is one
+/// holder), in the order given.
+pub(crate) fn distinct<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<&'a Holder> {
+    let mut seen: Vec<&Holder> = Vec::new();
+    for h in holders {
+        if !seen.contains(&h) {
+            seen.push(h);
+        }
+    }
+    seen
 }
 
 /// A duration as a person reads it: "850 ms", "12 s", "3 min 5 s", "2 h 4 min".

@@ -13,7 +13,8 @@ use std::fmt;
 pub(crate) struct Token(Box<str>);
 
 impl Token {
-    const LEN: usize = LockerTag::LEN + 32;
+    /// The secret's length: 48 hex digits.
+    pub(crate) const LEN: usize = LockerTag::LEN + 32;
 
     /// A fresh token of the Locker tagged `tag`, naming `owner` (a checked
     /// label) if given.
@@ -66,12 +67,8 @@ impl Token {
             return None;
         }
         let rest = &text[Token::LEN..];
-        if !rest.is_empty() {
-            let (label, ms) = rest.strip_prefix('\t')?.split_once('\t')?;
-            crate::core::owner::check_label(label).ok()?;
-            if ms.is_empty() || ms.len() > 20 || !ms.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
+        if !rest.is_empty() && !crate::core::owner::is_owner_part(rest) {
+            return None;
         }
         Some(Token(text.into()))
     }

@@ -17,6 +17,7 @@ use super::acquire::{OnRefusal, ServerTime};
 use super::lua::{malformed, millis, Flag, PubSub};
 use super::lua::{ACQUIRE, DOWNGRADE, EXTEND, INSPECT, LEAVE, RELEASE};
 use crate::core::mode::Hold;
+use crate::core::owner::Holder;
 
 #[cfg(test)]
 mod servers;
@@ -155,8 +156,8 @@ pub(crate) enum ClaimAcquireReply {
         expires_in: Option<Duration>,
         waiting: u64,
         owner: u32,
-        /// The holder alone's token tail (`\tLABEL\tMS`), or empty.
-        holder: String,
+        /// Who the holder alone's token names, if anyone.
+        holder: Option<Holder>,
     },
     /// A name is a semaphore of this many permits, not the number asked.
     PermitsDiffer { permits: u32 },
@@ -199,11 +200,8 @@ impl FromRedisValue for ClaimAcquireReply {
                 waiting: natural(3)?,
                 owner: u32::try_from(int(4)?).map_err(|_| bad())?,
                 holder: match items.get(5) {
-                    None => String::new(),
-                    Some(Value::BulkString(b)) => {
-                        String::from_utf8(b.clone()).map_err(|_| bad())?
-                    }
-                    Some(_) => return Err(bad()),
+                    None => None,
+                    Some(part) => Holder::of_owner_part(&owner_part(part).ok_or_else(bad)?),
                 },
             }),
             3 if items.len() == 2 => Ok(ClaimAcquireReply::PermitsDiffer {
@@ -460,9 +458,9 @@ pub(crate) struct Inspected {
     pub(crate) waiting: u64,
     /// Of those, places that want the name alone.
     pub(crate) writers: u64,
-    /// Each holder's owner (the tail of its token, `\tLABEL\tMS`, or
-    /// empty) and weight.
-    pub(crate) holders: Vec<(String, u32)>,
+    /// Each holder, with its weight (unnamed where its token names no
+    /// owner).
+    pub(crate) holders: Vec<Holder>,
 }
 
 /// How a name's key is held (see [`Inspected`]).
@@ -473,6 +471,15 @@ pub(crate) enum HeldAs {
     Readers,
     Permits,
     Reserved,
+}
+
+/// A token's tail as the scripts give it (`\tLABEL\tMS`, or empty).
+fn owner_part(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
 }
 
 impl FromRedisValue for Inspected {
@@ -494,14 +501,9 @@ impl FromRedisValue for Inspected {
         let holders = holders
             .chunks(2)
             .map(|pair| match pair {
-                [owner, Value::Int(weight)] => {
-                    let owner = match owner {
-                        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-                        Value::SimpleString(s) => Some(s.clone()),
-                        _ => None,
-                    }?;
-                    Some((owner, u32::try_from(*weight).ok()?))
-                }
+                [part, Value::Int(weight)] => Some(
+                    Holder::of_value(&owner_part(part)?).weighing(u32::try_from(*weight).ok()?),
+                ),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()
@@ -551,7 +553,7 @@ mod tests {
                 expires_in: Some(Duration::from_millis(1500)),
                 waiting: 3,
                 owner: 42,
-                holder: String::new()
+                holder: None
             })
         );
         assert_eq!(
@@ -561,7 +563,7 @@ mod tests {
                 expires_in: None,
                 waiting: 0,
                 owner: 0,
-                holder: String::new()
+                holder: None
             })
         );
         assert_eq!(

@@ -7,6 +7,7 @@ use std::fmt;
 use super::{Error, Op};
 use crate::core::mode::LockMode;
 use crate::core::node_error::NodeErrorKind;
+use crate::core::owner::Holder;
 use crate::core::refusal::{Held, HeldBy};
 
 /// Writes `a, b, c` for any list.
@@ -37,19 +38,6 @@ fn held_by(f: &mut fmt::Formatter<'_>, h: &Held) -> fmt::Result {
         Some(d) => write!(f, "{} ({}, expires in {d:?})", h.node, h.by),
         None => write!(f, "{} ({}, no expiry set)", h.node, h.by),
     }
-}
-
-/// The owners the refusing nodes named, each once: "build-7:4121
-/// (./deploy.sh) for 12 s" (the time by this machine's clock).
-fn owners(held_on: &[Held]) -> Vec<String> {
-    let mut seen: Vec<&crate::core::owner::Holder> = Vec::new();
-    for h in held_on.iter().filter_map(|h| h.holder.as_ref()) {
-        if !seen.contains(&h) {
-            seen.push(h);
-        }
-    }
-    let now = std::time::SystemTime::now();
-    seen.iter().map(|h| h.describe(now)).collect()
 }
 
 /// Who holds the lock, if every refusing node said the same.
@@ -133,9 +121,10 @@ impl fmt::Display for Error {
                     Some(_) => list(f, held_on, held)?,
                     None => list(f, held_on, held_by)?,
                 }
-                let owners = owners(held_on);
-                if !owners.is_empty() {
-                    write!(f, "; held by {}", owners.join("; "))?;
+                // Who, each once (the time by this machine's clock).
+                let named = held_on.iter().filter_map(|h| h.holder.as_ref());
+                if let Some(who) = Holder::describe_all(named, std::time::SystemTime::now()) {
+                    write!(f, "; held by {who}")?;
                 }
                 if !failed.is_empty() {
                     f.write_str("; also failed: ")?;

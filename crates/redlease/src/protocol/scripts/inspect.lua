@@ -21,10 +21,9 @@ for _, place in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
     writers = writers + 1
   end
 end
-local owner_part = E.owner_part
 local holders = {}
 if st.kind == 'w' and type(st.value) == 'string' then
-  holders = {owner_part(st.value), 1}
+  holders = {E.owner_part(st.value), 1}
 elseif st.kind == 'r' or st.kind == 'p' then
   local weights, order = {}, {}
   -- The 1,000 members that expire last (ZRANGE by rank: the rule grants
@@ -43,7 +42,7 @@ elseif st.kind == 'r' or st.kind == 'p' then
     end
   end
   for _, base in ipairs(order) do
-    holders[#holders + 1] = owner_part(base)
+    holders[#holders + 1] = E.owner_part(base)
     holders[#holders + 1] = weights[base]
   end
 end

@@ -14,7 +14,6 @@ use crate::core::claim::Claim;
 use crate::core::keys::hash_slot;
 use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeErrorKind};
-use crate::core::owner::Holder;
 use crate::core::token::Token;
 use crate::core::vote_guard::ClockSample;
 use crate::protocol::acquire::OnRefusal;
@@ -183,7 +182,7 @@ impl Node {
                             expires_in,
                             waiting,
                             owner,
-                            holder: Holder::of_owner_part(&holder),
+                            holder,
                         };
                         refused = Some((name, shard, held));
                     }

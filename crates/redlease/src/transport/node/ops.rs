@@ -8,7 +8,6 @@ use crate::core::keys::{release_channel, LockKeys};
 use crate::core::lock_status::{KeyState, NodeLockState, NodeQuarantine};
 use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeErrorKind};
-use crate::core::owner::Holder;
 use crate::core::vote_guard::ServerFacts;
 use crate::protocol::claim::{ClaimInspect, HeldAs, Inspected};
 use crate::protocol::lease::{ForceReleaseReply, ForceReleaseRequest};
@@ -112,11 +111,7 @@ impl Node {
             readers: held.members,
             writer_waits: held.writers > 0,
             reserved: held.how == HeldAs::Reserved,
-            holders: held
-                .holders
-                .iter()
-                .map(|(owner, weight)| Holder::of_value(owner).weighing(*weight))
-                .collect(),
+            holders: held.holders,
         })
     }
 
