@@ -168,6 +168,10 @@ async fn an_empty_restart_does_not_hand_a_held_lock_to_a_second_client() {
             Holds::Permit => holder.semaphore("job", 1).try_acquire().await,
         };
         let lease = lease.expect("3 of 3");
+        // Granted at a quorum: node 2's request may still be on its way.
+        // Landed after the rival's, it would leave node 2's fencing
+        // counter unwritten, and the rival's token could equal ours.
+        holder.admin().wait_for_background().await;
         let key = holder.admin().key("job");
         let (readers, permits) = (format!("{key}:readers"), format!("{key}:permits"));
         crate::support::command(nodes.node(2), &["DEL", &key, &readers, &permits]).await;
