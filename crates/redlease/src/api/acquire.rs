@@ -45,6 +45,8 @@ pub struct Acquire<'a> {
     /// The other names of a multi-lock (`lock_all`, `and_read`), taken
     /// with `resource`, all or none, each in its hold.
     others: Vec<(String, Hold)>,
+    /// Draws a fencing token whatever the settings say (an election's).
+    fenced: bool,
 }
 
 impl std::fmt::Debug for Acquire<'_> {
@@ -75,7 +77,15 @@ impl<'a> Acquire<'a> {
             hold,
             refused: None,
             others: Vec::new(),
+            fenced: false,
         }
+    }
+
+    /// Draws a fencing token whatever the Locker's settings say (an
+    /// election's term).
+    pub(crate) fn fenced(mut self) -> Self {
+        self.fenced = true;
+        self
     }
 
     /// A request for every name of `names` at once, all or none.
@@ -299,7 +309,11 @@ impl<'a> Acquire<'a> {
             // Boxed: a multi-lock's state need not weigh on every lock.
             return Box::pin(self.run_all(timing)).await;
         }
-        let claim = Claim::one(engine.keys(&self.resource), self.hold);
+        let keys = match self.fenced {
+            true => engine.fenced_keys(&self.resource),
+            false => engine.keys(&self.resource),
+        };
+        let claim = Claim::one(keys, self.hold);
         let grant = wait::lock(engine, &self.resource, &claim, timing, &self.retry).await?;
         let mut lease = match Lease::new(grant, self.resource) {
             Ok(lease) => lease,

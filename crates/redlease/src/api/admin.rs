@@ -78,18 +78,7 @@ impl<'a> Admin<'a> {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, resource: &str) -> Result<LockStatus, Error> {
-        let timeout = self.admin_timeout(resource)?;
-        let keys = self.engine.keys(resource);
-        let answers = join_all(self.engine.nodes().iter().map(|node| {
-            let keys = &keys;
-            async move { (node.id().clone(), node.inspect(keys, timeout).await) }
-        }))
-        .await;
-        Ok(LockStatus {
-            resource: resource.to_string(),
-            key: keys.lock.to_string(),
-            nodes: answers,
-        })
+        crate::coord::watch::inspect(self.engine, resource).await
     }
 
     /// Connects to every node now and checks that no two of them are one

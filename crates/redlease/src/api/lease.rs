@@ -131,6 +131,18 @@ impl Lease {
     }
 
     /// Hands the lease to its Locker's renewer.
+    /// The Locker's engine, the lease's shared record and its timing, for
+    /// what builds on a lease (an election's leader record).
+    pub(crate) fn parts(
+        &self,
+    ) -> (
+        &Arc<crate::coord::engine::Engine>,
+        &Arc<crate::coord::ownership::Ownership>,
+        crate::core::validity::Timing,
+    ) {
+        (&self.guard.engine, &self.guard.ownership, self.guard.timing)
+    }
+
     pub(crate) fn start_renewal(&mut self) {
         let engine = &self.guard.engine;
         let nodes = engine.nodes().len();

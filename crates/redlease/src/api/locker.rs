@@ -271,6 +271,40 @@ impl Locker {
         Semaphore::new(&self.engine, resource.into(), permits)
     }
 
+    /// The election on `name`: campaign for its lead, ask who leads,
+    /// observe each change (see [`Election`](crate::Election)). The
+    /// election's lock is the lock of that name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let election = locker.election("scheduler");
+    /// assert!(election.leader().await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> crate::Election<'_> {
+        crate::Election::new(&self.engine, name.into())
+    }
+
+    /// Watches `resource`: its state now, then each time it changes
+    /// (see [`Watch`](crate::Watch)). Nothing is sent until the first
+    /// [`changed`](crate::Watch::changed).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), redlease::Error> {
+    /// # let nodes = redlease_testkit::RedisNodes::start(1);
+    /// # let locker = redlease::Locker::builder(nodes.urls()).advanced(|a| a.restart_quarantine(std::time::Duration::ZERO)).build()?; // brand-new test servers
+    /// let mut watch = locker.watch("nightly-report");
+    /// println!("{:?}", watch.changed().await?.verdict());
+    /// # Ok(()) }
+    /// ```
+    pub fn watch(&self, resource: impl Into<String>) -> crate::Watch {
+        crate::Watch::new(self.engine.clone(), resource.into())
+    }
+
     fn acquire(&self, resource: String, hold: Hold) -> Acquire<'_> {
         let retry = self.engine.settings().retry.clone();
         Acquire::new(&self.engine, resource, retry, hold)

@@ -199,7 +199,18 @@ impl Engine {
         lock_key(&self.settings.prefix, resource)
     }
 
+    /// The keys of `resource`; a claim on them draws a fencing token when
+    /// the Locker's settings say so.
     pub(crate) fn keys(&self, resource: &str) -> LockKeys {
+        match self.settings.fencing {
+            true => self.fenced_keys(resource),
+            false => LockKeys::new(&self.settings.prefix, resource, 0),
+        }
+    }
+
+    /// The keys of `resource`, drawing a fencing token whatever the
+    /// settings say (an election's term).
+    pub(crate) fn fenced_keys(&self, resource: &str) -> LockKeys {
         LockKeys::new(
             &self.settings.prefix,
             resource,

@@ -9,6 +9,10 @@
 //!   nobody waits for the answer; a downgrade, which gives back the write
 //!   hold and keeps a read hold.
 //!
+//! Beside them, [`watch`]: what the nodes say of a name, and the same
+//! again each time it changes (for watchers and elections' observers);
+//! and [`elect`]: an election's leader record, written at quorum.
+//!
 //! Beneath them: the lease's one shared record ([`ownership`]), the guard
 //! that gives it back if nobody else does ([`guard`]), one request to
 //! every node decided at quorum ([`fanout`]), the Locker's nodes and books
@@ -16,9 +20,11 @@
 
 pub(crate) mod acquire;
 pub(crate) mod background;
+pub(crate) mod elect;
 pub(crate) mod engine;
 pub(crate) mod fanout;
 pub(crate) mod guard;
 pub(crate) mod ownership;
 pub(crate) mod release;
 pub(crate) mod renew;
+pub(crate) mod watch;

@@ -74,9 +74,11 @@ impl Ownership {
         nodes: usize,
         tag: &LockerTag,
         owner: Option<&str>,
+        lock_delay: Duration,
         node_timeout: Duration,
     ) -> Self {
-        Ownership::adopted(claim, nodes, Token::generate(tag, owner), node_timeout)
+        let token = Token::generate(tag, owner, lock_delay);
+        Ownership::adopted(claim, nodes, token, node_timeout)
     }
 
     /// A claim on a lease exported by another Locker (see
@@ -244,7 +246,7 @@ mod tests {
             crate::core::keys::LockKeys::new("p:", "k", 1),
             Hold::Exclusive,
         );
-        let ownership = Ownership::new(claim, 3, &tag, None, timeout);
+        let ownership = Ownership::new(claim, 3, &tag, None, Duration::ZERO, timeout);
         assert_eq!(ownership.release_timeout(), Duration::from_millis(3));
     }
 }

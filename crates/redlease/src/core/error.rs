@@ -27,6 +27,9 @@ pub enum Op {
     ForceRelease,
     /// Turning a write lease into a read lease ([`Lease::downgrade`](crate::Lease::downgrade)).
     Downgrade,
+    /// An election's leader saying what it leads with
+    /// ([`Leadership::proclaim`](crate::Leadership::proclaim)).
+    Proclaim,
 }
 
 impl fmt::Display for Op {
@@ -37,6 +40,7 @@ impl fmt::Display for Op {
             Op::Extend => "extend",
             Op::ForceRelease => "force-release",
             Op::Downgrade => "downgrade",
+            Op::Proclaim => "proclaim",
         })
     }
 }

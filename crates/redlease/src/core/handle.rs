@@ -251,7 +251,7 @@ mod tests {
         Exported {
             holds: vec![hold; names.len()],
             ttl: Duration::from_secs(30),
-            token: Token::generate(&LockerTag::generate(), None),
+            token: Token::generate(&LockerTag::generate(), None, std::time::Duration::ZERO),
             prefix: "redlease:".into(),
             names: names.iter().map(|n| n.to_string()).collect(),
             fences,
@@ -285,8 +285,18 @@ mod tests {
                 token: Token::generate(
                     &LockerTag::generate(),
                     Some("ci-7.eu:42 (make -j8 deploy)"),
+                    std::time::Duration::ZERO,
                 ),
                 ..exported(Hold::Exclusive, &["job"], Some(vec![3]))
+            },
+            // A token naming its lock-delay too.
+            Exported {
+                token: Token::generate(
+                    &LockerTag::generate(),
+                    Some("ci-7:42"),
+                    std::time::Duration::from_secs(15),
+                ),
+                ..exported(Hold::Exclusive, &["job"], None)
             },
         ] {
             let text = e.encode();
@@ -414,7 +424,7 @@ mod tests {
                 Exported {
                     holds,
                     ttl: Duration::from_millis(ttl_ms),
-                    token: Token::generate(&LockerTag::generate(), None),
+                    token: Token::generate(&LockerTag::generate(), None, std::time::Duration::ZERO),
                     prefix,
                     fences: fence.map(|f| (0..names.len() as u64).map(|i| f ^ i).collect()),
                     names,

@@ -87,6 +87,8 @@ fn shorten(text: &str) -> String {
 #[derive(Clone, Debug)]
 pub(crate) struct LockKeys {
     pub(crate) lock: Arc<str>,
+    /// How long the fencing counter lives without an acquisition; 0: the
+    /// claim draws no fencing token.
     pub(crate) fence_expiry_ms: u64,
 }
 
@@ -153,6 +155,18 @@ pub(crate) fn own_channel(lock_key: &str, tag: &str) -> String {
     text.push(':');
     text.push_str(tag);
     text
+}
+
+/// The channel on which every change of the name of `lock_key` is told
+/// to its watchers (engine.lua, `E.changed`), in the lock's hash slot.
+pub(crate) fn changed_channel(lock_key: &str) -> String {
+    suffixed(lock_key, ":changed")
+}
+
+/// The key of the leader record of the election on `lock_key`
+/// (proclaim.lua), in the lock's hash slot.
+pub(crate) fn leader_key(lock_key: &str) -> String {
+    suffixed(lock_key, ":leader")
 }
 
 fn suffixed(key: &str, suffix: &str) -> String {

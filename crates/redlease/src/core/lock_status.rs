@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::core::leader::{Leader, LeaderRecord};
 use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeId, Quarantine};
 use crate::core::owner::Holder;
@@ -95,6 +96,11 @@ pub struct NodeLockState {
     /// and since when ([`LockerBuilder::owner`](crate::LockerBuilder::owner)).
     /// Never a token.
     pub holders: Vec<Holder>,
+    /// Waiters in the name's queue there, in every mode.
+    pub queued: u64,
+    /// The leader record of the election on this name, while the lease
+    /// that wrote it holds the name there ([`Election`](crate::Election)).
+    pub leader: Option<LeaderRecord>,
 }
 
 /// A node whose "yes" to an acquire does not count yet
@@ -133,6 +139,17 @@ pub struct LockStatus {
     pub key: String,
     /// Each node's answer, in the Locker's node order.
     pub nodes: Vec<(NodeId, Result<NodeLockState, NodeError>)>,
+}
+
+/// What a watcher compares of two looks at a name
+/// ([`LockStatus::summary`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Summary {
+    verdict: (usize, usize),
+    mode: Option<LockMode>,
+    holders: Vec<(Holder, bool)>,
+    counts: (u64, Option<u32>, u64, u64),
+    leader: Option<Leader>,
 }
 
 /// Whether a lock is held, judged as an acquire would find it.
@@ -258,9 +275,73 @@ impl LockStatus {
     pub fn holders(&self) -> Vec<Holder> {
         let answered = self.nodes.iter().filter_map(|(_, a)| a.as_ref().ok());
         crate::core::owner::distinct(answered.flat_map(|state| &state.holders))
+    }
+
+    /// The election's leader, when a quorum of the nodes that answered
+    /// shows one lease's leader record and that lease is not in its
+    /// lock-delay: its value (the latest any of them shows), term and
+    /// holder (see [`Election`](crate::Election)); `None` when nobody
+    /// leads, or the name is no election's.
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// if let Some(leader) = status.leader() {
+    ///     println!("led by {} in term {}", leader.value, leader.term);
+    /// }
+    /// # }
+    /// ```
+    pub fn leader(&self) -> Option<Leader> {
+        let answers = self.answers().map(|s| {
+            let alone = (s.mode == Some(LockMode::Exclusive)).then(|| s.holders.first());
+            (s.leader.as_ref(), alone.flatten())
+        });
+        crate::core::leader::agreed(answers, quorum(self.nodes.len()))
+    }
+
+    /// How many waiters stand in the name's queue, in every mode: the most
+    /// any node counts.
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// println!("{} in line", status.queued());
+    /// # }
+    /// ```
+    pub fn queued(&self) -> u64 {
+        self.answers().map(|s| s.queued).max().unwrap_or(0)
+    }
+
+    /// What a watcher compares to tell a change
+    /// ([`Locker::watch`](crate::Locker::watch)): the verdict's kind and
+    /// node count, the mode, the holders (and which are in their
+    /// lock-delay), readers, permits, the queue, the waiting processes,
+    /// and the leader; not the TTLs, which run down between looks.
+    pub(crate) fn summary(&self) -> Summary {
+        let verdict = match self.verdict() {
+            Verdict::Held { on, .. } => (0, on),
+            Verdict::Free { leftover_on } => (1, leftover_on),
+            Verdict::Quarantined { leftover_on, .. } => (2, leftover_on),
+            Verdict::Unknown { answered, held_on } => (3 + answered, held_on),
+        };
+        let holders: Vec<(Holder, bool)> = self
+            .holders()
             .into_iter()
-            .cloned()
-            .collect()
+            .map(|h| {
+                let delayed = h.in_lock_delay().is_some();
+                (h.lasting(None), delayed)
+            })
+            .collect();
+        Summary {
+            verdict,
+            mode: self.mode(),
+            holders,
+            counts: (
+                self.readers(),
+                self.permits(),
+                self.queued(),
+                self.waiting(),
+            ),
+            leader: self.leader(),
+        }
     }
 
     /// The highest fencing counter any node reported: no token handed out
@@ -408,6 +489,8 @@ mod tests {
                             writer_waits: false,
                             reserved: false,
                             holders: Vec::new(),
+                            queued: 0,
+                            leader: None,
                         }),
                         None => Err(NodeError::new(
                             id.clone(),

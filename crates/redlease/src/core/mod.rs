@@ -11,6 +11,7 @@ pub(crate) mod expiry;
 pub(crate) mod fencing;
 pub(crate) mod handle;
 pub(crate) mod keys;
+pub(crate) mod leader;
 pub(crate) mod lease_state;
 pub(crate) mod lock_status;
 pub(crate) mod mode;

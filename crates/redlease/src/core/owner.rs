@@ -4,8 +4,9 @@
 //!
 //! The servers store a hold as the lease's token followed by its owner:
 //! `TOKEN\tLABEL\tMS` (`MS` the taker's wall clock at the acquire, in
-//! milliseconds since the Unix epoch), then whatever the scripts add
-//! (`|lineage`, the `*` mark). A reader of the value shows the label and
+//! milliseconds since the Unix epoch), then `\tDELAY` (milliseconds) for
+//! a lease with a lock-delay, then whatever the scripts add (`|lineage`,
+//! the `*` mark). A reader of the value shows the label and
 //! the time, never the token. A label holds no tab or control character
 //! and none of `|`, `*`, `~` and `#`, which the scripts read in a value.
 
@@ -73,24 +74,30 @@ pub fn default_owner() -> String {
     sanitize(&label).unwrap_or_else(|| format!("pid {pid}"))
 }
 
-/// What follows a token in a stored hold: `\tLABEL\tMS`, `MS` now.
-pub(crate) fn suffix(label: &str) -> String {
+/// What follows a token in a stored hold: `\tLABEL\tMS`, `MS` now, then
+/// `\tDELAY` when `delay` is not zero.
+pub(crate) fn suffix(label: &str, delay: Duration) -> String {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    format!("\t{label}\t{ms}")
+    match delay.as_millis() {
+        0 => format!("\t{label}\t{ms}"),
+        delay => format!("\t{label}\t{ms}\t{delay}"),
+    }
 }
 
-/// Whether `part` is what [`suffix`] writes: `\tLABEL\tMS`, with a label
-/// [`check_label`] takes and `MS` a count of milliseconds.
+/// Whether `part` is what [`suffix`] writes: `\tLABEL\tMS[\tDELAY]`, with
+/// a label [`check_label`] takes and each number a count of milliseconds.
 pub(crate) fn is_owner_part(part: &str) -> bool {
-    let Some((label, ms)) = part.strip_prefix('\t').and_then(|p| p.split_once('\t')) else {
+    let Some((label, numbers)) = part.strip_prefix('\t').and_then(|p| p.split_once('\t')) else {
         return false;
     };
-    check_label(label).is_ok()
-        && !ms.is_empty()
-        && ms.len() <= 20
-        && ms.bytes().all(|b| b.is_ascii_digit())
+    let number = |n: &str| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit());
+    let numbers_ok = match numbers.split_once('\t') {
+        None => number(numbers),
+        Some((ms, delay)) => number(ms) && number(delay),
+    };
+    check_label(label).is_ok() && numbers_ok
 }
 
 /// A holder as a stored hold names it (see the module docs).
@@ -104,27 +111,35 @@ pub struct Holder {
     pub since: Option<SystemTime>,
     /// How many permits it holds (1 for a lock or a reader).
     pub weight: u32,
+    /// Its lease's lock-delay
+    /// ([`LockerBuilder::lock_delay`](crate::LockerBuilder::lock_delay)),
+    /// if it has one.
+    pub lock_delay: Option<Duration>,
+    /// How long its hold lasts yet on the server that said so, unless
+    /// renewed or released (`None`: not said, or no expiry).
+    pub expires_in: Option<Duration>,
 }
 
 impl Holder {
     /// The holder a stored value (or a set's member) names: its label
     /// and time, if it has them. Never the token.
     pub(crate) fn of_value(value: &str) -> Holder {
-        let mut parts = value.splitn(3, '\t');
+        let mut parts = value.splitn(4, '\t');
         let _token = parts.next();
         let owner = parts.next().unwrap_or("").to_string();
-        let since = parts.next().and_then(|rest| {
-            let digits: &str = rest
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .unwrap_or("");
-            let ms = digits.parse::<u64>().ok()?;
-            UNIX_EPOCH.checked_add(Duration::from_millis(ms))
-        });
+        // A number, up to what the scripts add (`|lineage`, `*`, `#i`).
+        let ms = |part: Option<&str>| {
+            let digits = part?.split(|c: char| !c.is_ascii_digit()).next()?;
+            digits.parse::<u64>().ok().map(Duration::from_millis)
+        };
+        let since = ms(parts.next()).and_then(|d| UNIX_EPOCH.checked_add(d));
+        let lock_delay = ms(parts.next()).filter(|d| !d.is_zero());
         Holder {
             owner,
             since,
             weight: 1,
+            lock_delay,
+            expires_in: None,
         }
     }
 
@@ -154,6 +169,36 @@ impl Holder {
         self
     }
 
+    /// Whether `other` is this holder as another node shows it.
+    fn same_lease(&self, other: &Holder) -> bool {
+        (&self.owner, self.since, self.weight, self.lock_delay)
+            == (&other.owner, other.since, other.weight, other.lock_delay)
+    }
+
+    /// The same holder, whose hold lasts `expires_in` yet.
+    pub(crate) fn lasting(mut self, expires_in: Option<Duration>) -> Holder {
+        self.expires_in = expires_in;
+        self
+    }
+
+    /// How long the name stays kept for this holder's lock-delay, if it is
+    /// in it now: its lease ended without a release (its holder died, or
+    /// lost it), and the name is not granted again until the delay is over.
+    ///
+    /// ```
+    /// # fn f(status: &redlease::LockStatus) {
+    /// for holder in status.holders() {
+    ///     if let Some(left) = holder.in_lock_delay() {
+    ///         println!("{} ended without a release; free in {left:?}", holder.owner);
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn in_lock_delay(&self) -> Option<Duration> {
+        let (delay, left) = (self.lock_delay?, self.expires_in?);
+        (left <= delay).then_some(left)
+    }
+
     /// "build-7:4121 for 12 s" (the time by this machine's clock), or
     /// "an owner without a label".
     pub fn describe(&self, now: SystemTime) -> String {
@@ -170,7 +215,14 @@ impl Holder {
             1 => String::new(),
             w => format!(" ({w} permits)"),
         };
-        format!("{who}{weight}{held}")
+        let delay = match self.in_lock_delay() {
+            Some(left) => format!(
+                ", ended without a release: in its lock-delay for {} more",
+                short(left)
+            ),
+            None => String::new(),
+        };
+        format!("{who}{weight}{held}{delay}")
     }
 
     /// `holders` each once, [described](Self::describe) and joined by
@@ -194,12 +246,14 @@ impl Holder {
 }
 
 /// `holders` each once (the same lease seen on several nodes is one
-/// holder), in the order given.
-pub(crate) fn distinct<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<&'a Holder> {
-    let mut seen: Vec<&Holder> = Vec::new();
+/// holder, lasting as long as the longest any node keeps it), in the
+/// order given.
+pub(crate) fn distinct<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<Holder> {
+    let mut seen: Vec<Holder> = Vec::new();
     for h in holders {
-        if !seen.contains(&h) {
-            seen.push(h);
+        match seen.iter_mut().find(|s| s.same_lease(h)) {
+            Some(s) => s.expires_in = s.expires_in.max(h.expires_in),
+            None => seen.push(h.clone()),
         }
     }
     seen
@@ -270,9 +324,33 @@ mod tests {
 
     #[test]
     fn suffix_is_read_back() {
-        let s = suffix("host:1");
+        let s = suffix("host:1", Duration::ZERO);
+        assert!(is_owner_part(&s));
         let h = Holder::of_value(&format!("{}{s}", "a".repeat(48)));
         assert_eq!(h.owner, "host:1");
         assert!(h.since.is_some());
+        assert_eq!(h.lock_delay, None);
+        let s = suffix("host:1", Duration::from_secs(15));
+        assert!(is_owner_part(&s));
+        let h = Holder::of_value(&format!("{}{s}|replid*", "a".repeat(48)));
+        assert_eq!(h.lock_delay, Some(Duration::from_secs(15)));
+        assert!(!is_owner_part("\thost:1\t12\t"));
+        assert!(!is_owner_part("\thost:1\t12\tx"));
+    }
+
+    #[test]
+    fn a_holder_is_in_its_lock_delay_only_past_its_ttl() {
+        let h = Holder::of_value(&format!("{}\tci:1\t5\t15000", "a".repeat(48)));
+        let at = |ms| h.clone().lasting(Some(Duration::from_millis(ms)));
+        assert_eq!(at(20_000).in_lock_delay(), None, "within its TTL");
+        assert_eq!(
+            at(14_000).in_lock_delay(),
+            Some(Duration::from_millis(14_000))
+        );
+        assert!(at(14_000)
+            .describe(SystemTime::now())
+            .contains("lock-delay"));
+        let plain = Holder::of_value(&format!("{}\tci:1\t5", "a".repeat(48)));
+        assert_eq!(plain.lasting(Some(Duration::ZERO)).in_lock_delay(), None);
     }
 }

@@ -1,6 +1,7 @@
 //! The random value that proves ownership of a lock key.
 
 use std::fmt;
+use std::time::Duration;
 
 /// The Locker's [`LockerTag`], then 128 bits from a CSPRNG, hex-encoded
 /// for Redis (48 digits): the secret. The 128 random bits are fresh for
@@ -17,8 +18,8 @@ impl Token {
     pub(crate) const LEN: usize = LockerTag::LEN + 32;
 
     /// A fresh token of the Locker tagged `tag`, naming `owner` (a checked
-    /// label) if given.
-    pub(crate) fn generate(tag: &LockerTag, owner: Option<&str>) -> Self {
+    /// label) if given, and the lease's lock-delay if not zero.
+    pub(crate) fn generate(tag: &LockerTag, owner: Option<&str>, delay: Duration) -> Self {
         loop {
             // rand's thread-local generator is a CSPRNG (ChaCha12) seeded
             // and periodically reseeded from the operating system: as
@@ -34,7 +35,7 @@ impl Token {
                 // the owner to anyone who looks would show it too.
                 Some(label) if label.contains(&secret[LockerTag::LEN..]) => continue,
                 Some(label) => {
-                    let owned = format!("{secret}{}", crate::core::owner::suffix(label));
+                    let owned = format!("{secret}{}", crate::core::owner::suffix(label, delay));
                     return Token(owned.into());
                 }
             }
@@ -158,8 +159,8 @@ mod tests {
     #[test]
     fn tokens_are_the_tag_and_128_random_bits_in_hex_and_distinct() {
         let tag = LockerTag::generate();
-        let a = Token::generate(&tag, None);
-        let b = Token::generate(&tag, None);
+        let a = Token::generate(&tag, None, Duration::ZERO);
+        let b = Token::generate(&tag, None, Duration::ZERO);
         assert_eq!(a.as_str().len(), 48);
         assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
         assert!(a.as_str().starts_with(tag.as_str()));
@@ -179,7 +180,10 @@ mod tests {
         let token = Token::parse(&"0123456789abcdef".repeat(3)).unwrap();
         assert_eq!(ReleaseId::of(&token).as_str(), "480f0a5bfe9d1ec3");
         let tag = LockerTag::generate();
-        let (a, b) = (Token::generate(&tag, None), Token::generate(&tag, None));
+        let (a, b) = (
+            Token::generate(&tag, None, Duration::ZERO),
+            Token::generate(&tag, None, Duration::ZERO),
+        );
         assert_ne!(ReleaseId::of(&a), ReleaseId::of(&b));
         assert!(!a.as_str().contains(ReleaseId::of(&a).as_str()));
     }
@@ -198,7 +202,7 @@ mod tests {
         // The same digits as `{:032x}` would give.
         let tag = LockerTag::generate();
         for _ in 0..100 {
-            let t = Token::generate(&tag, None);
+            let t = Token::generate(&tag, None, Duration::ZERO);
             let back = u128::from_str_radix(&t.as_str()[16..], 16).unwrap();
             assert_eq!(format!("{back:032x}"), t.as_str()[16..]);
         }
@@ -207,7 +211,7 @@ mod tests {
     #[test]
     fn a_token_names_its_owner_after_the_secret_and_reads_back() {
         let tag = LockerTag::generate();
-        let t = Token::generate(&tag, Some("build-7:4121 (./deploy.sh)"));
+        let t = Token::generate(&tag, Some("build-7:4121 (./deploy.sh)"), Duration::ZERO);
         assert_eq!(t.secret().len(), 48);
         assert!(t.as_str().starts_with(t.secret()));
         assert!(t.owner_part().starts_with("\tbuild-7:4121 (./deploy.sh)\t"));
@@ -229,7 +233,7 @@ mod tests {
 
     #[test]
     fn debug_never_shows_the_value() {
-        let t = Token::generate(&LockerTag::generate(), None);
+        let t = Token::generate(&LockerTag::generate(), None, Duration::ZERO);
         let shown = format!("{t:?}");
         assert!(!shown.contains(t.as_str()), "{shown}");
     }

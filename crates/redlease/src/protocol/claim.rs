@@ -15,7 +15,8 @@ use redis::{Cmd, FromRedisValue, ParsingError, Value};
 
 use super::acquire::{OnRefusal, ServerTime};
 use super::lua::{malformed, millis, Flag, PubSub};
-use super::lua::{ACQUIRE, DOWNGRADE, EXTEND, INSPECT, LEAVE, RELEASE};
+use super::lua::{one_or_zero, ACQUIRE, DOWNGRADE, EXTEND, INSPECT, LEAVE, PROCLAIM, RELEASE};
+use crate::core::leader::LeaderRecord;
 use crate::core::mode::Hold;
 use crate::core::owner::Holder;
 
@@ -428,19 +429,71 @@ impl ClaimLeave<'_> {
 /// What a name's keys say of it (inspect.lua), for the operator:
 /// writes nothing.
 ///
-/// - `KEYS[1]` the lock key.
+/// - `KEYS[1]` the lock key; `KEYS[2]`, when given, its election's
+///   leader record.
 /// - Reply ([`Inspected`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ClaimInspect<'a> {
     pub(crate) key: &'a str,
+    pub(crate) leader: Option<&'a str>,
 }
 
 impl ClaimInspect<'_> {
     /// The script's call (`EVALSHA`).
     pub(crate) fn call(&self) -> Cmd {
-        INSPECT.call(|c| {
-            c.arg(1).arg(self.key);
+        INSPECT.call(|c| match self.leader {
+            Some(leader) => {
+                c.arg(2).arg(self.key).arg(leader);
+            }
+            None => {
+                c.arg(1).arg(self.key);
+            }
         })
+    }
+}
+
+/// An election's leader says what it leads with (proclaim.lua): its
+/// record, kept while its hold of the name is.
+///
+/// - `KEYS[1]` the lock key; `KEYS[2]` the leader record.
+/// - `ARGV[1]` the token; `ARGV[2]` `TERM\tREV\tVALUE`; `ARGV[3]` the
+///   record's expiry (ms); `ARGV[4]` `PUBLISH` or `SPUBLISH`.
+/// - Reply: 1 written, 0 the name is not held by this token.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Proclaim<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) record_key: &'a str,
+    pub(crate) token: &'a str,
+    pub(crate) term: u64,
+    pub(crate) revision: u64,
+    pub(crate) value: &'a str,
+    pub(crate) expiry: Duration,
+    pub(crate) pubsub: PubSub,
+}
+
+impl Proclaim<'_> {
+    /// The script's call (`EVALSHA`).
+    pub(crate) fn call(&self) -> Cmd {
+        PROCLAIM.call_sized(8, 96 + self.value.len(), |c| {
+            c.arg(2)
+                .arg(self.key)
+                .arg(self.record_key)
+                .arg(self.token)
+                .arg(format!("{}\t{}\t{}", self.term, self.revision, self.value))
+                .arg(millis(self.expiry))
+                .arg(self.pubsub.publish());
+        })
+    }
+}
+
+/// Whether a [`Proclaim`] was written: the name is still held by its
+/// token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Proclaimed(pub(crate) bool);
+
+impl FromRedisValue for Proclaimed {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        one_or_zero("proclaim", &v).map(Proclaimed)
     }
 }
 
@@ -458,9 +511,12 @@ pub(crate) struct Inspected {
     pub(crate) waiting: u64,
     /// Of those, places that want the name alone.
     pub(crate) writers: u64,
-    /// Each holder, with its weight (unnamed where its token names no
-    /// owner).
+    /// Each holder, with its weight and how long its hold lasts yet
+    /// (unnamed where its token names no owner).
     pub(crate) holders: Vec<Holder>,
+    /// The election's leader record, when one was asked for and it is the
+    /// holder's.
+    pub(crate) leader: Option<LeaderRecord>,
 }
 
 /// How a name's key is held (see [`Inspected`]).
@@ -488,10 +544,15 @@ impl FromRedisValue for Inspected {
         let Value::Array(items) = &v else {
             return Err(bad());
         };
-        let (counts, holders) = match items.split_at_checked(6) {
-            Some((counts, [])) => (counts, &[][..]),
-            Some((counts, [Value::Array(holders)])) => (counts, &holders[..]),
+        let (counts, holders, leader) = match items.split_at_checked(6) {
+            Some((counts, [Value::Array(holders), leader])) => {
+                (counts, &holders[..], owner_part(leader).ok_or_else(bad)?)
+            }
             _ => return Err(bad()),
+        };
+        let leader = match leader.as_str() {
+            "" => None,
+            text => Some(LeaderRecord::parse(text).ok_or_else(bad)?),
         };
         let [Value::Int(mode), Value::Int(pttl), Value::Int(members), Value::Int(permits), Value::Int(waiting), Value::Int(writers)] =
             *counts
@@ -499,10 +560,12 @@ impl FromRedisValue for Inspected {
             return Err(bad());
         };
         let holders = holders
-            .chunks(2)
-            .map(|pair| match pair {
-                [part, Value::Int(weight)] => Some(
-                    Holder::of_value(&owner_part(part)?).weighing(u32::try_from(*weight).ok()?),
+            .chunks(3)
+            .map(|triple| match triple {
+                [part, Value::Int(weight), Value::Int(left)] => Some(
+                    Holder::of_value(&owner_part(part)?)
+                        .weighing(u32::try_from(*weight).ok()?)
+                        .lasting(u64::try_from(*left).ok().map(Duration::from_millis)),
                 ),
                 _ => None,
             })
@@ -524,6 +587,7 @@ impl FromRedisValue for Inspected {
             waiting: natural(waiting)?,
             writers: natural(writers)?,
             holders,
+            leader,
         })
     }
 }
@@ -602,7 +666,22 @@ mod tests {
         assert_eq!(per(b"101"), Ok(PerName(vec![true, false, true])));
         assert!(!per(b"10").unwrap().all());
         assert!(per(b"1x").is_err() && PerName::from_redis_value(Value::Int(1)).is_err());
-        let seen = Inspected::from_redis_value(ints(&[3, 900, 2, 5, 1, 0])).unwrap();
+        // The six counts, the holders (owner, weight, ms left) and the
+        // leader record ('' for none).
+        let inspected = |counts: &[i64], holders: Vec<Value>, leader: &str| {
+            let mut items: Vec<Value> = counts.iter().map(|&i| Value::Int(i)).collect();
+            items.push(Value::Array(holders));
+            items.push(Value::BulkString(leader.as_bytes().to_vec()));
+            Inspected::from_redis_value(Value::Array(items))
+        };
+        let holder = |part: &str, weight: i64, left: i64| {
+            vec![
+                Value::BulkString(part.as_bytes().to_vec()),
+                Value::Int(weight),
+                Value::Int(left),
+            ]
+        };
+        let seen = inspected(&[3, 900, 2, 5, 1, 0], holder("\tci:1\t5", 2, 900), "").unwrap();
         assert_eq!(
             (
                 seen.how,
@@ -613,18 +692,32 @@ mod tests {
             ),
             (HeldAs::Permits, Some(Duration::from_millis(900)), 2, 5, 1)
         );
+        assert_eq!(seen.holders[0].owner, "ci:1");
+        assert_eq!(seen.holders[0].weight, 2);
+        assert_eq!(seen.holders[0].expires_in, Some(Duration::from_millis(900)));
+        let led = inspected(&[1, 900, 0, 0, 0, 0], holder("", 1, 900), "7\t2\tha\tt").unwrap();
         assert_eq!(
-            Inspected::from_redis_value(ints(&[0, -2, 0, 0, 0, 0]))
+            led.leader,
+            Some(LeaderRecord {
+                term: 7,
+                revision: 2,
+                value: "ha\tt".into()
+            })
+        );
+        assert_eq!(
+            inspected(&[0, -2, 0, 0, 0, 0], vec![], "")
                 .unwrap()
                 .expires_in,
             None
         );
+        assert!(inspected(&[1, 9, 0, 0, 0, 0], vec![], "x\t1\tv").is_err());
+        assert!(inspected(&[1, 9, 0, 0, 0, 0], holder("", 1, 9)[..2].to_vec(), "").is_err());
         for bad in [
             &[9, 0, 0, 0, 0, 0][..],
             &[0, 0, 0, 0, 0],
             &[0, 0, -1, 0, 0, 0],
         ] {
-            assert!(Inspected::from_redis_value(ints(bad)).is_err(), "{bad:?}");
+            assert!(inspected(bad, vec![], "").is_err(), "{bad:?}");
         }
     }
 }

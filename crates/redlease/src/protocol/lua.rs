@@ -185,6 +185,8 @@ pub(crate) static EXTEND: LazyLock<Lua> = engine_script!("scripts/extend.lua");
 pub(crate) static DOWNGRADE: LazyLock<Lua> = engine_script!("scripts/downgrade.lua");
 pub(crate) static LEAVE: LazyLock<Lua> = engine_script!("scripts/leave.lua");
 pub(crate) static INSPECT: LazyLock<Lua> = engine_script!("scripts/inspect.lua");
+// An election's leader record (see `election`).
+pub(crate) static PROCLAIM: LazyLock<Lua> = engine_script!("scripts/proclaim.lua");
 // The plain acquire's follow-up to a refusal (see `set_nx`).
 pub(crate) static REFUSED: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/refused.lua")));
@@ -198,13 +200,14 @@ pub(crate) const FORCE_RELEASE: &str = include_str!("scripts/force_release.lua")
 /// line (see `server_error`).
 pub(crate) fn script_by_hash(sha: &str) -> Option<(&'static str, &'static str)> {
     static FORCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(FORCE_RELEASE));
-    let scripts: [(&str, &Lua); 9] = [
+    let scripts: [(&str, &Lua); 10] = [
         ("acquire", &ACQUIRE),
         ("release", &RELEASE),
         ("extend", &EXTEND),
         ("downgrade", &DOWNGRADE),
         ("queue leave", &LEAVE),
         ("inspect", &INSPECT),
+        ("proclaim", &PROCLAIM),
         ("refused-acquire follow-up", &REFUSED),
         ("fencing write-back", &RAISE_FENCE),
         ("force-release", &FORCE),

@@ -45,11 +45,14 @@ pub(crate) enum SetNx {
 }
 
 /// The request: `SET key token NX PX ttl GET`, then `PEXPIRETIME key` if
-/// `clock`. Errors come back as values, so the second reply is never lost
-/// to a `SET` error.
-pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipeline {
+/// `clock`, then `publish` (`PUBLISH` or `SPUBLISH`) on the name's
+/// watchers' channel (see engine.lua, `E.changed`): sent whether the `SET`
+/// takes the name or not, as a pipeline cannot choose, and cheap with
+/// nobody listening. Errors come back as values, so no reply is lost to
+/// another's error (a user without channel rights still takes locks).
+pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool, publish: &str) -> Pipeline {
     // Every buffer sized up front: this is built for every lock.
-    let mut pipe = Pipeline::with_capacity(2);
+    let mut pipe = Pipeline::with_capacity(3);
     let mut set = redis::Cmd::with_capacity(7, 3 + key.len() + token.len() + 2 + 2 + 20 + 3);
     set.arg("SET")
         .arg(key)
@@ -64,10 +67,17 @@ pub(crate) fn request(key: &str, token: &str, ttl_ms: u64, clock: bool) -> Pipel
         expiry.arg("PEXPIRETIME").arg(key);
         pipe.add_command(expiry);
     }
+    let channel_len = key.len() + ":changed".len();
+    let mut told = redis::Cmd::with_capacity(3, publish.len() + channel_len + 5);
+    told.arg(publish)
+        .arg(crate::core::keys::changed_channel(key))
+        .arg("taken");
+    pipe.add_command(told);
     pipe
 }
 
-/// Reads the replies to [`request`]. `Err` carries what was wrong: a
+/// Reads the replies to [`request`], but for the `PUBLISH`'s, which says
+/// nothing of the lock (see [`told`]). `Err` carries what was wrong: a
 /// server error (its code and message), or a reply of the wrong shape.
 pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
     let expected = if clock { 2 } else { 1 };
@@ -119,6 +129,13 @@ pub(crate) fn parse(replies: &[Value], clock: bool) -> Result<SetNx, Reply> {
         Value::ServerError(e) => Err(Reply::Server(ErrorReply::of_value(e))),
         other => Err(Reply::Shape(format!("PEXPIRETIME answered {other:?}"))),
     }
+}
+
+/// Takes the watchers' `PUBLISH` reply off the end of [`request`]'s
+/// replies (after any the caller added behind it was taken), before
+/// [`parse`].
+pub(crate) fn told(replies: &mut Vec<Value>) -> Option<Value> {
+    replies.pop()
 }
 
 /// What was wrong with a reply.
@@ -178,12 +195,16 @@ mod tests {
             if clock {
                 expected.cmd("PEXPIRETIME").arg("app:{x}");
             }
-            let request = request("app:{x}", "t0k3n", 1500, clock);
+            expected.cmd("PUBLISH").arg("app:{x}:changed").arg("taken");
+            let request = request("app:{x}", "t0k3n", 1500, clock, "PUBLISH");
             assert_eq!(
                 request.get_packed_pipeline(),
                 expected.get_packed_pipeline()
             );
-            assert_eq!(request.len(), 1 + usize::from(clock));
+            assert_eq!(request.len(), 2 + usize::from(clock));
+            let mut replies = vec![Value::Nil, Value::Int(0)];
+            assert_eq!(told(&mut replies), Some(Value::Int(0)));
+            assert_eq!(replies, [Value::Nil]);
         }
     }
 

@@ -482,6 +482,9 @@ async fn the_least_privilege_user_does_everything_the_library_does() {
     set.release().await.unwrap();
     writer.admin().wait_for_background().await;
 
+    // An election, watched and observed, as the same user.
+    crate::elections::election_cycle(&writer).await;
+
     // Nothing was refused (redis-rs names itself with CLIENT SETINFO on
     // each connection and ignores a refusal: not needed; Redis 6.0 logs it
     // as `client`), and every command the rule grants was used.

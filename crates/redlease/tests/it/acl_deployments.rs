@@ -106,6 +106,7 @@ async fn lock_cycle(url: &str, durability: Durability) {
     read_cycle(&holder, waiter_side).await;
     permit_cycle(&holder, build(Duration::from_secs(5))).await;
     set_cycle(&holder, build(Duration::from_secs(5))).await;
+    crate::elections::election_cycle(&holder).await;
     holder.close().await;
 }
 

@@ -49,10 +49,20 @@ async fn a_lease_names_its_owner_to_inspect_and_to_a_contender() {
         assert_eq!(holders[0].weight, 1);
         let since = holders[0].since.expect("when it was taken");
         assert!(since >= before && since <= SystemTime::now(), "{since:?}");
-        // Granted at a quorum: a node's write may land later.
+        // Granted at a quorum: a node's write may land later. Each node
+        // tells how long the hold lasts there.
         for (_, node) in &status.nodes {
             let there = &node.as_ref().unwrap().holders;
-            assert!(there.is_empty() || *there == holders, "{there:?}");
+            let unexpiring = |h: &Vec<redlease::Holder>| -> Vec<_> {
+                h.iter()
+                    .map(|h| (h.owner.clone(), h.since, h.weight))
+                    .collect()
+            };
+            assert!(
+                there.is_empty() || unexpiring(there) == unexpiring(&holders),
+                "{there:?}"
+            );
+            assert!(there.iter().all(|h| h.expires_in.is_some()), "{there:?}");
         }
 
         let refused = other.try_lock("job").await.unwrap_err();

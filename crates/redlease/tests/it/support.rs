@@ -386,3 +386,32 @@ pub async fn handoff(
         .unwrap();
     acquired - released
 }
+
+/// Counts the messages published on the channels of `node` that match
+/// `pattern` from now on (a pattern subscriber of its own, which no
+/// script's count of a channel's subscribers sees; ready once this
+/// returns).
+pub async fn listen(
+    node: &RedisNode,
+    pattern: &str,
+) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    use futures_util::StreamExt;
+    let heard = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut pubsub = node.client().get_async_pubsub().await.expect("subscriber");
+    pubsub.psubscribe(pattern).await.expect("subscribed");
+    let count = heard.clone();
+    tokio::spawn(async move {
+        let mut messages = pubsub.into_on_message();
+        while messages.next().await.is_some() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    heard
+}
+
+/// What a [`listen`] counter holds, once `settle` has passed for a
+/// message on its way.
+pub async fn heard(count: &std::sync::atomic::AtomicU64, settle: Duration) -> u64 {
+    tokio::time::sleep(settle).await;
+    count.load(std::sync::atomic::Ordering::SeqCst)
+}

@@ -110,10 +110,10 @@ async fn all_done(tasks: Vec<tokio::task::JoinHandle<()>>, limit: Duration) {
 }
 
 /// Twenty processes queue for a held lock; released, it passes from each
-/// to the next in arrival order, each handoff costing at most 10 commands
+/// to the next in arrival order, each handoff costing at most 12 commands
 /// on the node in all (the release that hands it on, and the acquire that
-/// takes it): draining the queue costs O(N), not a retry per waiter per
-/// release.
+/// takes it; two of them tell the name's watchers): draining the queue
+/// costs O(N), not a retry per waiter per release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_processes_are_served_in_arrival_order_at_constant_cost() {
     const WAITERS: usize = 20;
@@ -133,7 +133,7 @@ async fn twenty_processes_are_served_in_arrival_order_at_constant_cost() {
     let order = served.lock().unwrap().clone();
     println!("{WAITERS} handoffs in {took:?}, {per_handoff:.1} commands each");
     assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "served in turn");
-    assert!(per_handoff <= 10.0, "{per_handoff:.1} commands per handoff");
+    assert!(per_handoff <= 12.0, "{per_handoff:.1} commands per handoff");
     // Each woken by its handoff: one 5 s timer would take longer.
     assert!(took < Duration::from_secs(5), "took {took:?}");
     assert_eq!(queue_len(node, &key).await, 0);

@@ -4,9 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::api::blocking::acquire::Acquire;
+use crate::api::blocking::election::Election;
 use crate::api::blocking::lease::Lease;
 use crate::api::blocking::runtime::{self, Shared};
 use crate::api::blocking::semaphore::Semaphore;
+use crate::api::blocking::watch::Watch;
 use crate::api::locker::Locker as AsyncLocker;
 use crate::core::error::Error;
 use crate::core::lock_status::LockStatus;
@@ -306,6 +308,32 @@ impl Locker {
     /// ```
     pub fn semaphore(&self, resource: impl Into<String>, permits: u32) -> Semaphore<'_> {
         Semaphore::new(&self.shared, self.as_async().semaphore(resource, permits))
+    }
+
+    /// The election on `name` ([`crate::Locker::election`]).
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// if let Some(leader) = locker.election("scheduler").leader()? {
+    ///     println!("{} leads", leader.value);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> Election<'_> {
+        Election::new(&self.shared, self.as_async().election(name))
+    }
+
+    /// Watches `resource` ([`crate::Locker::watch`]).
+    ///
+    /// ```no_run
+    /// # fn f(locker: &redlease::blocking::Locker) -> Result<(), redlease::Error> {
+    /// for status in locker.watch("nightly-report").take(3) {
+    ///     println!("{:?}", status?.verdict());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn watch(&self, resource: impl Into<String>) -> Watch {
+        Watch::new(self.as_async().watch(resource), self.shared.clone())
     }
 
     /// What every node says about the lock on `resource`

@@ -107,14 +107,18 @@
 
 mod acquire;
 mod builder;
+mod election;
 mod lease;
 mod locker;
 mod runtime;
 mod semaphore;
+mod watch;
 
 pub use acquire::Acquire;
 pub use builder::LockerBuilder;
+pub use election::{Election, Leadership, Observe};
 pub use lease::Lease;
 pub use locker::Locker;
 pub use runtime::DROP_WAIT;
 pub use semaphore::Semaphore;
+pub use watch::Watch;

@@ -63,14 +63,22 @@ pub(crate) async fn attempt(
     let nodes = engine.nodes().len();
     let (tag, owner) = (&engine.settings().tag, &engine.settings().owner);
     let timeout = timing.node_timeout;
-    let mut ownership = Ownership::new(claim.clone(), nodes, tag, Some(owner), timeout);
+    let mut ownership = Ownership::new(
+        claim.clone(),
+        nodes,
+        tag,
+        Some(owner),
+        timing.lock_delay,
+        timeout,
+    );
     let spelled = in_line.map(Place::spelled);
     if let Some(spelled) = &spelled {
         ownership.in_line = Some(Box::new((spelled.member.clone(), spelled.ticket)));
     }
     let ownership = Arc::new(ownership);
     let mut guard = ReleaseOnDrop::new(engine.clone(), ownership.clone(), timing);
-    let fenced = engine.settings().fencing;
+    // The keys say whether the claim draws a fencing token.
+    let fenced = claim.keys().iter().any(|k| k.fence_expiry_ms > 0);
     let start = Instant::now();
     let quorum = claim.quorum(nodes);
     let many = claim.is_set();

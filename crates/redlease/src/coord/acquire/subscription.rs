@@ -114,6 +114,8 @@ struct Channel {
     /// [`Channel::front`]), a handoff the waiter it names.
     waiters: VecDeque<Entry>,
     targeted: bool,
+    /// A name's watchers' channel: every message wakes every watcher.
+    watched: bool,
     /// Counts the times the channel was left empty: a lingering
     /// unsubscription goes ahead only if nobody came and went since.
     emptied: u64,
@@ -232,6 +234,15 @@ impl Notifier {
         channels.get(channel)?.waiters.front()?.offered.clone()
     }
 
+    /// A watcher of `channel` (a name's watchers' channel, see
+    /// [`changed_channel`](crate::core::keys::changed_channel)): woken
+    /// by every message on it, and whenever a node's subscription broke
+    /// (a message may have gone unheard).
+    pub(crate) fn watch(self: &Arc<Self>, channel: &str) -> Waiter {
+        let id = self.next_id();
+        self.join_as(channel, LockMode::Exclusive, id, Kind::Watch)
+    }
+
     /// Queues waiter `id` on `channel` as `kind` says, subscribing on
     /// every node if it is the first.
     fn join_as(self: &Arc<Self>, channel: &str, mode: LockMode, id: u64, kind: Kind) -> Waiter {
@@ -247,6 +258,7 @@ impl Notifier {
                 generation: id,
                 waiters: VecDeque::new(),
                 targeted: kind == Kind::Own,
+                watched: kind == Kind::Watch,
                 emptied: 0,
                 took: VecDeque::new(),
                 confirmed: watch::Sender::new(vec![false; self.nodes]),
@@ -322,6 +334,10 @@ impl Notifier {
         let Some(c) = channels.get_mut(channel) else {
             return handed_to(channel, payload);
         };
+        if c.watched {
+            c.wake_all();
+            return None;
+        }
         let (waiter, release_id) = match c.targeted {
             true => match payload.splitn(4, ':').collect::<Vec<_>>()[..] {
                 [id, _, release, ..] => (Some(id.parse::<u64>().ok()?), release),
@@ -395,8 +411,8 @@ impl Notifier {
             // names one waiter, so every waiter of a Locker's own channel
             // looks.
             c.taken_until = None;
-            match c.targeted {
-                true => c.waiters.iter().for_each(|e| e.notify.notify_one()),
+            match c.targeted || c.watched {
+                true => c.wake_all(),
                 false => c.wake_head(),
             }
         }
@@ -430,7 +446,7 @@ impl Notifier {
             // holder's expiry (waiters behind the first keep none), which
             // `taken_until` gives without a look at the lock.
             c.wake_head();
-        } else if was_front && !c.targeted {
+        } else if was_front && !c.targeted && !c.watched {
             // A waiter at the front gave up (dropped, out of time), and may
             // have swallowed a wake-up, or took a read hold (the next in
             // line may be a writer, which must now look): pass it on.
@@ -492,6 +508,11 @@ impl Channel {
             false => 1,
         };
         self.waiters.iter().take(run)
+    }
+
+    /// Wakes every waiter (or watcher).
+    fn wake_all(&self) {
+        self.waiters.iter().for_each(|e| e.notify.notify_one());
     }
 
     /// Wakes the front.
@@ -587,6 +608,8 @@ enum Kind {
     /// Queued on the servers, on this Locker's own channel of the lock:
     /// woken by a handoff that names it.
     Own,
+    /// On a name's watchers' channel: woken by every message.
+    Watch,
 }
 
 /// How many nodes confirm a subscription.

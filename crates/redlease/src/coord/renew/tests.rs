@@ -26,6 +26,7 @@ fn entry_holding(nodes: usize, granted: &[usize], t0: Instant, hold: Hold) -> En
         nodes,
         &LockerTag::generate(),
         None,
+        timing.lock_delay,
         timing.node_timeout,
     ));
     owner.state.modify(|s| *s = view);

@@ -145,10 +145,13 @@ impl Fixture {
     }
 
     fn inspect(&mut self) -> Inspected {
-        ClaimInspect { key: KEY }
-            .call()
-            .query(&mut self.conn)
-            .unwrap()
+        ClaimInspect {
+            key: KEY,
+            leader: None,
+        }
+        .call()
+        .query(&mut self.conn)
+        .unwrap()
     }
 
     fn get(&mut self, key: &str) -> Option<String> {

@@ -30,6 +30,8 @@
 -- an attempt that waits without a place (its first) marks such a holder
 -- of another Locker, whose release is then announced.
 --
+-- A name taken, or a waiter new in its queue, is told to its watchers
+-- (E.changed).
 -- Returns {1, fence_1 .. fence_k[, seconds, microseconds]} when taken (a
 -- fence is 0 when none was drawn; a read hold's is the counter's value,
 -- never drawn; a missing counter restarts from the clock, in
@@ -85,7 +87,9 @@ for i = 1, k do
       -- same as joining it and being served at once, for less).
       ready[i] = true
     else
-      redis.call('ZADD', queue, 'NX', ARGV[11], place)
+      if redis.call('ZADD', queue, 'NX', ARGV[11], place) == 1 then
+        E.changed(key, publish, 'queued')
+      end
       ready[i] = E.serve(key, st, publish, numsub, id, place)
       reserved[i] = ready[i]
     end
@@ -210,6 +214,7 @@ for i = 1, k do
     end
   end
   out[i + 1] = fence
+  E.changed(key, publish, 'taken')
 end
 if ARGV[5] == '1' then
   local t = E.time()

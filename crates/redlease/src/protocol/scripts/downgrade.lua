@@ -24,6 +24,7 @@ for i = 1, tonumber(ARGV[5]) do
     if redis.call('EXISTS', key .. ':queue') == 1 then
       E.serve(key, st, ARGV[3], ARGV[4], id, nil)
     end
+    E.changed(key, ARGV[3], 'downgraded')
     out[i] = '1'
   else
     out[i] = '0'

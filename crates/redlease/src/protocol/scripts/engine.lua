@@ -327,6 +327,16 @@ function E.serve(key, st, publish, numsub, release, me)
   return mine, woken
 end
 
+-- Tells the name's watchers that it changed (taken, released, a waiter
+-- came or left, a leader proclaimed): `what` on K .. ':changed', by
+-- `publish` (PUBLISH or SPUBLISH). They read the name again; the message
+-- says what happened, for a person watching the channel. pcall: a user
+-- without channel rights still takes and gives back; its watchers fall
+-- back to their timers.
+function E.changed(key, publish, what)
+  redis.pcall(publish, key .. ':changed', what)
+end
+
 -- Marks a holder alone for its waiters, so that its release serves them
 -- (a final '*'): only a value of this library (48 hex digits, then the
 -- end, the owner's tab or '|lineage'), never a foreign key.

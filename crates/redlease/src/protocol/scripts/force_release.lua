@@ -10,6 +10,7 @@
 -- Returns 1 if a key was deleted, 0 if there was none.
 if redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[1] .. ':claim') > 0 then
   redis.pcall(ARGV[3], ARGV[1], ARGV[2])
+  redis.pcall(ARGV[3], KEYS[1] .. ':changed', 'forced')
   return 1
 end
 return 0

@@ -9,6 +9,7 @@
 -- ARGV[1] the waiter's place ('TAG:ID:WINDOW'); ARGV[2] PUBLISH, or
 -- SPUBLISH on a cluster; ARGV[3] NUMSUB, or SHARDNUMSUB; ARGV[4] k;
 -- ARGV[5..4+k] each name's hold.
+-- A waiter gone from a queue is told to the name's watchers.
 -- Returns 1.
 local id = string.sub(redis.sha1hex(ARGV[1]), 1, 16)
 for i = 1, tonumber(ARGV[4]) do
@@ -24,6 +25,7 @@ for i = 1, tonumber(ARGV[4]) do
       gave_back = E.unreserve(key, st, ARGV[1], h) or gave_back
     end
     if gave_back or left > 0 then
+      E.changed(key, ARGV[2], 'left')
       local woken = 0
       if redis.call('EXISTS', key .. ':queue') == 1 then
         local _

@@ -23,6 +23,7 @@
 -- the engine and leaves k, token, place and values (what it read) to
 -- this script; a handoff to the first in line, the GET, the queue's pop,
 -- the wake-up and the reservation.
+-- Each name given back is told to its watchers (E.changed).
 -- Returns one character per name, '1' (given back) or '0' (not ours).
 local ticket, own = ARGV[8 + k], ARGV[9 + k] == '1'
 local id = string.sub(redis.sha1hex(token), 1, 16)
@@ -63,6 +64,7 @@ for i = 1, k do
   end
   out[i] = released and '1' or '0'
   if released then
+    E.changed(key, ARGV[3], 'released')
     local queue = key .. ':queue'
     local queued = not held_alone or announce
     local mine = nil

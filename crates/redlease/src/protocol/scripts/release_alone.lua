@@ -22,6 +22,10 @@ if place == '' then
     end
     if ours then
       redis.call('DEL', unpack(KEYS))
+      for i = 1, k do
+        -- Told to the name's watchers, as E.changed does.
+        redis.pcall(ARGV[3], KEYS[i] .. ':changed', 'released')
+      end
       return string.rep('1', k)
     end
   end

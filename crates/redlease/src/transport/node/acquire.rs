@@ -74,7 +74,8 @@ impl Node {
     ) -> Result<Option<AcquireReply>, NodeError> {
         use crate::protocol::set_nx::{self, SetNx};
         let clock = self.watches_clock();
-        let mut request = set_nx::request(&keys.lock, token.as_str(), ttl_ms, clock);
+        let publish = self.pubsub().publish();
+        let mut request = set_nx::request(&keys.lock, token.as_str(), ttl_ms, clock, publish);
         // On a cluster: which shard's server voted (see `shard_conn`).
         let ask_shard = self.deployment.is_cluster();
         if ask_shard {
@@ -92,6 +93,7 @@ impl Node {
                 true => replies.pop().as_ref().and_then(shard_conn::facts_of),
                 false => None,
             };
+            let _watchers_told = set_nx::told(&mut replies);
             let answer = match set_nx::parse(&replies, clock) {
                 Ok(SetNx::Held { owner, holder }) => {
                     // Marks a holder of another Locker for our waiters

@@ -4,14 +4,14 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::core::keys::{release_channel, LockKeys};
+use crate::core::keys::{leader_key, release_channel, LockKeys};
 use crate::core::lock_status::{KeyState, NodeLockState, NodeQuarantine};
 use crate::core::mode::LockMode;
 use crate::core::node_error::{NodeError, NodeErrorKind};
 use crate::core::vote_guard::ServerFacts;
-use crate::protocol::claim::{ClaimInspect, HeldAs, Inspected};
+use crate::protocol::claim::{ClaimInspect, HeldAs, Inspected, Proclaim, Proclaimed};
 use crate::protocol::lease::{ForceReleaseReply, ForceReleaseRequest};
-use crate::protocol::lua::INSPECT;
+use crate::protocol::lua::{INSPECT, PROCLAIM};
 use crate::transport::shard_conn;
 
 use super::{Gate, Node};
@@ -41,8 +41,8 @@ impl Node {
     }
 
     /// What this node holds of a lock: the key's TTL (never its value, the
-    /// holder's token), the fencing counter, and the subscribers of its
-    /// release channel.
+    /// holder's token), the fencing counter, the subscribers of its
+    /// release channel, and its election's leader record.
     pub(crate) async fn inspect(
         &self,
         keys: &LockKeys,
@@ -58,7 +58,11 @@ impl Node {
             .arg(release_channel(&keys.lock));
         // How it is held, in the same round trip: sent whole (EVAL), an
         // operator's rare request need not be cached on the server.
-        let held = ClaimInspect { key: &keys.lock };
+        let leader = leader_key(&keys.lock);
+        let held = ClaimInspect {
+            key: &keys.lock,
+            leader: Some(&leader),
+        };
         pipe.add_command(INSPECT.whole(&held.call()));
         let cluster = self.deployment.is_cluster();
         if cluster {
@@ -112,7 +116,27 @@ impl Node {
             writer_waits: held.writers > 0,
             reserved: held.how == HeldAs::Reserved,
             holders: held.holders,
+            queued: held.waiting,
+            leader: held.leader,
         })
+    }
+
+    /// Writes the leader record of the election on `key` for the lease
+    /// of `token` (see [`Proclaim`]); `Ok(false)` when the name is not
+    /// held by it there.
+    pub(crate) async fn proclaim(
+        &self,
+        request: Proclaim<'_>,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let request = Proclaim {
+            pubsub: self.pubsub(),
+            ..request
+        };
+        let (Proclaimed(written), _) = self
+            .run(&PROCLAIM, request.call(), timeout, Gate::New, request.key)
+            .await?;
+        Ok(written)
     }
 
     /// Whether the server `facts` describes (the main connection's, or on
