@@ -16,7 +16,9 @@
 //! [`Locker::lock_all`] takes several locks at once, all or none (some
 //! of them shared, with [`Acquire::and_read`]), and
 //! [`Lease::export`] hands a lease to another process, which
-//! [adopts](Locker::adopt) it.
+//! [adopts](Locker::adopt) it. [`Locker::election`] elects one leader
+//! at a time, with a value and a term, and tells anyone who leads;
+//! [`Locker::watch`] tells each change of a name, without polling.
 //!
 //! Every mode waits in turn: exclusive locks, readers, permits and sets
 //! that want a name wait in one queue for it on the servers, first come,
