@@ -120,7 +120,8 @@ impl<'a> Election<'a> {
     /// on the first call, then each leader, value or vacancy after it.
     /// Driven by notifications, as [`Watch`](crate::Watch) is; terms never
     /// go back (a leader seen later never has a lower term than one told
-    /// before), and changes faster than a read may be told as one.
+    /// before), nor does a leader's value (its revision), and changes
+    /// faster than a read may be told as one.
     pub fn observe(&self) -> Observe {
         Observe {
             watching: Watching::new(self.engine.clone(), self.name.clone()),
@@ -312,8 +313,8 @@ pub struct Observe {
     /// The last leader told (its term, revision and value; `None`: nobody
     /// led), once one was.
     last: Option<Option<(u64, u64, String)>>,
-    /// The highest term told.
-    told: Option<u64>,
+    /// The highest term told, and its highest revision.
+    told: Option<(u64, u64)>,
 }
 
 impl Observe {
@@ -327,16 +328,17 @@ impl Observe {
             let key = leader
                 .as_ref()
                 .map(|l| (l.term, l.revision, l.value.clone()));
-            if let (Some((term, ..)), Some(told)) = (&key, self.told) {
-                if *term < told {
-                    // An older leader, read from nodes a newer one has not
-                    // reached: never told after the newer one.
+            if let (Some((term, revision, _)), Some((told, told_revision))) = (&key, self.told) {
+                if (*term, *revision) < (told, told_revision) {
+                    // An older leader, or an older value of this one, read
+                    // from nodes a newer one has not reached: never told
+                    // after the newer one.
                     continue;
                 }
             }
             if self.last.as_ref() != Some(&key) {
-                if let Some((term, ..)) = &key {
-                    self.told = self.told.max(Some(*term));
+                if let Some((term, revision, _)) = &key {
+                    self.told = self.told.max(Some((*term, *revision)));
                 }
                 self.last = Some(key);
                 return Ok(leader);

@@ -166,3 +166,72 @@ pub(crate) fn next_look(status: &LockStatus) -> Duration {
     }
     soonest
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::lock_status::{KeyState, NodeLockState};
+    use crate::core::mode::LockMode;
+    use crate::core::node_error::{NodeError, NodeErrorKind, NodeId};
+    use crate::core::owner::Holder;
+
+    fn held(left: Option<Duration>, holders: Vec<Holder>) -> NodeLockState {
+        NodeLockState {
+            key: match left {
+                Some(left) => KeyState::Held {
+                    expires_in: Some(left),
+                },
+                None => KeyState::Free,
+            },
+            fencing_counter: None,
+            waiting: 0,
+            quarantine: None,
+            mode: left.map(|_| LockMode::Exclusive),
+            readers: 0,
+            permits: None,
+            writer_waits: false,
+            reserved: false,
+            holders,
+            queued: 0,
+            leader: None,
+        }
+    }
+
+    fn status(nodes: Vec<Result<NodeLockState, NodeError>>) -> LockStatus {
+        LockStatus {
+            resource: "r".into(),
+            key: "redlease:{r}".into(),
+            nodes: nodes
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| (NodeId::new(i, format!("n{i}")), a))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_watcher_looks_when_a_hold_or_its_lock_delay_is_due_to_end() {
+        let ms = Duration::from_millis;
+        // Free everywhere: nothing is due; the safety look.
+        assert_eq!(
+            next_look(&status(vec![Ok(held(None, vec![]))])),
+            SAFETY_LOOK
+        );
+        // A hold with 2 s left: looked at as it ends.
+        let plain = Holder::of_value(&format!("{}\tci:1\t5", "a".repeat(48)));
+        let node = held(Some(ms(2_000)), vec![plain.lasting(Some(ms(2_000)))]);
+        assert_eq!(next_look(&status(vec![Ok(node)])), ms(2_000) + LATE_BY);
+        // With a 1.5 s lock-delay: first as the lease ends (the delay
+        // begins), 0.5 s from now.
+        let delayed = Holder::of_value(&format!("{}\tci:1\t5\t1500", "a".repeat(48)));
+        let node = held(Some(ms(2_000)), vec![delayed.lasting(Some(ms(2_000)))]);
+        assert_eq!(next_look(&status(vec![Ok(node)])), ms(500) + LATE_BY);
+        // A node that failed to answer: within a second.
+        let failed = NodeError::new(
+            NodeId::new(1, "n1".to_string()),
+            NodeErrorKind::Timeout(ms(5)),
+        );
+        let look = next_look(&status(vec![Ok(held(None, vec![])), Err(failed)]));
+        assert_eq!(look, UNHEARD_LOOK + LATE_BY);
+    }
+}

@@ -284,3 +284,25 @@ fn the_blocking_election_and_watch_work_from_plain_threads() {
     a.close().unwrap();
     b.close().unwrap();
 }
+
+/// A campaign's wait beyond the clock waits without limit; a TTL beyond
+/// `MAX_TTL` is refused by name before any I/O.
+#[tokio::test]
+async fn a_campaigns_durations_beyond_any_limit_neither_panic_nor_hang() {
+    let nodes = RedisNodes::start(1);
+    let a = member(nodes.urls(), "a", Duration::from_secs(5));
+    let b = member(nodes.urls(), "b", Duration::from_secs(5));
+    let ttl = b.election("e").campaign("b").ttl(Duration::MAX).await;
+    assert!(matches!(ttl, Err(Error::InvalidInput { .. })), "{ttl:?}");
+    let lead = a.election("e").campaign("a").await.unwrap();
+    let election_b = b.election("e");
+    let waiting = election_b.campaign("b").wait(Duration::MAX).into_future();
+    let resign = async {
+        tokio::time::sleep(100 * MS).await;
+        lead.resign().await.unwrap();
+    };
+    let (won, ()) = tokio::time::timeout(TOLD_WITHIN, async { tokio::join!(waiting, resign) })
+        .await
+        .expect("led once a resigned");
+    won.unwrap().resign().await.unwrap();
+}
