@@ -28,6 +28,14 @@
 # waiters are served in, starvation), and its controls: a release that
 # wakes out of order, and holders beyond a semaphore's capacity (about
 # 4 s each).
+# Then elections: 5 campaigners lead 2 election names in turn (proclaim,
+# resign or drop) while 2 observers watch both, under the same faults for
+# 15 s (15 leads and 5 faults at least, about 40 in a run; about 19 s
+# with its start and drain), judged by the elections checker (leads of a
+# name at once, term order, what observers were told), and its controls:
+# leaders that ignore lost() while an operator force-releases the
+# election every second (about 6 s), and an observer that asks one node
+# at a time (about 3 s).
 # Then the same multi-lock run under real packet loss (issue 48, item
 # 15): `--loss 2` puts the soak in a network namespace of its own where
 # nftables drops 2 % of the TCP packets to and from the lock nodes, for
@@ -77,6 +85,9 @@ soak="${CARGO_TARGET_DIR:-target}/$profile/soak"
 "$soak" --scenario engine-mixed --nodes 5 --seconds 20 --min-acquired 150 --min-faults 5
 "$soak" --scenario control-engine-queue-jump --expect-violation
 "$soak" --scenario control-engine-extra-holder --expect-violation
+"$soak" --scenario elections --nodes 5 --seconds 15 --min-acquired 15 --min-faults 5
+"$soak" --scenario control-election-ignores-lost --expect-violation
+"$soak" --scenario control-election-stale-observer --expect-violation
 REDLEASE_REQUIRE_NETNS=1 "$soak" --scenario multi-mixed --nodes 5 --seconds 15 --loss 2 \
   --min-acquired 60 --min-faults 3
 "$soak" --scenario cluster-failover --seconds 10 --min-acquired 100 --min-faults 1

@@ -57,13 +57,15 @@ pub struct Code {
 
 /// The commands, as the table names them.
 #[cfg(test)]
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 10] = [
     "run",
     "acquire",
     "extend",
     "release --handle",
     "release --force",
     "status",
+    "elect",
+    "leader",
     "doctor",
     "demo",
 ];
@@ -96,6 +98,12 @@ pub const CODES: &[Code] = &[
                 "the lock is held elsewhere, or too few `--permits` are free (or the code \
                  `--conflict-exit-code N` gives)",
             ),
+            by(
+                &["elect"],
+                "another process leads, with `--no-wait` or once `--wait` is over (or the code \
+                 `--conflict-exit-code N` gives)",
+            ),
+            by(&["leader"], "nobody leads"),
             by(&["doctor"], "a check FAILed"),
             by(&["demo"], "its checks failed"),
         ],
@@ -104,7 +112,12 @@ pub const CODES: &[Code] = &[
         code: "2",
         claims: &[
             every("usage error: an unknown flag, a bad duration, number or URL, a missing value"),
-            by(&["run"], "no command after `--`"),
+            by(&["run", "elect"], "no command after `--`"),
+            by(
+                &["elect"],
+                "no `--value`, one over 64 KiB, or `--shared`, `--permits`, `--read-key` or a \
+                 second `--key`",
+            ),
             by(
                 &["run", "acquire"],
                 "a URL whose scheme does not match its port (TLS or not), one server named \
@@ -150,7 +163,8 @@ pub const CODES: &[Code] = &[
                 &["release --force"],
                 "a node did not answer (those that answered were cleared)",
             ),
-            by(&["status"], "too few nodes answered to tell"),
+            by(&["status", "leader"], "too few nodes answered to tell"),
+            by(&["elect"], "as `run`: no quorum of nodes answered"),
             by(&["demo"], "`redis-server` is not installed"),
         ],
     },
@@ -166,6 +180,10 @@ pub const CODES: &[Code] = &[
                 "the lease was lost while the command ran, and the command was stopped",
             ),
             by(
+                &["elect"],
+                "the lead was lost while the command ran, and the command was stopped",
+            ),
+            by(
                 &["extend", "release --handle"],
                 "the handle is stale: its lock is no longer held (expired, released, taken \
                  over)",
@@ -175,24 +193,24 @@ pub const CODES: &[Code] = &[
     Code {
         code: "77",
         claims: &[by(
-            &["run"],
+            &["run", "elect"],
             "the command exited 0, but its release was refused for a missing ACL permission \
              (`NOPERM`, named in the message), and the lock stays held until its TTL runs out",
         )],
     },
     Code {
         code: "126",
-        claims: &[by(&["run"], "the command could not be executed")],
+        claims: &[by(&["run", "elect"], "the command could not be executed")],
     },
     Code {
         code: "127",
-        claims: &[by(&["run"], "the command was not found")],
+        claims: &[by(&["run", "elect"], "the command was not found")],
     },
     Code {
         code: "128+N",
         claims: &[
             by(
-                &["run"],
+                &["run", "elect"],
                 "the command died of signal N, or redlease got signal N before starting it",
             ),
             by(
@@ -204,7 +222,7 @@ pub const CODES: &[Code] = &[
     },
     Code {
         code: "other",
-        claims: &[by(&["run"], "the command's own exit status")],
+        claims: &[by(&["run", "elect"], "the command's own exit status")],
     },
 ];
 

@@ -1,18 +1,21 @@
-//! `redlease`: run a command under a distributed lock on Redis, inspect a
-//! lock, check the nodes, or watch a demo. This file is the command line:
-//! parsing, one-line usage errors, and dispatch.
+//! `redlease`: run a command under a distributed lock on Redis (or while
+//! leading an election), inspect a lock or an election, check the nodes,
+//! or watch a demo. This file is the command line: parsing, one-line
+//! usage errors, and dispatch.
 
 mod acquire;
 mod cluster;
 mod demo;
 mod doctor;
 mod duration;
+mod elect;
 mod errors;
 mod exit;
 mod extend;
 mod facts;
 mod guardian;
 mod handle;
+mod leader;
 mod logging;
 mod metrics_http;
 mod nodes;
@@ -39,7 +42,7 @@ use crate::exit::Exit;
     name = "redlease",
     version,
     about = "Distributed locks on Redis from the shell: run a command on one machine of \
-             the fleet at a time, inspect locks, check nodes",
+             the fleet at a time, elect a leader, inspect locks, check nodes",
     after_help = exit::help_table()
 )]
 struct Cli {
@@ -58,6 +61,8 @@ struct Cli {
 enum Command {
     /// Run a command while holding a lock (flock(1) across machines)
     Run(run::RunArgs),
+    /// Run a command while this process leads an election (one leader at a time)
+    Elect(elect::ElectArgs),
     /// Take a lock for a script's steps and print its handle
     Acquire(acquire::AcquireArgs),
     /// Extend the lock of a handle `acquire` printed
@@ -66,6 +71,8 @@ enum Command {
     Release(release::ReleaseArgs),
     /// Show whether a lock is held on each node, and its fencing counter
     Status(status::StatusArgs),
+    /// Show who leads an election, once or at each change
+    Leader(leader::LeaderArgs),
     /// Check every node for settings that can break a lock
     Doctor(doctor::DoctorArgs),
     /// Start 5 local Redis nodes and watch workers share a lock through node failures
@@ -103,6 +110,7 @@ fn main() -> ExitCode {
     };
     let quiet = match &cli.command {
         Command::Run(args) => args.quiet(),
+        Command::Elect(args) => args.quiet(),
         Command::Acquire(args) => args.quiet(),
         Command::Extend(args) => args.quiet(),
         Command::Release(args) => args.quiet(),
@@ -129,9 +137,11 @@ fn main() -> ExitCode {
         tokio::spawn(async move {
             match cli.command {
                 Command::Run(args) => run::run(args).await,
+                Command::Elect(args) => elect::elect(args).await,
                 Command::Acquire(args) => acquire::acquire(args).await,
                 Command::Extend(args) => extend::extend(args).await,
                 Command::Status(args) => status::status(args).await,
+                Command::Leader(args) => leader::leader(args).await,
                 Command::Release(args) => release::release(args).await,
                 Command::Doctor(args) => doctor::doctor(args).await,
                 Command::Demo(args) => demo::demo(args).await,
@@ -181,7 +191,11 @@ fn one_line(e: &clap::Error, args: &[String]) -> String {
         }
     }
     if message.contains("<COMMAND>") && e.kind() == ErrorKind::MissingRequiredArgument {
-        message.push_str(" (put the command after `--`, e.g. redlease run --key NAME -- ./job.sh)");
+        let example = match usage.as_deref().and_then(|u| u.split_whitespace().nth(1)) {
+            Some("elect") => "redlease elect --key NAME --value VALUE -- ./job.sh",
+            _ => "redlease run --key NAME -- ./job.sh",
+        };
+        message.push_str(&format!(" (put the command after `--`, e.g. {example})"));
     }
     if let Some(instead) = misread(e, args) {
         message = instead;
@@ -277,7 +291,8 @@ fn misread(e: &clap::Error, args: &[String]) -> Option<String> {
             format!("{name} {bad}: negative values are not accepted")
         });
     }
-    if sub.get_name() == "run" && !bad.starts_with('-') && end == args.len() {
+    let takes_command = matches!(sub.get_name(), "run" | "elect");
+    if takes_command && !bad.starts_with('-') && end == args.len() {
         let at = at?;
         let before: Vec<String> = args[..at]
             .iter()
@@ -364,6 +379,28 @@ mod tests {
             "true",
         ]);
         assert!(line.contains("cannot be used with"), "{line}");
+    }
+
+    #[test]
+    fn elect_takes_its_command_after_dash_dash_as_run_does() {
+        let (_, line) = error_for(&["redlease", "elect", "--key", "k", "--value", "v"]);
+        assert!(
+            line.contains("e.g. redlease elect --key NAME --value VALUE -- ./job.sh"),
+            "{line}"
+        );
+        assert!(line.ends_with("see `redlease elect --help`"), "{line}");
+        let (_, line) = error_for(&["redlease", "elect", "--key", "k", "--value", "v", "./job"]);
+        assert!(
+            line.contains("put the command after `--`: redlease elect --key k --value v -- ./job"),
+            "{line}"
+        );
+        let cli = Cli::try_parse_from([
+            "redlease", "elect", "--key", "k", "--value", "v", "--", "ls", "-l",
+        ])
+        .unwrap();
+        let shown = format!("{:?}", cli.command);
+        assert!(shown.contains("value: \"v\""), "{shown}");
+        assert!(shown.contains("\"ls\", \"-l\""), "{shown}");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! `--grace` says (see [`Deadlines`]), so that nothing of it runs once
 //! another client can take the lock. If redlease itself dies, its guardian
 //! process stops the command by the same time (see guardian.rs).
+//! `redlease elect` runs its command here too, under an election's lead
+//! instead of a lock ([`run_under`]).
 
 use std::ffi::OsString;
 use std::io;
@@ -14,7 +16,7 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlease::{Error, Lease, LostReason};
+use redlease::{Error, Leadership, Lease, LostReason};
 use rustix::process::{self, Signal};
 use tokio::process::{Child, Command};
 
@@ -150,8 +152,43 @@ impl RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> Exit {
+    run_under(args, None).await
+}
+
+/// What the command runs under: a lease of the locks, or the lead of an
+/// election (`elect`), whose lease is what [`supervise`] watches.
+enum Under {
+    Lease(Lease),
+    Lead(Leadership),
+}
+
+impl Under {
+    fn lease(&self) -> &Lease {
+        match self {
+            Under::Lease(lease) => lease,
+            Under::Lead(leadership) => leadership.lease(),
+        }
+    }
+
+    /// Gives it back: releases the locks, or resigns the lead.
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Under::Lease(lease) => lease.release().await,
+            Under::Lead(leadership) => leadership.resign().await,
+        }
+    }
+}
+
+/// `run` (`lead` is `None`), or `elect` with `lead` the value to lead
+/// with: the same supervision of the command, under the locks the flags
+/// name or under the lead of the election --key names.
+pub async fn run_under(args: RunArgs, lead: Option<String>) -> Exit {
     let take = &args.take;
-    let want = match take.want() {
+    let want = match &lead {
+        None => take.want(),
+        Some(_) => take.want_lead(),
+    };
+    let want = match want {
         Ok(want) => want,
         Err(exit) => return exit,
     };
@@ -196,24 +233,32 @@ pub async fn run(args: RunArgs) -> Exit {
 
     let started = Instant::now();
     let mut first_try = Duration::ZERO;
-    let taken = take
-        .take(
-            &locker,
-            &want,
-            true,
-            &mut signals,
-            &mut first_try,
-            Taker::Run,
-        )
-        .await;
-    let lease = match taken {
-        Ok(lease) => lease,
+    let taken = match &lead {
+        None => take
+            .take(
+                &locker,
+                &want,
+                true,
+                &mut signals,
+                &mut first_try,
+                Taker::Run,
+            )
+            .await
+            .map(Under::Lease),
+        Some(value) => take
+            .campaign(&locker, &want, value, &mut signals, &mut first_try)
+            .await
+            .map(Under::Lead),
+    };
+    let under = match taken {
+        Ok(under) => under,
         Err(exit) => return exit,
     };
     tracing::info!(
         key = %want.listed(),
         hold = ?want.hold,
-        fencing_token = ?lease.fencing_token(),
+        fencing_token = ?under.lease().fencing_token(),
+        lead = lead.is_some(),
         waited = %duration::show(started.elapsed()),
         "took the lock; starting the command"
     );
@@ -225,7 +270,7 @@ pub async fn run(args: RunArgs) -> Exit {
     let mut guardian = match Guardian::start(args.grace) {
         Ok(guardian) => guardian,
         Err(e) => {
-            let _ = lease.release().await;
+            let _ = under.release().await;
             locker.close().await;
             return Exit::with(
                 exit::INTERNAL,
@@ -237,21 +282,24 @@ pub async fn run(args: RunArgs) -> Exit {
             );
         }
     };
-    let mut child = match spawn(&args, &lease, &guardian) {
+    let mut child = match spawn(&args, &under, &guardian) {
         Ok(child) => child,
         Err(e) => {
             let guardian = guardian.dismiss();
             // Nothing ran under the lock: its release result is moot.
-            let _ = lease.release().await;
+            let _ = under.release().await;
             locker.close().await;
             guardian.reap().await;
             return cannot_spawn(&args.command[0], &e);
         }
     };
-    let held = want.held();
+    let held = match &under {
+        Under::Lease(_) => want.held(),
+        Under::Lead(_) => format!("the lead of {}", want.listed()),
+    };
     let ended = supervise(
         &mut child,
-        &lease,
+        under.lease(),
         &mut signals,
         &mut guardian,
         &args,
@@ -263,7 +311,7 @@ pub async fn run(args: RunArgs) -> Exit {
     // releasing (the keys then expire by their TTL).
     let guardian = guardian.dismiss();
     tracing::info!(key = %want.listed(), status = ?ended.status, "the command ended; releasing");
-    let released = lease.release().await;
+    let released = under.release().await;
     // The release returns once a quorum confirmed; its requests to slower
     // nodes would die with this process and leave a key there until its
     // TTL: let them finish first.
@@ -326,9 +374,10 @@ fn round_trip_warning(ttl: Duration, first_try: Duration) -> Option<String> {
 }
 
 /// Starts the command with the lock's name and fencing tokens in its
-/// environment, and its stdio shared with ours; it announces itself to the
-/// `guardian` before it execs.
-fn spawn(args: &RunArgs, lease: &Lease, guardian: &Guardian) -> io::Result<Child> {
+/// environment (and a lead's term and value), and its stdio shared with
+/// ours; it announces itself to the `guardian` before it execs.
+fn spawn(args: &RunArgs, under: &Under, guardian: &Guardian) -> io::Result<Child> {
+    let lease = under.lease();
     let token = |name: &str| {
         lease
             .fencing_token_of(name)
@@ -347,6 +396,11 @@ fn spawn(args: &RunArgs, lease: &Lease, guardian: &Guardian) -> io::Result<Child
             token(lease.resource()).to_string(),
         )
         .env("REDLEASE_FENCING_TOKENS", tokens.join("\n"));
+    if let Under::Lead(leadership) = under {
+        // The term is the lead's fencing token (REDLEASE_FENCING_TOKEN).
+        cmd.env("REDLEASE_TERM", leadership.term().to_string())
+            .env("REDLEASE_LEADER_VALUE", leadership.value());
+    }
     if !args.foreground {
         cmd.process_group(0);
     }

@@ -29,6 +29,18 @@ pub fn asks_to_stop(sig: Signal) -> bool {
     matches!(sig, Signal::TERM | Signal::INT | Signal::QUIT)
 }
 
+/// How a signal ends a watch (`status --watch`, `leader --watch`): the
+/// exit code, 0 for SIGINT and SIGTERM (the way to stop one), 128+N for
+/// SIGHUP and SIGQUIT; `None` for those that do not end it (SIGUSR1,
+/// SIGUSR2).
+pub fn ends_watch(sig: Signal) -> Option<u8> {
+    match sig {
+        Signal::INT | Signal::TERM => Some(crate::exit::OK),
+        Signal::HUP | Signal::QUIT => Some(crate::exit::signal_code(sig.as_raw())),
+        _ => None,
+    }
+}
+
 /// The usual name of a forwarded signal, for messages.
 pub fn name(sig: Signal) -> &'static str {
     match sig {

@@ -2,20 +2,34 @@
 //! how many readers (a semaphore: how many of its permits are held, and
 //! how many are free), for how long, whether a writer waits, and the lock's
 //! fencing counter, as the library's `Admin::inspect` reports them (never
-//! the key's value: that is the holder's token).
+//! the key's value: that is the holder's token); an election's leader.
+//! As a table or JSON, once or (`--watch`) at each change.
 
-use std::time::Duration;
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use redlease::{
-    Error, KeyState, LockMode, Locker, NodeLockState, NodeQuarantine, Quarantine, Verdict,
+    Error, KeyState, Leader, LockMode, LockStatus, Locker, NodeLockState, NodeQuarantine,
+    Quarantine, Verdict,
 };
+use rustix::process::Signal;
+use serde_json::{json, Value};
 
 use crate::duration;
 use crate::errors::{self, chain};
 use crate::exit::{self, Exit};
 use crate::nodes::NodesArg;
+use crate::signals::{self, Signals};
 use crate::table::Table;
+
+/// `writeln!` to a String, which cannot fail.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -34,14 +48,36 @@ and is judged by its permit quorum: a permit needs room on n*N/(N+1)+1 of \
 the n nodes, not a majority, and is not takeable while fewer nodes have \
 room and vote. The servers tell N while a permit is held; --permits N \
 judges the name as a semaphore when none is. \"a writer waits\" means one \
-stands in the name's queue, and readers who come after it wait behind it.
+stands in the name's queue, and readers who come after it wait behind it. \
+A holder that ended without a release (killed, its machine gone) while its \
+lease has a lock-delay (--lock-delay) is said to be in its lock-delay: the \
+name is taken by nobody until that is over. The name of an election \
+(`redlease elect`) shows its leader too (\"led by VALUE, term T\").
 
-Example:
+--watch prints the report now and again each time the name changes: taken, \
+released, a waiter comes or goes, a holder ends without a release (read \
+when it is due to end), nodes stop or start answering; not renewals. Each \
+report follows a line with the time, UTC (-- 14:03:07.123 UTC --). It runs \
+until SIGINT (Ctrl-C) or SIGTERM, and exits 0 then. An election's new \
+leader, or its new value, is told too.
+
+--json prints each report as one JSON object on one line: {\"key\": NAME, \
+\"verdict\": \"held\"|\"free\"|\"quarantined\"|\"unknown\", \"held_on\": nodes with \
+the key, \"nodes\", \"answered\", \"mode\": null|\"exclusive\"|\"shared\"|\"permits\", \
+\"holders\": [{\"owner\", \"since_ms\" (ms since the epoch), \"weight\", \
+\"in_lock_delay_ms\": null|ms left}], \"readers\", \"permits\": null|N, \"queued\", \
+\"waiting\", \"fencing_counter\": null|N, \"leader\": null|{\"value\", \"term\", \
+\"revision\", \"owner\", \"since_ms\"}}.
+
+Examples:
   redlease status --nodes redis://a:6379,redis://b:6379,redis://c:6379 --key nightly-report
+  redlease status --key nightly-report --watch
+  redlease status --key nightly-report --json | jq .verdict
 
-Exit codes: 0 the state is known (held, free, or not takeable); 2 usage; 69 \
-too few nodes answered to tell (for a semaphore: to tell whether a permit \
-can be taken).")]
+Exit codes: 0 the state is known (held, free, or not takeable), and --watch \
+stopped by SIGINT or SIGTERM; 2 usage; 69 too few nodes answered to tell \
+(for a semaphore: to tell whether a permit can be taken; not with --watch, \
+which says so and goes on).")]
 pub struct StatusArgs {
     /// The lock's name.
     #[arg(long, value_name = "NAME")]
@@ -53,11 +89,23 @@ pub struct StatusArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     permits: Option<u32>,
 
+    /// Print the report now, then again each time the lock changes (taken,
+    /// released, a waiter comes or goes, a holder ends without a release,
+    /// a new leader), each after a line with the time (UTC), until SIGINT
+    /// or SIGTERM.
+    #[arg(long)]
+    watch: bool,
+
+    /// Print each report as one JSON object on a line of its own instead
+    /// of the table (see below).
+    #[arg(long)]
+    json: bool,
+
     #[command(flatten)]
     admin: AdminArg,
 }
 
-/// Where `status` and `release --force` find a lock: the nodes, the key
+/// Where `status`, `leader` and `release --force` find a lock: the nodes, the key
 /// prefix, and how long each node may take.
 #[derive(Args, Debug)]
 pub struct AdminArg {
@@ -97,36 +145,148 @@ pub async fn status(args: StatusArgs) -> Exit {
         Ok(made) => made,
         Err(exit) => return exit,
     };
-    let status = match locker.admin().inspect(args.key.as_str()).await {
+    if args.watch {
+        let exit = watch(&args, &locker).await;
+        locker.close().await;
+        return exit;
+    }
+    let key = args.key.as_str();
+    let status = match locker.admin().inspect(key).await {
         Ok(status) => status,
-        Err(e @ Error::InvalidInput { .. }) => return Exit::with(exit::USAGE, chain(&e)),
-        Err(e) => return Exit::with(exit::INTERNAL, chain(&e)),
+        Err(e) => return inspect_failed(&e),
     };
+    // The leader, if the name is an election's: read with the rest.
+    let leader = status.leader();
+    let (text, exit) = report(key, args.permits, &locker, &status, leader.as_ref());
+    let text = match args.json {
+        true => json_report(key, args.permits, &status, leader.as_ref()),
+        false => text,
+    };
+    if print(&text).is_err() {
+        return Exit::code(exit::signal_code(Signal::PIPE.as_raw()));
+    }
+    exit
+}
 
+/// `--watch`: the report now, then again each time the name changes (a
+/// [`Watch`](redlease::Watch)), each after a line with the time (UTC) (or
+/// one JSON object each), until SIGINT or SIGTERM (exit 0).
+async fn watch(args: &StatusArgs, locker: &Locker) -> Exit {
+    let key = args.key.as_str();
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            return Exit::with(
+                exit::INTERNAL,
+                format!("cannot handle signals: {}", chain(&e)),
+            )
+        }
+    };
+    // The watch tells an election's leader too (its record is read with
+    // the rest).
+    let mut watch = locker.watch(key);
+    // The last report, as JSON: a change that shows nothing new in it
+    // makes no report.
+    let mut last: Option<String> = None;
+    loop {
+        let status = tokio::select! {
+            changed = watch.changed() => changed,
+            sig = signals.recv() => match signals::ends_watch(sig) {
+                Some(code) => return Exit::code(code),
+                None => continue,
+            },
+        };
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => return inspect_failed(&e),
+        };
+        let leader = status.leader();
+        let json = json_report(key, args.permits, &status, leader.as_ref());
+        if last.as_ref() == Some(&json) {
+            continue;
+        }
+        let text = match args.json {
+            true => json.clone(),
+            false => {
+                let (report, _) = report(key, args.permits, locker, &status, leader.as_ref());
+                let now = utc_time_of_day(SystemTime::now());
+                format!("-- {now} UTC --\n{report}")
+            }
+        };
+        last = Some(json);
+        if print(&text).is_err() {
+            // Nobody reads any more (`| head -1`), as SIGPIPE would end it.
+            return Exit::code(exit::signal_code(Signal::PIPE.as_raw()));
+        }
+    }
+}
+
+/// `now` as a UTC clock shows it: "14:03:07.123".
+fn utc_time_of_day(now: SystemTime) -> String {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let of_day = since.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The exit for an inspection (or a watch) that failed as a whole.
+fn inspect_failed(e: &Error) -> Exit {
+    match e {
+        Error::InvalidInput { .. } => Exit::with(exit::USAGE, chain(e)),
+        _ => Exit::with(exit::INTERNAL, chain(e)),
+    }
+}
+
+/// `text` on stdout, flushed: a watcher's reader sees each report at once.
+pub fn print(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// The report of `status` on `key` (`given_permits`: --permits), as a
+/// table and a verdict, ending in a newline, and the exit it makes: 0 when
+/// the state is known, 69 when too few nodes answered to tell.
+fn report(
+    key: &str,
+    given_permits: Option<u32>,
+    locker: &Locker,
+    status: &LockStatus,
+    leader: Option<&Leader>,
+) -> (String, Exit) {
+    let mut out = String::new();
     let nodes = status.nodes.len();
     let plural = if nodes == 1 { "" } else { "s" };
     // A semaphore as the servers hold it, else as --permits says.
-    let permits = status.permits().or(args.permits);
+    let permits = status.permits().or(given_permits);
     // A permit's quorum is not the lock's: n * N / (N + 1) + 1 nodes.
-    let need = permits.map(|permits| locker.semaphore(args.key.as_str(), permits).quorum());
+    let need = permits.map(|permits| locker.semaphore(key, permits).quorum());
     match permits.zip(need) {
-        Some((permits, need)) => println!(
+        Some((permits, need)) => say!(
+            out,
             "semaphore {:?} (key {}) on {nodes} node{plural}, {permits} permit{}, each held on \
              {need} of them",
-            args.key.as_str(),
+            key,
             status.key,
             if permits == 1 { "" } else { "s" },
         ),
-        None => println!(
+        None => say!(
+            out,
             "lock {:?} (key {}) on {nodes} node{plural}, quorum {}",
-            args.key.as_str(),
+            key,
             status.key,
             locker.admin().quorum()
         ),
     }
-    if let (Some(given), Some(held)) = (args.permits, status.permits()) {
+    if let (Some(given), Some(held)) = (given_permits, status.permits()) {
         if given != held {
-            println!(
+            say!(
+                out,
                 "note: its permits are held with --permits {held}, not {given}: a run or \
                  acquire with --permits {given} exits 2 while they are"
             );
@@ -161,7 +321,7 @@ pub async fn status(args: StatusArgs) -> Exit {
             ),
         }
     }
-    print!("{}", table.render());
+    out.push_str(&table.render());
 
     let counter = match status.fencing_counter() {
         Some(n) => format!("fencing counter {n} (no token handed out so far is higher)"),
@@ -171,10 +331,10 @@ pub async fn status(args: StatusArgs) -> Exit {
     let verdict = status.verdict();
     let holder = holder(status.mode(), status.readers(), permits);
     let judged = permits.zip(need).map(|(permits, need)| {
-        let verdict = permit_verdict(&status, permits, need);
+        let verdict = permit_verdict(status, permits, need);
         (
             verdict,
-            show_permit_verdict(verdict, need, &status, holder.as_ref()),
+            show_permit_verdict(verdict, need, status, holder.as_ref()),
         )
     });
     let writer_waits = match (status.writer_waits(), status.reserved()) {
@@ -185,18 +345,30 @@ pub async fn status(args: StatusArgs) -> Exit {
     // Who: the owner each holder's lease names (never its token), before
     // the verdict, which stays the last line.
     let now = std::time::SystemTime::now();
-    if let Some(who) = redlease::Holder::describe_all(&status.holders(), now) {
-        println!("held by {who}");
+    if let Some(leader) = leader {
+        say!(out, "led by {}, term {}", leader.value, leader.term);
     }
-    println!(
+    let holders = status.holders();
+    if let Some(who) = redlease::Holder::describe_all(&holders, now) {
+        say!(out, "held by {who}");
+    }
+    // Held, but by nobody alive: every holder ended without a release.
+    let delayed = !holders.is_empty() && holders.iter().all(|h| h.in_lock_delay().is_some());
+    say!(
+        out,
         "{}{writer_waits}; {waiting} process{} waiting; {counter}",
         match &judged {
             Some((_, line)) => line.clone(),
+            None if delayed => show_delayed(verdict, nodes).unwrap_or_else(|| show_verdict(
+                verdict,
+                nodes,
+                holder.as_ref()
+            )),
             None => show_verdict(verdict, nodes, holder.as_ref()),
         },
         if waiting == 1 { "" } else { "es" }
     );
-    match (verdict, judged) {
+    let exit = match (verdict, judged) {
         (_, Some((PermitVerdict::Unknown { answered, .. }, _))) => Exit::with(
             exit::UNAVAILABLE,
             format!(
@@ -224,7 +396,93 @@ pub async fn status(args: StatusArgs) -> Exit {
             )
         }
         _ => Exit::code(exit::OK),
-    }
+    };
+    (out, exit)
+}
+
+/// The report of `status` on `key` as one JSON object on one line (see
+/// `status --help`).
+fn json_report(
+    key: &str,
+    given_permits: Option<u32>,
+    status: &LockStatus,
+    leader: Option<&Leader>,
+) -> String {
+    let answered: Vec<&NodeLockState> = status
+        .nodes
+        .iter()
+        .filter_map(|(_, answer)| answer.as_ref().ok())
+        .collect();
+    let held_on = answered
+        .iter()
+        .filter(|s| matches!(s.key, KeyState::Held { .. }))
+        .count();
+    let verdict = match status.verdict() {
+        Verdict::Held { .. } => "held",
+        Verdict::Free { .. } => "free",
+        Verdict::Quarantined { .. } => "quarantined",
+        _ => "unknown",
+    };
+    let mode = status.mode().map(|mode| match mode {
+        LockMode::Exclusive => "exclusive",
+        LockMode::Shared => "shared",
+        _ => "permits",
+    });
+    let holders: Vec<Value> = status
+        .holders()
+        .iter()
+        .map(|h| {
+            json!({
+                "owner": h.owner,
+                "since_ms": epoch_ms(h.since),
+                "weight": h.weight,
+                "in_lock_delay_ms": h.in_lock_delay().map(millis),
+            })
+        })
+        .collect();
+    let report = json!({
+        "key": key,
+        "verdict": verdict,
+        "held_on": held_on,
+        "nodes": status.nodes.len(),
+        "answered": answered.len(),
+        "mode": mode,
+        "holders": holders,
+        "readers": status.readers(),
+        "permits": status.permits().or(given_permits),
+        "queued": status.queued(),
+        "waiting": status.waiting(),
+        "fencing_counter": status.fencing_counter(),
+        "leader": leader_json(leader),
+    });
+    format!("{report}\n")
+}
+
+/// A leader as `status --json` and `leader --json` show it: null, or its
+/// value, term, revision, owner and since when it leads (ms since the
+/// epoch, by its machine's clock).
+pub fn leader_json(leader: Option<&Leader>) -> Value {
+    let Some(leader) = leader else {
+        return Value::Null;
+    };
+    let holder = leader.holder.as_ref();
+    json!({
+        "value": leader.value,
+        "term": leader.term,
+        "revision": leader.revision,
+        "owner": holder.map(|h| h.owner.as_str()).filter(|owner| !owner.is_empty()),
+        "since_ms": epoch_ms(holder.and_then(|h| h.since)),
+    })
+}
+
+/// Milliseconds since the Unix epoch, for JSON (null when not known).
+fn epoch_ms(at: Option<SystemTime>) -> Option<u64> {
+    at.and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+        .map(millis)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What went wrong with a node, without its name (the row has it): what
@@ -375,6 +633,23 @@ fn show_verdict(verdict: Verdict, nodes: usize, holder: Option<&Holder>) -> Stri
         ),
         _ => format!("{verdict:?}"),
     }
+}
+
+/// The summary's verdict for a lock held only by holders in their
+/// lock-delay (they ended without a release): nobody renews or releases
+/// it, and it is free when the delay is over. `None` unless held.
+fn show_delayed(verdict: Verdict, nodes: usize) -> Option<String> {
+    let Verdict::Held { on, for_at_most } = verdict else {
+        return None;
+    };
+    let free = match for_at_most {
+        Some(d) => format!("free in {}", duration::show(d)),
+        None => "with no expiry".to_string(),
+    };
+    Some(format!(
+        "HELD on {on} of {nodes} nodes in the lock-delay of a holder that ended without a \
+         release, {free}"
+    ))
 }
 
 /// Whether a permit of a semaphore of `permits` can be taken, judged by

@@ -1,12 +1,14 @@
-//! Taking a lock from the command line, for `run` and `acquire`: the
-//! flags that say what to take (one name or several, alone, shared or a
-//! permit) and how long to wait, the Locker they make, and the wait itself
-//! with its notes and its exit when the lock could not be had.
+//! Taking a lock from the command line, for `run`, `acquire` and `elect`:
+//! the flags that say what to take (one name or several, alone, shared or
+//! a permit; for `elect`, an election's lead) and how long to wait, the
+//! Locker they make, and the wait itself with its notes and its exit when
+//! the lock could not be had.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlease::{Acquire, Error, Lease, Locker, RetryPolicy, Semaphore, TryAcquire};
+use redlease::{Acquire, Error, Leadership, Lease, Locker, RetryPolicy, Semaphore, TryAcquire};
 
 use crate::duration;
 use crate::errors::chain;
@@ -169,6 +171,39 @@ impl TakeArgs {
         Ok(Want { hold, names, read })
     }
 
+    /// What `elect` takes: the lead of the one election --key names, held
+    /// alone. --shared, --permits (and so --weight, --allow-no-failures),
+    /// --read-key and a second --key are usage errors: a lead is one
+    /// name's, and one holder's.
+    pub fn want_lead(&self) -> Result<Want, Exit> {
+        let refused = if self.shared {
+            Some("--shared")
+        } else if self.permits.is_some() {
+            Some("--permits")
+        } else if !self.read_key.is_empty() {
+            Some("--read-key")
+        } else if self.key.len() > 1 {
+            Some("second --key")
+        } else {
+            None
+        };
+        if let Some(flag) = refused {
+            return Err(Exit::with(
+                exit::USAGE,
+                format!(
+                    "elect takes no {flag}: the lead of an election is one --key's, held \
+                     by one process at a time (use `redlease run` for shared or several \
+                     locks)"
+                ),
+            ));
+        }
+        Ok(Want {
+            hold: Hold::Alone,
+            names: self.key.clone(),
+            read: Vec::new(),
+        })
+    }
+
     /// The Locker for taking `want`, with fencing on (the holder gets
     /// each name's fencing token), the TTL, key prefix, durability and
     /// owner the flags give (by default this process, `doing`); every name
@@ -237,17 +272,95 @@ impl TakeArgs {
         keep_alive: bool,
         first_try: &mut Duration,
     ) -> Result<Lease, Error> {
+        let attempt = want.try_acquire(locker);
+        let first = async move {
+            match keep_alive {
+                true => attempt.keep_alive().await,
+                false => attempt.await,
+            }
+        };
+        let wait = |wait: Option<Duration>| {
+            let request = match keep_alive {
+                true => want.acquire(locker).keep_alive(),
+                false => want.acquire(locker),
+            };
+            async move {
+                match wait {
+                    Some(wait) => request.wait(wait).await,
+                    // Like flock: without --wait, as long as it takes.
+                    None => request.retry(RetryPolicy::forever()).await,
+                }
+            }
+        };
+        self.first_then_wait(first, wait, first_try).await
+    }
+
+    /// Campaigns for the lead of the election `want` names (one name,
+    /// alone: [`want_lead`](Self::want_lead)) with `value`, as
+    /// [`take`](Self::take) takes a lock: one attempt, then (unless
+    /// --no-wait) a wait in line, which a signal ends (exit 128+N); a lead
+    /// that could not be had is the exit [`not_acquired`] tells.
+    pub async fn campaign(
+        &self,
+        locker: &Locker,
+        want: &Want,
+        value: &str,
+        signals: &mut Signals,
+        first_try: &mut Duration,
+    ) -> Result<Leadership, Exit> {
+        self.check_replicas(locker, want, Taker::Elect).await?;
+        let started = Instant::now();
+        let election = locker.election(want.name());
+        // One attempt: a campaign that waits no time in line. Its error is
+        // the attempt's, as a lock's first attempt gives it.
+        let first = async {
+            match election.campaign(value).wait(Duration::ZERO).await {
+                Err(Error::WaitTimeout { last, .. }) => Err(*last),
+                other => other,
+            }
+        };
+        let wait = |wait: Option<Duration>| {
+            let campaign = election.campaign(value);
+            async move {
+                match wait {
+                    Some(wait) => campaign.wait(wait).await,
+                    None => campaign.await,
+                }
+            }
+        };
+        tokio::select! {
+            got = self.first_then_wait(first, wait, first_try) => {
+                got.map_err(|e| self.not_acquired(&e, want, started.elapsed(), Taker::Elect))
+            }
+            sig = signals.recv() => {
+                // The campaign was dropped (it leaves the line, and gives
+                // back a lead won but not yet published): wait for that.
+                locker.close().await;
+                Err(Exit::code(exit::signal_code(sig.as_raw())))
+            }
+        }
+    }
+
+    /// `first`, one attempt; then, unless --no-wait or its failure is not
+    /// worth waiting for, `wait` for the rest of --wait (`Some`) or as
+    /// long as it takes (`None`). `first_try` gets how long the attempt
+    /// took.
+    async fn first_then_wait<T, W>(
+        &self,
+        first: impl Future<Output = Result<T, Error>>,
+        wait: impl FnOnce(Option<Duration>) -> W,
+        first_try: &mut Duration,
+    ) -> Result<T, Error>
+    where
+        W: Future<Output = Result<T, Error>>,
+    {
         // A wait too long for the clock to represent is no bound at all.
         let deadline = self.wait.and_then(|wait| Instant::now().checked_add(wait));
         let tried = Instant::now();
-        let attempt = want.try_acquire(locker);
-        let first = match keep_alive {
-            true => attempt.keep_alive().await,
-            false => attempt.await,
-        };
+        let first = first.await;
         *first_try = tried.elapsed();
         match first {
-            Ok(lease) => return Ok(lease),
+            Ok(held) => return Ok(held),
             Err(e) if self.no_wait() => return Err(e),
             Err(e) if worth_waiting(&e) => {
                 // Said once, before the wait: it can be as long as the TTL.
@@ -273,19 +386,7 @@ impl TakeArgs {
                 None => return Err(e),
             },
         }
-        let request = match keep_alive {
-            true => want.acquire(locker).keep_alive(),
-            false => want.acquire(locker),
-        };
-        match deadline {
-            Some(deadline) => {
-                request
-                    .wait(deadline.saturating_duration_since(Instant::now()))
-                    .await
-            }
-            // Like flock: without --wait, as long as it takes.
-            None => request.retry(RetryPolicy::forever()).await,
-        }
+        wait(deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()))).await
     }
 
     /// `--wait 0` is `--no-wait`, as with flock.
@@ -328,9 +429,12 @@ impl TakeArgs {
                 } else {
                     format!(" after waiting {}", duration::show(waited))
                 };
+                let taken = match by {
+                    Taker::Elect => want.led(held_on),
+                    _ => want.taken(held_on),
+                };
                 let message = format!(
-                    "{} (on {} of {nodes} nodes){when}; {not_done}",
-                    want.taken(held_on),
+                    "{taken} (on {} of {nodes} nodes){when}; {not_done}",
                     held_on.len(),
                 );
                 match self.quiet {
@@ -402,6 +506,7 @@ impl TakeArgs {
 pub enum Taker {
     Run,
     Acquire,
+    Elect,
 }
 
 impl Taker {
@@ -410,13 +515,14 @@ impl Taker {
         match self {
             Taker::Run => "run",
             Taker::Acquire => "acquire",
+            Taker::Elect => "elect",
         }
     }
 
     /// What did not happen when the lock could not be had.
     fn not_done(self) -> &'static str {
         match self {
-            Taker::Run => "the command was not run",
+            Taker::Run | Taker::Elect => "the command was not run",
             Taker::Acquire => "nothing was acquired",
         }
     }
@@ -517,6 +623,32 @@ impl Want {
             Hold::Permit { weight, .. } => format!("its {weight} permits of {}", self.listed()),
             _ if self.all() => format!("the locks {}", self.listed()),
             _ => format!("the lock {}", self.listed()),
+        }
+    }
+
+    /// Why the lead of an election could not be had, as the nodes that
+    /// refused it said: who leads (the lead's lease names it), others in
+    /// line before us, or a name held as no lead is (readers, permits).
+    fn led(&self, held_on: &[redlease::Held]) -> String {
+        use redlease::HeldBy;
+        let key = self.listed();
+        let first = held_on.first().map(|h| h.by);
+        let by = first.filter(|by| held_on.iter().all(|h| h.by == *by));
+        let named = held_on.iter().filter_map(|h| h.holder.as_ref());
+        let who = redlease::Holder::describe_all(named, std::time::SystemTime::now());
+        match (by, who) {
+            (Some(HeldBy::Queued), _) => {
+                format!("others who came first wait in line for the lead of {key}")
+            }
+            (Some(HeldBy::Readers), _) => {
+                format!("{key} is a lock held by --shared runs, not an election's lead")
+            }
+            (Some(HeldBy::Semaphore { permits }), _) => format!(
+                "{key} is a semaphore of {permits} permits, not an election, and its permits \
+                 are held"
+            ),
+            (_, Some(who)) => format!("the lead of {key} is held by {who}"),
+            (_, None) => format!("the lead of {key} is held by another process"),
         }
     }
 

@@ -465,6 +465,17 @@ fn allowed(call: Call, kind: ErrorKind, same_server: bool) -> bool {
         Call::Abandon => false,
         // It fails only on a server given twice.
         Call::CheckServers => false,
+        // An acquire, then the value published at quorum (refused there
+        // when the lead was lost in between).
+        Call::Campaign => matches!(
+            kind,
+            Taken | NoQuorum | ValidityExhausted | WaitTimeout | NotHeld
+        ),
+        Call::Proclaim | Call::Resign => matches!(kind, NotHeld | NoQuorum),
+        // Node failures are part of what they tell, not errors.
+        Call::Observe | Call::Leader => false,
+        // Every node must answer.
+        Call::ForceRelease => kind == NoQuorum,
         // The data Redis is never faulted; its rare errors only weaken the
         // lost-update check (counted as unknown writes).
         Call::Read | Call::Write | Call::FencedWrite => kind == Data,
@@ -993,6 +1004,40 @@ mod tests {
         };
         assert_eq!(check(&overlapping, &state(3), &multi).overlap, 0);
         assert!(check(&overlapping, &state(3), &Config::default()).overlap > 0);
+    }
+
+    #[test]
+    fn election_calls_fail_only_as_they_may() {
+        let failed = |call, kind: ErrorKind| {
+            let mut o = op(0, None, call, 0, 5);
+            o.outcome = Outcome::Failed(kind, "x".into());
+            vec![o]
+        };
+        let untyped = |h: History| check(&h, &state(0), &Config::default()).untyped_error;
+        for (call, kind) in [
+            (Call::Campaign, ErrorKind::WaitTimeout),
+            (Call::Campaign, ErrorKind::NoQuorum),
+            (Call::Campaign, ErrorKind::NotHeld),
+            (Call::Proclaim, ErrorKind::NotHeld),
+            (Call::Resign, ErrorKind::NoQuorum),
+            (Call::ForceRelease, ErrorKind::NoQuorum),
+        ] {
+            assert_eq!(untyped(failed(call, kind)), 0, "{call:?} {kind:?}");
+        }
+        for (call, kind) in [
+            (Call::Campaign, ErrorKind::Lost),
+            (Call::Proclaim, ErrorKind::Taken),
+            (Call::Resign, ErrorKind::WaitTimeout),
+            (Call::Observe, ErrorKind::NoQuorum),
+            (Call::Leader, ErrorKind::NoQuorum),
+            (Call::ForceRelease, ErrorKind::NotHeld),
+        ] {
+            assert_eq!(untyped(failed(call, kind)), 1, "{call:?} {kind:?}");
+        }
+        assert!([Call::Campaign, Call::Lock, Call::TryLock]
+            .iter()
+            .all(|c| c.is_acquire() && c.is_library()));
+        assert!(!Call::Proclaim.is_acquire() && Call::Observe.is_library());
     }
 
     #[test]

@@ -60,6 +60,14 @@
 //!   engine checker, they pass only if `overtaken`, and `over_capacity`,
 //!   are flagged.
 //!
+//! - `control-election-ignores-lost` and `control-election-stale-observer`
+//!   (in `elections`): leaders that go on leading after `lost()`, while an
+//!   operator force-releases the election every second and the next in
+//!   line takes over; and an observer that asks one node at a time, told
+//!   a deposed leader's older term by a minority that its resignation did
+//!   not reach, after the new leader's. Judged by the elections checker,
+//!   they pass only if `lead_overlap`, and `observer_order`, are flagged.
+//!
 //! Every control turns the restart quarantine off: the first two because
 //! it is what they show, `control-sem-majority` because its restarted
 //! nodes keep every permit (fsync'd) and must vote again at once, the
@@ -82,6 +90,7 @@ use crate::store::Store;
 use crate::watchdog::Watchdog;
 use crate::workload::{lock_name, Client, Request, Settings};
 
+mod elections;
 mod engine;
 mod multi;
 
@@ -133,6 +142,16 @@ pub const CONTROLS: &[(&str, &str)] = &[
         engine::EXTRA_HOLDER,
         "a semaphore's 2 holders are forgotten (its keys deleted) while valid; a third takes \
          a permit (must be flagged over_capacity)",
+    ),
+    (
+        elections::IGNORES_LOST,
+        "leaders ignore lost() while an operator force-releases the election every second: \
+         the next in line leads beside them (must be flagged lead_overlap)",
+    ),
+    (
+        elections::STALE_OBSERVER,
+        "an observer asks one node at a time: a minority a resignation missed tells the old \
+         leader's term after the new one's (must be flagged observer_order; 3 nodes or more)",
     ),
 ];
 
@@ -277,6 +296,7 @@ impl Bench {
             semaphore: None,
             multi: None,
             engine: None,
+            elections: None,
         })
     }
 }
@@ -299,6 +319,8 @@ pub async fn run(name: &str, nodes: usize, seed: u64) -> Result<Run, String> {
         multi::NAME => multi::partial_release(nodes, seed).await,
         engine::QUEUE_JUMP => engine::queue_jump(nodes, seed).await,
         engine::EXTRA_HOLDER => engine::extra_holder(nodes, seed).await,
+        elections::IGNORES_LOST => elections::ignores_lost(nodes, seed).await,
+        elections::STALE_OBSERVER => elections::stale_observer(nodes, seed).await,
         other => Err(format!("unknown control {other:?}")),
     }
 }

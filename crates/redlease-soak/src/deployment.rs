@@ -336,6 +336,7 @@ pub async fn run(
         semaphore: None,
         multi: None,
         engine: None,
+        elections: None,
     })
 }
 

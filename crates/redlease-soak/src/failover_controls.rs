@@ -417,6 +417,7 @@ async fn kill_primary(name: &str, kind: Kind, lagging: bool, seed: u64) -> Resul
         semaphore: None,
         multi: None,
         engine: None,
+        elections: None,
     })
 }
 
@@ -626,5 +627,6 @@ async fn empty_restart(name: &str, seed: u64) -> Result<Run, String> {
         semaphore: None,
         multi: None,
         engine: None,
+        elections: None,
     })
 }

@@ -41,6 +41,20 @@ pub enum Call {
     /// `locker.admin().check_servers()`: connects to every node and looks for one
     /// server given twice.
     CheckServers,
+    /// `election.campaign(value)`: waits in turn for the lead, then
+    /// publishes the value.
+    Campaign,
+    /// `leadership.proclaim(value)`.
+    Proclaim,
+    /// `leadership.resign()`.
+    Resign,
+    /// `observe.next()`: recorded only when it fails (it waits for the
+    /// next change, for as long as there is none).
+    Observe,
+    /// `election.leader()`: who leads, asked once.
+    Leader,
+    /// `locker.admin().force_release(name)`: an operator's.
+    ForceRelease,
 }
 
 impl Call {
@@ -48,8 +62,24 @@ impl Call {
     pub fn is_library(self) -> bool {
         matches!(
             self,
-            Call::Lock | Call::TryLock | Call::Extend | Call::Release | Call::CheckServers
+            Call::Lock
+                | Call::TryLock
+                | Call::Extend
+                | Call::Release
+                | Call::CheckServers
+                | Call::Campaign
+                | Call::Proclaim
+                | Call::Resign
+                | Call::Observe
+                | Call::Leader
+                | Call::ForceRelease
         )
+    }
+
+    /// Whether it hands out a lease when it succeeds (an election's lead
+    /// is one).
+    pub fn is_acquire(self) -> bool {
+        matches!(self, Call::Lock | Call::TryLock | Call::Campaign)
     }
 
     pub fn label(self) -> &'static str {
@@ -63,6 +93,12 @@ impl Call {
             Call::Write => "write",
             Call::FencedWrite => "fenced_write",
             Call::CheckServers => "check_servers",
+            Call::Campaign => "campaign",
+            Call::Proclaim => "proclaim",
+            Call::Resign => "resign",
+            Call::Observe => "observe",
+            Call::Leader => "leader",
+            Call::ForceRelease => "force_release",
         }
     }
 }

@@ -38,6 +38,14 @@
 //! `--modes LIST` (`write`, `read`, `permit`, `set`, comma-separated)
 //! narrows the kinds drawn: `--modes write` is exclusive locks alone.
 //!
+//! `elections` runs the mixed faults under elections: campaigners lead 2
+//! names in turn (`campaign`, `proclaim`, `resign` or a dropped
+//! `Leadership`), watching `lost()`, while observers `observe()` both
+//! names for the whole run; the elections checker judges it too (two
+//! leads of a name at once, terms not rising in the order leads started,
+//! an observer told terms or revisions out of order, or a leader no
+//! campaigner held).
+//!
 //! ```text
 //! cargo run --release -p redlease-soak -- --nodes 5 --seconds 120 [--seed N] [--scenario NAME] [--expect-violation] [--json]
 //!     [--min-acquired N] [--min-faults N] [--no-durability | --durable-replicas N]
@@ -72,6 +80,7 @@
 mod checker;
 mod controls;
 mod deployment;
+mod election_checker;
 mod engine_checker;
 mod examples;
 mod failover_controls;
@@ -119,8 +128,9 @@ struct Args {
     /// Succeed only if the checker finds a violation (for negative controls).
     #[arg(long)]
     expect_violation: bool,
-    /// Fail unless at least this many leases were acquired (so a smoke run
-    /// that degenerated cannot pass).
+    /// Fail unless at least this many leases were acquired (an election's
+    /// leads count as leases; so a smoke run that degenerated cannot
+    /// pass).
     #[arg(long, default_value_t = 0)]
     min_acquired: u64,
     /// Fail unless at least this many faults were applied.
@@ -402,11 +412,13 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
         .engine
         .as_ref()
         .map(|engine| engine_checker::judge(&run.history, engine, &run.state.stalls));
+    let elections = run.elections.as_ref().map(election_checker::judge);
     let others = report::Others {
         rw: rw.as_ref(),
         sem: sem.as_ref(),
         multi: multi.as_ref(),
         engine: engine.as_ref(),
+        elections: elections.as_ref(),
     };
     if !args.json {
         print!(
@@ -423,17 +435,19 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
         + rw.as_ref().map_or(0, |rw| rw.total())
         + sem.as_ref().map_or(0, |sem| sem.total())
         + multi.as_ref().map_or(0, |multi| multi.total())
-        + engine.as_ref().map_or(0, |engine| engine.total());
+        + engine.as_ref().map_or(0, |engine| engine.total())
+        + elections.as_ref().map_or(0, |elections| elections.total());
     // A control that names the check it must trip (one of the read-write,
-    // the semaphore, the multi-lock or the engine checker's) passes only
-    // by that one.
+    // the semaphore, the multi-lock, the engine or the elections
+    // checker's) passes only by that one.
     let flagged_by = run
         .read_write
         .as_ref()
         .and_then(|rw| rw.flagged_by)
         .or(run.semaphore.as_ref().and_then(|sem| sem.flagged_by))
         .or(run.multi.as_ref().and_then(|multi| multi.flagged_by))
-        .or(run.engine.as_ref().and_then(|engine| engine.flagged_by));
+        .or(run.engine.as_ref().and_then(|engine| engine.flagged_by))
+        .or(run.elections.as_ref().and_then(|e| e.flagged_by));
     let found = match flagged_by {
         Some(name) => rw
             .iter()
@@ -441,6 +455,7 @@ async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {
             .chain(sem.iter().flat_map(|sem| sem.counts()))
             .chain(multi.iter().flat_map(|multi| multi.counts()))
             .chain(engine.iter().flat_map(|engine| engine.counts()))
+            .chain(elections.iter().flat_map(|e| e.counts()))
             .any(|(n, count)| n == name && count > 0),
         None => total > 0,
     };

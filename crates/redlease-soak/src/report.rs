@@ -7,12 +7,14 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::checker::{FinalState, Verdict, JUDGED_ELSEWHERE};
+use crate::election_checker::{ElectionRun, ElectionVerdict};
 use crate::engine_checker::{EngineRun, EngineVerdict};
 use crate::history::{Call, ErrorKind, History, Mode, Outcome};
 use crate::multi_checker::{MultiLocks, MultiVerdict};
 use crate::rw_checker::{self, ReadWrite, RwVerdict};
 use crate::sem_checker::{SemVerdict, Semaphores};
 
+mod elections;
 mod engine;
 
 /// Everything a finished run hands to the checker and the report.
@@ -44,6 +46,9 @@ pub struct Run {
     /// An engine run: the engine checker judges it too, with its journal
     /// of acquire calls and its faults.
     pub engine: Option<EngineRun>,
+    /// An elections run: the elections checker judges its leads and what
+    /// its observers were told.
+    pub elections: Option<ElectionRun>,
 }
 
 impl Run {
@@ -55,26 +60,27 @@ impl Run {
             .count() as u64
     }
 
-    /// Failed acquisitions in which votes were not counted because of the
-    /// restart quarantine or the clock-jump guard: `(all, refused)`, where
-    /// `refused` are those whose quarantined votes would have made the
-    /// quorum (the lock was refused because of them).
+    /// Failed acquisitions (campaigns among them) in which votes were not
+    /// counted because of the restart quarantine or the clock-jump guard:
+    /// `(all, refused)`, where `refused` are those whose quarantined votes
+    /// would have made the quorum (the lock was refused because of them).
     pub fn quarantined(&self) -> (u64, u64) {
         let ops = self
             .history
             .iter()
-            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.is_call())
+            .filter(|op| op.call.is_acquire() && op.is_call())
             .filter(|op| op.not_counted.quarantined() > 0);
         ops.fold((0, 0), |(all, refused), op| {
             (all + 1, refused + u64::from(op.not_counted.decisive))
         })
     }
 
-    /// Leases handed out (a multi-lease once, however many names it holds).
+    /// Leases handed out (a multi-lease once, however many names it holds;
+    /// an election's lead as one).
     pub fn acquired(&self) -> u64 {
         self.history
             .iter()
-            .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+            .filter(|op| op.call.is_acquire() && op.outcome == Outcome::Ok)
             .filter(|op| op.is_call())
             .count() as u64
     }
@@ -108,13 +114,19 @@ pub struct Others<'a> {
     pub multi: Option<&'a MultiVerdict>,
     /// The engine checker's, in an engine run.
     pub engine: Option<&'a EngineVerdict>,
+    /// The elections checker's, in an elections run.
+    pub elections: Option<&'a ElectionVerdict>,
 }
 
 impl Others<'_> {
     /// Whether another checker judges the leases (see
     /// [`JUDGED_ELSEWHERE`]).
     fn any(&self) -> bool {
-        self.rw.is_some() || self.sem.is_some() || self.multi.is_some() || self.engine.is_some()
+        self.rw.is_some()
+            || self.sem.is_some()
+            || self.multi.is_some()
+            || self.engine.is_some()
+            || self.elections.is_some()
     }
 }
 
@@ -125,6 +137,7 @@ pub fn summary(run: &Run, verdict: &Verdict, others: Others<'_>, command: &str) 
         sem,
         multi,
         engine,
+        elections,
     } = others;
     let mut out = String::new();
     let w = &mut out;
@@ -159,6 +172,12 @@ pub fn summary(run: &Run, verdict: &Verdict, others: Others<'_>, command: &str) 
         (Call::TryLock, Some((Mode::Permit, false))),
         (Call::Extend, None),
         (Call::Release, None),
+        (Call::Campaign, None),
+        (Call::Proclaim, None),
+        (Call::Resign, None),
+        (Call::Leader, None),
+        (Call::Observe, None),
+        (Call::ForceRelease, None),
     ];
     for (call, kind) in rows {
         let ops: Vec<_> = run
@@ -207,7 +226,7 @@ pub fn summary(run: &Run, verdict: &Verdict, others: Others<'_>, command: &str) 
     let mut left: Vec<Duration> = run
         .history
         .iter()
-        .filter(|op| matches!(op.call, Call::Lock | Call::TryLock) && op.outcome == Outcome::Ok)
+        .filter(|op| op.call.is_acquire() && op.outcome == Outcome::Ok)
         .filter(|op| op.is_call())
         .filter_map(|op| op.valid_until.map(|v| v.saturating_sub(op.complete)))
         .collect();
@@ -260,6 +279,9 @@ pub fn summary(run: &Run, verdict: &Verdict, others: Others<'_>, command: &str) 
     if let Some(engine) = engine {
         engine::observations(w, run, engine);
     }
+    if let Some(elections) = elections {
+        self::elections::observations(w, run, elections);
+    }
 
     let _ = writeln!(w, "\nchecks:");
     checks(
@@ -296,6 +318,14 @@ pub fn summary(run: &Run, verdict: &Verdict, others: Others<'_>, command: &str) 
              stale reads and expiry at return):"
         );
         checks(w, &engine.counts(), &engine.examples);
+    }
+    if let Some(elections) = elections {
+        let _ = writeln!(
+            w,
+            "elections checks (leads of a name at once, terms in the order leads started, \
+             what observers were told: its order, and that a campaigner held it):"
+        );
+        checks(w, &elections.counts(), &elections.examples);
     }
     out
 }
@@ -544,13 +574,16 @@ fn observations(w: &mut String, run: &Run) {
 /// a semaphore run's `sem_violations` and `sem_peak` (the most holders at
 /// once, per name), a multi-lock run's `multi_violations` and `multi`
 /// (its calls and waits), an engine run's `engine_violations` and
-/// `engine` (its calls by kind, how the order was judged).
+/// `engine` (its calls by kind, how the order was judged), an elections
+/// run's `elections_violations` and `elections` (its leads, handoffs and
+/// observers).
 pub fn json(run: &Run, verdict: &Verdict, others: Others<'_>) -> String {
     let Others {
         rw,
         sem,
         multi,
         engine,
+        elections,
     } = others;
     let faults: serde_json::Map<String, serde_json::Value> = run
         .faults
@@ -608,6 +641,10 @@ pub fn json(run: &Run, verdict: &Verdict, others: Others<'_>) -> String {
         report["engine_violations"] = serde_json::Value::Object(map(&engine.counts()));
         report["engine"] = self::engine::json(engine);
     }
+    if let Some(elections) = elections {
+        report["elections_violations"] = serde_json::Value::Object(map(&elections.counts()));
+        report["elections"] = self::elections::json(elections);
+    }
     report.to_string()
 }
 
@@ -632,6 +669,7 @@ mod tests {
             semaphore: None,
             multi: None,
             engine: None,
+            elections: None,
         }
     }
 
@@ -774,6 +812,81 @@ mod tests {
         );
         assert!(
             text.contains("2 permit(s) per name") && text.contains("lock 0: 3, lock 1: 2"),
+            "{text}"
+        );
+        assert!(!text.contains("  overlap "), "{text}");
+    }
+
+    #[test]
+    fn an_elections_report_shows_its_checker_its_leads_and_observers() {
+        use crate::election_checker::{
+            ElectionFigures, ElectionRun, ElectionVerdict, Lead, ObserverFigures,
+        };
+        let verdict = Verdict::default();
+        let elections = ElectionVerdict {
+            lead_overlap: 1,
+            figures: ElectionFigures {
+                leads: BTreeMap::from([(0, 3), (1, 2)]),
+                ended: BTreeMap::from([("resigned", 4), ("dropped", 1)]),
+                lost: BTreeMap::from([("expired", 1)]),
+                handoffs: (3, 2),
+                gap: (Duration::from_millis(4), Duration::from_millis(600)),
+                proclaims: (6, 5),
+                failed: 2,
+                observers: BTreeMap::from([(
+                    5,
+                    ObserverFigures {
+                        leaders: 7,
+                        vacancies: 4,
+                        leads_seen: 5,
+                        last_vacant: (2, 2),
+                    },
+                )]),
+                told_after: (Duration::from_millis(1), Duration::from_millis(90)),
+                ..ElectionFigures::default()
+            },
+            ..ElectionVerdict::default()
+        };
+        let mut run = run();
+        run.elections = Some(ElectionRun {
+            names: 2,
+            leads: vec![Lead {
+                term: 7,
+                value: "w0-e0-c0".into(),
+                start: Duration::from_millis(10),
+                resign: Some(Duration::from_millis(30)),
+                ..Lead::default()
+            }],
+            ..ElectionRun::default()
+        });
+        let others = Others {
+            elections: Some(&elections),
+            ..Others::default()
+        };
+        let line: serde_json::Value = serde_json::from_str(&json(&run, &verdict, others)).unwrap();
+        assert!(line["violations"].get("overlap").is_none(), "{line}");
+        assert_eq!(line["elections_violations"]["lead_overlap"], 1);
+        assert_eq!(line["elections_violations"]["observer_order"], 0);
+        assert_eq!(line["elections"]["leads"], 5);
+        assert_eq!(line["elections"]["handoffs"], 3);
+        assert_eq!(line["elections"]["ended"]["dropped"], 1);
+        assert_eq!(line["elections"]["observers"]["5"]["leads_seen"], 5);
+        let text = summary(&run, &verdict, others, "replay");
+        assert!(
+            text.contains("lead_overlap                  1  VIOLATION"),
+            "{text}"
+        );
+        assert!(
+            text.contains("5 leads (election 0: 3, election 1: 2)")
+                && text.contains("ended: dropped 1, resigned 4; lost before they ended: expired 1")
+                && text.contains("handoffs: 3 (2 to another campaigner)")
+                && text.contains("p50 4.0 ms, max 600 ms; of them, 0 with another")
+                && text.contains("proclaims: 6 tried, 5 ok; campaigns failed: 2")
+                && text.contains(
+                    "observer 5: told 7 leader change(s) and 4 vacancies; 5 of the 5 leads' \
+                     terms seen; last word \"nobody leads\" on 2 of 2 name(s)"
+                )
+                && text.contains("lead: election 0 term 7 by worker 0 (\"w0-e0-c0\""),
             "{text}"
         );
         assert!(!text.contains("  overlap "), "{text}");

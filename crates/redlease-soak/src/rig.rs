@@ -223,7 +223,8 @@ async fn uptime(addr: &str) -> redis::RedisResult<u64> {
 }
 
 /// Lock keys (`redlease:*` but not the `:fence` counters, which are meant
-/// to outlive locks) still present on any node. Each node's scan is
+/// to outlive locks, nor waiters' queues and leader records that expire on
+/// their own) still present on any node. Each node's scan is
 /// retried whole ([`setup::retried`]).
 pub async fn leftover_keys(addrs: &[String]) -> Result<Vec<LeftoverKey>, String> {
     let mut out = Vec::new();
@@ -256,9 +257,12 @@ async fn scan_node(addr: &str) -> redis::RedisResult<Vec<(String, i64)>> {
             // -2: expired between SCAN and PTTL. A waiters' queue outlives
             // the lock by design (the places of waiters whose leaving a
             // fault kept from a node, passed over at their turn) and
-            // carries an expiry of its own; without one it is a leak.
-            let queue = key.ends_with(":queue") && pttl > 0;
-            if pttl != -2 && !queue {
+            // carries an expiry of its own; so does an election's leader
+            // record (the fencing counters' expiry, as its term's), which
+            // nobody trusts once its lead's hold is gone. Without one,
+            // either is a leak.
+            let expiring = (key.ends_with(":queue") || key.ends_with(":leader")) && pttl > 0;
+            if pttl != -2 && !expiring {
                 found.push((key, pttl));
             }
         }

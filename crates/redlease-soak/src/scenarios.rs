@@ -59,6 +59,18 @@
 //! checker judges capacity, the order in which waiters are served and
 //! starvation, every fault applied being a disturbance that excuses the
 //! waiters it touches (see [`engine_checker`](crate::engine_checker)).
+//!
+//! `elections` puts elections under the mixed faults: 5 campaigners
+//! (clients 0-3 behind fault proxies, 4 direct) campaign for 2 election
+//! names in turn, lead for TTL/2 to 2 x TTL while watching `lost()`,
+//! proclaim new values in some leads, and resign or drop the lead; 2
+//! observers (client 5 behind proxies, 6 direct) `observe()` both names
+//! for the whole run (see [`workload::elections`]). The elections checker
+//! judges the leads (no two of a name at once, terms rising in the order
+//! they started) and what the observers were told (terms in order, and
+//! only what a campaigner held; see
+//! [`election_checker`](crate::election_checker)). No patient client: a
+//! lead is kept alive.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,6 +90,7 @@ use crate::rw_checker::ReadWrite;
 use crate::sem_checker::Semaphores;
 use crate::store::Store;
 use crate::watchdog::{Watchdog, STALL};
+use crate::workload::elections;
 use crate::workload::engine::{Journal, Modes};
 use crate::workload::{self, Client, Settings};
 
@@ -141,6 +154,9 @@ pub enum Workload {
     /// Every mode on shared names ([`Settings::engine`]), judged by the
     /// engine checker too.
     Engine,
+    /// Campaigners and observers of elections ([`Settings::elections`]),
+    /// judged by the elections checker too.
+    Elections,
 }
 
 /// The library's guards against servers that restarted or whose clock
@@ -317,6 +333,17 @@ pub const SCENARIOS: &[Scenario] = &[
         workload: Workload::Engine,
     },
     Scenario {
+        name: "elections",
+        about: "the mixed faults under elections: 5 campaigners lead 2 names in turn (proclaim, \
+                resign or drop), 2 observers watch both; leads, terms and what was told judged",
+        mix: MIXED,
+        fsync: Fsync::Minority,
+        patient: false,
+        clients: Clients::Standard,
+        fake_clock: false,
+        workload: Workload::Elections,
+    },
+    Scenario {
         name: "empty-restart",
         about:
             "SIGKILL a node without persistence, restart at once, empty; holders on bare majorities",
@@ -391,6 +418,8 @@ const RESTART_QUARANTINE: Duration = Duration::from_secs(2);
 /// retransmits a lost segment after 200 ms at least, doubling; two in a
 /// row.
 const LOSS_SLACK: Duration = Duration::from_millis(200 + 400);
+/// How long observers told to stop may take to return.
+const OBSERVERS_STOP: Duration = Duration::from_secs(5);
 
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -409,6 +438,8 @@ pub async fn run(
     let mut settings = match scenario.workload {
         // Fencing on for every client: tokens and generations per name.
         Workload::Engine => Settings::engine(scenario.patient, modes.unwrap_or(Modes::ALL)),
+        // Terms are fencing tokens whatever the Lockers' setting.
+        Workload::Elections => Settings::elections(),
         // Fencing on for every client: readers' generations.
         Workload::ReadWrite => Settings::read_write(scenario.patient),
         // Fencing on for every client: permits' tokens go up per name.
@@ -634,11 +665,15 @@ pub async fn run(
         verbose,
     ));
     let journal = Journal::default();
+    let election_journal = elections::Journal::default();
+    // Observers watch until told to stop, after the campaigners are done.
+    let (stop_observers, observers_stop) = tokio::sync::watch::channel(false);
+    let mut observers = Vec::new();
     let workers: Vec<_> = clients
         .into_iter()
-        .map(|client| {
+        .filter_map(|client| {
             let settings = settings.clone();
-            match scenario.workload {
+            Some(match scenario.workload {
                 Workload::Multi => {
                     tokio::spawn(workload::multi::work(client, settings, seed, deadline))
                 }
@@ -649,8 +684,27 @@ pub async fn run(
                     deadline,
                     journal.clone(),
                 )),
+                Workload::Elections => {
+                    let mix = settings.elections.as_ref()?;
+                    if mix.observers.contains(&client.worker) {
+                        observers.push(tokio::spawn(elections::observe(
+                            client,
+                            mix.names,
+                            election_journal.clone(),
+                            observers_stop.clone(),
+                        )));
+                        return None;
+                    }
+                    tokio::spawn(elections::campaign(
+                        client,
+                        settings,
+                        seed,
+                        deadline,
+                        election_journal.clone(),
+                    ))
+                }
                 _ => tokio::spawn(workload::work(client, settings, seed, deadline)),
-            }
+            })
         })
         .collect();
     // A worker that is not back by then is stuck in a call: unbounded.
@@ -687,6 +741,19 @@ pub async fn run(
     // Held and delayed bytes are delivered by now or within the largest
     // delay (or retransmission); a key they create lives one TTL.
     tokio::time::sleep(max_delay + retransmissions + settings.ttl + LEAK_MARGIN).await;
+    // The observers have had a TTL and more since the last lead could end
+    // and every fault healed: their last word is told by now.
+    let _ = stop_observers.send(true);
+    for observer in observers {
+        let abort = observer.abort_handle();
+        if tokio::time::timeout(OBSERVERS_STOP, observer)
+            .await
+            .is_err()
+        {
+            abort.abort();
+            stuck += 1;
+        }
+    }
     let leftover_keys = rig.leftover_keys().await?;
     let counters = Store::connect(&rig.data.url())
         .await?
@@ -799,6 +866,23 @@ pub async fn run(
         ));
         run
     });
+    let elections = settings.elections.as_ref().map(|mix| {
+        notes.push(format!(
+            "elections: {} names; campaigners {:?}, observers {:?} (behind fault proxies: {:?}); \
+             a campaign waits up to {} ms (less near the end); leads last {}-{} ms, {:.0}% \
+             proclaim once or twice, {:.0}% are dropped instead of resigned",
+            mix.names,
+            mix.campaigners,
+            mix.observers,
+            settings.proxied,
+            settings.wait.as_millis(),
+            mix.min_lead.as_millis(),
+            mix.max_lead.as_millis(),
+            mix.proclaim_share * 100.0,
+            mix.drop_share * 100.0,
+        ));
+        election_journal.run(mix.names, mix.observers.clone(), None)
+    });
     let mut faults_by_kind: std::collections::BTreeMap<&'static str, u64> =
         scenario.mix.iter().map(|(k, _)| (k.label(), 0)).collect();
     faults_by_kind.extend(applied.counts);
@@ -824,6 +908,7 @@ pub async fn run(
         semaphore,
         multi,
         engine,
+        elections,
     })
 }
 

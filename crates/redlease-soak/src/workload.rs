@@ -55,6 +55,7 @@ use crate::history::{Call, ErrorKind, LeaseId, Mode, Multi, NotCounted, Op, Outc
 use crate::panics;
 use crate::store::Store;
 
+pub mod elections;
 pub mod engine;
 pub mod multi;
 
@@ -135,6 +136,9 @@ pub struct Settings {
     /// The engine workload: every mode on shared names (`None`: another
     /// workload; see [`Settings::engine`]).
     pub engine: Option<engine::Mix>,
+    /// The elections workload: campaigners and observers (`None`:
+    /// another workload; see [`Settings::elections`]).
+    pub elections: Option<elections::Mix>,
 }
 
 impl Settings {
@@ -174,6 +178,7 @@ impl Settings {
             multi_share: 0.0,
             multi_wait: None,
             engine: None,
+            elections: None,
         }
     }
 
@@ -255,6 +260,36 @@ impl Settings {
                 permit_workers_from: standard.workers,
                 semaphores: 1,
                 permits: engine::PERMITS,
+            }),
+            ..standard
+        }
+    }
+
+    /// The elections workload on [`standard`](Self::standard)'s TTL and
+    /// node timeout (no patient client: a lead is kept alive, which the
+    /// library refuses with a node timeout that long): 2 election names,
+    /// campaigners 0-4 (0-3 behind fault proxies), observers 5 (behind
+    /// proxies) and 6 (direct); a campaign waits up to 6 x TTL (3 s, less
+    /// near the end of the run); a lead lasts TTL/2 to 2 x TTL, across
+    /// renewals, proclaims a new value once or twice in 40% of the leads,
+    /// and is dropped instead of resigned in 15% (see [`elections`]).
+    pub fn elections() -> Settings {
+        let standard = Settings::standard(false);
+        let ttl = standard.ttl;
+        Settings {
+            locks: 2,
+            workers: 7,
+            proxied: vec![0, 1, 2, 3, 5],
+            wait: ttl * 6,
+            elections: Some(elections::Mix {
+                names: 2,
+                campaigners: (0..5).collect(),
+                observers: vec![5, 6],
+                min_lead: ttl / 2,
+                max_lead: ttl * 2,
+                proclaim_share: 0.4,
+                drop_share: 0.15,
+                heeds_lost: true,
             }),
             ..standard
         }
@@ -512,6 +547,13 @@ impl Client {
             Call::TryLock => Some(3 * nt),
             Call::Extend | Call::Release => Some(2 * nt),
             Call::CheckServers => Some(self.connect_timeout + nt),
+            // One round each (a resignation is a release; the others' node
+            // timeout is the Locker's default TTL's, this client's).
+            Call::Proclaim | Call::Resign | Call::Leader | Call::ForceRelease => Some(2 * nt),
+            // As `lock` waiting up to the client's wait, then the value
+            // published (one round) or, that failing, the lead given
+            // back (a release).
+            Call::Campaign => Some(self.lock_bound(self.wait) + 3 * nt),
             _ => None,
         }
     }

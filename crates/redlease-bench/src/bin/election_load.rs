@@ -92,9 +92,9 @@ async fn handoffs(args: &Args, urls: &[String]) -> Result<Handoffs, BenchError> 
     let observer = locker(urls, "observer")?;
     let mut observe = observer.election("bench-election").observe();
     observe.next().await?; // nobody yet: subscribed from here on
-    // Each new leader the observer is told of, timed from the last
-    // resign (a leader told late, after the next resign began, is not
-    // timed; nor one whose change was told together with the next).
+                           // Each new leader the observer is told of, timed from the last
+                           // resign (a leader told late, after the next resign began, is not
+                           // timed; nor one whose change was told together with the next).
     let to_observer: Arc<Mutex<Vec<u64>>> = Arc::default();
     let observer_task = {
         let (resigned, out) = (resigned.clone(), to_observer.clone());
@@ -128,7 +128,10 @@ async fn handoffs(args: &Args, urls: &[String]) -> Result<Handoffs, BenchError> 
                     .await?;
                 let since = *resigned.lock().unwrap();
                 if let Some(at) = since {
-                    to_leader.lock().unwrap().push(at.elapsed().as_micros() as u64);
+                    to_leader
+                        .lock()
+                        .unwrap()
+                        .push(at.elapsed().as_micros() as u64);
                 }
                 tokio::time::sleep(hold).await;
                 *resigned.lock().unwrap() = Some(Instant::now());

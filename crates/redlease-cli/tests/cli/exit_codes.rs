@@ -17,13 +17,15 @@ use crate::support::{eventually, finish, redlease, run, signal, start, Finished,
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// The commands as the table names them.
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 10] = [
     "run",
     "acquire",
     "extend",
     "release --handle",
     "release --force",
     "status",
+    "elect",
+    "leader",
     "doctor",
     "demo",
 ];
@@ -74,6 +76,16 @@ const CASES: &[(&str, &str, By)] = &[
     ),
     (
         "0",
+        "elect",
+        Test("exit_codes::each_command_exits_0_on_success"),
+    ),
+    (
+        "0",
+        "leader",
+        Test("exit_codes::each_command_exits_0_on_success"),
+    ),
+    (
+        "0",
         "doctor",
         Test("exit_codes::each_command_exits_0_on_success"),
     ),
@@ -90,6 +102,16 @@ const CASES: &[(&str, &str, By)] = &[
     (
         "1",
         "acquire",
+        Test("exit_codes::a_held_lock_and_a_failed_check_exit_1"),
+    ),
+    (
+        "1",
+        "elect",
+        Test("exit_codes::a_held_lock_and_a_failed_check_exit_1"),
+    ),
+    (
+        "1",
+        "leader",
         Test("exit_codes::a_held_lock_and_a_failed_check_exit_1"),
     ),
     (
@@ -182,6 +204,24 @@ const CASES: &[(&str, &str, By)] = &[
     ("70", "release --handle", A_BUG),
     ("70", "release --force", A_BUG),
     ("70", "status", A_BUG),
+    (
+        "2",
+        "elect",
+        Test("exit_codes::usage_errors_exit_2_from_every_command"),
+    ),
+    (
+        "2",
+        "leader",
+        Test("exit_codes::usage_errors_exit_2_from_every_command"),
+    ),
+    ("69", "elect", Test("exit_codes::unreachable_nodes_exit_69")),
+    (
+        "69",
+        "leader",
+        Test("exit_codes::unreachable_nodes_exit_69"),
+    ),
+    ("70", "elect", A_BUG),
+    ("70", "leader", A_BUG),
     ("70", "doctor", A_BUG),
     ("70", "demo", A_BUG),
     (
@@ -200,13 +240,32 @@ const CASES: &[(&str, &str, By)] = &[
         Test("exit_codes::stale_handles_and_a_lost_lease_exit_75"),
     ),
     (
+        "75",
+        "elect",
+        Test("exit_codes::stale_handles_and_a_lost_lease_exit_75"),
+    ),
+    (
         "77",
         "run",
         Test("acl::run_and_status_name_the_refused_command"),
     ),
     (
+        "77",
+        "elect",
+        NotExercised(
+            "elect gives its lead back through run's code (run_under), whose refused \
+             release acl::run_and_status_name_the_refused_command exercises; a lead's \
+             resign is the same release script",
+        ),
+    ),
+    (
         "126",
         "run",
+        Test("exit_codes::the_commands_own_end_gives_the_code"),
+    ),
+    (
+        "126",
+        "elect",
         Test("exit_codes::the_commands_own_end_gives_the_code"),
     ),
     (
@@ -215,8 +274,18 @@ const CASES: &[(&str, &str, By)] = &[
         Test("exit_codes::the_commands_own_end_gives_the_code"),
     ),
     (
+        "127",
+        "elect",
+        Test("exit_codes::the_commands_own_end_gives_the_code"),
+    ),
+    (
         "128+N",
         "run",
+        Test("exit_codes::the_commands_own_end_gives_the_code"),
+    ),
+    (
+        "128+N",
+        "elect",
         Test("exit_codes::the_commands_own_end_gives_the_code"),
     ),
     (
@@ -232,6 +301,11 @@ const CASES: &[(&str, &str, By)] = &[
     (
         "other",
         "run",
+        Test("exit_codes::the_commands_own_end_gives_the_code"),
+    ),
+    (
+        "other",
+        "elect",
         Test("exit_codes::the_commands_own_end_gives_the_code"),
     ),
 ];
@@ -365,6 +439,8 @@ fn each_commands_help_gives_the_codes_the_table_gives_it() {
         ("extend", &["extend"]),
         ("release", &["release --handle", "release --force"]),
         ("status", &["status"]),
+        ("elect", &["elect"]),
+        ("leader", &["leader"]),
         ("doctor", &["doctor"]),
         ("demo", &["demo"]),
     ] {
@@ -420,6 +496,17 @@ fn each_command_exits_0_on_success() {
     )
     .expect(0);
     run(&mut cmd("status", &urls, &["--key", "ok"]), LIMIT).expect(0);
+    let elect = ["--key", "lead", "--value", "v", "--", "true"];
+    run(&mut cmd("elect", &urls, &elect), LIMIT).expect(0);
+    let lead = [
+        "--key", "lead", "--value", "v", "--", "sh", "-c", "sleep 30",
+    ];
+    let leading = start(&mut cmd("elect", &urls, &lead));
+    eventually(LIMIT, "a leader", || {
+        run(&mut cmd("leader", &urls, &["--key", "lead"]), LIMIT).code() == 0
+    });
+    signal(&leading, Signal::TERM);
+    finish(leading, LIMIT).expect(143);
     run(&mut cmd("doctor", &urls, &[]), LIMIT).expect(0);
 }
 
@@ -438,6 +525,19 @@ fn a_held_lock_and_a_failed_check_exit_1() {
     let out = run(&mut cmd("acquire", &urls, &busy), LIMIT);
     out.expect(1);
     assert!(out.stdout.is_empty(), "{out:#?}");
+    // An election whose lead is held (its lock, here), and one nobody leads.
+    let out = run(
+        &mut cmd(
+            "elect",
+            &urls,
+            &[&busy[..], &["--value", "v", "--", "true"]].concat(),
+        ),
+        LIMIT,
+    );
+    out.expect(1);
+    let out = run(&mut cmd("leader", &urls, &["--key", "nobody"]), LIMIT);
+    out.expect(1);
+    assert_eq!(out.stdout.trim(), "no leader", "{out:#?}");
     // An unreachable node FAILs doctor's reachable check.
     let closed = closed_port_url();
     let out = run(
@@ -462,6 +562,12 @@ fn usage_errors_exit_2_from_every_command() {
         ("release", &["--handle", ""]),
         ("release", &["--force", "--key", ""]),
         ("status", &["--key", ""]),
+        ("elect", &["--key", "k", "--value", "v"]), // no command after --
+        (
+            "elect",
+            &["--key", "k", "--shared", "--value", "v", "--", "true"],
+        ),
+        ("leader", &["--key", ""]),
         ("doctor", &["--ttl", "10"]),
         ("demo", &["--bogus"]),
     ] {
@@ -496,6 +602,8 @@ fn unreachable_nodes_exit_69() {
         ("acquire", &["--key", "k"]),
         ("status", &["--key", "k", "--timeout", "300ms"]),
         ("release", &["--force", "--key", "k", "--timeout", "300ms"]),
+        ("elect", &["--key", "k", "--value", "v", "--", "true"]),
+        ("leader", &["--key", "k", "--timeout", "300ms"]),
     ] {
         let out = run(&mut cmd(sub, &closed, args), LIMIT);
         out.expect(69);
@@ -601,6 +709,32 @@ fn stale_handles_and_a_lost_lease_exit_75() {
     let ended = finish(child, LIMIT);
     node.resume();
     ended.expect(75);
+    // So does a leader's.
+    std::fs::remove_file(&started).unwrap();
+    let child = start(
+        cmd(
+            "elect",
+            &urls,
+            &[
+                "--key",
+                "lost-lead",
+                "--value",
+                "v",
+                "--ttl",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+            ],
+        )
+        .arg(r#"touch "$STARTED"; sleep 30"#)
+        .env("STARTED", &started),
+    );
+    eventually(LIMIT, "the command to start", || started.exists());
+    node.pause();
+    let ended = finish(child, LIMIT);
+    node.resume();
+    ended.expect(75);
 }
 
 #[test]
@@ -623,6 +757,15 @@ fn the_commands_own_end_gives_the_code() {
                 "run",
                 &urls,
                 &[&["--key", "end", "--"][..], command].concat(),
+            ),
+            LIMIT,
+        );
+        out.expect(code);
+        let out = run(
+            &mut cmd(
+                "elect",
+                &urls,
+                &[&["--key", "end", "--value", "v", "--"][..], command].concat(),
             ),
             LIMIT,
         );

@@ -5,6 +5,7 @@ mod acl;
 mod demo;
 mod deployments;
 mod doctor;
+mod elections;
 mod exit_codes;
 mod guardian;
 mod handles;

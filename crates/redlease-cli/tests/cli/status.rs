@@ -4,8 +4,12 @@
 use std::time::Duration;
 
 use redlease_testkit::RedisNodes;
+use rustix::process::Signal;
+use serde_json::Value;
 
-use crate::support::{eventually, finish, get, has_key, lock_key, redlease, run, start, Holder};
+use crate::support::{
+    eventually, finish, get, has_key, lock_key, redlease, run, signal, start, Holder, Lines,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -446,4 +450,148 @@ fn hostname() -> String {
         .unwrap()
         .trim()
         .to_string()
+}
+
+#[test]
+fn status_watch_json_prints_an_object_when_the_lock_is_taken_and_released() {
+    let node = redlease_testkit::RedisNode::start();
+    let urls = [node.url()];
+    let mut watcher = start(redlease().args([
+        "status",
+        "--nodes",
+        &urls.join(","),
+        "--key",
+        "report",
+        "--watch",
+        "--json",
+    ]));
+    let lines = Lines::of(&mut watcher);
+    let object = |line: String| -> Value { serde_json::from_str(&line).expect("a JSON object") };
+    let now = object(lines.next(LIMIT));
+    assert_eq!(now["key"], "report");
+    assert_eq!(now["verdict"], "free", "{now}");
+    assert_eq!(now["holders"], serde_json::json!([]), "{now}");
+    assert_eq!(now["leader"], Value::Null, "{now}");
+
+    let mut holder = Holder::take(&urls, "report");
+    let taken = object(lines.until(LIMIT, "the lock taken", |l| {
+        l.contains("\"verdict\":\"held\"")
+    }));
+    assert_eq!(taken["mode"], "exclusive", "{taken}");
+    assert_eq!(taken["held_on"], 1, "{taken}");
+    assert_eq!(taken["nodes"], 1, "{taken}");
+    assert_eq!(taken["fencing_counter"], holder.fencing_token(), "{taken}");
+    let holders = taken["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 1, "{taken}");
+    assert_eq!(holders[0]["owner"], redlease::default_owner(), "{taken}");
+    assert_eq!(holders[0]["weight"], 1, "{taken}");
+    assert_eq!(holders[0]["in_lock_delay_ms"], Value::Null, "{taken}");
+    assert!(holders[0]["since_ms"].as_u64().is_some(), "{taken}");
+
+    holder.release();
+    let released = object(lines.until(LIMIT, "the lock released", |l| {
+        l.contains("\"verdict\":\"free\"")
+    }));
+    assert_eq!(released["holders"], serde_json::json!([]), "{released}");
+    signal(&watcher, Signal::INT);
+    finish(watcher, LIMIT).expect(0);
+}
+
+#[test]
+fn status_watch_prints_a_timed_report_per_change() {
+    let node = redlease_testkit::RedisNode::start();
+    let urls = [node.url()];
+    let mut watcher = start(redlease().args([
+        "status",
+        "--nodes",
+        &urls.join(","),
+        "--key",
+        "report",
+        "--watch",
+    ]));
+    let lines = Lines::of(&mut watcher);
+    let time = lines.next(LIMIT);
+    // "-- 14:03:07.123 UTC --"
+    let clock = time
+        .strip_prefix("-- ")
+        .and_then(|t| t.strip_suffix(" UTC --"))
+        .unwrap_or_else(|| panic!("not a time line: {time:?}"));
+    assert_eq!(clock.len(), 12, "{time:?}");
+    assert!(clock
+        .chars()
+        .all(|c| c.is_ascii_digit() || c == ':' || c == '.'));
+    lines.until(LIMIT, "the verdict", |l| l.starts_with("FREE"));
+    let _holder = Holder::take(&urls, "report");
+    lines.until(LIMIT, "a new report", |l| l.starts_with("-- "));
+    lines.until(LIMIT, "the lock held", |l| {
+        l.starts_with("HELD on 1 of 1 nodes")
+    });
+    signal(&watcher, Signal::TERM);
+    finish(watcher, LIMIT).expect(0);
+}
+
+#[test]
+fn status_shows_a_holder_that_died_in_its_lock_delay() {
+    let node = redlease_testkit::RedisNode::start();
+    let urls = [node.url()];
+    // acquire takes the lock and exits: nothing renews or releases it,
+    // as if its holder had been killed.
+    let acquired = run(
+        redlease().args([
+            "acquire",
+            "--nodes",
+            &urls.join(","),
+            "--key",
+            "report",
+            "--ttl",
+            "1s",
+            "--lock-delay",
+            "5s",
+        ]),
+        LIMIT,
+    );
+    acquired.expect(0);
+    let held = status(&urls, "report");
+    held.expect(0);
+    assert!(!held.stdout.contains("lock-delay"), "{held:#?}");
+    let mut delayed = None;
+    eventually(Duration::from_secs(10), "the holder's lock-delay", || {
+        let out = status(&urls, "report");
+        let found = out.stdout.contains("lock-delay");
+        delayed = Some(out);
+        found
+    });
+    let delayed = delayed.unwrap();
+    delayed.expect(0);
+    let line = delayed
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("held by "))
+        .unwrap_or_else(|| panic!("no holder: {delayed:#?}"));
+    assert!(line.contains("(redlease acquire) for "), "{line}");
+    assert!(
+        line.contains(", ended without a release: in its lock-delay for "),
+        "{line}"
+    );
+    assert!(
+        delayed
+            .stdout
+            .contains("HELD on 1 of 1 nodes in the lock-delay of a holder that ended without a release, free in "),
+        "{delayed:#?}"
+    );
+    let json = run(
+        redlease().args([
+            "status",
+            "--nodes",
+            &urls.join(","),
+            "--key",
+            "report",
+            "--json",
+        ]),
+        LIMIT,
+    );
+    json.expect(0);
+    let object: Value = serde_json::from_str(json.stdout.trim()).expect("one JSON object");
+    let left = object["holders"][0]["in_lock_delay_ms"].as_u64();
+    assert!(left.is_some_and(|ms| ms <= 5_000), "{object}");
 }

@@ -267,3 +267,48 @@ pub fn gone(pid: u32) -> bool {
             .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
     })
 }
+
+/// The lines a running process prints on stdout, read on a thread so that
+/// each wait for one is bounded (`status --watch`, `leader --watch`).
+pub struct Lines {
+    rx: mpsc::Receiver<String>,
+}
+
+impl Lines {
+    /// Takes `child`'s stdout: [`finish`] then sees none of it.
+    pub fn of(child: &mut Child) -> Lines {
+        let stdout = child.stdout.take().expect("stdout piped");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines { rx }
+    }
+
+    /// The next line, waiting at most `limit` for it.
+    pub fn next(&self, limit: Duration) -> String {
+        self.rx
+            .recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("no line within {limit:?}: {e}"))
+    }
+
+    /// Lines until one satisfies `found` (returned), within `limit` in all.
+    pub fn until(&self, limit: Duration, what: &str, found: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) if found(&line) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no line with {what} within {limit:?}; saw {seen:#?}"),
+            }
+        }
+    }
+}

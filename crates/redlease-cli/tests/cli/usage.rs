@@ -83,6 +83,8 @@ fn every_command_has_help_with_its_exit_codes() {
         &["extend", "--help"],
         &["release", "--help"],
         &["status", "--help"],
+        &["elect", "--help"],
+        &["leader", "--help"],
         &["doctor", "--help"],
         &["demo", "--help"],
     ] {

@@ -14,6 +14,7 @@ use crate::coord::watch::Watching;
 use crate::core::error::Error;
 use crate::core::leader::Leader;
 use crate::core::lease_state::LostReason;
+use crate::core::lock_status::{LockStatus, Verdict};
 use crate::core::mode::Hold;
 use crate::core::retry::RetryPolicy;
 
@@ -126,6 +127,7 @@ impl<'a> Election<'a> {
         Observe {
             watching: Watching::new(self.engine.clone(), self.name.clone()),
             last: None,
+            status: None,
             told: None,
         }
     }
@@ -213,6 +215,9 @@ impl<'a> IntoFuture for Campaign<'a> {
 pub struct Leadership {
     lease: Lease,
     record: Arc<Mutex<Record>>,
+    /// The highest revision sent, written or not: the next proclaim's is
+    /// higher, so a failed one that lands late never overwrites it.
+    sent: u64,
     _keeper: Keeper,
 }
 
@@ -230,9 +235,11 @@ impl Leadership {
     fn new(lease: Lease, record: Record) -> Leadership {
         let record = Arc::new(Mutex::new(record));
         let keeper = Keeper::start(&lease, record.clone());
+        let sent = lock(&record).revision;
         Leadership {
             lease,
             record,
+            sent,
             _keeper: keeper,
         }
     }
@@ -250,17 +257,18 @@ impl Leadership {
 
     /// Publishes a new value for this lead on a quorum (readers see the
     /// latest any node of a quorum shows). [`Error::NotHeld`] when the
-    /// lead is gone; the value stays the old one on an error.
+    /// lead is gone. On an error, [`value`](Self::value) stays the old
+    /// one, but the new one may have reached some nodes and be read:
+    /// proclaim again to settle it (each proclaim supersedes every one
+    /// sent before it, written or not).
     pub async fn proclaim(&mut self, value: impl Into<String>) -> Result<(), Error> {
         let value = value.into();
         check_value(&value)?;
-        let next = {
-            let now = lock(&self.record);
-            Record {
-                term: now.term,
-                revision: now.revision + 1,
-                value,
-            }
+        self.sent += 1;
+        let next = Record {
+            term: lock(&self.record).term,
+            revision: self.sent,
+            value,
         };
         proclaim(&self.lease, &next).await?;
         let mut now = lock(&self.record);
@@ -310,17 +318,24 @@ impl Leadership {
 #[derive(Debug)]
 pub struct Observe {
     watching: Watching,
-    /// The last leader told (its term, revision and value; `None`: nobody
-    /// led), once one was.
-    last: Option<Option<(u64, u64, String)>>,
+    /// The last change told, once one was.
+    last: Option<Told>,
+    /// The nodes' answers behind the last change told.
+    status: Option<LockStatus>,
     /// The highest term told, and its highest revision.
     told: Option<(u64, u64)>,
 }
 
+/// What an observer told: the leader (its term, revision and value;
+/// `None`: nobody led), and whether the nodes could tell.
+type Told = (Option<(u64, u64, String)>, bool);
+
 impl Observe {
-    /// The leader now on the first call (`None`: nobody leads); then waits
-    /// for the next change: a new leader, a new value, or nobody leading.
-    /// A leader whose term is below one already told is never told.
+    /// The leader now on the first call (`None`: nobody leads, or too few
+    /// nodes answered to tell: [`status`](Self::status) says which); then
+    /// waits for the next change: a new leader, a new value, nobody
+    /// leading, or the nodes no longer (or again) able to tell. A leader
+    /// whose term is below one already told is never told.
     pub async fn next(&mut self) -> Result<Option<Leader>, Error> {
         loop {
             let status = self.watching.changed().await?;
@@ -336,14 +351,26 @@ impl Observe {
                     continue;
                 }
             }
-            if self.last.as_ref() != Some(&key) {
-                if let Some((term, revision, _)) = &key {
+            let known = !matches!(status.verdict(), Verdict::Unknown { .. });
+            let now = (key, known);
+            if self.last.as_ref() != Some(&now) {
+                if let Some((term, revision, _)) = &now.0 {
                     self.told = self.told.max(Some((*term, *revision)));
                 }
-                self.last = Some(key);
+                self.last = Some(now);
+                self.status = Some(status);
                 return Ok(leader);
             }
         }
+    }
+}
+
+impl Observe {
+    /// What every node answered at the last change told (its
+    /// [`verdict`](LockStatus::verdict) is unknown when too few answered
+    /// to tell who leads); `None` before the first.
+    pub fn status(&self) -> Option<&LockStatus> {
+        self.status.as_ref()
     }
 }
 

@@ -8,8 +8,8 @@
 -- ARGV[1] token; ARGV[2] 'TERM\tREV\tVALUE'; ARGV[3] the record's
 -- expiry in ms (the leader writes it again before then); ARGV[4] PUBLISH,
 -- or SPUBLISH on a cluster.
--- A record of the same hold with a higher REV stays (a proclaim that
--- arrives late never undoes a later one). The change is told to the
+-- A record of the same hold with a higher REV stays, its expiry renewed
+-- (a proclaim that arrives late never undoes a later one). The change is told to the
 -- name's watchers (E.changed).
 -- Returns 1 when written (or a later one stands), 0 when the name is not
 -- held by this token.
@@ -23,6 +23,8 @@ local old = redis.call('GET', KEYS[2])
 if old and string.sub(old, 1, 17) == id .. '\t' then
   local was = tonumber(string.match(old, '^%x+\t%d+\t(%d+)\t'))
   if was and rev and was > rev then
+    -- Kept, and kept alive as this one would have been.
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
     return 1
   end
 end
