@@ -67,14 +67,9 @@ pub async fn acquire(args: AcquireArgs) -> Exit {
     };
     // Before any lock I/O: a signal while waiting ends the wait, with any
     // attempt in flight undone, instead of killing redlease mid-way.
-    let mut signals = match Signals::install() {
+    let mut signals = match Signals::install_or_exit() {
         Ok(s) => s,
-        Err(e) => {
-            return Exit::with(
-                exit::INTERNAL,
-                format!("cannot handle signals: {}", chain(&e)),
-            )
-        }
+        Err(exit) => return exit,
     };
     let locker = match take.locker(&want, "redlease acquire") {
         Ok(locker) => locker,

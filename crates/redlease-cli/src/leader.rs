@@ -99,14 +99,9 @@ async fn once(args: &LeaderArgs, locker: &Locker) -> Exit {
 
 /// `--watch`: the leader now, then each change, until SIGINT or SIGTERM.
 async fn watch(args: &LeaderArgs, locker: &Locker) -> Exit {
-    let mut signals = match Signals::install() {
+    let mut signals = match Signals::install_or_exit() {
         Ok(s) => s,
-        Err(e) => {
-            return Exit::with(
-                exit::INTERNAL,
-                format!("cannot handle signals: {}", chain(&e)),
-            )
-        }
+        Err(exit) => return exit,
     };
     let election = locker.election(args.key.as_str());
     let mut observe = election.observe();

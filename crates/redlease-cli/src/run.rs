@@ -194,14 +194,9 @@ pub async fn run_under(args: RunArgs, lead: Option<String>) -> Exit {
     };
     // Before any lock I/O: from here on a signal cannot kill redlease
     // between taking the lock and handing it back.
-    let mut signals = match Signals::install() {
+    let mut signals = match Signals::install_or_exit() {
         Ok(s) => s,
-        Err(e) => {
-            return Exit::with(
-                exit::INTERNAL,
-                format!("cannot handle signals: {}", chain(&e)),
-            )
-        }
+        Err(exit) => return exit,
     };
     if let Some(addr) = args.metrics_addr {
         // Serves from this runtime until redlease exits.

@@ -62,6 +62,16 @@ pub struct Signals {
 }
 
 impl Signals {
+    /// [`install`](Self::install), or the exit that says it could not be.
+    pub fn install_or_exit() -> Result<Signals, crate::exit::Exit> {
+        Signals::install().map_err(|e| {
+            crate::exit::Exit::with(
+                crate::exit::INTERNAL,
+                format!("cannot handle signals: {}", crate::errors::chain(&e)),
+            )
+        })
+    }
+
     pub fn install() -> io::Result<Signals> {
         let streams = FORWARDED
             .iter()

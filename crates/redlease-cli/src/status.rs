@@ -173,14 +173,9 @@ pub async fn status(args: StatusArgs) -> Exit {
 /// one JSON object each), until SIGINT or SIGTERM (exit 0).
 async fn watch(args: &StatusArgs, locker: &Locker) -> Exit {
     let key = args.key.as_str();
-    let mut signals = match Signals::install() {
+    let mut signals = match Signals::install_or_exit() {
         Ok(s) => s,
-        Err(e) => {
-            return Exit::with(
-                exit::INTERNAL,
-                format!("cannot handle signals: {}", chain(&e)),
-            )
-        }
+        Err(exit) => return exit,
     };
     // The watch tells an election's leader too (its record is read with
     // the rest).

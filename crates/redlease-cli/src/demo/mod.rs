@@ -83,14 +83,9 @@ pub async fn demo(args: DemoArgs) -> Exit {
         );
     }
     // Caught from here on, so Ctrl-C still stops every server we start.
-    let mut signals = match Signals::install() {
+    let mut signals = match Signals::install_or_exit() {
         Ok(s) => s,
-        Err(e) => {
-            return Exit::with(
-                exit::INTERNAL,
-                format!("cannot handle signals: {}", chain(&e)),
-            )
-        }
+        Err(exit) => return exit,
     };
     let workers = usize::from(args.workers);
     println!(
