@@ -38,6 +38,21 @@ pub(crate) fn delifeq(key: &str, token: &str) -> Cmd {
     cmd
 }
 
+/// [`delifeq`], then `publish` (`PUBLISH`) on the name's watchers'
+/// channel (engine.lua, `E.changed`), as the release script tells them:
+/// sent whether the key is deleted or not, as a pipeline cannot choose.
+/// Errors come back as values: the first reply is the `DELIFEQ`'s.
+pub(crate) fn delifeq_told(key: &str, token: &str, publish: &str) -> redis::Pipeline {
+    let mut pipe = redis::Pipeline::with_capacity(2);
+    pipe.ignore_errors().add_command(delifeq(key, token));
+    let mut told = Cmd::with_capacity(3, publish.len() + key.len() + 20);
+    told.arg(publish)
+        .arg(crate::core::keys::changed_channel(key))
+        .arg("released");
+    pipe.add_command(told);
+    pipe
+}
+
 /// What a `DELIFEQ` that failed says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Failure {
@@ -69,6 +84,20 @@ pub(crate) fn failure(e: &RedisError) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_release_tells_the_watchers_in_the_same_round_trip() {
+        let pipe = delifeq_told("lock:{a}", "0123", "PUBLISH");
+        let mut expected = redis::pipe();
+        expected
+            .cmd("DELIFEQ")
+            .arg("lock:{a}")
+            .arg("0123")
+            .cmd("PUBLISH")
+            .arg("lock:{a}:changed")
+            .arg("released");
+        assert_eq!(pipe.get_packed_pipeline(), expected.get_packed_pipeline());
+    }
 
     #[test]
     fn the_command_is_the_key_and_the_token() {

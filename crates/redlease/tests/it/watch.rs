@@ -80,7 +80,16 @@ async fn taken_released_and_waited_for(
         "read the name with nothing told"
     );
 
-    // Taken by the plain acquire (SET NX): told.
+    // Taken and released with nobody waiting (the plain acquire, SET NX,
+    // and the release's common case: on a server with DELIFEQ, that
+    // command): each told.
+    let lease = a.lock("job").await.unwrap();
+    assert_eq!(owners(&next(&mut watch).await), ["worker-a"]);
+    lease.release().await.unwrap();
+    let free = next(&mut watch).await;
+    assert!(matches!(free.verdict(), Verdict::Free { .. }), "{free:?}");
+
+    // Taken again: told.
     let lease = a.lock("job").await.unwrap();
     let held = next(&mut watch).await;
     assert!(matches!(held.verdict(), Verdict::Held { .. }), "{held:?}");

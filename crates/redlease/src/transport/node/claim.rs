@@ -260,9 +260,22 @@ impl Node {
             && conn.has_delifeq();
         // The reply, and whether the script ran (so is cached there now).
         let request: Request<(PerName, bool)> = if native {
-            let delifeq = compare_delete::delifeq(&key, token.as_str());
+            let publish = self.pubsub().publish();
+            let delifeq = compare_delete::delifeq_told(&key, token.as_str(), publish);
             Box::pin(async move {
-                match conn.query::<ReleaseReply>(&delifeq).await {
+                // The DELIFEQ's reply; the watchers' PUBLISH's says nothing.
+                let replies = conn.query_pipeline(&delifeq).await?;
+                let answer = match replies.into_iter().next() {
+                    Some(v) => v.extract_error().and_then(|v| {
+                        Ok(<ReleaseReply as redis::FromRedisValue>::from_redis_value(
+                            v,
+                        )?)
+                    }),
+                    None => Err(redis::RedisError::from(std::io::Error::other(
+                        "no reply to DELIFEQ",
+                    ))),
+                };
+                match answer {
                     // Not exactly our token: marked, bound, or not ours.
                     Ok(ReleaseReply::NotOurs) => {}
                     Ok(ReleaseReply::Released) => return Ok((PerName(vec![true]), false)),
