@@ -1,0 +1,53 @@
+"""Types of the native module (src/lib.rs); use the package's names."""
+
+from typing import Any, Callable, Optional
+
+class RawError(Exception): ...
+
+class Pending:
+    def wait(self, timeout: float) -> bool: ...
+    def done(self) -> bool: ...
+    def on_done(self, callback: Callable[[], None]) -> None: ...
+    def result(self) -> Any: ...
+    def cancel(self) -> None: ...
+
+class Lease:
+    resource: str
+    fencing_token: Optional[int]
+    remaining: float
+    lost_reason: Optional[str]
+    def on_lost(self, callback: Callable[[str], None]) -> None: ...
+    def release(self) -> Pending: ...
+    def extend(self, ttl: float) -> Pending: ...
+    def export(self) -> str: ...
+
+class Locker:
+    def __init__(
+        self,
+        nodes: list[str],
+        *,
+        ttl: float,
+        wait: Optional[float],
+        owner: Optional[str],
+        fencing: bool,
+        lock_delay: float,
+        key_prefix: Optional[str],
+        node_timeout: Optional[float],
+        restart_quarantine: Optional[float],
+    ) -> None: ...
+    def acquire(
+        self,
+        names: list[str],
+        *,
+        mode: str,
+        once: bool,
+        wait: Optional[float],
+        ttl: Optional[float],
+        keep_alive: bool,
+        permits: int,
+        of: int,
+    ) -> Pending: ...
+    def inspect(self, name: str) -> Pending: ...
+    def force_release(self, name: str) -> Pending: ...
+    def adopt(self, handle: str) -> Pending: ...
+    def close(self) -> Pending: ...

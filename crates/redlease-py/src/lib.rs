@@ -1,0 +1,585 @@
+//! `redlease._redlease`: the Rust library behind the Python package.
+//!
+//! Every call that talks to the servers starts the library's own future
+//! on a Tokio runtime this module keeps, and returns a [`Pending`] at
+//! once. The Python package (python/redlease) waits for it in one of two
+//! ways: a thread calls [`Pending::wait`] in short slices with the GIL
+//! released, so Ctrl-C lands between two slices; an asyncio task asks to
+//! be told ([`Pending::on_done`], through `loop.call_soon_threadsafe`).
+//! Either one cancels it when interrupted or cancelled, and a cancelled
+//! future is dropped, which the library makes safe: a wait leaves its
+//! queue, an attempt in flight is undone in the background, and a lease
+//! granted but never handed over is given back. Nothing here blocks with
+//! the GIL held.
+//!
+//! Errors come out as `RawError(kind, message)`; the package raises its
+//! own exception class for each kind (python/redlease/_errors.py).
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyRuntimeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use redlease::{Error, LockStatus, RetryPolicy, Verdict};
+
+create_exception!(
+    _redlease,
+    RawError,
+    PyException,
+    "An error of the library: (kind, message)."
+);
+
+/// The runtime every call runs on, and the process that made it: after a
+/// `fork` its threads are gone, and a child must say so, never hang.
+struct Runtime {
+    pid: u32,
+    tokio: tokio::runtime::Runtime,
+}
+
+fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+    let made = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("redlease")
+            .enable_all()
+            .build()
+            .map(|tokio| Runtime {
+                pid: std::process::id(),
+                tokio,
+            })
+            .map_err(|e| e.to_string())
+    });
+    match made {
+        Ok(rt) if rt.pid == std::process::id() => Ok(&rt.tokio),
+        Ok(_) => Err(raw(
+            "forked",
+            "redlease was used in this process's parent before fork(): its threads did not \
+             follow into the child; make the Locker in the child (or fork before using redlease)",
+        )),
+        Err(e) => Err(PyRuntimeError::new_err(format!(
+            "redlease could not start its runtime: {e}"
+        ))),
+    }
+}
+
+fn raw(kind: &str, message: impl Into<String>) -> PyErr {
+    RawError::new_err((kind.to_string(), message.into()))
+}
+
+/// The library's error as a `RawError`, its kind named for the package.
+fn error(e: &Error) -> PyErr {
+    let kind = match e {
+        Error::InvalidInput { .. } => "invalid_input",
+        Error::Taken { .. } => "taken",
+        Error::NoQuorum { .. } => "no_quorum",
+        Error::ValidityExhausted { .. } => "validity_exhausted",
+        Error::NotHeld { .. } => "not_held",
+        Error::Lost { .. } => "lost",
+        Error::Closed => "closed",
+        Error::SameServer { .. } => "same_server",
+        Error::WaitTimeout { .. } => "wait_timeout",
+        Error::PermitsDiffer { .. } => "permits_differ",
+        Error::Forked { .. } => "forked",
+        _ => "other",
+    };
+    raw(kind, e.to_string())
+}
+
+fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| {
+        raw(
+            "invalid_input",
+            format!("{what}: {s} is not a number of seconds (0 or more)"),
+        )
+    })
+}
+
+/// What a finished call gives back, turned into a Python object when taken.
+type Outcome = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+/// A call on its way: done once its future ended, with its outcome.
+#[pyclass(frozen)]
+struct Pending {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    outcome: Option<Result<Outcome, PyErr>>,
+    finished: bool,
+    taken: bool,
+    callback: Option<Py<PyAny>>,
+    abort: Option<tokio::task::AbortHandle>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Starts `work` on the runtime; its result is turned into Python by
+/// `make` when taken.
+fn start<T, F, M>(work: F, make: M) -> PyResult<Pending>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, Error>> + Send + 'static,
+    M: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    let rt = runtime()?;
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State::default()),
+        done: Condvar::new(),
+    });
+    let ours = shared.clone();
+    let task = rt.spawn(async move {
+        let outcome: Result<Outcome, PyErr> = match work.await {
+            Ok(value) => Ok(Box::new(move |py: Python<'_>| make(py, value))),
+            Err(e) => Err(error(&e)),
+        };
+        let callback = {
+            let mut state = ours.state();
+            state.outcome = Some(outcome);
+            state.finished = true;
+            ours.done.notify_all();
+            state.callback.take()
+        };
+        if let Some(callback) = callback {
+            Python::attach(|py| {
+                if let Err(e) = callback.call0(py) {
+                    e.write_unraisable(py, None);
+                }
+            });
+        }
+    });
+    shared.state().abort = Some(task.abort_handle());
+    Ok(Pending { shared })
+}
+
+#[pymethods]
+impl Pending {
+    /// Waits up to `timeout` seconds (with the GIL released) for the call
+    /// to end; whether it has.
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        let timeout = seconds("timeout", timeout)?;
+        let shared = self.shared.clone();
+        Ok(py.detach(move || {
+            let state = shared.state();
+            let (state, _) = shared
+                .done
+                .wait_timeout_while(state, timeout, |s| !s.finished)
+                .unwrap_or_else(|p| p.into_inner());
+            state.finished
+        }))
+    }
+
+    /// Whether the call has ended.
+    fn done(&self) -> bool {
+        self.shared.state().finished
+    }
+
+    /// Calls `callback()` (from another thread, with the GIL) once the call
+    /// has ended; at once if it has.
+    fn on_done(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<()> {
+        let now = {
+            let mut state = self.shared.state();
+            if state.finished {
+                Some(callback)
+            } else {
+                state.callback = Some(callback);
+                None
+            }
+        };
+        if let Some(callback) = now {
+            callback.call0(py)?;
+        }
+        Ok(())
+    }
+
+    /// The outcome of a call that has ended: its value, or its error
+    /// raised. Taken once.
+    fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let outcome = {
+            let mut state = self.shared.state();
+            if !state.finished {
+                return Err(PyRuntimeError::new_err("the call has not ended"));
+            }
+            if state.taken {
+                return Err(PyRuntimeError::new_err("the outcome was taken already"));
+            }
+            state.taken = true;
+            state.outcome.take()
+        };
+        match outcome {
+            Some(Ok(make)) => make(py),
+            Some(Err(e)) => Err(e),
+            None => Err(PyRuntimeError::new_err("the call was cancelled")),
+        }
+    }
+
+    /// Stops the call: a wait leaves its queue, an attempt in flight is
+    /// undone, and what it got (a lease) is given back. Nothing once its
+    /// outcome was taken.
+    fn cancel(&self) {
+        let (abort, outcome) = {
+            let mut state = self.shared.state();
+            let outcome = match state.taken {
+                true => None,
+                false => {
+                    state.taken = true;
+                    state.outcome.take()
+                }
+            };
+            (state.abort.take(), outcome)
+        };
+        if let Some(abort) = abort {
+            abort.abort();
+        }
+        // A lease granted but not handed over is dropped on the runtime,
+        // whose release it starts.
+        if let (Some(outcome), Ok(rt)) = (outcome, runtime()) {
+            let _inside = rt.enter();
+            drop(outcome);
+        }
+    }
+}
+
+/// A set of Redis nodes and the settings of every lock taken through them.
+#[pyclass(frozen)]
+struct Locker {
+    inner: redlease::Locker,
+}
+
+#[pymethods]
+impl Locker {
+    #[new]
+    #[pyo3(signature = (
+        nodes, *, ttl, wait, owner, fencing, lock_delay, key_prefix, node_timeout,
+        restart_quarantine
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        nodes: Vec<String>,
+        ttl: f64,
+        wait: Option<f64>,
+        owner: Option<String>,
+        fencing: bool,
+        lock_delay: f64,
+        key_prefix: Option<String>,
+        node_timeout: Option<f64>,
+        restart_quarantine: Option<f64>,
+    ) -> PyResult<Locker> {
+        let rt = runtime()?;
+        let mut builder = redlease::Locker::builder(nodes)
+            .ttl(seconds("ttl", ttl)?)
+            .fencing(fencing)
+            .lock_delay(seconds("lock_delay", lock_delay)?);
+        if let Some(wait) = wait {
+            builder = builder.retry(RetryPolicy::within(seconds("wait", wait)?));
+        }
+        if let Some(owner) = owner {
+            builder = builder.owner(owner);
+        }
+        if let Some(prefix) = key_prefix {
+            builder = builder.key_prefix(prefix);
+        }
+        if let Some(t) = node_timeout {
+            builder = builder.node_timeout(seconds("node_timeout", t)?);
+        }
+        if let Some(q) = restart_quarantine {
+            let q = seconds("restart_quarantine", q)?;
+            builder = builder.advanced(|a| a.restart_quarantine(q));
+        }
+        let _inside = rt.enter();
+        let inner = builder.build().map_err(|e| error(&e))?;
+        Ok(Locker { inner })
+    }
+
+    /// Takes `names` (one or several, all or none) in `mode` ("lock",
+    /// "read", "write"), or `permits` permits of a semaphore of `of`:
+    /// waiting up to `wait` seconds (None: the Locker's), or trying once.
+    #[pyo3(signature = (names, *, mode, once, wait, ttl, keep_alive, permits, of))]
+    #[allow(clippy::too_many_arguments)]
+    fn acquire(
+        &self,
+        names: Vec<String>,
+        mode: &str,
+        once: bool,
+        wait: Option<f64>,
+        ttl: Option<f64>,
+        keep_alive: bool,
+        permits: u32,
+        of: u32,
+    ) -> PyResult<Pending> {
+        let wait = wait.map(|w| seconds("wait", w)).transpose()?;
+        let ttl = ttl.map(|t| seconds("ttl", t)).transpose()?;
+        let locker = self.inner.clone();
+        // Checked before anything is sent.
+        let how = match (mode, names.len()) {
+            (_, 0) => return Err(raw("invalid_input", "no name given")),
+            ("lock", 1) => How::Lock,
+            ("read", 1) => How::Read,
+            ("write", 1) => How::Write,
+            ("permits", 1) => How::Permits,
+            ("lock", _) => How::All,
+            (other, n) => {
+                return Err(raw(
+                    "invalid_input",
+                    format!("{other} takes one name, not {n}"),
+                ))
+            }
+        };
+        let work = async move {
+            let first = names[0].clone();
+            let mut request = match how {
+                How::Lock => locker.lock(first),
+                How::Read => locker.read_lock(first),
+                How::Write => locker.write_lock(first),
+                How::Permits => locker.semaphore(first, of).acquire_many(permits),
+                How::All => locker.lock_all(names),
+            };
+            if once {
+                request = request.retry(RetryPolicy::attempts(std::num::NonZeroU32::MIN));
+            } else if let Some(wait) = wait {
+                request = request.wait(wait);
+            }
+            if let Some(ttl) = ttl {
+                request = request.ttl(ttl);
+            }
+            if keep_alive {
+                request = request.keep_alive();
+            }
+            request.await
+        };
+        start(work, |py, lease| {
+            Ok(Py::new(py, Lease::new(lease))?.into_any())
+        })
+    }
+
+    /// What every node says of `name` (see `LockStatus`), as a dict.
+    fn inspect(&self, name: String) -> PyResult<Pending> {
+        let locker = self.inner.clone();
+        start(
+            async move { locker.admin().inspect(&name).await },
+            |py, status| status_dict(py, &status),
+        )
+    }
+
+    /// Deletes the lock on `name` whoever holds it; on how many nodes.
+    fn force_release(&self, name: String) -> PyResult<Pending> {
+        let locker = self.inner.clone();
+        start(
+            async move { locker.admin().force_release(&name).await },
+            |py, n| Ok(n.into_pyobject(py)?.into_any().unbind()),
+        )
+    }
+
+    /// Takes over an exported lease.
+    fn adopt(&self, handle: String) -> PyResult<Pending> {
+        let locker = self.inner.clone();
+        start(async move { locker.adopt(&handle).await }, |py, lease| {
+            Ok(Py::new(py, Lease::new(lease))?.into_any())
+        })
+    }
+
+    /// Gives back every lease and stops taking locks.
+    fn close(&self) -> PyResult<Pending> {
+        let locker = self.inner.clone();
+        start(
+            async move {
+                locker.close().await;
+                Ok(())
+            },
+            |py, ()| Ok(py.None()),
+        )
+    }
+}
+
+/// What an acquire takes.
+enum How {
+    Lock,
+    Read,
+    Write,
+    Permits,
+    All,
+}
+
+/// A held lock (or read hold, or permits).
+#[pyclass(frozen)]
+struct Lease {
+    inner: Arc<Mutex<Option<redlease::Lease>>>,
+    resource: String,
+    fence: Option<u64>,
+}
+
+impl Lease {
+    fn new(lease: redlease::Lease) -> Lease {
+        Lease {
+            resource: lease.resource().to_string(),
+            fence: lease.fencing_token(),
+            inner: Arc::new(Mutex::new(Some(lease))),
+        }
+    }
+
+    fn held(&self) -> MutexGuard<'_, Option<redlease::Lease>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn gone() -> PyErr {
+        raw("not_held", "this lease was released already")
+    }
+}
+
+#[pymethods]
+impl Lease {
+    #[getter]
+    fn resource(&self) -> String {
+        self.resource.clone()
+    }
+
+    #[getter]
+    fn fencing_token(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// Seconds of validity left (0 once lost or released).
+    #[getter]
+    fn remaining(&self) -> f64 {
+        self.held()
+            .as_ref()
+            .map_or(0.0, |l| l.remaining().as_secs_f64())
+    }
+
+    /// Why the lease can no longer be trusted, if it cannot.
+    #[getter]
+    fn lost_reason(&self) -> Option<String> {
+        self.held()
+            .as_ref()
+            .map_or(Some("released".to_string()), |l| {
+                l.lost_reason().map(|r| r.to_string())
+            })
+    }
+
+    /// Calls `callback(reason)` (from another thread) once the lease can
+    /// no longer be trusted.
+    fn on_lost(&self, callback: Py<PyAny>) -> PyResult<()> {
+        let rt = runtime()?;
+        let lost = self.held().as_ref().map(|l| l.lost());
+        if let Some(lost) = lost {
+            rt.spawn(async move {
+                let why = lost.await.to_string();
+                Python::attach(|py| {
+                    if let Err(e) = callback.call1(py, (why,)) {
+                        e.write_unraisable(py, None);
+                    }
+                });
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives the lease back.
+    fn release(&self) -> PyResult<Pending> {
+        let lease = self.held().take().ok_or_else(Lease::gone)?;
+        start(lease.release(), |py, ()| Ok(py.None()))
+    }
+
+    /// Moves its expiry to `ttl` seconds from now, at quorum.
+    fn extend(&self, ttl: f64) -> PyResult<Pending> {
+        let ttl = seconds("ttl", ttl)?;
+        let mut lease = self.held().take().ok_or_else(Lease::gone)?;
+        let slot = self.inner.clone();
+        start(
+            async move {
+                let extended = lease.extend(ttl).await;
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(lease);
+                extended
+            },
+            |py, ()| Ok(py.None()),
+        )
+    }
+
+    /// The lease as a handle another process can adopt (a secret); this
+    /// one then holds nothing.
+    fn export(&self) -> PyResult<String> {
+        let lease = self.held().take().ok_or_else(Lease::gone)?;
+        Ok(lease.export())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Released in the background, on the runtime (not in a forked
+        // child: the lease is the parent's).
+        let lease = self.held().take();
+        if let (Some(lease), Ok(rt)) = (lease, runtime()) {
+            let _inside = rt.enter();
+            drop(lease);
+        } else if let Some(lease) = self.held().take() {
+            std::mem::forget(lease);
+        }
+    }
+}
+
+/// `status` as a dict: verdict, holders, counts, each node's answer.
+fn status_dict(py: Python<'_>, status: &LockStatus) -> PyResult<Py<PyAny>> {
+    let d = PyDict::new(py);
+    let verdict = match status.verdict() {
+        Verdict::Held { .. } => "held",
+        Verdict::Free { .. } => "free",
+        Verdict::Quarantined { .. } => "quarantined",
+        _ => "unknown",
+    };
+    d.set_item("resource", &status.resource)?;
+    d.set_item("verdict", verdict)?;
+    let holders = PyList::empty(py);
+    for h in status.holders() {
+        let hd = PyDict::new(py);
+        hd.set_item("owner", &h.owner)?;
+        hd.set_item(
+            "since",
+            h.since
+                .and_then(|s| s.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs_f64()),
+        )?;
+        hd.set_item("weight", h.weight)?;
+        hd.set_item("in_lock_delay", h.in_lock_delay().map(|d| d.as_secs_f64()))?;
+        holders.append(hd)?;
+    }
+    d.set_item("holders", holders)?;
+    d.set_item("readers", status.readers())?;
+    d.set_item("permits", status.permits())?;
+    d.set_item("queued", status.queued())?;
+    d.set_item("fencing_counter", status.fencing_counter())?;
+    let nodes = PyList::empty(py);
+    for (node, answer) in &status.nodes {
+        let nd = PyDict::new(py);
+        nd.set_item("node", node.addr())?;
+        match answer {
+            Ok(state) => {
+                nd.set_item("held", matches!(state.key, redlease::KeyState::Held { .. }))?
+            }
+            Err(e) => nd.set_item("error", e.to_string())?,
+        }
+        nodes.append(nd)?;
+    }
+    d.set_item("nodes", nodes)?;
+    Ok(d.into_any().unbind())
+}
+
+#[pymodule]
+fn _redlease(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Locker>()?;
+    m.add_class::<Lease>()?;
+    m.add_class::<Pending>()?;
+    m.add("RawError", m.py().get_type::<RawError>())?;
+    Ok(())
+}
