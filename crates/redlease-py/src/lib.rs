@@ -15,6 +15,7 @@
 //! Errors come out as `RawError(kind, message)`; the package raises its
 //! own exception class for each kind (python/redlease/_errors.py).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -63,6 +64,33 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
             "redlease could not start its runtime: {e}"
         ))),
     }
+}
+
+/// Set at the interpreter's exit (the package registers [`shutdown`] with
+/// `atexit`): from then on no thread of ours calls into Python, which is
+/// being finalized.
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// Stops every callback into Python: called at the interpreter's exit.
+#[pyfunction]
+fn shutdown() {
+    CLOSING.store(true, Ordering::SeqCst);
+}
+
+/// Calls `callback(args)` with the GIL, unless the interpreter is exiting;
+/// an error it raises is reported as unraisable.
+fn call_back<A>(callback: &Py<PyAny>, args: A)
+where
+    A: for<'py> pyo3::call::PyCallArgs<'py>,
+{
+    if CLOSING.load(Ordering::SeqCst) {
+        return;
+    }
+    Python::attach(|py| {
+        if let Err(e) = callback.call1(py, args) {
+            e.write_unraisable(py, None);
+        }
+    });
 }
 
 fn raw(kind: &str, message: impl Into<String>) -> PyErr {
@@ -153,11 +181,7 @@ where
             state.callback.take()
         };
         if let Some(callback) = callback {
-            Python::attach(|py| {
-                if let Err(e) = callback.call0(py) {
-                    e.write_unraisable(py, None);
-                }
-            });
+            call_back(&callback, ());
         }
     });
     shared.state().abort = Some(task.abort_handle());
@@ -418,6 +442,10 @@ struct Lease {
     inner: Arc<Mutex<Option<redlease::Lease>>>,
     resource: String,
     fence: Option<u64>,
+    /// The task that waits to tell `on_lost`'s callbacks: stopped when the
+    /// lease is given back, exported or dropped (a lease let go is never
+    /// told lost).
+    watcher: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Lease {
@@ -426,6 +454,15 @@ impl Lease {
             resource: lease.resource().to_string(),
             fence: lease.fencing_token(),
             inner: Arc::new(Mutex::new(Some(lease))),
+            watcher: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Stops telling `on_lost` callbacks: the lease is let go.
+    fn unwatch(&self) {
+        let tasks = std::mem::take(&mut *self.watcher.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            task.abort();
         }
     }
 
@@ -474,14 +511,14 @@ impl Lease {
         let rt = runtime()?;
         let lost = self.held().as_ref().map(|l| l.lost());
         if let Some(lost) = lost {
-            rt.spawn(async move {
+            let task = rt.spawn(async move {
                 let why = lost.await.to_string();
-                Python::attach(|py| {
-                    if let Err(e) = callback.call1(py, (why,)) {
-                        e.write_unraisable(py, None);
-                    }
-                });
+                call_back(&callback, (why,));
             });
+            self.watcher
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(task.abort_handle());
         }
         Ok(())
     }
@@ -489,6 +526,7 @@ impl Lease {
     /// Gives the lease back.
     fn release(&self) -> PyResult<Pending> {
         let lease = self.held().take().ok_or_else(Lease::gone)?;
+        self.unwatch();
         start(lease.release(), |py, ()| Ok(py.None()))
     }
 
@@ -511,12 +549,14 @@ impl Lease {
     /// one then holds nothing.
     fn export(&self) -> PyResult<String> {
         let lease = self.held().take().ok_or_else(Lease::gone)?;
+        self.unwatch();
         Ok(lease.export())
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        self.unwatch();
         // Released in the background, on the runtime (not in a forked
         // child: the lease is the parent's).
         let lease = self.held().take();
@@ -580,6 +620,7 @@ fn _redlease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Locker>()?;
     m.add_class::<Lease>()?;
     m.add_class::<Pending>()?;
+    m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add("RawError", m.py().get_type::<RawError>())?;
     Ok(())
 }

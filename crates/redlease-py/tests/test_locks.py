@@ -223,3 +223,14 @@ def test_three_nodes_quorum(servers):
         assert status["verdict"] == "held"
         assert len(status["nodes"]) == 3
         assert lease.remaining > 0
+
+
+def test_a_released_lease_is_never_told_lost(server):
+    locker = make_locker(server.url, ttl=0.5)
+    lease = locker.lock("let-go").acquire()
+    told = []
+    lease.on_lost(told.append)
+    lease.release()
+    time.sleep(1.0)  # past its TTL
+    assert told == []
+    assert not lease.lost.is_set()

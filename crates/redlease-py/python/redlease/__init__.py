@@ -12,6 +12,9 @@ trusted, waiters are served in turn, and every call stopped midway
 ...     build_report(lease.fencing_token)
 """
 
+import atexit
+
+from . import _redlease
 from ._errors import (
     ClosedError,
     ForkedError,
@@ -27,6 +30,9 @@ from ._errors import (
     WaitTimeoutError,
 )
 from ._locker import Lease, Locker, Request, Semaphore
+
+# No thread of the library calls into Python once the interpreter exits.
+atexit.register(_redlease.shutdown)
 
 __all__ = [
     "ClosedError",

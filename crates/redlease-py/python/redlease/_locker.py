@@ -99,7 +99,6 @@ class Lease:
         with self._lock:
             self._reason = reason
             callbacks = list(self._callbacks)
-        self.lost.set()
         if reason not in ("released", "closed"):
             log.warning("lease on %r lost: %s", self.resource, reason)
         for callback in callbacks:
@@ -107,6 +106,8 @@ class Lease:
                 callback(reason)
             except Exception:  # a callback's error is the caller's to see
                 log.exception("an on_lost callback of %r failed", self.resource)
+        # Last: whoever waits on the event finds every callback done.
+        self.lost.set()
 
     @property
     def resource(self) -> str:
@@ -130,7 +131,8 @@ class Lease:
 
     def on_lost(self, callback: Callable[[str], None]) -> None:
         """Calls ``callback(reason)`` (on another thread) once the lease is
-        lost; at once if it is."""
+        lost, before ``lost`` is set; at once if it is. A lease given back
+        (or exported) is never told lost."""
         with self._lock:
             reason = self._reason
             if reason is None:
