@@ -414,6 +414,57 @@ impl Locker {
         })
     }
 
+    /// A watcher of `name`: its state now, then each change.
+    fn watch(&self, name: String) -> Watcher {
+        Watcher {
+            inner: Arc::new(tokio::sync::Mutex::new(self.inner.watch(name))),
+        }
+    }
+
+    /// Campaigns for the lead of the election `name` with `value`.
+    #[pyo3(signature = (name, value, *, wait, ttl))]
+    fn campaign(
+        &self,
+        name: String,
+        value: String,
+        wait: Option<f64>,
+        ttl: Option<f64>,
+    ) -> PyResult<Pending> {
+        let wait = wait.map(|w| seconds("wait", w)).transpose()?;
+        let ttl = ttl.map(|t| seconds("ttl", t)).transpose()?;
+        let locker = self.inner.clone();
+        start(
+            async move {
+                let election = locker.election(name);
+                let mut campaign = election.campaign(value);
+                if let Some(wait) = wait {
+                    campaign = campaign.wait(wait);
+                }
+                if let Some(ttl) = ttl {
+                    campaign = campaign.ttl(ttl);
+                }
+                campaign.await
+            },
+            |py, lead| Ok(Py::new(py, Leadership::new(lead))?.into_any()),
+        )
+    }
+
+    /// Who leads the election `name` (a dict), or None.
+    fn leader(&self, name: String) -> PyResult<Pending> {
+        let locker = self.inner.clone();
+        start(
+            async move { locker.election(name).leader().await },
+            |py, leader| leader_dict(py, leader.as_ref()),
+        )
+    }
+
+    /// An observer of the election `name`: the leader now, then each change.
+    fn observe(&self, name: String) -> Observer {
+        Observer {
+            inner: Arc::new(tokio::sync::Mutex::new(self.inner.election(name).observe())),
+        }
+    }
+
     /// Gives back every lease and stops taking locks.
     fn close(&self) -> PyResult<Pending> {
         let locker = self.inner.clone();
@@ -425,6 +476,176 @@ impl Locker {
             |py, ()| Ok(py.None()),
         )
     }
+}
+
+/// A name's state, told at each change (`Locker::watch`).
+#[pyclass(frozen)]
+struct Watcher {
+    inner: Arc<tokio::sync::Mutex<redlease::Watch>>,
+}
+
+#[pymethods]
+impl Watcher {
+    /// The state now on the first call, then the next change (a dict).
+    fn changed(&self) -> PyResult<Pending> {
+        let watch = self.inner.clone();
+        start(
+            async move { watch.lock().await.changed().await },
+            |py, status| status_dict(py, &status),
+        )
+    }
+}
+
+/// An election's leader, told at each change (`Election::observe`).
+#[pyclass(frozen)]
+struct Observer {
+    inner: Arc<tokio::sync::Mutex<redlease::Observe>>,
+}
+
+#[pymethods]
+impl Observer {
+    /// The leader now on the first call, then the next change (a dict, or
+    /// None when nobody leads).
+    fn next(&self) -> PyResult<Pending> {
+        let observe = self.inner.clone();
+        start(
+            async move { observe.lock().await.next().await },
+            |py, leader| leader_dict(py, leader.as_ref()),
+        )
+    }
+}
+
+/// The lead of an election (`Election::campaign`).
+#[pyclass(frozen)]
+struct Leadership {
+    inner: Arc<Mutex<Option<redlease::Leadership>>>,
+    term: u64,
+    watcher: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Leadership {
+    fn new(lead: redlease::Leadership) -> Leadership {
+        Leadership {
+            term: lead.term(),
+            inner: Arc::new(Mutex::new(Some(lead))),
+            watcher: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn held(&self) -> MutexGuard<'_, Option<redlease::Leadership>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unwatch(&self) {
+        let tasks = std::mem::take(&mut *self.watcher.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
+
+#[pymethods]
+impl Leadership {
+    #[getter]
+    fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The value last proclaimed.
+    #[getter]
+    fn value(&self) -> Option<String> {
+        self.held().as_ref().map(|l| l.value())
+    }
+
+    /// Why the lead can no longer be trusted, if it cannot.
+    #[getter]
+    fn lost_reason(&self) -> Option<String> {
+        self.held()
+            .as_ref()
+            .map_or(Some("resigned".to_string()), |l| {
+                l.lease().lost_reason().map(|r| r.to_string())
+            })
+    }
+
+    /// Calls `callback(reason)` (from another thread) once the lead is lost.
+    fn on_lost(&self, callback: Py<PyAny>) -> PyResult<()> {
+        let rt = runtime()?;
+        let lost = self.held().as_ref().map(|l| l.lost());
+        if let Some(lost) = lost {
+            let task = rt.spawn(async move {
+                let why = lost.await.to_string();
+                call_back(&callback, (why,));
+            });
+            self.watcher
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(task.abort_handle());
+        }
+        Ok(())
+    }
+
+    /// Publishes a new value on a quorum.
+    fn proclaim(&self, value: String) -> PyResult<Pending> {
+        let mut lead = self
+            .held()
+            .take()
+            .ok_or_else(|| raw("not_held", "this lead was resigned already"))?;
+        let slot = self.inner.clone();
+        start(
+            async move {
+                let said = lead.proclaim(value).await;
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(lead);
+                said
+            },
+            |py, ()| Ok(py.None()),
+        )
+    }
+
+    /// Gives the lead up at once.
+    fn resign(&self) -> PyResult<Pending> {
+        let lead = self
+            .held()
+            .take()
+            .ok_or_else(|| raw("not_held", "this lead was resigned already"))?;
+        self.unwatch();
+        start(lead.resign(), |py, ()| Ok(py.None()))
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        self.unwatch();
+        let lead = self.held().take();
+        match (lead, runtime()) {
+            (Some(lead), Ok(rt)) => {
+                let _inside = rt.enter();
+                drop(lead);
+            }
+            (Some(lead), Err(_)) => std::mem::forget(lead),
+            (None, _) => {}
+        }
+    }
+}
+
+/// A leader as a dict (value, term, revision, owner, since), or None.
+fn leader_dict(py: Python<'_>, leader: Option<&redlease::Leader>) -> PyResult<Py<PyAny>> {
+    let Some(leader) = leader else {
+        return Ok(py.None());
+    };
+    let d = PyDict::new(py);
+    d.set_item("value", &leader.value)?;
+    d.set_item("term", leader.term)?;
+    d.set_item("revision", leader.revision)?;
+    let holder = leader.holder.as_ref();
+    d.set_item("owner", holder.map(|h| h.owner.clone()))?;
+    d.set_item(
+        "since",
+        holder
+            .and_then(|h| h.since)
+            .and_then(|s| s.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs_f64()),
+    )?;
+    Ok(d.into_any().unbind())
 }
 
 /// What an acquire takes.
@@ -599,6 +820,7 @@ fn status_dict(py: Python<'_>, status: &LockStatus) -> PyResult<Py<PyAny>> {
     d.set_item("permits", status.permits())?;
     d.set_item("queued", status.queued())?;
     d.set_item("fencing_counter", status.fencing_counter())?;
+    d.set_item("leader", leader_dict(py, status.leader().as_ref())?)?;
     let nodes = PyList::empty(py);
     for (node, answer) in &status.nodes {
         let nd = PyDict::new(py);
@@ -620,6 +842,9 @@ fn _redlease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Locker>()?;
     m.add_class::<Lease>()?;
     m.add_class::<Pending>()?;
+    m.add_class::<Watcher>()?;
+    m.add_class::<Observer>()?;
+    m.add_class::<Leadership>()?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
     m.add("RawError", m.py().get_type::<RawError>())?;
     Ok(())

@@ -29,6 +29,7 @@ from ._errors import (
     ValidityExhaustedError,
     WaitTimeoutError,
 )
+from ._election import Election, Leadership, Observe, Watch
 from ._locker import Lease, Locker, Request, Semaphore
 
 # No thread of the library calls into Python once the interpreter exits.
@@ -36,13 +37,16 @@ atexit.register(_redlease.shutdown)
 
 __all__ = [
     "ClosedError",
+    "Election",
     "ForkedError",
     "InvalidInputError",
+    "Leadership",
     "Lease",
     "Locker",
     "LostError",
     "NoQuorumError",
     "NotHeldError",
+    "Observe",
     "PermitsDifferError",
     "RedleaseError",
     "Request",
@@ -51,4 +55,5 @@ __all__ = [
     "TakenError",
     "ValidityExhaustedError",
     "WaitTimeoutError",
+    "Watch",
 ]

@@ -396,6 +396,18 @@ class Locker:
         """A semaphore of ``permits`` permits on ``name``."""
         return Semaphore(self, name, permits)
 
+    def watch(self, name: str) -> "Watch":
+        """``name``'s state now, then at each change (see ``Watch``)."""
+        from ._election import Watch
+
+        return Watch(self._inner.watch(name))
+
+    def election(self, name: str) -> "Election":
+        """The election on ``name`` (see ``Election``)."""
+        from ._election import Election
+
+        return Election(self, name)
+
     def inspect(self, name: str) -> dict:
         """What every node says of ``name``: verdict, holders, counts."""
         return _block(lambda: self._inner.inspect(name))
