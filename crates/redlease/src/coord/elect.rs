@@ -13,7 +13,7 @@ use crate::coord::ownership::Ownership;
 use crate::core::error::{Error, Op, Shortfall};
 use crate::core::keys::leader_key;
 use crate::core::refusal::Refusal;
-use crate::protocol::claim::Proclaim;
+use crate::protocol::election::Proclaim;
 use crate::protocol::lua::PubSub;
 
 /// What a leader says: its term, the revision of its value, the value.

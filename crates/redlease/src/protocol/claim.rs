@@ -15,7 +15,7 @@ use redis::{Cmd, FromRedisValue, ParsingError, Value};
 
 use super::acquire::{OnRefusal, ServerTime};
 use super::lua::{malformed, millis, Flag, PubSub};
-use super::lua::{one_or_zero, ACQUIRE, DOWNGRADE, EXTEND, INSPECT, LEAVE, PROCLAIM, RELEASE};
+use super::lua::{ACQUIRE, DOWNGRADE, EXTEND, INSPECT, LEAVE, RELEASE};
 use crate::core::leader::LeaderRecord;
 use crate::core::mode::Hold;
 use crate::core::owner::Holder;
@@ -449,51 +449,6 @@ impl ClaimInspect<'_> {
                 c.arg(1).arg(self.key);
             }
         })
-    }
-}
-
-/// An election's leader says what it leads with (proclaim.lua): its
-/// record, kept while its hold of the name is.
-///
-/// - `KEYS[1]` the lock key; `KEYS[2]` the leader record.
-/// - `ARGV[1]` the token; `ARGV[2]` `TERM\tREV\tVALUE`; `ARGV[3]` the
-///   record's expiry (ms); `ARGV[4]` `PUBLISH` or `SPUBLISH`.
-/// - Reply: 1 written, 0 the name is not held by this token.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Proclaim<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) record_key: &'a str,
-    pub(crate) token: &'a str,
-    pub(crate) term: u64,
-    pub(crate) revision: u64,
-    pub(crate) value: &'a str,
-    pub(crate) expiry: Duration,
-    pub(crate) pubsub: PubSub,
-}
-
-impl Proclaim<'_> {
-    /// The script's call (`EVALSHA`).
-    pub(crate) fn call(&self) -> Cmd {
-        PROCLAIM.call_sized(8, 96 + self.value.len(), |c| {
-            c.arg(2)
-                .arg(self.key)
-                .arg(self.record_key)
-                .arg(self.token)
-                .arg(format!("{}\t{}\t{}", self.term, self.revision, self.value))
-                .arg(millis(self.expiry))
-                .arg(self.pubsub.publish());
-        })
-    }
-}
-
-/// Whether a [`Proclaim`] was written: the name is still held by its
-/// token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Proclaimed(pub(crate) bool);
-
-impl FromRedisValue for Proclaimed {
-    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
-        one_or_zero("proclaim", &v).map(Proclaimed)
     }
 }
 

@@ -12,6 +12,7 @@ pub(crate) mod claim;
 // Public as `redlease::acl`.
 pub mod commands;
 pub(crate) mod compare_delete;
+pub(crate) mod election;
 pub(crate) mod lease;
 pub(crate) mod lua;
 pub(crate) mod server_error;
