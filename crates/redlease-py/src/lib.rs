@@ -520,7 +520,7 @@ impl Observer {
 struct Leadership {
     inner: Arc<Mutex<Option<redlease::Leadership>>>,
     term: u64,
-    watcher: Mutex<Vec<tokio::task::AbortHandle>>,
+    watcher: LostWatch,
 }
 
 impl Leadership {
@@ -528,19 +528,12 @@ impl Leadership {
         Leadership {
             term: lead.term(),
             inner: Arc::new(Mutex::new(Some(lead))),
-            watcher: Mutex::new(Vec::new()),
+            watcher: LostWatch::default(),
         }
     }
 
     fn held(&self) -> MutexGuard<'_, Option<redlease::Leadership>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn unwatch(&self) {
-        let tasks = std::mem::take(&mut *self.watcher.lock().unwrap_or_else(|p| p.into_inner()));
-        for task in tasks {
-            task.abort();
-        }
     }
 }
 
@@ -569,19 +562,11 @@ impl Leadership {
 
     /// Calls `callback(reason)` (from another thread) once the lead is lost.
     fn on_lost(&self, callback: Py<PyAny>) -> PyResult<()> {
-        let rt = runtime()?;
         let lost = self.held().as_ref().map(|l| l.lost());
-        if let Some(lost) = lost {
-            let task = rt.spawn(async move {
-                let why = lost.await.to_string();
-                call_back(&callback, (why,));
-            });
-            self.watcher
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(task.abort_handle());
+        match lost {
+            Some(lost) => self.watcher.add(lost, callback),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Publishes a new value on a quorum.
@@ -607,14 +592,14 @@ impl Leadership {
             .held()
             .take()
             .ok_or_else(|| raw("not_held", "this lead was resigned already"))?;
-        self.unwatch();
+        self.watcher.stop();
         start(lead.resign(), |py, ()| Ok(py.None()))
     }
 }
 
 impl Drop for Leadership {
     fn drop(&mut self) {
-        self.unwatch();
+        self.watcher.stop();
         let lead = self.held().take();
         match (lead, runtime()) {
             (Some(lead), Ok(rt)) => {
@@ -648,6 +633,38 @@ fn leader_dict(py: Python<'_>, leader: Option<&redlease::Leader>) -> PyResult<Py
     Ok(d.into_any().unbind())
 }
 
+/// The tasks that wait to tell a lease's (or a lead's) `on_lost`
+/// callbacks: stopped when it is let go (released, resigned, exported,
+/// dropped), which is never told as lost.
+#[derive(Default)]
+struct LostWatch(Mutex<Vec<tokio::task::AbortHandle>>);
+
+impl LostWatch {
+    /// Calls `callback(reason)` once `lost` resolves, unless stopped first.
+    fn add(
+        &self,
+        lost: impl std::future::Future<Output = redlease::LostReason> + Send + 'static,
+        callback: Py<PyAny>,
+    ) -> PyResult<()> {
+        let task = runtime()?.spawn(async move {
+            let why = lost.await.to_string();
+            call_back(&callback, (why,));
+        });
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task.abort_handle());
+        Ok(())
+    }
+
+    fn stop(&self) {
+        let tasks = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
+
 /// What an acquire takes.
 enum How {
     Lock,
@@ -666,7 +683,7 @@ struct Lease {
     /// The task that waits to tell `on_lost`'s callbacks: stopped when the
     /// lease is given back, exported or dropped (a lease let go is never
     /// told lost).
-    watcher: Mutex<Vec<tokio::task::AbortHandle>>,
+    watcher: LostWatch,
 }
 
 impl Lease {
@@ -675,15 +692,7 @@ impl Lease {
             resource: lease.resource().to_string(),
             fence: lease.fencing_token(),
             inner: Arc::new(Mutex::new(Some(lease))),
-            watcher: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Stops telling `on_lost` callbacks: the lease is let go.
-    fn unwatch(&self) {
-        let tasks = std::mem::take(&mut *self.watcher.lock().unwrap_or_else(|p| p.into_inner()));
-        for task in tasks {
-            task.abort();
+            watcher: LostWatch::default(),
         }
     }
 
@@ -729,25 +738,17 @@ impl Lease {
     /// Calls `callback(reason)` (from another thread) once the lease can
     /// no longer be trusted.
     fn on_lost(&self, callback: Py<PyAny>) -> PyResult<()> {
-        let rt = runtime()?;
         let lost = self.held().as_ref().map(|l| l.lost());
-        if let Some(lost) = lost {
-            let task = rt.spawn(async move {
-                let why = lost.await.to_string();
-                call_back(&callback, (why,));
-            });
-            self.watcher
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(task.abort_handle());
+        match lost {
+            Some(lost) => self.watcher.add(lost, callback),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Gives the lease back.
     fn release(&self) -> PyResult<Pending> {
         let lease = self.held().take().ok_or_else(Lease::gone)?;
-        self.unwatch();
+        self.watcher.stop();
         start(lease.release(), |py, ()| Ok(py.None()))
     }
 
@@ -770,14 +771,14 @@ impl Lease {
     /// one then holds nothing.
     fn export(&self) -> PyResult<String> {
         let lease = self.held().take().ok_or_else(Lease::gone)?;
-        self.unwatch();
+        self.watcher.stop();
         Ok(lease.export())
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.unwatch();
+        self.watcher.stop();
         // Released in the background, on the runtime (not in a forked
         // child: the lease is the parent's).
         let lease = self.held().take();

@@ -4,12 +4,11 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Any, AsyncIterator, Callable, Iterator, Optional
+from typing import Any, AsyncIterator, Iterator, Optional
 
 from . import _redlease
 from ._errors import NotHeldError
-from ._locker import _await, _block
+from ._locker import _await, _block, _LostSignal
 
 
 class Watch:
@@ -62,7 +61,7 @@ class Observe:
             yield await self.next_async()
 
 
-class Leadership:
+class Leadership(_LostSignal):
     """The lead of an election, kept alive until resigned or lost; a
     context manager that resigns at the end of its block. ``lost`` is set
     (after the ``on_lost`` callbacks) once the lead can no longer be
@@ -70,29 +69,7 @@ class Leadership:
 
     def __init__(self, inner: _redlease.Leadership) -> None:
         self._inner = inner
-        self._callbacks: list[Callable[[str], None]] = []
-        self._reason: Optional[str] = None
-        self._lock = threading.Lock()
-        #: Set once the lead can no longer be trusted.
-        self.lost = threading.Event()
-        inner.on_lost(self._on_lost)
-
-    def _on_lost(self, reason: str) -> None:
-        with self._lock:
-            self._reason = reason
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            callback(reason)
-        self.lost.set()
-
-    def on_lost(self, callback: Callable[[str], None]) -> None:
-        """Calls ``callback(reason)`` once the lead is lost."""
-        with self._lock:
-            reason = self._reason
-            if reason is None:
-                self._callbacks.append(callback)
-        if reason is not None:
-            callback(reason)
+        self._watch(inner, f"the lead in term {inner.term}")
 
     @property
     def term(self) -> int:

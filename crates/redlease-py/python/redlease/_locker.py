@@ -78,7 +78,61 @@ async def _await(start: Callable[[], _redlease.Pending]) -> Any:
     return _outcome(pending)
 
 
-class Lease:
+class _LostSignal:
+    """How a lease (or a lead) tells it can no longer be trusted: ``lost``,
+    a ``threading.Event`` set after every ``on_lost`` callback ran, with
+    the reason in ``_reason``. ``_watch(inner)`` asks the library to tell."""
+
+    def _watch(self, inner: Any, what: str) -> None:
+        self._what = what
+        self._reason: Optional[str] = None
+        self._callbacks: list[Callable[[str], None]] = []
+        self._lost_lock = threading.Lock()
+        #: Set once it can no longer be trusted (after the callbacks ran).
+        self.lost = threading.Event()
+        inner.on_lost(self._on_lost)
+
+    def _on_lost(self, reason: str) -> None:
+        with self._lost_lock:
+            self._reason = reason
+            callbacks = list(self._callbacks)
+        if reason not in ("released", "closed"):
+            log.warning("%s lost: %s", self._what, reason)
+        for callback in callbacks:
+            try:
+                callback(reason)
+            except Exception:  # a callback's error is the caller's to see
+                log.exception("an on_lost callback of %s failed", self._what)
+        # Last: whoever waits on the event finds every callback done.
+        self.lost.set()
+
+    def on_lost(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(reason)`` (on another thread) once it is lost,
+        before ``lost`` is set; at once if it is. Given back (released,
+        resigned, exported), it is never told lost."""
+        with self._lost_lock:
+            reason = self._reason
+            if reason is None:
+                self._callbacks.append(callback)
+        if reason is not None:
+            callback(reason)
+
+    async def wait_lost(self) -> str:
+        """Returns (with the reason) once it is lost."""
+        loop = asyncio.get_running_loop()
+        told = loop.create_future()
+
+        def tell(reason: str) -> None:
+            try:
+                loop.call_soon_threadsafe(lambda: told.done() or told.set_result(reason))
+            except RuntimeError:
+                pass
+
+        self.on_lost(tell)
+        return await told
+
+
+class Lease(_LostSignal):
     """A held lock (or read hold, or permits). Valid for ``remaining``
     seconds unless renewed (``keep_alive=True``) or extended; ``lost`` is
     set, and each ``on_lost`` callback called, as soon as it can no
@@ -88,26 +142,7 @@ class Lease:
 
     def __init__(self, inner: _redlease.Lease) -> None:
         self._inner = inner
-        self._reason: Optional[str] = None
-        self._callbacks: list[Callable[[str], None]] = []
-        self._lock = threading.Lock()
-        #: Set once the lease can no longer be trusted (see ``lost_reason``).
-        self.lost = threading.Event()
-        inner.on_lost(self._on_lost)
-
-    def _on_lost(self, reason: str) -> None:
-        with self._lock:
-            self._reason = reason
-            callbacks = list(self._callbacks)
-        if reason not in ("released", "closed"):
-            log.warning("lease on %r lost: %s", self.resource, reason)
-        for callback in callbacks:
-            try:
-                callback(reason)
-            except Exception:  # a callback's error is the caller's to see
-                log.exception("an on_lost callback of %r failed", self.resource)
-        # Last: whoever waits on the event finds every callback done.
-        self.lost.set()
+        self._watch(inner, f"lease on {inner.resource!r}")
 
     @property
     def resource(self) -> str:
@@ -128,31 +163,6 @@ class Lease:
     def lost_reason(self) -> Optional[str]:
         """Why it can no longer be trusted, if it cannot."""
         return self._inner.lost_reason
-
-    def on_lost(self, callback: Callable[[str], None]) -> None:
-        """Calls ``callback(reason)`` (on another thread) once the lease is
-        lost, before ``lost`` is set; at once if it is. A lease given back
-        (or exported) is never told lost."""
-        with self._lock:
-            reason = self._reason
-            if reason is None:
-                self._callbacks.append(callback)
-        if reason is not None:
-            callback(reason)
-
-    async def wait_lost(self) -> str:
-        """Returns (with the reason) once the lease is lost."""
-        loop = asyncio.get_running_loop()
-        told = loop.create_future()
-
-        def tell(reason: str) -> None:
-            try:
-                loop.call_soon_threadsafe(lambda: told.done() or told.set_result(reason))
-            except RuntimeError:
-                pass
-
-        self.on_lost(tell)
-        return await told
 
     def release(self) -> None:
         """Gives the lease back, at quorum."""
