@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+mod log;
+
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyRuntimeError};
 use pyo3::prelude::*;
@@ -77,13 +79,18 @@ fn shutdown() {
     CLOSING.store(true, Ordering::SeqCst);
 }
 
+/// Whether the interpreter is exiting.
+fn closing() -> bool {
+    CLOSING.load(Ordering::SeqCst)
+}
+
 /// Calls `callback(args)` with the GIL, unless the interpreter is exiting;
 /// an error it raises is reported as unraisable.
 fn call_back<A>(callback: &Py<PyAny>, args: A)
 where
     A: for<'py> pyo3::call::PyCallArgs<'py>,
 {
-    if CLOSING.load(Ordering::SeqCst) {
+    if closing() {
         return;
     }
     Python::attach(|py| {
@@ -287,7 +294,7 @@ impl Locker {
     #[new]
     #[pyo3(signature = (
         nodes, *, ttl, wait, owner, fencing, lock_delay, key_prefix, node_timeout,
-        restart_quarantine
+        connect_timeout, tls_ca, tls_cert, tls_key, durability, restart_quarantine
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -299,6 +306,11 @@ impl Locker {
         lock_delay: f64,
         key_prefix: Option<String>,
         node_timeout: Option<f64>,
+        connect_timeout: Option<f64>,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
+        durability: Option<(String, u32, f64, bool)>,
         restart_quarantine: Option<f64>,
     ) -> PyResult<Locker> {
         let rt = runtime()?;
@@ -317,6 +329,31 @@ impl Locker {
         }
         if let Some(t) = node_timeout {
             builder = builder.node_timeout(seconds("node_timeout", t)?);
+        }
+        if let Some(t) = connect_timeout {
+            builder = builder.connect_timeout(seconds("connect_timeout", t)?);
+        }
+        if let Some(tls) = tls_settings(tls_ca, tls_cert, tls_key)? {
+            builder = builder.tls(tls);
+        }
+        if let Some((kind, replicas, timeout, fsync)) = durability {
+            let timeout = seconds("durability timeout", timeout)?;
+            let mut d = match kind.as_str() {
+                "required" => redlease::Durability::required(replicas, timeout),
+                "best_effort" => redlease::Durability::best_effort(replicas, timeout),
+                other => {
+                    return Err(raw(
+                        "invalid_input",
+                        format!(
+                            "durability: {other:?} is neither \"required\" nor \"best_effort\""
+                        ),
+                    ))
+                }
+            };
+            if fsync {
+                d = d.fsync();
+            }
+            builder = builder.durability(d);
         }
         if let Some(q) = restart_quarantine {
             let q = seconds("restart_quarantine", q)?;
@@ -665,6 +702,38 @@ impl LostWatch {
     }
 }
 
+/// The TLS settings of three optional files: a CA to trust, and a client
+/// certificate with its key (both or neither).
+fn tls_settings(
+    ca: Option<std::path::PathBuf>,
+    cert: Option<std::path::PathBuf>,
+    key: Option<std::path::PathBuf>,
+) -> PyResult<Option<redlease::TlsConfig>> {
+    if ca.is_none() && cert.is_none() && key.is_none() {
+        return Ok(None);
+    }
+    let mut tls = redlease::TlsConfig::new();
+    if let Some(ca) = ca {
+        tls = tls.read_ca_file(ca).map_err(|e| error(&e))?;
+    }
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            tls = tls
+                .read_client_cert_files(cert, key)
+                .map_err(|e| error(&e))?;
+        }
+        (None, None) => {}
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(raw(
+                "invalid_input",
+                "tls_cert and tls_key: a client certificate needs both, its certificate and \
+                 its private key",
+            ))
+        }
+    }
+    Ok(Some(tls))
+}
+
 /// What an acquire takes.
 enum How {
     Lock,
@@ -717,6 +786,31 @@ impl Lease {
         self.fence
     }
 
+    /// Every name it holds, in the order asked.
+    #[getter]
+    fn resources(&self) -> Vec<String> {
+        self.held().as_ref().map_or_else(
+            || vec![self.resource.clone()],
+            |l| l.resources().map(str::to_string).collect(),
+        )
+    }
+
+    /// "exclusive", "shared" (a reader's) or "permit".
+    #[getter]
+    fn mode(&self) -> &'static str {
+        match self.held().as_ref().map(|l| l.mode()) {
+            Some(redlease::LockMode::Shared) => "shared",
+            Some(redlease::LockMode::Permit) => "permit",
+            _ => "exclusive",
+        }
+    }
+
+    /// How many replicas acknowledged the acquire, with durability on.
+    #[getter]
+    fn replicas_acknowledged(&self) -> Option<u32> {
+        self.held().as_ref().and_then(|l| l.replicas_acknowledged())
+    }
+
     /// Seconds of validity left (0 once lost or released).
     #[getter]
     fn remaining(&self) -> f64 {
@@ -765,6 +859,30 @@ impl Lease {
             },
             |py, ()| Ok(py.None()),
         )
+    }
+
+    /// A writer's lease turned into a read lease of the same names, with
+    /// no writer in between: the new lease (this one then holds nothing).
+    /// Refused, with nothing sent and this lease kept, unless it is held
+    /// alone.
+    fn downgrade(&self) -> PyResult<Pending> {
+        let mut held = self.held();
+        if held.as_ref().map(|l| l.mode()) != Some(redlease::LockMode::Exclusive) {
+            return Err(match held.as_ref() {
+                None => Lease::gone(),
+                Some(_) => raw(
+                    "invalid_input",
+                    "only a lease held alone (a writer's) downgrades: this one is shared or a \
+                     semaphore's permit",
+                ),
+            });
+        }
+        let lease = held.take().ok_or_else(Lease::gone)?;
+        drop(held);
+        self.watcher.stop();
+        start(lease.downgrade(), |py, lease| {
+            Ok(Py::new(py, Lease::new(lease))?.into_any())
+        })
     }
 
     /// The lease as a handle another process can adopt (a secret); this
@@ -847,6 +965,8 @@ fn _redlease(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Observer>()?;
     m.add_class::<Leadership>()?;
     m.add_function(wrap_pyfunction!(shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(log::set_logger, m)?)?;
+    log::install();
     m.add("RawError", m.py().get_type::<RawError>())?;
     Ok(())
 }

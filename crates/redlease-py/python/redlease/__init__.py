@@ -14,7 +14,8 @@ trusted, waiters are served in turn, and every call stopped midway
 
 import atexit
 
-from . import _redlease
+from . import _logging, _redlease
+from ._durability import Durability
 from ._errors import (
     ClosedError,
     ForkedError,
@@ -34,9 +35,13 @@ from ._locker import Lease, Locker, Request, Semaphore
 
 # No thread of the library calls into Python once the interpreter exits.
 atexit.register(_redlease.shutdown)
+# The library's log events on the `redlease` loggers (see _logging).
+_logging.refresh()
+refresh_logging = _logging.refresh
 
 __all__ = [
     "ClosedError",
+    "Durability",
     "Election",
     "ForkedError",
     "InvalidInputError",
@@ -56,4 +61,5 @@ __all__ = [
     "ValidityExhaustedError",
     "WaitTimeoutError",
     "Watch",
+    "refresh_logging",
 ]

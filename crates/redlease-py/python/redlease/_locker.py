@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from . import _redlease
-from ._errors import NotHeldError, translate
+from . import _logging, _redlease
+from ._durability import Durability
+from ._errors import InvalidInputError, NotHeldError, translate
 
 log = logging.getLogger("redlease")
 
@@ -37,6 +39,8 @@ def _call(start: Callable[[], _redlease.Pending]) -> _redlease.Pending:
         return start()
     except _redlease.RawError as e:
         raise translate(e) from None
+    except OverflowError as e:  # a count below 0 or too large
+        raise InvalidInputError(str(e)) from None
 
 
 def _block(start: Callable[[], _redlease.Pending]) -> Any:
@@ -96,8 +100,6 @@ class _LostSignal:
         with self._lost_lock:
             self._reason = reason
             callbacks = list(self._callbacks)
-        if reason not in ("released", "closed"):
-            log.warning("%s lost: %s", self._what, reason)
         for callback in callbacks:
             try:
                 callback(reason)
@@ -155,6 +157,21 @@ class Lease(_LostSignal):
         return self._inner.fencing_token
 
     @property
+    def resources(self) -> list[str]:
+        """Every name it holds, in the order asked."""
+        return self._inner.resources
+
+    @property
+    def mode(self) -> str:
+        """``"exclusive"``, ``"shared"`` (a reader's) or ``"permit"``."""
+        return self._inner.mode
+
+    @property
+    def replicas_acknowledged(self) -> Optional[int]:
+        """How many replicas acknowledged the acquire (with ``durability``)."""
+        return self._inner.replicas_acknowledged
+
+    @property
     def remaining(self) -> float:
         """Seconds of validity left."""
         return self._inner.remaining
@@ -179,6 +196,26 @@ class Lease(_LostSignal):
     async def extend_async(self, ttl: float) -> None:
         """``extend()`` for asyncio."""
         await _await(lambda: self._inner.extend(ttl))
+
+    def downgrade(self) -> "Lease":
+        """Turns this writer's lease into a read lease of the same names,
+        token and validity, on a quorum at once: no writer can take the
+        lock in between, and the readers first in line join at once. In
+        place: this Lease is then the read lease (``with`` gives it back),
+        and it is returned. Refused (``InvalidInputError``, nothing sent)
+        unless held alone. If a quorum did not confirm it, the lease is
+        given back and the error says why."""
+        self._swap(_block(self._inner.downgrade))
+        return self
+
+    async def downgrade_async(self) -> "Lease":
+        """``downgrade()`` for asyncio."""
+        self._swap(await _await(self._inner.downgrade))
+        return self
+
+    def _swap(self, inner: _redlease.Lease) -> None:
+        self._inner = inner
+        inner.on_lost(self._on_lost)
 
     def export(self) -> str:
         """A handle another process adopts (``Locker.adopt``): a secret.
@@ -292,9 +329,13 @@ class Locker:
     Settings: ``ttl`` (seconds, default 10), ``wait`` (how long a lock
     request waits by default; None: the library's 10 s), ``owner`` (the
     label the servers show for its leases; default HOST:PID),
-    ``fencing``, ``lock_delay``, ``key_prefix``, ``node_timeout``, and
+    ``fencing``, ``lock_delay``, ``key_prefix``, ``node_timeout``,
+    ``connect_timeout``, TLS files for ``rediss://`` nodes (``tls_ca``, a
+    CA to trust instead of the system's; ``tls_cert`` and ``tls_key``, a
+    client certificate), ``durability`` (a ``Durability``), and
     ``restart_quarantine`` (an expert's setting; 0 for brand-new test
-    servers)."""
+    servers). Settings that cannot work together raise
+    ``InvalidInputError`` here, before any connection."""
 
     def __init__(
         self,
@@ -307,9 +348,19 @@ class Locker:
         lock_delay: float = 0.0,
         key_prefix: Optional[str] = None,
         node_timeout: Optional[float] = None,
+        connect_timeout: Optional[float] = None,
+        tls_ca: Optional[Union[str, "os.PathLike[str]"]] = None,
+        tls_cert: Optional[Union[str, "os.PathLike[str]"]] = None,
+        tls_key: Optional[Union[str, "os.PathLike[str]"]] = None,
+        durability: Optional[Durability] = None,
         restart_quarantine: Optional[float] = None,
     ) -> None:
         urls = [nodes] if isinstance(nodes, str) else list(nodes)
+        if durability is not None and not isinstance(durability, Durability):
+            raise InvalidInputError(
+                f"durability: a redlease.Durability, not {type(durability).__name__}"
+            )
+        _logging.refresh()
         try:
             self._inner = _redlease.Locker(
                 urls,
@@ -320,10 +371,17 @@ class Locker:
                 lock_delay=lock_delay,
                 key_prefix=key_prefix,
                 node_timeout=node_timeout,
+                connect_timeout=connect_timeout,
+                tls_ca=tls_ca,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                durability=None if durability is None else durability._raw(),
                 restart_quarantine=restart_quarantine,
             )
         except _redlease.RawError as e:
             raise translate(e) from None
+        except OverflowError as e:  # a count below 0 or too large
+            raise InvalidInputError(str(e)) from None
 
     def _request(
         self,

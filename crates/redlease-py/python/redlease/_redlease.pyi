@@ -5,6 +5,7 @@ from typing import Any, Callable, Optional
 class RawError(Exception): ...
 
 def shutdown() -> None: ...
+def set_logger(emit: Callable[[int, str, str], None], level: int) -> None: ...
 
 class Pending:
     def wait(self, timeout: float) -> bool: ...
@@ -15,12 +16,16 @@ class Pending:
 
 class Lease:
     resource: str
+    resources: list[str]
+    mode: str
+    replicas_acknowledged: Optional[int]
     fencing_token: Optional[int]
     remaining: float
     lost_reason: Optional[str]
     def on_lost(self, callback: Callable[[str], None]) -> None: ...
     def release(self) -> Pending: ...
     def extend(self, ttl: float) -> Pending: ...
+    def downgrade(self) -> Pending: ...
     def export(self) -> str: ...
 
 class Watcher:
@@ -49,6 +54,11 @@ class Locker:
         lock_delay: float,
         key_prefix: Optional[str],
         node_timeout: Optional[float],
+        connect_timeout: Optional[float],
+        tls_ca: Optional[Any],
+        tls_cert: Optional[Any],
+        tls_key: Optional[Any],
+        durability: Optional[tuple[str, int, float, bool]],
         restart_quarantine: Optional[float],
     ) -> None: ...
     def acquire(
