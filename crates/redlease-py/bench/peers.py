@@ -15,7 +15,12 @@ its asyncio ``Lock``), python-redis-lock, pottery's ``Redlock`` (and
 without an asyncio lock has no asyncio row.
 
     target/py-venv/bin/pip install redis python-redis-lock pottery
-    target/py-venv/bin/python crates/redlease-py/bench/peers.py --seconds 3 [--json]
+    target/py-venv/bin/python crates/redlease-py/bench/peers.py --seconds 3 --rounds 3 \\
+        [--json] [--write]      # --write: BENCHMARKS.md's table, between its markers
+    target/py-venv/bin/python crates/redlease-py/bench/peers.py --from runs.jsonl [--write]
+
+The bench measures what the venv has installed: build the package in release
+first (``maturin develop --release`` in crates/redlease-py).
 """
 
 import argparse
@@ -224,49 +229,150 @@ def figures(order, waits, seconds):
     }
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--seconds", type=float, default=3.0)
-    p.add_argument("--json", action="store_true")
-    a = p.parse_args()
-    if not 0 < a.seconds <= 600:
-        sys.exit("--seconds must be in (0, 600]")
+
+BEGIN = "<!-- python-peers:begin -->"
+END = "<!-- python-peers:end -->"
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+def measure(rounds, seconds):
+    """Every client's rows, `rounds` times, the clients in a rotated order
+    each round (drift over the run falls on each alike); the JSON lines."""
     proc, port = start_server()
-    rows = []
+    runs = {}
     try:
         for name, make in CLIENTS.items():
             try:
-                threads, tasks = make(port)
+                make(port)
+                runs[name] = []
             except ImportError as e:
                 print(f"skipped {name}: {e}", file=sys.stderr)
-                continue
-            row = {"client": name}
-            row["uncontended"] = uncontended(*threads, a.seconds)
-            row["threads"] = contended_threads(*threads, a.seconds)
-            row["tasks"] = contended_tasks(*tasks, a.seconds) if tasks else None
-            rows.append(row)
-            print(f"done {name}", file=sys.stderr)
+        names = list(runs)
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                # Made afresh each round: an asyncio client is bound to the
+                # event loop it first ran on, and each round has its own.
+                threads, tasks = CLIENTS[name](port)
+                runs[name].append({
+                    "uncontended": uncontended(*threads, seconds),
+                    "threads": contended_threads(*threads, seconds),
+                    "tasks": contended_tasks(*tasks, seconds) if tasks else None,
+                })
+                print(f"round {r + 1}/{rounds}: {name}", file=sys.stderr)
     finally:
         proc.kill()
         proc.wait(10)
+    return [{"client": n, "seconds": seconds, "rounds": runs[n], "context": context()} for n in runs]
 
+
+def context():
+    """What the figures were measured with."""
+    from importlib import metadata
+
+    def version(dist):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    program = os.environ.get("REDLEASE_SERVER") or shutil.which("redis-server")
+    out = subprocess.run([program, "--version"], capture_output=True, text=True).stdout
+    server = out.split(" v=")[1].split()[0] if " v=" in out else "?"
+    kind = "valkey-server" if "valkey" in out.lower() else "redis-server"
+    return {
+        "server": f"{kind} {server}",
+        "python": sys.version.split()[0],
+        "cores": os.cpu_count(),
+        "redis-py": version("redis"),
+        "python-redis-lock": version("python-redis-lock"),
+        "pottery": version("pottery"),
+        "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def median(rounds, row, field):
+    values = [r[row][field] for r in rounds if r[row] and r[row].get(field) is not None]
+    return statistics.median(values) if values else None
+
+
+def table(lines):
+    """The Markdown: the table of medians over the rounds, then the spread."""
     def cell(x, fmt):
         return "-" if x is None else format(x, fmt)
 
-    print("| client | uncontended cycles/s | 8 threads cycles/s | same-worker | wait p99 ms "
-          "| 8 tasks cycles/s | same-worker | wait p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        t, k = r["threads"], r["tasks"] or {}
-        print(
-            f"| {r['client']} | {r['uncontended']['cycles_per_s']:,.0f} "
-            f"| {t['cycles_per_s']:,.0f} | {t['same_worker']:.3f} | {cell(t['wait_p99_ms'], ',.1f')} "
-            f"| {cell(k.get('cycles_per_s'), ',.0f')} | {cell(k.get('same_worker'), '.3f')} "
-            f"| {cell(k.get('wait_p99_ms'), ',.1f')} |"
+    ctx = lines[0]["context"]
+    rounds = len(lines[0]["rounds"])
+    out = [
+        f"Measured {ctx['at']} on {ctx['cores']} cores, {ctx['server']}, redis-py "
+        f"{ctx['redis-py']}, python-redis-lock {ctx['python-redis-lock']}, pottery "
+        f"{ctx['pottery']}, CPython {ctx['python']}; the median of {rounds} rounds of "
+        f"{lines[0]['seconds']:g} s per row, the clients in a rotated order each round:",
+        "",
+        "| client | uncontended cycles/s | 8 threads cycles/s | same-worker | wait p99 ms "
+        "| 8 tasks cycles/s | same-worker | wait p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    spreads = []
+    for line in lines:
+        rs = line["rounds"]
+        out.append(
+            f"| {line['client']} | {cell(median(rs, 'uncontended', 'cycles_per_s'), ',.0f')} "
+            f"| {cell(median(rs, 'threads', 'cycles_per_s'), ',.0f')} "
+            f"| {cell(median(rs, 'threads', 'same_worker'), '.3f')} "
+            f"| {cell(median(rs, 'threads', 'wait_p99_ms'), ',.1f')} "
+            f"| {cell(median(rs, 'tasks', 'cycles_per_s'), ',.0f')} "
+            f"| {cell(median(rs, 'tasks', 'same_worker'), '.3f')} "
+            f"| {cell(median(rs, 'tasks', 'wait_p99_ms'), ',.1f')} |"
         )
+        worst = 0.0
+        for row in ("uncontended", "threads", "tasks"):
+            values = [r[row]["cycles_per_s"] for r in rs if r[row]]
+            if values and min(values) > 0:
+                worst = max(worst, max(values) / min(values) - 1)
+        spreads.append(f"{line['client']} {worst * 100:.0f}%")
+    out += [
+        "",
+        "Largest spread of a cycles/s cell between its rounds (max/min - 1): "
+        + ", ".join(spreads) + ".",
+    ]
+    return "\n".join(out)
+
+
+def write(text):
+    path = os.path.join(ROOT, "BENCHMARKS.md")
+    with open(path) as f:
+        doc = f.read()
+    if BEGIN not in doc or END not in doc:
+        sys.exit(f"BENCHMARKS.md has no {BEGIN} ... {END} markers")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path, "w") as f:
+        f.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=3.0, help="per row and round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", action="store_true", help="print the JSON lines too")
+    p.add_argument("--from", dest="source", help="table from saved --json lines, no run")
+    p.add_argument("--write", action="store_true", help="rewrite BENCHMARKS.md's table")
+    a = p.parse_args()
+    if not 0 < a.seconds <= 600 or not 1 <= a.rounds <= 50:
+        sys.exit("--seconds must be in (0, 600] and --rounds in [1, 50]")
+    if a.source:
+        with open(a.source) as f:
+            lines = [json.loads(line) for line in f if line.startswith("{")]
+    else:
+        lines = measure(a.rounds, a.seconds)
+    text = table(lines)
+    print(text)
     if a.json:
-        for r in rows:
-            print(json.dumps(r))
+        for line in lines:
+            print(json.dumps(line))
+    if a.write:
+        write(text)
 
 
 if __name__ == "__main__":
