@@ -68,6 +68,9 @@ def test_the_async_forms(server):
             status = await watch.changed_async()
             assert status["verdict"] == "held"
             await lead.proclaim_async("w")
+            seen = election.observe()
+            assert (await seen.next_async())["value"] == "w"
+        assert await seen.next_async() is None  # resigned: nobody leads
         assert await election.leader_async() is None
 
     asyncio.run(main())

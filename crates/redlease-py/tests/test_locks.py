@@ -161,6 +161,34 @@ def test_the_async_forms(server):
     asyncio.run(main())
 
 
+def test_every_other_call_in_its_async_form(server):
+    async def main():
+        locker = make_locker(server.url)
+        other = make_locker(server.url)
+        async with locker.read_lock("rw") as r1, other.read_lock("rw") as r2:
+            assert r1.mode == r2.mode == "shared"
+        async with locker.write_lock("rw") as w:
+            assert await w.downgrade_async() is w and w.mode == "shared"
+            async with other.read_lock("rw", wait=1):
+                pass
+        sem = locker.semaphore("pool", 3)
+        async with sem.acquire(2) as two:
+            assert two.mode == "permit"
+            with pytest.raises(redlease.TakenError):
+                await sem.try_acquire(2)
+        async with locker.lock_all(["n1", "n2"]) as both:
+            assert both.resources == ["n1", "n2"]
+        handle = (await locker.lock("moved")).export()
+        adopted = await other.adopt_async(handle)
+        assert adopted.resource == "moved"
+        assert await locker.force_release_async("moved") == 1
+        assert await asyncio.wait_for(adopted.wait_lost(), 10) is not None
+        await locker.close_async()
+        await other.close_async()
+
+    asyncio.run(main())
+
+
 def test_a_cancelled_task_leaves_nothing_behind(server):
     async def main():
         locker = make_locker(server.url)
