@@ -63,6 +63,47 @@ pub(crate) fn coalesce(now: Instant, due: Instant, interval: Duration) -> bool {
     due <= now + interval / 2
 }
 
+/// Whether one node's renewals keep to their timetable, judged batch by
+/// batch by how late each leaves after its most overdue lease was due.
+/// Late by more than half an interval, the lane has fallen behind: the
+/// leases still have most of their validity (a renewal is due two thirds
+/// of a TTL before its lease would be lost, by default), so this is said
+/// long before any is lost. Back under a tenth of an interval, it has
+/// caught up. The gap between the two keeps a lane near the line from
+/// saying both at every batch.
+#[derive(Debug, Default)]
+pub(crate) struct Lag {
+    behind: bool,
+}
+
+/// What a batch changed in a lane's [`Lag`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LagChange {
+    FellBehind,
+    CaughtUp,
+}
+
+impl Lag {
+    /// The lane has nothing to send: whatever it was behind on is done.
+    pub(crate) fn idle(&mut self) -> Option<LagChange> {
+        std::mem::take(&mut self.behind).then_some(LagChange::CaughtUp)
+    }
+
+    /// A batch left `late` after its most overdue lease was due, for
+    /// leases renewed every `interval`.
+    pub(crate) fn observe(&mut self, late: Duration, interval: Duration) -> Option<LagChange> {
+        if !self.behind && late > interval / 2 {
+            self.behind = true;
+            Some(LagChange::FellBehind)
+        } else if self.behind && late < interval / 10 {
+            self.behind = false;
+            Some(LagChange::CaughtUp)
+        } else {
+            None
+        }
+    }
+}
+
 /// How long a lane waits for a batch whose most patient lease is reported
 /// lost at `latest_lost_from`: while any lease of it could still use the
 /// answer, and never less than [`MIN_PATIENCE`]. A lease's fate never
@@ -82,6 +123,29 @@ mod tests {
 
     fn timing() -> Timing {
         Timing::new("ttl", 3_000 * MS, DriftModel::DEFAULT, None).unwrap() // drift 32 ms
+    }
+
+    #[test]
+    fn a_lane_falls_behind_past_half_an_interval_and_catches_up_under_a_tenth() {
+        let interval = 1_000 * MS;
+        let mut lag = Lag::default();
+        // On time, or a little late: nothing to say.
+        assert_eq!(lag.observe(Duration::ZERO, interval), None);
+        assert_eq!(lag.observe(500 * MS, interval), None);
+        // Past half an interval: said once, not again while it lasts.
+        assert_eq!(lag.observe(501 * MS, interval), Some(LagChange::FellBehind));
+        assert_eq!(lag.observe(2_000 * MS, interval), None);
+        // Between a tenth and a half: still behind, nothing said.
+        assert_eq!(lag.observe(300 * MS, interval), None);
+        assert_eq!(lag.observe(100 * MS, interval), None);
+        // Under a tenth: caught up, said once.
+        assert_eq!(lag.observe(99 * MS, interval), Some(LagChange::CaughtUp));
+        assert_eq!(lag.observe(Duration::ZERO, interval), None);
+        // And it may fall behind again.
+        assert_eq!(lag.observe(600 * MS, interval), Some(LagChange::FellBehind));
+        // A lane left with nothing to send has caught up.
+        assert_eq!(lag.idle(), Some(LagChange::CaughtUp));
+        assert_eq!(lag.idle(), None);
     }
 
     #[test]

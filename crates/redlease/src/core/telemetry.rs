@@ -129,6 +129,16 @@ pub(crate) fn lease_lost(why: LostReason) {
     metrics::counter!("redlease_leases_lost_total", "reason" => _reason).increment(1);
 }
 
+/// A renewal batch to `node` left `late` after its most overdue lease was
+/// due: near 0 while renewals keep up with the leases kept alive.
+pub(crate) fn renewal_lateness(node: &str, late: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("redlease_renewal_lateness_seconds", "node" => node.to_string())
+        .record(late.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (node, late);
+}
+
 /// A renewal batch to `node` carrying `leases` leases ended with `outcome`.
 pub(crate) fn renewal_batch(node: &str, leases: usize, outcome: &'static str) {
     #[cfg(feature = "metrics")]

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlease::Error;
+use redlease::{Error, Locker};
 use redlease_testkit::RedisNodes;
 use tracing_subscriber::fmt::format::FmtSpan;
 
@@ -46,17 +46,44 @@ fn closed<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The process's subscriber (installed by the first test that asks),
+/// whose output every test reads, each picking its own lines.
+fn captured() -> &'static Captured {
+    static CAPTURED: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    CAPTURED.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_span_events(FmtSpan::CLOSE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        captured
+    })
+}
+
+/// Waits (at most `limit`, looking every 20 ms) until the captured output
+/// has a line with `needle`; that line.
+async fn line_with(needle: &str, limit: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(line) = captured().text().lines().find(|l| l.contains(needle)) {
+            return line.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no line with {needle:?} within {limit:?}:\n{}",
+            captured().text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn operations_are_traced_with_outcome_and_time() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_span_events(FmtSpan::CLOSE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    let captured = captured();
 
     let nodes = RedisNodes::start(3);
     let locker = locker_with_timeout(&nodes, 50 * MS);
@@ -78,7 +105,11 @@ async fn operations_are_traced_with_outcome_and_time() {
     fenced_lease.release().await.unwrap();
 
     let text = captured.text();
-    let acquires = closed(&text, "redlease.acquire");
+    // This test's own spans (another test's run in the same process).
+    let acquires: Vec<&str> = closed(&text, "redlease.acquire")
+        .into_iter()
+        .filter(|l| l.contains("resource=traced") || l.contains("resource=fenced"))
+        .collect();
     assert_eq!(acquires.len(), 3, "{text}");
     assert!(acquires[0].contains("outcome=\"ok\""), "{}", acquires[0]);
     // Fencing off: no token drawn, none shown.
@@ -96,10 +127,11 @@ async fn operations_are_traced_with_outcome_and_time() {
         closed(&text, "redlease.extend")[0].contains("outcome=\"ok\""),
         "{text}"
     );
-    assert!(
-        closed(&text, "redlease.release")[0].contains("outcome=\"ok\""),
-        "{text}"
-    );
+    let release = closed(&text, "redlease.release")
+        .into_iter()
+        .find(|l| l.contains("resource=\"traced\""))
+        .unwrap_or_else(|| panic!("no release span of traced:\n{text}"));
+    assert!(release.contains("outcome=\"ok\""), "{text}");
     let batches = closed(&text, "redlease.renewal_batch");
     assert!(!batches.is_empty(), "{text}");
     assert!(
@@ -109,4 +141,51 @@ async fn operations_are_traced_with_outcome_and_time() {
     );
     assert!(text.contains("elapsed_ms="), "{text}");
     assert!(!text.contains(&token), "the token never reaches the logs");
+}
+
+/// Issue 52: renewals that cannot keep to their timetable are told while
+/// the leases are still valid, once for the Locker, naming the load; and
+/// told again when they keep to it. A node whose every answer takes
+/// 900 ms, for a lease renewed every 500 ms: each renewal leaves about
+/// 400 ms after it was due, past half an interval, while the lease
+/// (valid 1.5 s from each send) is still renewed in time.
+#[tokio::test]
+async fn renewals_falling_behind_are_told_before_any_lease_is_lost() {
+    use redlease_testkit::proxy::{Mode, Proxy};
+    let _ = captured();
+    let nodes = RedisNodes::start(1);
+    let slow = Proxy::start(&nodes.node(0).addr());
+    let locker = Locker::builder([slow.url()])
+        .advanced(|a| a.restart_quarantine(Duration::ZERO))
+        .ttl(Duration::from_millis(1_500))
+        .node_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let lease = locker.lock("lagging").keep_alive().await.unwrap();
+    // Two renewals at full speed first: the renewal lane's connection is
+    // made and its script loaded, which take round trips of their own.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    slow.set(Mode::Delay {
+        fixed: Duration::from_millis(450),
+        jitter: Duration::ZERO,
+    });
+    let warning = line_with("renewals are falling behind", Duration::from_secs(10)).await;
+    assert!(lease.lost_reason().is_none(), "told only after a loss");
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("1 leases kept alive"), "{warning}");
+    assert!(warning.contains("kept_alive=1"), "{warning}");
+    slow.set(Mode::Pass);
+    line_with(
+        "renewals keep to their timetable again",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(lease.lost_reason().is_none());
+    let told = captured().text();
+    assert_eq!(
+        told.matches("renewals are falling behind").count(),
+        1,
+        "{told}"
+    );
+    lease.release().await.unwrap();
 }

@@ -5,7 +5,7 @@ use crate::coord::renew::lane::{Delivery, ExtendMany, Lane, CHUNK};
 use crate::core::keys::hash_slot;
 use crate::core::mode::Hold;
 use crate::core::node_error::{NodeError, NodeErrorKind};
-use crate::core::renew_schedule::patience;
+use crate::core::renew_schedule::{patience, Lag, LagChange};
 use crate::core::telemetry;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,11 +22,13 @@ pub(crate) const RENEWAL_TARGET: &str = "redlease::renewal";
 /// Node `i`'s lane: sends what is queued for it, one batch at a time.
 pub(super) async fn lane(inner: Arc<Inner>, i: usize) {
     let mut lane = Lane::new(inner.nodes[i].clone());
+    let mut lag = Lag::default();
     let mut failing = false;
     let mut pause = Duration::ZERO;
     loop {
         let work = inner.work[i].notified();
         let Some(batch) = take_batch(&inner, i) else {
+            tell_lag(&inner, &lane, lag.idle(), Duration::ZERO, Duration::ZERO);
             tokio::select! {
                 () = inner.stop.cancelled() => return,
                 () = work => continue,
@@ -39,6 +41,7 @@ pub(super) async fn lane(inner: Arc<Inner>, i: usize) {
             .max()
             .unwrap_or_else(Instant::now);
         let sent = Instant::now();
+        keep_time(&inner, &lane, &mut lag, &batch, sent);
         let span = tracing::debug_span!(
             "redlease.renewal_batch",
             node = %lane.node().id(),
@@ -105,6 +108,63 @@ pub(super) async fn lane(inner: Arc<Inner>, i: usize) {
     }
 }
 
+/// Tells whether node `lane`'s renewals keep to their timetable, by how
+/// late `batch` leaves at `sent` (see `Lag`): a warning when the first of
+/// the Locker's lanes falls behind, naming the load, so that an overload
+/// is told while the leases are still valid rather than only by their
+/// loss; and when the last caught up.
+fn keep_time(inner: &Inner, lane: &Lane, lag: &mut Lag, batch: &Batch, sent: Instant) {
+    let late = sent.saturating_duration_since(batch.due);
+    telemetry::renewal_lateness(lane.node().id().addr(), late);
+    let change = lag.observe(late, batch.interval);
+    tell_lag(inner, lane, change, late, batch.interval);
+}
+
+/// Tells `change` of a lane's [`Lag`] (a batch `late` for leases renewed
+/// every `interval`) if it changes the Locker's.
+fn tell_lag(
+    inner: &Inner,
+    lane: &Lane,
+    change: Option<LagChange>,
+    late: Duration,
+    interval: Duration,
+) {
+    let Some(change) = change else {
+        return;
+    };
+    // Told for the Locker, not for each lane: the first lane behind, the
+    // last to catch up.
+    let told = match change {
+        LagChange::FellBehind => inner.behind.fetch_add(1, Ordering::Relaxed) == 0,
+        LagChange::CaughtUp => inner.behind.fetch_sub(1, Ordering::Relaxed) == 1,
+    };
+    if !told {
+        return;
+    }
+    match change {
+        LagChange::FellBehind => {
+            let kept_alive = inner.table().leases.len();
+            tracing::warn!(
+                target: RENEWAL_TARGET,
+                node = %lane.node().id(),
+                late_ms = u64::try_from(late.as_millis()).unwrap_or(u64::MAX),
+                interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+                kept_alive,
+                nodes = inner.nodes.len(),
+                "renewals are falling behind: {kept_alive} leases kept alive, renewed every \
+                 {:?}, and a batch left {late:?} after it was due; leases will be lost unless \
+                 fewer are kept alive, their TTL is longer, or the servers answer faster",
+                interval
+            );
+        }
+        LagChange::CaughtUp => tracing::info!(
+            target: RENEWAL_TARGET,
+            node = %lane.node().id(),
+            "renewals keep to their timetable again"
+        ),
+    }
+}
+
 /// Takes the most urgent leases queued for node `i`, up to [`TRIP`], with
 /// their script calls: the batch another lane encoded last if it took the
 /// same leases and nothing changed since, or a new one (encoded under the
@@ -146,8 +206,12 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
     }
     let mut sent = Vec::with_capacity(taken.len());
     let mut entries = Vec::with_capacity(taken.len());
+    let now = Instant::now();
+    let (mut due, mut interval) = (now, Duration::MAX);
     for &id in &taken {
         if let Some(e) = leases.get(&id) {
+            due = due.min(e.due);
+            interval = interval.min(e.cadence.interval);
             sent.push(Sent {
                 id,
                 cadence: e.cadence,
@@ -191,6 +255,8 @@ pub(super) fn take_batch(inner: &Inner, i: usize) -> Option<Arc<Batch>> {
         calls,
         taken,
         version: *version,
+        due,
+        interval,
     });
     // Kept for the other lanes only.
     *last_batch_left = inner.nodes.len() - 1;

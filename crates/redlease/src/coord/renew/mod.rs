@@ -17,7 +17,7 @@
 //! comes back.
 
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -278,6 +278,10 @@ struct Batch {
     taken: Vec<u64>,
     /// The table's version when it was made.
     version: u64,
+    /// When its most overdue lease was due, and the shortest renewal
+    /// interval in it: how late the batch leaves (see `Lag`).
+    due: Instant,
+    interval: Duration,
 }
 
 /// One lease of a batch, as it was sent.
@@ -306,6 +310,9 @@ struct Inner {
     work: Vec<Notify>,
     round_trips: AtomicU64,
     abandoned: AtomicU64,
+    /// How many lanes have fallen behind their timetable (see `Lag`): the
+    /// Locker warns when the first does and tells when the last caught up.
+    behind: AtomicUsize,
     stop: tokio_util::sync::CancellationToken,
 }
 
@@ -361,6 +368,7 @@ impl Renewer {
                 work: (0..n).map(|_| Notify::new()).collect(),
                 round_trips: AtomicU64::new(0),
                 abandoned: AtomicU64::new(0),
+                behind: AtomicUsize::new(0),
                 stop: tokio_util::sync::CancellationToken::new(),
             }),
             tasks: Mutex::default(),
