@@ -320,6 +320,20 @@ fn main() -> ExitCode {
 
 /// The renewal workload: its own shape (no raw baseline to compare with).
 fn run_renewal(args: &Args) -> Result<ExitCode, BenchError> {
+    // The library's renewal events on stderr (a node's renewals failing,
+    // renewals falling behind and catching up): when the load is told,
+    // against when leases were lost.
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        let renewals = tracing_subscriber::filter::Targets::new()
+            .with_target("redlease::renewal", tracing::Level::INFO);
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .finish()
+            .with(renewals);
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    }
     if let Some(k) = args.cluster {
         check_cluster_args(k, args)?;
     }
