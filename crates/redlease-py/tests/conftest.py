@@ -106,6 +106,11 @@ class Pki:
             ext = ["-extfile", f"{d}/{who}.ext"]
             run("x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", ca_key,
                 "-CAcreateserial", "-out", crt, "-days", "2", *ext)
+        # And the client's key certified as version 1 (no extensions),
+        # which rustls never presents.
+        self.v1_client_cert = f"{d}/client-v1.crt"
+        run("x509", "-req", "-in", f"{d}/client.csr", "-CA", self.ca, "-CAkey", ca_key,
+            "-CAcreateserial", "-out", self.v1_client_cert, "-days", "2")
         self.server_cert, self.server_key = f"{d}/server.crt", f"{d}/server.key"
         self.client_cert, self.client_key = f"{d}/client.crt", f"{d}/client.key"
 

@@ -100,6 +100,10 @@ def test_any_request_is_granted_or_refused_with_a_typed_error(
 def test_a_client_certificate_needs_its_key(server, pki):
     with pytest.raises(redlease.InvalidInputError, match="tls_key"):
         redlease.Locker("rediss://127.0.0.1:1", tls_ca=pki.ca, tls_cert=pki.client_cert)
+    with pytest.raises(redlease.InvalidInputError, match="version 1"):
+        redlease.Locker(
+            "rediss://127.0.0.1:1", tls_cert=pki.v1_client_cert, tls_key=pki.client_key
+        )
     with pytest.raises(redlease.InvalidInputError, match="tls_ca"):
         redlease.Locker("rediss://127.0.0.1:1", tls_ca="/nonexistent/ca.crt")
     # TLS settings with no TLS node to apply them to: refused, not ignored.

@@ -80,6 +80,9 @@ impl TlsConfig {
     }
 
     /// Present this client certificate and its private key (both PEM).
+    /// The certificate must be X.509 version 3 (with extensions), the only
+    /// kind rustls presents: [`build`](crate::LockerBuilder::build) refuses
+    /// a version 1 certificate, naming the fix.
     ///
     /// ```
     /// # let (cert, key) = (String::new(), String::new());
@@ -128,6 +131,8 @@ impl TlsConfig {
         if let Some((cert, key)) = &self.client {
             pem_has(cert, "tls_cert", "CERTIFICATE", "a client certificate")?;
             pem_has(key, "tls_key", "PRIVATE KEY", "a private key")?;
+            #[cfg(feature = "tls-rustls")]
+            refuse_version_1(cert)?;
         }
         Ok(())
     }
@@ -145,6 +150,69 @@ impl TlsConfig {
                 }),
             root_cert: self.ca_pem.clone(),
         }
+    }
+}
+
+/// Refuses a client certificate of X.509 version 1 (no extensions), which
+/// rustls never presents: the connection would fail at every try, with
+/// an error that names neither the certificate nor the fix. A
+/// certificate this cannot read is left to the connection to judge.
+#[cfg(feature = "tls-rustls")]
+fn refuse_version_1(pem: &[u8]) -> Result<(), Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let Some(Ok(first)) = CertificateDer::pem_slice_iter(pem).next() else {
+        return Ok(());
+    };
+    match x509_version(&first) {
+        Some(1) => Err(Error::invalid(
+            "tls_cert",
+            "the client certificate is X.509 version 1 (it has no extensions), which rustls \
+             does not present: issue it as version 3, with extensions (for example \
+             `extendedKeyUsage=clientAuth` in an `openssl x509 -req -extfile` file)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The X.509 version of a DER certificate (1, 2 or 3), if it reads as one:
+/// `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] EXPLICIT
+/// Version DEFAULT v1, ... } ... }`, so a certificate whose to-be-signed
+/// part does not begin with `[0]` is version 1.
+#[cfg(any(feature = "tls-rustls", test))]
+fn x509_version(der: &[u8]) -> Option<u8> {
+    /// The value of the DER element `tlv` begins with, after checking its
+    /// tag is `tag`.
+    fn value(tlv: &[u8], tag: u8) -> Option<&[u8]> {
+        if *tlv.first()? != tag {
+            return None;
+        }
+        let first = *tlv.get(1)?;
+        let (len, header) = if first < 0x80 {
+            (usize::from(first), 2)
+        } else {
+            let n = usize::from(first & 0x7f);
+            if n == 0 || n > 4 {
+                return None;
+            }
+            let mut len = 0usize;
+            for &b in tlv.get(2..2 + n)? {
+                len = len.checked_mul(256)?.checked_add(usize::from(b))?;
+            }
+            (len, 2 + n)
+        };
+        tlv.get(header..header.checked_add(len)?)
+    }
+    const SEQUENCE: u8 = 0x30;
+    const VERSION: u8 = 0xa0; // [0], constructed
+    const INTEGER: u8 = 0x02;
+    let tbs = value(value(der, SEQUENCE)?, SEQUENCE)?;
+    if tbs.first() != Some(&VERSION) {
+        return Some(1);
+    }
+    match value(value(tbs, VERSION)?, INTEGER)? {
+        [v @ 0..=2] => Some(v + 1),
+        _ => None,
     }
 }
 
@@ -472,6 +540,57 @@ pub(crate) fn install_crypto_provider() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client certificate of X.509 version 1 (made with `openssl x509
+    /// -req` and no extension file), good until 2126.
+    const VERSION_1_CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBIjCByQIUAcR/CwFxwvBmWIQQVGGci2o5XE0wCgYIKoZIzj0EAwIwEjEQMA4G
+A1UEAwwHdGVzdCBDQTAgFw0yNjExMjkxOTM0MjdaGA8yMTI2MTEwNTE5MzQyN1ow
+FDESMBAGA1UEAwwJdjEgY2xpZW50MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE
+XGLeGJw8t3uGvHAwRBn4paf9an6aekYNG+rD18+pXxwTSR/MKEA8oTsjGOEmvUb8
+4wwv/6zu90bw3av+xzJwEDAKBggqhkjOPQQDAgNIADBFAiEAyqQpJjCyaQWOc5+S
+R7LKb5vq4DaclGM+e+rFhi1wWS8CIBQMtEmLKsqwUlzLrGfzrH0E0eGAi8IgCzqz
+oYKWSNtn
+-----END CERTIFICATE-----
+";
+
+    #[test]
+    fn a_version_1_client_certificate_is_refused_before_any_connection() {
+        let pki = redlease_testkit::tls::TestPki::generate();
+        let key = pki.client_key_pem();
+        let e = TlsConfig::new()
+            .client_cert_pem(VERSION_1_CERT, key)
+            .check()
+            .unwrap_err();
+        assert!(e.to_string().contains("X.509 version 1"), "{e}");
+        assert!(e.to_string().contains("tls_cert"), "{e}");
+        // The test PKI's certificates are version 3: taken.
+        let v3 = TlsConfig::new().client_cert_pem(pki.client_cert_pem(), key);
+        assert!(v3.check().is_ok());
+    }
+
+    #[test]
+    fn the_x509_version_is_read_from_der_and_garbage_is_not_judged() {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let v1 = CertificateDer::from_pem_slice(VERSION_1_CERT.as_bytes()).unwrap();
+        assert_eq!(x509_version(&v1), Some(1));
+        let pki = redlease_testkit::tls::TestPki::generate();
+        let v3 = CertificateDer::from_pem_slice(pki.client_cert_pem().as_bytes()).unwrap();
+        assert_eq!(x509_version(&v3), Some(3));
+        for garbage in [
+            &[][..],
+            &[0x30],
+            &[0x30, 0x85, 1, 2, 3, 4, 5],
+            &[0x30, 0x82, 0xff],
+        ] {
+            assert_eq!(x509_version(garbage), None, "{garbage:?}");
+        }
+        // Cut short anywhere: never a panic, never a version.
+        for n in 0..v3.len() {
+            assert_eq!(x509_version(&v3[..n]), None);
+        }
+    }
 
     #[test]
     fn parts_that_are_not_pem_of_their_kind_are_refused() {
