@@ -274,12 +274,8 @@ impl Pending {
         if let Some(abort) = abort {
             abort.abort();
         }
-        // A lease granted but not handed over is dropped on the runtime,
-        // whose release it starts.
-        if let (Some(outcome), Ok(rt)) = (outcome, runtime()) {
-            let _inside = rt.enter();
-            drop(outcome);
-        }
+        // A lease granted but not handed over is given back.
+        let_go(outcome);
     }
 }
 
@@ -637,15 +633,24 @@ impl Leadership {
 impl Drop for Leadership {
     fn drop(&mut self) {
         self.watcher.stop();
-        let lead = self.held().take();
-        match (lead, runtime()) {
-            (Some(lead), Ok(rt)) => {
-                let _inside = rt.enter();
-                drop(lead);
-            }
-            (Some(lead), Err(_)) => std::mem::forget(lead),
-            (None, _) => {}
+        let_go(self.held().take());
+    }
+}
+
+/// Drops what a call or a Python object held (a lease, a lead, an
+/// outcome holding one) on the runtime, where dropping it gives it back
+/// in the background. In a forked child, which has no runtime, it is
+/// forgotten instead: what it holds is the parent's to give back.
+fn let_go<T>(held: Option<T>) {
+    let Some(held) = held else {
+        return;
+    };
+    match runtime() {
+        Ok(rt) => {
+            let _inside = rt.enter();
+            drop(held);
         }
+        Err(_) => std::mem::forget(held),
     }
 }
 
@@ -897,15 +902,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.watcher.stop();
-        // Released in the background, on the runtime (not in a forked
-        // child: the lease is the parent's).
-        let lease = self.held().take();
-        if let (Some(lease), Ok(rt)) = (lease, runtime()) {
-            let _inside = rt.enter();
-            drop(lease);
-        } else if let Some(lease) = self.held().take() {
-            std::mem::forget(lease);
-        }
+        let_go(self.held().take());
     }
 }
 

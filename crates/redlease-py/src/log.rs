@@ -15,14 +15,13 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use pyo3::prelude::*;
 use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::Layer;
+use tracing::subscriber::Interest;
+use tracing::{span, Event, Level, Metadata, Subscriber};
 
 /// How many events wait for the forwarding thread at most.
 const QUEUE: usize = 1024;
@@ -98,22 +97,42 @@ fn python_level(level: &Level) -> u8 {
     }
 }
 
-/// Installs the layer as this module's subscriber (its own copy of
+/// Installs [`ToPython`] as this module's subscriber (its own copy of
 /// `tracing`: other extension modules in the process keep theirs).
 pub fn install() {
-    let subscriber = tracing_subscriber::registry().with(ToPython);
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    let _ = tracing::subscriber::set_global_default(ToPython);
 }
 
+/// Hands events at or above [`LEVEL`] to the forwarding thread. Spans are
+/// never enabled: the lines carry an event's own fields only, and a span
+/// not enabled costs the library's hot paths nothing.
 struct ToPython;
 
-impl<S: Subscriber> Layer<S> for ToPython {
-    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+impl Subscriber for ToPython {
+    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
+        // The level changes at run time: asked at every call (one load).
+        Interest::sometimes()
+    }
+
+    fn enabled(&self, meta: &Metadata<'_>) -> bool {
+        meta.is_event() && python_level(meta.level()) >= LEVEL.load(Ordering::Relaxed)
+    }
+
+    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        // Never called: no span is enabled.
+        span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+
+    fn enter(&self, _: &span::Id) {}
+
+    fn exit(&self, _: &span::Id) {}
+
+    fn event(&self, event: &Event<'_>) {
         let meta = event.metadata();
-        let level = python_level(meta.level());
-        if level < LEVEL.load(Ordering::Relaxed) {
-            return;
-        }
         let mut line = Line::default();
         event.record(&mut line);
         let mut text = line.message;
@@ -125,12 +144,14 @@ impl<S: Subscriber> Layer<S> for ToPython {
                 " ({dropped} earlier log events dropped: Python's logging fell behind)"
             );
         }
-        let target = meta.target().replace("::", ".");
-        match forwarder().queue.try_send((level, target, text)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                DROPPED.fetch_add(dropped + 1, Ordering::Relaxed);
-            }
+        let record = (
+            python_level(meta.level()),
+            meta.target().replace("::", "."),
+            text,
+        );
+        if forwarder().queue.try_send(record).is_err() {
+            // Full (or its thread never started): counted, told later.
+            DROPPED.fetch_add(dropped + 1, Ordering::Relaxed);
         }
     }
 }
