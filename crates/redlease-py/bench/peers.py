@@ -239,20 +239,19 @@ def measure(rounds, seconds):
     """Every client's rows, `rounds` times, the clients in a rotated order
     each round (drift over the run falls on each alike); the JSON lines."""
     proc, port = start_server()
-    runs = {}
+    runs = {name: [] for name in CLIENTS}
     try:
-        for name, make in CLIENTS.items():
-            try:
-                make(port)
-                runs[name] = []
-            except ImportError as e:
-                print(f"skipped {name}: {e}", file=sys.stderr)
-        names = list(runs)
+        names = list(CLIENTS)
         for r in range(rounds):
             for name in names[r % len(names):] + names[: r % len(names)]:
                 # Made afresh each round: an asyncio client is bound to the
                 # event loop it first ran on, and each round has its own.
-                threads, tasks = CLIENTS[name](port)
+                try:
+                    threads, tasks = CLIENTS[name](port)
+                except ImportError as e:
+                    if r == 0:
+                        print(f"skipped {name}: {e}", file=sys.stderr)
+                    continue
                 runs[name].append({
                     "uncontended": uncontended(*threads, seconds),
                     "threads": contended_threads(*threads, seconds),
@@ -262,7 +261,11 @@ def measure(rounds, seconds):
     finally:
         proc.kill()
         proc.wait(10)
-    return [{"client": n, "seconds": seconds, "rounds": runs[n], "context": context()} for n in runs]
+    return [
+        {"client": n, "seconds": seconds, "rounds": rs, "context": context()}
+        for n, rs in runs.items()
+        if rs
+    ]
 
 
 def context():
