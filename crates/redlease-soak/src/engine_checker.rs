@@ -81,6 +81,16 @@
 //!      to a waiter that does not take it within its window is lost, and
 //!      a newcomer that finds the lock free then takes it, as the library
 //!      documents;
+//!    - faults that, counted together, took a tolerance's worth of
+//!      nodes: those on W1's own, and those on the nodes of waiters ahead
+//!      of W1 that may keep it out of a shared name (not both readers),
+//!      while both waited. Such a waiter keeps its place (or its
+//!      reservation) on a node while it cannot take it: it waits out its
+//!      faulted node for a node timeout, then its cleanup, and its
+//!      reservations elsewhere may lapse meanwhile, so a newcomer that
+//!      W1 could sit beside finds them free. (Found by replaying a run:
+//!      a reader cut off from 2 nodes, behind a writer whose slow node
+//!      held the third.)
 //!    - a process stall (the watchdog's) overlapping `[W1's arrival, W2's
 //!      return + grant slack]`;
 //!    - a W1 that gave up with node errors in its last attempt (it could
@@ -133,6 +143,9 @@ pub const LINK_FAULT: &str = "node and link faults";
 pub const EXPIRY: &str = "lease ended unreleased";
 /// Excused because a waiter ahead was kept from its turn by faults.
 pub const AHEAD_FAULTED: &str = "a waiter ahead faulted";
+/// Excused because faults on its own nodes and on those of waiters ahead
+/// of it left it too few nodes where it stood first.
+pub const FAULTS_WITH_AHEAD: &str = "faults on its and earlier waiters' nodes";
 /// Excused because the whole process stalled.
 pub const STALL: &str = "process stall";
 /// Excused because the waiter gave up with node errors.
@@ -465,6 +478,52 @@ impl EngineConfig {
         })
     }
 
+    /// The distinct nodes where `w1` may not have stood first over
+    /// `[w1's arrival, g2]`: those faults took from it, and those where a
+    /// waiter ahead of it on a shared name (other than `w2`), which may
+    /// keep it out there, was touched by faults while both waited (its
+    /// place there stands, or its reservation, while it cannot take it:
+    /// its attempt waits out the faulted node, and a set's reservations
+    /// elsewhere may lapse meanwhile). Whether they reach `w1`'s tolerance.
+    fn faults_with_ahead(&self, asked: &[Asked], w1: &Asked, w2: &Asked, g2: Duration) -> bool {
+        let faulted = |a: &Asked, from: Duration, to: Duration| {
+            self.disturbances
+                .iter()
+                .filter(move |d| d.node.is_some() && d.touches(a) && d.overlaps(from, to))
+                .filter_map(|d| d.node)
+                .collect::<Vec<usize>>()
+        };
+        let mut nodes: BTreeSet<usize> = faulted(w1, w1.arrived, g2).into_iter().collect();
+        let cut = w1.arrived + self.arrival_slack(w1);
+        for w0 in asked {
+            if !w0.waits
+                || std::ptr::eq(w0, w1)
+                || std::ptr::eq(w0, w2)
+                || w0.arrived > cut
+                || !self.may_keep_out(w0, w1)
+            {
+                continue;
+            }
+            let (from, to) = (w0.arrived.max(w1.arrived), w0.live_until().min(g2));
+            if from < to {
+                nodes.extend(faulted(w0, from, to));
+            }
+        }
+        nodes.len() >= self.tolerance(w1)
+    }
+
+    /// Whether waiter `w0`, ahead of `w1` in line, may keep it out of a
+    /// name they share: a semaphore's (a reservation takes permits
+    /// another holder may leave no room beside), or one that not both
+    /// read.
+    fn may_keep_out(&self, w0: &Asked, w1: &Asked) -> bool {
+        w1.wants.iter().any(|x| {
+            w0.want(x.lock).is_some_and(|y| {
+                self.capacity.contains_key(&x.lock) || x.mode != Mode::Read || y.mode != Mode::Read
+            })
+        })
+    }
+
     /// How much of `[from, to]` is excused for `asked`: stalls, expiries,
     /// and faults if they reached its tolerance of nodes.
     fn disturbed(&self, asked: &Asked, from: Duration, to: Duration) -> Duration {
@@ -783,11 +842,18 @@ fn check_order(asked: &[Asked], config: &EngineConfig, verdict: &mut EngineVerdi
             }
             verdict.figures.out_of_order += 1;
             contended.1 += 1;
-            let cause = config.excuse(w1, w1.arrived, g2).or_else(|| {
-                config
-                    .ahead_faulted(asked, w1, w2, g2)
-                    .then_some(AHEAD_FAULTED)
-            });
+            let cause = config
+                .excuse(w1, w1.arrived, g2)
+                .or_else(|| {
+                    config
+                        .ahead_faulted(asked, w1, w2, g2)
+                        .then_some(AHEAD_FAULTED)
+                })
+                .or_else(|| {
+                    config
+                        .faults_with_ahead(asked, w1, w2, g2)
+                        .then_some(FAULTS_WITH_AHEAD)
+                });
             if let Some(cause) = cause {
                 *verdict.figures.excused.entry(cause).or_default() += 1;
                 continue;

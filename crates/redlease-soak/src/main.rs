@@ -266,6 +266,10 @@ fn main() -> ExitCode {
     }
     // The namespace first, on this thread: the runtime's threads, and the
     // servers and proxies started from them, are then all inside it.
+    if let Err(e) = log_to_file() {
+        eprintln!("soak: SOAK_LOG: {e}");
+        return ExitCode::from(2);
+    }
     let netns = match args.loss.map(|_| Netns::enter()).transpose() {
         Ok(netns) => netns,
         Err(e) => {
@@ -295,6 +299,29 @@ fn main() -> ExitCode {
     drop(runtime);
     drop(netns);
     code
+}
+
+/// With `SOAK_LOG=FILE`, the library's debug events (and the soak's own)
+/// go to FILE, each worker's inside a span naming it, timed from the
+/// start of the process (the line `epoch` marks the run's zero): to see
+/// why a replayed violation happened.
+fn log_to_file() -> std::io::Result<()> {
+    let Some(path) = std::env::var_os("SOAK_LOG") else {
+        return Ok(());
+    };
+    let file = std::fs::File::create(path)?;
+    let targets = tracing_subscriber::filter::Targets::new()
+        .with_target("redlease", tracing::Level::DEBUG)
+        .with_target("soak", tracing::Level::DEBUG);
+    use tracing_subscriber::layer::{Layer, SubscriberExt};
+    let subscriber = tracing_subscriber::registry().with(
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::sync::Mutex::new(file))
+            .with_ansi(false)
+            .with_timer(tracing_subscriber::fmt::time::Uptime::default())
+            .with_filter(targets),
+    );
+    tracing::subscriber::set_global_default(subscriber).map_err(std::io::Error::other)
 }
 
 async fn soak(args: Args, loss: Option<scenarios::Loss>) -> ExitCode {

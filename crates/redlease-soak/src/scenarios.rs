@@ -561,6 +561,7 @@ pub async fn run(
         ));
     }
     let epoch = Instant::now();
+    tracing::info!("epoch: the run's times count from here");
     let rec = Recorder::new(epoch);
     for link in &cut {
         rig.cut(link.worker, link.node);
@@ -672,18 +673,17 @@ pub async fn run(
     let workers: Vec<_> = clients
         .into_iter()
         .filter_map(|client| {
+            use tracing::Instrument;
             let settings = settings.clone();
+            let span = tracing::info_span!("worker", n = client.worker);
             Some(match scenario.workload {
-                Workload::Multi => {
-                    tokio::spawn(workload::multi::work(client, settings, seed, deadline))
-                }
-                Workload::Engine => tokio::spawn(workload::engine::work(
-                    client,
-                    settings,
-                    seed,
-                    deadline,
-                    journal.clone(),
-                )),
+                Workload::Multi => tokio::spawn(
+                    workload::multi::work(client, settings, seed, deadline).instrument(span),
+                ),
+                Workload::Engine => tokio::spawn(
+                    workload::engine::work(client, settings, seed, deadline, journal.clone())
+                        .instrument(span),
+                ),
                 Workload::Elections => {
                     let mix = settings.elections.as_ref()?;
                     if mix.observers.contains(&client.worker) {
@@ -703,7 +703,9 @@ pub async fn run(
                         election_journal.clone(),
                     ))
                 }
-                _ => tokio::spawn(workload::work(client, settings, seed, deadline)),
+                _ => tokio::spawn(
+                    workload::work(client, settings, seed, deadline).instrument(span),
+                ),
             })
         })
         .collect();

@@ -369,6 +369,60 @@ fn a_waiter_ahead_kept_from_its_turn_by_faults_excuses_those_behind() {
 }
 
 #[test]
+fn faults_on_a_waiter_and_on_a_writer_ahead_of_it_count_together() {
+    // As a replayed run had it: a reader (1) cut off from nodes 0 and 2,
+    // behind a writer (4) whose link to node 3 is slow, keeping its place
+    // there; a later reader (2) takes nodes 0, 1, 2 and 4, and the first
+    // reader, refused on node 3, waits on.
+    let asked = vec![
+        asked(1, &[want(0, Mode::Read)], (100, 900), &[(0, 2)]),
+        asked(2, &[want(0, Mode::Read)], (300, 400), &[(0, 3)]),
+        asked(4, &[want(0, Mode::Write)], (50, 1500), &[(0, 9)]),
+    ];
+    let mut faults = vec![
+        fault(0, (200, 600), Some(vec![1])),
+        fault(2, (200, 600), Some(vec![1])),
+        fault(3, (150, 700), Some(vec![4])),
+    ];
+    let config = EngineConfig {
+        disturbances: faults.clone(),
+        ..EngineConfig::default()
+    };
+    let v = check(&[], &asked, &config);
+    assert_eq!(v.overtaken, 0, "{v:?}");
+    // The writer, overtaken by the later reader too, is excused alike
+    // (the first reader arrived within its arrival slack).
+    assert_eq!(v.figures.excused[FAULTS_WITH_AHEAD], 2, "{v:?}");
+    // The writer's fault on a node the reader lost anyway: 2 nodes in
+    // all, and the reader still stood first on a quorum (and so did the
+    // writer: both are flagged).
+    faults[2].node = Some(2);
+    let config = EngineConfig {
+        disturbances: faults.clone(),
+        ..EngineConfig::default()
+    };
+    assert_eq!(check(&[], &asked, &config).overtaken, 2);
+    // A reader ahead keeps no reader out: its faults do not count (both
+    // readers that waited are flagged).
+    faults[2].node = Some(3);
+    let mut readers = asked.clone();
+    readers[2].wants = vec![want(0, Mode::Read)];
+    let config = EngineConfig {
+        disturbances: faults.clone(),
+        ..EngineConfig::default()
+    };
+    assert_eq!(check(&[], &readers, &config).overtaken, 2);
+    // Nor does a writer that arrived behind the first reader.
+    let mut behind = asked;
+    behind[2].arrived = ms(240);
+    let config = EngineConfig {
+        disturbances: faults,
+        ..EngineConfig::default()
+    };
+    assert_eq!(check(&[], &behind, &config).overtaken, 1);
+}
+
+#[test]
 fn a_permit_tolerates_fewer_faulted_nodes_and_one_node_none() {
     let mut config = config();
     config.capacity.insert(3, 3);
