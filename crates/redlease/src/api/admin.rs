@@ -336,7 +336,7 @@ impl<'a> Admin<'a> {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &'a NodeId> + 'a {
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &'a NodeId> + 'a + use<'a> {
         self.engine.nodes().iter().map(|n| n.id())
     }
 

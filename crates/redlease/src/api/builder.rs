@@ -396,17 +396,17 @@ impl LockerBuilder {
         }
         let mut seen = HashSet::new();
         for (i, url) in self.urls.iter().enumerate() {
-            if let Some(identity) = node::server_identity(url) {
-                if !seen.insert(identity.clone()) {
-                    return Err(Error::invalid(
-                        "urls",
-                        format!(
-                            "node {i} ({}) is {identity} again: one server counted twice would \
+            if let Some(identity) = node::server_identity(url)
+                && !seen.insert(identity.clone())
+            {
+                return Err(Error::invalid(
+                    "urls",
+                    format!(
+                        "node {i} ({}) is {identity} again: one server counted twice would \
                              fake a majority",
-                            crate::transport::node_url::redact_url(url)
-                        ),
-                    ));
-                }
+                        crate::transport::node_url::redact_url(url)
+                    ),
+                ));
             }
         }
         crate::core::keys::check_prefix(&self.prefix)?;

@@ -280,7 +280,7 @@ impl Leadership {
 
     /// Resolves when the lead can no longer be trusted (see
     /// [`Lease::lost`]). Cancel safe.
-    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static + use<> {
         self.lease.lost()
     }
 
@@ -343,13 +343,13 @@ impl Observe {
             let key = leader
                 .as_ref()
                 .map(|l| (l.term, l.revision, l.value.clone()));
-            if let (Some((term, revision, _)), Some((told, told_revision))) = (&key, self.told) {
-                if (*term, *revision) < (told, told_revision) {
-                    // An older leader, or an older value of this one, read
-                    // from nodes a newer one has not reached: never told
-                    // after the newer one.
-                    continue;
-                }
+            if let (Some((term, revision, _)), Some((told, told_revision))) = (&key, self.told)
+                && (*term, *revision) < (told, told_revision)
+            {
+                // An older leader, or an older value of this one, read
+                // from nodes a newer one has not reached: never told
+                // after the newer one.
+                continue;
             }
             let known = !matches!(status.verdict(), Verdict::Unknown { .. });
             let now = (key, known);

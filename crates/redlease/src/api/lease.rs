@@ -347,7 +347,7 @@ impl Lease {
     /// # Cancel safety
     ///
     /// Cancel safe: it only watches.
-    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
+    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static + use<> {
         self.view.lost()
     }
 

@@ -108,7 +108,7 @@ impl LeaseHandle {
     /// ```no_run
     /// # async fn f(lease: redlease::LeaseHandle) { let why = lease.lost().await; }
     /// ```
-    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
+    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static + use<> {
         crate::core::lease_state::lost(watch(self.owner.clone()))
     }
 }

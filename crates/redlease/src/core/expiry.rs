@@ -194,10 +194,11 @@ impl ExpiryBounds {
             NONE => offset(until),
             cap => cap.min(offset(until)),
         };
-        if let Some(node) = self.nodes.get_mut(i) {
-            if node.until == NONE && node.last != Some(Answer::Refused) {
-                node.until = until;
-            }
+        if let Some(node) = self.nodes.get_mut(i)
+            && node.until == NONE
+            && node.last != Some(Answer::Refused)
+        {
+            node.until = until;
         }
     }
 

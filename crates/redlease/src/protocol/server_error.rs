@@ -140,17 +140,17 @@ impl<'a> InScript<'a> {
                 wrapped: true,
             };
         }
-        if let Some((body, place)) = message.rsplit_once(" script: ") {
-            if let Some((sha, at)) = place.split_once(", on @user_script:") {
-                let at = at.trim_end();
-                if is_sha(sha) {
-                    return InScript {
-                        sha: Some(sha),
-                        line: at.strip_suffix('.').unwrap_or(at).parse().ok(),
-                        body,
-                        wrapped: false,
-                    };
-                }
+        if let Some((body, place)) = message.rsplit_once(" script: ")
+            && let Some((sha, at)) = place.split_once(", on @user_script:")
+        {
+            let at = at.trim_end();
+            if is_sha(sha) {
+                return InScript {
+                    sha: Some(sha),
+                    line: at.strip_suffix('.').unwrap_or(at).parse().ok(),
+                    body,
+                    wrapped: false,
+                };
             }
         }
         InScript {

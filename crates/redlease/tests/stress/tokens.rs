@@ -54,8 +54,7 @@ async fn tokens_in_order(
             .expect("finishes in time")
             .expect("no panic");
     }
-    let tokens = seen.lock().unwrap().clone();
-    tokens
+    seen.lock().unwrap().clone()
 }
 
 fn assert_strictly_increasing(tokens: &[u64]) {

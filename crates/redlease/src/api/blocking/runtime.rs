@@ -195,14 +195,14 @@ impl Drop for Shared {
                             stop(runtime, locker);
                         }
                     });
-                if spawned.is_err() {
-                    if let Some((runtime, locker)) = take(&slot) {
-                        {
-                            let _ours = runtime.enter();
-                            drop(locker);
-                        }
-                        runtime.shutdown_background();
+                if spawned.is_err()
+                    && let Some((runtime, locker)) = take(&slot)
+                {
+                    {
+                        let _ours = runtime.enter();
+                        drop(locker);
                     }
+                    runtime.shutdown_background();
                 }
             }
         }

@@ -392,11 +392,11 @@ impl Notifier {
 
     /// Node `node` confirmed the subscription to `channel`.
     fn confirmed(&self, channel: &str, generation: u64, node: usize) {
-        if let Some(c) = self.channels().get_mut(channel) {
-            if c.generation == generation {
-                c.confirmed
-                    .send_if_modified(|nodes| !std::mem::replace(&mut nodes[node], true));
-            }
+        if let Some(c) = self.channels().get_mut(channel)
+            && c.generation == generation
+        {
+            c.confirmed
+                .send_if_modified(|nodes| !std::mem::replace(&mut nodes[node], true));
         }
     }
 

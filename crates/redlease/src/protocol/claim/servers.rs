@@ -222,10 +222,10 @@ impl Fixture {
         let lines: Vec<&str> = text.split("\r\n").collect();
         let mut ids = Vec::new();
         for (i, line) in lines.iter().enumerate() {
-            if *line == "message" {
-                if let Some(payload) = lines.get(i + 4) {
-                    ids.push(payload.split(':').next().unwrap_or_default().to_string());
-                }
+            if *line == "message"
+                && let Some(payload) = lines.get(i + 4)
+            {
+                ids.push(payload.split(':').next().unwrap_or_default().to_string());
             }
         }
         ids

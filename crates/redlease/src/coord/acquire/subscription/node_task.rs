@@ -103,19 +103,19 @@ pub(super) async fn node_task(
             Some(push) = pushes.recv() => {
                 match push.kind {
                     PushKind::Message | PushKind::SMessage => {
-                        if let [channel, payload] = push.data.as_slice() {
-                            if let (Some(channel), Some(payload), Some(n)) = (text(channel), text(payload), notifier.upgrade()) {
-                                if let Some((claim, place)) = n.published(&channel, &payload) {
-                                    // Handed to a waiter no longer here:
-                                    // pass it on, in the background.
-                                    let node = node.clone();
-                                    tokio::spawn(async move {
-                                        if let Err(e) = node.leave(&claim, &place, timeout).await {
-                                            tracing::debug!(error = %e, "passing a handoff on failed; its window runs out");
-                                        }
-                                    });
+                        if let [channel, payload] = push.data.as_slice()
+                            && let (Some(channel), Some(payload), Some(n)) =
+                                (text(channel), text(payload), notifier.upgrade())
+                            && let Some((claim, place)) = n.published(&channel, &payload)
+                        {
+                            // Handed to a waiter no longer here: pass it
+                            // on, in the background.
+                            let node = node.clone();
+                            tokio::spawn(async move {
+                                if let Err(e) = node.leave(&claim, &place, timeout).await {
+                                    tracing::debug!(error = %e, "passing a handoff on failed; its window runs out");
                                 }
-                            }
+                            });
                         }
                     }
                     PushKind::Disconnection => {
@@ -130,12 +130,11 @@ pub(super) async fn node_task(
                     // The connection came back and subscribed again on its
                     // own (RESP3 resubscription).
                     PushKind::Subscribe | PushKind::SSubscribe => {
-                        if let Some(channel) = push.data.first().and_then(text) {
-                            if let Some(&generation) = channels.get(&channel) {
-                                if unconfirmed.remove(&channel) {
-                                    confirm(&channel, generation);
-                                }
-                            }
+                        if let Some(channel) = push.data.first().and_then(text)
+                            && let Some(&generation) = channels.get(&channel)
+                            && unconfirmed.remove(&channel)
+                        {
+                            confirm(&channel, generation);
                         }
                     }
                     _ => {}

@@ -43,10 +43,10 @@ impl Waiters {
             return;
         };
         let mut channels = first.notifier.channels();
-        if let Some(c) = channels.get_mut(&first.channel) {
-            if let Some(entry) = c.waiters.iter_mut().find(|e| e.id == first.id) {
-                entry.offered = place;
-            }
+        if let Some(c) = channels.get_mut(&first.channel)
+            && let Some(entry) = c.waiters.iter_mut().find(|e| e.id == first.id)
+        {
+            entry.offered = place;
         }
     }
 
