@@ -16,6 +16,7 @@ mod client;
 mod commands;
 mod conn;
 mod cpu;
+mod floor;
 mod raw;
 mod renewal;
 mod report;

@@ -7,6 +7,7 @@ use crate::stats::LockMode;
 use serde_json::{json, Map, Value};
 
 use crate::commands::Served;
+use crate::floor::CClient;
 use crate::stats::{self, Cycle, Handoffs, Holders, Percentiles, Sharing};
 use crate::workloads::{Outcome, Workload, MULTI_NAMES, PERMITS};
 
@@ -384,6 +385,12 @@ pub struct WorkloadReport {
     pub raw: Option<ClientRun>,
     /// `SET NX PX` and compare-and-delete: the floor.
     pub plain: Option<ClientRun>,
+    /// Uncontended, single servers: plain's commands over blocking
+    /// connections, on the calling thread (`floor.rs`).
+    pub blocking: Option<ClientRun>,
+    /// Uncontended, single servers: redis-benchmark's two round trips on
+    /// the first node (`floor.rs`).
+    pub c_client: Option<CClient>,
     pub rslock: Option<ClientRun>,
     /// Multi only: the library with one `lock` after another instead of
     /// `lock_all` (`lib`).
@@ -434,6 +441,7 @@ impl WorkloadReport {
             Some(&self.lib),
             self.raw.as_ref(),
             self.plain.as_ref(),
+            self.blocking.as_ref(),
             self.rslock.as_ref(),
             self.nested.as_ref(),
             self.fenced.as_ref(),
@@ -525,6 +533,20 @@ impl WorkloadReport {
         if let Some(u) = &self.unguarded {
             out.insert("unguarded".into(), u.json());
         }
+        if let Some(b) = &self.blocking {
+            out.insert(
+                "ratio_vs_blocking".into(),
+                json!(round(ratio(self.lib.cycles_per_s, b.cycles_per_s), 3)),
+            );
+            out.insert("blocking".into(), b.json());
+        }
+        if let Some(c) = &self.c_client {
+            out.insert(
+                "ratio_vs_c_client".into(),
+                json!(round(ratio(self.lib.cycles_per_s, c.cycles_per_s()), 3)),
+            );
+            out.insert("c_client".into(), c.json());
+        }
         Value::Object(out)
     }
 }
@@ -588,6 +610,21 @@ pub fn table(reports: &[WorkloadReport]) -> String {
          (every process of a cluster); srv÷plain = srv CPU / plain's srv CPU\n",
     );
     out.push_str(&render(&main));
+    for r in reports {
+        if let Some(c) = &r.c_client {
+            out.push_str(&format!(
+                "{}, {}: the C client's floor (redis-benchmark -c 1 on the first node): \
+                 SET NX PX {:.0}/s, EVALSHA {:.0}/s, two round trips {:.0} cycles/s; \
+                 redlease x{:.3}\n",
+                r.workload.name(),
+                r.deployment(),
+                c.set_per_s,
+                c.evalsha_per_s,
+                c.cycles_per_s(),
+                ratio(r.lib.cycles_per_s, c.cycles_per_s()),
+            ));
+        }
+    }
 
     let mut contended = vec![row(&[
         "contended",

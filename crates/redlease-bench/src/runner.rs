@@ -14,6 +14,7 @@ use crate::client::{fence_key_for, key_for, BenchError, LockClient, Nested, Redl
 use crate::commands::Counters;
 use crate::conn::NodeConn;
 use crate::cpu;
+use crate::floor::{self, Blocking, CClient};
 use crate::raw::{Flavor, Raw};
 use crate::report::{ClientRun, WorkloadReport};
 use crate::workloads::{self, Counter, Outcome, Workload, PERMITS};
@@ -42,6 +43,7 @@ pub struct Settings {
 enum Subject {
     Lib(Arc<Redlease>),
     Raw(Arc<Raw>),
+    Blocking(Arc<Blocking>),
     Nested(Arc<Nested>),
     #[cfg(feature = "rslock")]
     Rslock(Arc<crate::rslock_cmp::Rslock>),
@@ -52,6 +54,7 @@ impl Subject {
         match self {
             Subject::Lib(c) => c.label(),
             Subject::Raw(c) => c.label(),
+            Subject::Blocking(c) => c.label(),
             Subject::Nested(c) => c.label(),
             #[cfg(feature = "rslock")]
             Subject::Rslock(c) => c.label(),
@@ -65,6 +68,7 @@ impl Subject {
             Subject::Lib(_) => 'L',
             Subject::Raw(c) if c.label() == "plain" => 'P',
             Subject::Raw(_) => 'R',
+            Subject::Blocking(_) => 'B',
             Subject::Nested(_) => 'N',
             #[cfg(feature = "rslock")]
             Subject::Rslock(_) => 'S',
@@ -96,6 +100,8 @@ impl Subject {
             Subject::Raw(c) => {
                 workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
             }
+            // Uncontended only (see `measure`).
+            Subject::Blocking(c) => c.slice(duration, &tag).await,
             Subject::Nested(c) => {
                 workloads::phase(c.clone(), workload, workers, duration, counter, &tag).await
             }
@@ -195,6 +201,18 @@ pub async fn measure(
             subjects.push(rslock_subject(urls)?);
         }
     }
+    // The single caller's floors, on single servers (see `floor`).
+    let floors = workload == Workload::Uncontended && cluster.is_none();
+    let mut c_client = None;
+    if floors {
+        let all = urls.to_vec();
+        let blocking = tokio::task::spawn_blocking(move || Blocking::connect(&all)).await??;
+        subjects.push(Subject::Blocking(Arc::new(blocking)));
+        // Two round trips of one server: the floor of a 1-node cycle.
+        if urls.len() == 1 {
+            c_client = c_client_floor(&urls[0]).await;
+        }
+    }
     if settings.fenced {
         subjects.push(Subject::Lib(Arc::new(Redlease::new(
             urls,
@@ -257,6 +275,7 @@ pub async fn measure(
         unreachable!("redlease is always measured");
     };
     let (raw, plain) = (take("raw"), take("plain"));
+    let blocking = take("blocking");
     let rslock = take("rslock");
     let nested = take("nested");
     let fenced = take("redlease+fence");
@@ -272,11 +291,38 @@ pub async fn measure(
         lib,
         raw,
         plain,
+        blocking,
+        c_client,
         rslock,
         nested,
         fenced,
         unguarded,
     })
+}
+
+/// redis-benchmark's floor on the node `url` names, or `None` with a note
+/// (not installed, or a node it cannot reach as host and port).
+async fn c_client_floor(url: &str) -> Option<CClient> {
+    let addr = redis::Client::open(url)
+        .ok()
+        .map(|c| c.get_connection_info().addr().clone());
+    let Some(redis::ConnectionAddr::Tcp(host, port)) = addr else {
+        eprintln!(
+            "note: uncontended: redis-benchmark reaches plain TCP nodes only; no C client floor"
+        );
+        return None;
+    };
+    match tokio::task::spawn_blocking(move || floor::c_client(&host, port)).await {
+        Ok(Ok(c)) => Some(c),
+        Ok(Err(e)) => {
+            eprintln!("note: uncontended: no C client floor: {e}");
+            None
+        }
+        Err(e) => {
+            eprintln!("note: uncontended: no C client floor: {e}");
+            None
+        }
+    }
 }
 
 #[cfg(feature = "rslock")]
