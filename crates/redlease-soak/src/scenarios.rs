@@ -703,9 +703,9 @@ pub async fn run(
                         election_journal.clone(),
                     ))
                 }
-                _ => tokio::spawn(
-                    workload::work(client, settings, seed, deadline).instrument(span),
-                ),
+                _ => {
+                    tokio::spawn(workload::work(client, settings, seed, deadline).instrument(span))
+                }
             })
         })
         .collect();
