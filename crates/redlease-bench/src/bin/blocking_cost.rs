@@ -34,6 +34,11 @@ struct Args {
     /// Rounds; the medians are over them.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     rounds: u64,
+    /// Instead: this many threads at once on the blocking facade, each
+    /// taking and giving back names of its own (its throughput with the
+    /// facade's threads shared by many callers).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    threads: Option<u64>,
 }
 
 const WARM_UP: u64 = 200;
@@ -62,6 +67,52 @@ fn measure(
     Ok((per_cycle(wall.elapsed()), per_cycle(process_cpu() - cpu)))
 }
 
+/// `threads` threads on `blocking` at once, `cycles` each per round: the
+/// median over the rounds of the cycles per second, and of the CPU per
+/// cycle.
+fn many_threads(
+    blocking: &redlease::blocking::Locker,
+    threads: u64,
+    cycles: u64,
+    rounds: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut rates = Vec::new();
+    let mut cpus = Vec::new();
+    for round in 0..=rounds {
+        let (cpu, wall) = (process_cpu(), Instant::now());
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    scope.spawn(move || -> Result<(), redlease::Error> {
+                        let name = format!("cost:thread-{t}");
+                        for _ in 0..cycles {
+                            blocking.lock(&name)?.release()?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().expect("no panic"))
+        })?;
+        let total = (threads * cycles) as f64;
+        // Round 0 warms up.
+        if round > 0 {
+            rates.push(total / wall.elapsed().as_secs_f64());
+            cpus.push((process_cpu() - cpu).as_secs_f64() * 1e6 / total);
+        }
+    }
+    println!(
+        "blocking facade, {threads} threads on names of their own, 1 node, {cycles} cycles per \
+         thread x {rounds} rounds (medians): {:.0} cycles/s, {:.1} cpu us/cycle",
+        median(rates),
+        median(cpus)
+    );
+    blocking.close()?;
+    Ok(())
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -85,6 +136,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let on_current = current.block_on(async { builder().build() })?;
     let on_multi = multi.block_on(async { builder().build() })?;
     let blocking = redlease::blocking::LockerBuilder::from(builder()).build()?;
+    if let Some(threads) = args.threads {
+        return many_threads(&blocking, threads, args.cycles, args.rounds);
+    }
 
     let async_current = |n: u64| {
         current.block_on(async {

@@ -21,10 +21,13 @@ use crate::core::error::Error;
 /// background (a release), or is left to the keys' TTL.
 pub const DROP_WAIT: Duration = Duration::from_secs(1);
 
-/// Worker threads of the facade's runtime: the background work (renewal,
-/// release notifications, connections, deadlines) is light, and two keep
-/// it going while one is busy.
-const WORKERS: usize = 2;
+/// Worker threads of the facade's runtime. One: the callers block on
+/// threads of their own, and the runtime only drives the sockets, timers
+/// and background work, which are light. With two, a request woke
+/// whichever worker was idle and its reply often arrived on the other,
+/// so a single caller's cycle cost up to 1.4 times the CPU it costs with one
+/// (`blocking_cost`, BENCHMARKS.md), and 8 threads at once ran no faster.
+const WORKERS: usize = 1;
 
 /// The name of the facade's threads (`top -H`, `ps -L`, a debugger).
 const THREAD_NAME: &str = "redlease-blocking";
