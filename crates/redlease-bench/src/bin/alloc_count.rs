@@ -12,14 +12,16 @@
 //! With `--kept-alive N` it measures memory instead: the heap bytes still
 //! in use per kept-alive lease (the `Lease` and everything the Locker
 //! keeps for it) once N leases are held and renewed for two seconds,
-//! counting neither the names nor the connections.
+//! counting neither the names nor the connections; then the blocks that
+//! came with them, by size and per lease (a lease's own records; what is
+//! left of the bytes is its share of the tables, in large blocks).
 //!
 //! One redis-server on a free port, a single-threaded runtime, cycles one
 //! after another. Counts every allocation and reallocation the process
 //! makes, redis-rs's included.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -33,6 +35,14 @@ static CALLS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
 /// Bytes allocated and not yet freed.
 static LIVE: AtomicU64 = AtomicU64::new(0);
+/// Blocks allocated and not yet freed, by size in bytes (the last slot
+/// counts every larger block): which records a kept-alive lease costs.
+static LIVE_BY_SIZE: [AtomicI64; SIZES] = [const { AtomicI64::new(0) }; SIZES];
+const SIZES: usize = 2049;
+
+fn by_size(size: usize) -> &'static AtomicI64 {
+    &LIVE_BY_SIZE[size.min(SIZES - 1)]
+}
 
 // SAFETY: every call is passed to the system allocator unchanged; the
 // counters are plain atomics.
@@ -41,12 +51,14 @@ unsafe impl GlobalAlloc for Counting {
         CALLS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
         LIVE.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        by_size(layout.size()).fetch_add(1, Ordering::Relaxed);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        by_size(layout.size()).fetch_sub(1, Ordering::Relaxed);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -56,6 +68,8 @@ unsafe impl GlobalAlloc for Counting {
         BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
         LIVE.fetch_add(new_size as u64, Ordering::Relaxed);
         LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        by_size(layout.size()).fetch_sub(1, Ordering::Relaxed);
+        by_size(new_size).fetch_add(1, Ordering::Relaxed);
         // SAFETY: the caller's contract, passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -184,6 +198,10 @@ fn kept_alive(leases: u64, nodes: u16) -> Result<(), Box<dyn std::error::Error>>
         // lease's.
         locker.lock("warm-up").await?.release().await?;
         let before = LIVE.load(Ordering::Relaxed);
+        let blocks_before: Vec<i64> = LIVE_BY_SIZE
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect();
         let mut held = Vec::with_capacity(names.len());
         for chunk in names.chunks(1_000) {
             let taken = join_all(
@@ -204,6 +222,21 @@ fn kept_alive(leases: u64, nodes: u16) -> Result<(), Box<dyn std::error::Error>>
              ({})",
             lost_by_reason(&held)
         );
+        // The blocks of each size that came with the leases, per lease
+        // (sizes of at least a tenth of a block per lease).
+        let mut sizes = Vec::new();
+        for (size, (now, was)) in LIVE_BY_SIZE.iter().zip(&blocks_before).enumerate() {
+            let per_lease = (now.load(Ordering::Relaxed) - was) as f64 / leases as f64;
+            if per_lease >= 0.1 {
+                let label = if size == SIZES - 1 {
+                    format!(">={size}")
+                } else {
+                    size.to_string()
+                };
+                sizes.push(format!("{label} B x {per_lease:.2}"));
+            }
+        }
+        println!("  live blocks per lease, by size: {}", sizes.join(", "));
         join_all(held.into_iter().map(|lease| lease.release())).await;
         locker.close().await;
         Ok::<(), Box<dyn std::error::Error>>(())
