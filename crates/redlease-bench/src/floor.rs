@@ -21,18 +21,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redis::{Script, Value};
+use redis::Value;
 use serde_json::{json, Value as Json};
 
 use crate::client::{key_for, BenchError, TTL};
+use crate::raw::{COMPARE_AND_DELETE, COMPARE_AND_DELETE_CODE};
 use crate::stats::Cycle;
 use crate::workloads::Outcome;
-
-/// The compare-and-delete of plain (`raw.rs`), byte for byte.
-const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-           return redis.call('DEL', KEYS[1]) \
-         end \
-         return 0";
 
 /// Safety bound on one slice's cycles.
 const MAX_CYCLES: u64 = 100_000_000;
@@ -42,7 +37,6 @@ pub struct Blocking {
     conns: Vec<Mutex<redis::Connection>>,
     quorum: usize,
     ttl_ms: u64,
-    release: Script,
 }
 
 impl Blocking {
@@ -59,7 +53,6 @@ impl Blocking {
             quorum: conns.len() / 2 + 1,
             conns,
             ttl_ms: u64::try_from(TTL.as_millis())?,
-            release: Script::new(COMPARE_AND_DELETE),
         })
     }
 
@@ -114,7 +107,10 @@ impl Blocking {
             let release_started = Instant::now();
             for &n in &granted {
                 let mut conn = self.conns[n].lock().unwrap_or_else(PoisonError::into_inner);
-                let deleted: i64 = self.release.key(&key).arg(&token).invoke(&mut *conn)?;
+                let deleted: i64 = COMPARE_AND_DELETE
+                    .key(&key)
+                    .arg(&token)
+                    .invoke(&mut *conn)?;
                 if deleted != 1 {
                     return Err(format!("blocking: {key} was no longer ours").into());
                 }
@@ -180,12 +176,12 @@ const C_CLIENT_REQUESTS: u32 = 10_000;
 /// does not exist: the same script, the same `GET`, no `DEL`). Blocks for
 /// a couple of seconds; an error if redis-benchmark is missing or fails.
 pub fn c_client(host: &str, port: u16) -> Result<CClient, BenchError> {
-    let sha = Script::new(COMPARE_AND_DELETE).get_hash().to_string();
+    let sha = COMPARE_AND_DELETE.get_hash().to_string();
     // The script must be loaded for EVALSHA.
     let mut conn = redis::Client::open(format!("redis://{host}:{port}/"))?.get_connection()?;
     let loaded: String = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(COMPARE_AND_DELETE)
+        .arg(COMPARE_AND_DELETE_CODE)
         .query(&mut conn)?;
     if loaded != sha {
         return Err(format!("SCRIPT LOAD gave {loaded}, expected {sha}").into());

@@ -55,14 +55,13 @@ const RELEASE_CODE: &str = concat!(
     include_str!("../../redlease/src/protocol/scripts/release.lua")
 );
 /// The plain baseline's release: delete only our own token.
-static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+pub(crate) static COMPARE_AND_DELETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(COMPARE_AND_DELETE_CODE));
+/// Its code, for what sends it otherwise (redis-benchmark, `floor.rs`).
+pub(crate) const COMPARE_AND_DELETE_CODE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
            return redis.call('DEL', KEYS[1]) \
          end \
-         return 0",
-    )
-});
+         return 0";
 
 /// Which commands a baseline sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

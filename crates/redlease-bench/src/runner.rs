@@ -201,8 +201,15 @@ pub async fn measure(
             subjects.push(rslock_subject(urls)?);
         }
     }
-    // The single caller's floors, on single servers (see `floor`).
-    let floors = workload == Workload::Uncontended && cluster.is_none();
+    // The single caller's floors, on single servers (see `floor`): not
+    // with --cluster, nor with a cluster among --urls.
+    let single_servers = urls.iter().all(|url| {
+        !matches!(
+            redlease::NodeUrl::parse(url),
+            Ok(redlease::NodeUrl::Cluster { .. })
+        )
+    });
+    let floors = workload == Workload::Uncontended && single_servers;
     let mut c_client = None;
     if floors {
         let all = urls.to_vec();
@@ -312,17 +319,13 @@ async fn c_client_floor(url: &str) -> Option<CClient> {
         );
         return None;
     };
-    match tokio::task::spawn_blocking(move || floor::c_client(&host, port)).await {
-        Ok(Ok(c)) => Some(c),
-        Ok(Err(e)) => {
-            eprintln!("note: uncontended: no C client floor: {e}");
-            None
-        }
-        Err(e) => {
-            eprintln!("note: uncontended: no C client floor: {e}");
-            None
-        }
-    }
+    let measured = tokio::task::spawn_blocking(move || floor::c_client(&host, port))
+        .await
+        .map_err(BenchError::from)
+        .and_then(|run| run);
+    measured
+        .inspect_err(|e| eprintln!("note: uncontended: no C client floor: {e}"))
+        .ok()
 }
 
 #[cfg(feature = "rslock")]
