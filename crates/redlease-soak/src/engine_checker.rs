@@ -422,17 +422,49 @@ impl EngineConfig {
     /// The faults that excuse a waiter over `[from, to]`: those touching
     /// it, if they reached at least its tolerance of distinct nodes.
     fn faults(&self, asked: &Asked, from: Duration, to: Duration) -> Vec<&Disturbance> {
-        let faults: Vec<&Disturbance> = self
-            .disturbances
-            .iter()
-            .filter(|d| d.node.is_some() && d.touches(asked) && d.overlaps(from, to))
-            .collect();
+        let faults: Vec<&Disturbance> = self.node_faults(asked, from, to).collect();
         let nodes: BTreeSet<usize> = faults.iter().filter_map(|d| d.node).collect();
         if nodes.len() >= self.tolerance(asked) {
             faults
         } else {
             Vec::new()
         }
+    }
+
+    /// The faults on nodes that touch `asked` over `[from, to]`, however
+    /// many nodes they took.
+    fn node_faults<'s, 'a>(
+        &'s self,
+        asked: &'a Asked,
+        from: Duration,
+        to: Duration,
+    ) -> impl Iterator<Item = &'s Disturbance> + use<'s, 'a> {
+        self.disturbances
+            .iter()
+            .filter(move |d| d.node.is_some() && d.touches(asked) && d.overlaps(from, to))
+    }
+
+    /// The waiters ahead of `w1` (calls that wait, other than `w1` and
+    /// `w2`, that arrived by `w1`'s arrival plus its arrival slack) on a
+    /// name they share, each with the time both waited up to `g2`, where
+    /// there was some.
+    fn ahead<'a>(
+        &self,
+        asked: &'a [Asked],
+        w1: &'a Asked,
+        w2: &'a Asked,
+        g2: Duration,
+    ) -> impl Iterator<Item = (&'a Asked, Duration, Duration)> {
+        let cut = w1.arrived + self.arrival_slack(w1);
+        asked.iter().filter_map(move |w0| {
+            let ahead = w0.waits
+                && !std::ptr::eq(w0, w1)
+                && !std::ptr::eq(w0, w2)
+                && w0.arrived <= cut
+                && w0.shares_with(w1);
+            let (from, to) = (w0.arrived.max(w1.arrived), w0.live_until().min(g2));
+            (ahead && from < to).then_some((w0, from, to))
+        })
     }
 
     /// Why a waiter's being overtaken over `[from, to]` is excused.
@@ -463,19 +495,8 @@ impl EngineConfig {
     /// shared name was kept from its turn by faults while `w1` waited, up
     /// to `g2`.
     fn ahead_faulted(&self, asked: &[Asked], w1: &Asked, w2: &Asked, g2: Duration) -> bool {
-        let cut = w1.arrived + self.arrival_slack(w1);
-        asked.iter().any(|w0| {
-            if !w0.waits
-                || std::ptr::eq(w0, w1)
-                || std::ptr::eq(w0, w2)
-                || w0.arrived > cut
-                || !w0.shares_with(w1)
-            {
-                return false;
-            }
-            let (from, to) = (w0.arrived.max(w1.arrived), w0.live_until().min(g2));
-            from < to && (w0.failed_on_nodes() || !self.faults(w0, from, to).is_empty())
-        })
+        self.ahead(asked, w1, w2, g2)
+            .any(|(w0, from, to)| w0.failed_on_nodes() || !self.faults(w0, from, to).is_empty())
     }
 
     /// The distinct nodes where `w1` may not have stood first over
@@ -486,27 +507,13 @@ impl EngineConfig {
     /// its attempt waits out the faulted node, and a set's reservations
     /// elsewhere may lapse meanwhile). Whether they reach `w1`'s tolerance.
     fn faults_with_ahead(&self, asked: &[Asked], w1: &Asked, w2: &Asked, g2: Duration) -> bool {
-        let faulted = |a: &Asked, from: Duration, to: Duration| {
-            self.disturbances
-                .iter()
-                .filter(move |d| d.node.is_some() && d.touches(a) && d.overlaps(from, to))
-                .filter_map(|d| d.node)
-                .collect::<Vec<usize>>()
-        };
-        let mut nodes: BTreeSet<usize> = faulted(w1, w1.arrived, g2).into_iter().collect();
-        let cut = w1.arrived + self.arrival_slack(w1);
-        for w0 in asked {
-            if !w0.waits
-                || std::ptr::eq(w0, w1)
-                || std::ptr::eq(w0, w2)
-                || w0.arrived > cut
-                || !self.may_keep_out(w0, w1)
-            {
-                continue;
-            }
-            let (from, to) = (w0.arrived.max(w1.arrived), w0.live_until().min(g2));
-            if from < to {
-                nodes.extend(faulted(w0, from, to));
+        let mut nodes: BTreeSet<usize> = self
+            .node_faults(w1, w1.arrived, g2)
+            .filter_map(|d| d.node)
+            .collect();
+        for (w0, from, to) in self.ahead(asked, w1, w2, g2) {
+            if self.may_keep_out(w0, w1) {
+                nodes.extend(self.node_faults(w0, from, to).filter_map(|d| d.node));
             }
         }
         nodes.len() >= self.tolerance(w1)
