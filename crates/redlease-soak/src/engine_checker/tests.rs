@@ -61,6 +61,14 @@ fn config() -> EngineConfig {
     EngineConfig::default()
 }
 
+/// The default checker, with `disturbances`.
+fn faulted(disturbances: Vec<Disturbance>) -> EngineConfig {
+    EngineConfig {
+        disturbances,
+        ..EngineConfig::default()
+    }
+}
+
 /// A holder (worker 0) of lock 0 over [0, 900]; a writer (1) arrives at
 /// 100 and waits; another (2) arrives at 300 and is granted at 400, before
 /// the first, which is granted at 900 (when worker 2 let go).
@@ -331,33 +339,23 @@ fn a_waiter_ahead_kept_from_its_turn_by_faults_excuses_those_behind() {
     let faults = (0..3)
         .map(|node| fault(node, (300, 350), Some(vec![4])))
         .collect::<Vec<_>>();
-    let config = EngineConfig {
-        disturbances: faults.clone(),
-        ..EngineConfig::default()
-    };
+    let config = faulted(faults.clone());
     let v = check(&[], &asked, &config);
     assert_eq!(v.overtaken, 0, "{v:?}");
     assert_eq!(v.figures.excused[AHEAD_FAULTED], 1);
     // Faults on 2 of its nodes: it kept its turn, and was overtaken too.
-    let config = EngineConfig {
-        disturbances: faults[..2].to_vec(),
-        ..EngineConfig::default()
-    };
+    let config = faulted(faults[..2].to_vec());
     assert_eq!(check(&[], &asked, &config).overtaken, 2);
     // Faulted only after the overtake; or arrived after worker 1 (behind
     // it, whose own turn came first).
-    let late = EngineConfig {
-        disturbances: (0..3)
+    let late = faulted(
+        (0..3)
             .map(|node| fault(node, (450, 500), Some(vec![4])))
             .collect(),
-        ..EngineConfig::default()
-    };
+    );
     assert_eq!(check(&[], &asked, &late).overtaken, 2);
     asked[3].arrived = ms(240);
-    let config = EngineConfig {
-        disturbances: faults,
-        ..EngineConfig::default()
-    };
+    let config = faulted(faults);
     assert_eq!(check(&[], &asked, &config).overtaken, 1);
     // Gave up on node errors while worker 1 waited.
     asked[3].arrived = ms(50);
@@ -384,10 +382,7 @@ fn faults_on_a_waiter_and_on_a_writer_ahead_of_it_count_together() {
         fault(2, (200, 600), Some(vec![1])),
         fault(3, (150, 700), Some(vec![4])),
     ];
-    let config = EngineConfig {
-        disturbances: faults.clone(),
-        ..EngineConfig::default()
-    };
+    let config = faulted(faults.clone());
     let v = check(&[], &asked, &config);
     assert_eq!(v.overtaken, 0, "{v:?}");
     // The writer, overtaken by the later reader too, is excused alike
@@ -397,28 +392,19 @@ fn faults_on_a_waiter_and_on_a_writer_ahead_of_it_count_together() {
     // all, and the reader still stood first on a quorum (and so did the
     // writer: both are flagged).
     faults[2].node = Some(2);
-    let config = EngineConfig {
-        disturbances: faults.clone(),
-        ..EngineConfig::default()
-    };
+    let config = faulted(faults.clone());
     assert_eq!(check(&[], &asked, &config).overtaken, 2);
     // A reader ahead keeps no reader out: its faults do not count (both
     // readers that waited are flagged).
     faults[2].node = Some(3);
     let mut readers = asked.clone();
     readers[2].wants = vec![want(0, Mode::Read)];
-    let config = EngineConfig {
-        disturbances: faults.clone(),
-        ..EngineConfig::default()
-    };
+    let config = faulted(faults.clone());
     assert_eq!(check(&[], &readers, &config).overtaken, 2);
     // Nor does a writer that arrived behind the first reader.
     let mut behind = asked;
     behind[2].arrived = ms(240);
-    let config = EngineConfig {
-        disturbances: faults,
-        ..EngineConfig::default()
-    };
+    let config = faulted(faults);
     assert_eq!(check(&[], &behind, &config).overtaken, 1);
 }
 
