@@ -4,6 +4,7 @@
 
 pub(crate) mod deadline;
 pub(crate) mod deployment;
+pub(crate) mod express;
 pub(crate) mod node;
 pub(crate) mod node_url;
 pub(crate) mod server_conn;

@@ -28,6 +28,7 @@ use crate::core::server_code::ServerErrorCode;
 use crate::core::vote_guard::{parse_info_server, ClockSample, ServerFacts, ServerRegistry};
 use crate::protocol::capabilities::Capabilities;
 use crate::protocol::server_error::{self, ErrorReply};
+use crate::transport::express::{self, Express, Found, Lent};
 use crate::transport::node_url::SentinelUrl;
 use crate::transport::tls::{self, TlsConfig};
 
@@ -192,11 +193,22 @@ struct Shared {
     /// soon as both connected.
     claim: Option<(Arc<ServerRegistry>, usize)>,
     connect_timeout: Duration,
+    /// A node's main connection has an express connection beside it (see
+    /// `express`); a renewal lane's has not.
+    express: Option<Express>,
 }
 
 #[derive(Clone)]
 struct Current {
     conn: MultiplexedConnection,
+    /// Where its express connection connects, if it can have one.
+    express: Option<Arc<express::Target>>,
+    /// The runtime it was made on, which drives its I/O. Its express
+    /// connection is opened and used there only: a socket is served by the
+    /// runtime it was registered with, which another runtime's request
+    /// cannot count on being driven (a current-thread runtime between two
+    /// `block_on`s).
+    runtime: tokio::runtime::Id,
     /// Tells this connection apart from a later one, so a failure seen on
     /// it never drops its successor.
     generation: u64,
@@ -223,6 +235,7 @@ impl ServerConn {
                 current: Mutex::new(None),
                 latest: Mutex::new(None),
                 delifeq: AtomicBool::new(false),
+                express: claim.as_ref().map(|_| Express::default()),
                 claim,
                 connect_timeout,
             }),
@@ -310,7 +323,13 @@ impl ServerConn {
         *lock(&self.shared.latest) = Some(Arc::new(facts));
         self.shared.delifeq.store(delifeq, Ordering::Relaxed);
         let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed);
-        let current = Current { conn, generation };
+        let express = express::Target::of(&client).map(Arc::new);
+        let current = Current {
+            conn,
+            express,
+            runtime: tokio::runtime::Handle::current().id(),
+            generation,
+        };
         *lock(&self.shared.current) = Some(current.clone());
         Ok(current)
     }
@@ -351,9 +370,68 @@ impl ServerConn {
         }
     }
 
+    /// The express connection, if it is idle, belongs to the current main
+    /// connection and this request runs on that one's runtime. Finding it
+    /// closed, this opens it in the background (see `express`).
+    fn express(&self) -> Option<Lent<'_>> {
+        let express = self.shared.express.as_ref()?;
+        let here = tokio::runtime::Handle::try_current().ok()?.id();
+        let generation = match &*lock(&self.shared.current) {
+            Some(current) if current.express.is_some() && current.runtime == here => {
+                current.generation
+            }
+            _ => return None,
+        };
+        let patience = self.shared.connect_timeout + express::OPENER_GRACE;
+        match express.find(generation, patience) {
+            Found::Lane(lent) => Some(lent),
+            Found::Open => {
+                self.open_express(generation);
+                None
+            }
+            Found::Pass => None,
+        }
+    }
+
+    /// Opens the express connection of main connection `generation` on a
+    /// task of its own, which holds the connection's state only to store
+    /// what it opened.
+    fn open_express(&self, generation: u64) {
+        let target = match &*lock(&self.shared.current) {
+            Some(current) if current.generation == generation => current.express.clone(),
+            _ => None,
+        };
+        let run_id = self.facts().map(|facts| facts.run_id.clone());
+        let (Some(target), Some(run_id)) = (target, run_id) else {
+            return;
+        };
+        let shared = Arc::downgrade(&self.shared);
+        let timeout = self.shared.connect_timeout;
+        // On this request's runtime, the main connection's (see `express`).
+        tokio::spawn(async move {
+            let opened = express::Lane::open(&target, generation, &run_id, timeout).await;
+            if let Some(express) = shared.upgrade().as_ref().and_then(|s| s.express.as_ref()) {
+                express.opened(opened);
+            }
+        });
+    }
+
     /// Sends `cmd` and reads its reply, dropping the connection if the
     /// reply shows the server gone or demoted.
     pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
+        if let Some(mut lent) = self.express() {
+            let generation = lent.generation();
+            let result = lent.lane().send(cmd).await;
+            let outcome = match &result {
+                Ok(value) => {
+                    lent.done();
+                    Outcome::of_value(value)
+                }
+                Err(e) => Outcome::of_error(e),
+            };
+            self.check(generation, outcome);
+            return result;
+        }
         let mut current = self.current().await?;
         // The connection's own method, not `ConnectionLike`'s, which boxes
         // its future: one allocation less per request.
@@ -374,17 +452,31 @@ impl ServerConn {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
+        let express = match pipeline.is_transaction() {
+            false => self.express(),
+            // EXEC's reply gathers the others': the main connection's work.
+            true => None,
+        };
+        if let Some(mut lent) = express {
+            let generation = lent.generation();
+            let result = lent.lane().pipeline(pipeline, offset, count).await;
+            let outcome = match &result {
+                Ok(values) => {
+                    lent.done();
+                    Outcome::of_values(values)
+                }
+                Err(e) => Outcome::of_error(e),
+            };
+            self.check(generation, outcome);
+            return result;
+        }
         let mut current = self.current().await?;
         let result = current
             .conn
             .send_packed_commands(pipeline, offset, count)
             .await;
         let outcome = match &result {
-            Ok(values) => values
-                .iter()
-                .map(Outcome::of_value)
-                .find(|o| *o != Outcome::Fine)
-                .unwrap_or(Outcome::Fine),
+            Ok(values) => Outcome::of_values(values),
             Err(e) => Outcome::of_error(e),
         };
         self.check(current.generation, outcome);
@@ -514,5 +606,228 @@ impl Outcome {
             }
             _ => Outcome::Fine,
         }
+    }
+
+    /// The first of `values`' outcomes that is not fine.
+    fn of_values(values: &[Value]) -> Outcome {
+        values
+            .iter()
+            .map(Outcome::of_value)
+            .find(|o| *o != Outcome::Fine)
+            .unwrap_or(Outcome::Fine)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The express connection against a real server: used by a lone
+    //! caller, closed by a cancelled request, bound to its main connection.
+
+    use super::*;
+    use redlease_testkit::RedisNode;
+
+    const TIMEOUT: Duration = Duration::from_secs(2);
+
+    fn main_conn(url: &str) -> ServerConn {
+        let client = Client::open(url).unwrap();
+        let db = client.get_connection_info().redis_settings().db();
+        let registry = Arc::new(ServerRegistry::default());
+        ServerConn::new(Finder::Address(client), db, TIMEOUT, Some((registry, 0)))
+    }
+
+    fn served(conn: &ServerConn) -> u64 {
+        conn.shared.express.as_ref().unwrap().served()
+    }
+
+    /// Sends `PING`s until one went over the express connection (at most
+    /// 200, 10 ms apart).
+    async fn until_express(conn: &ServerConn) {
+        for _ in 0..200 {
+            let before = served(conn);
+            conn.send(&redis::cmd("PING")).await.unwrap();
+            if served(conn) > before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the express connection was never used");
+    }
+
+    async fn client_id(conn: &ServerConn) -> i64 {
+        let before = served(conn);
+        let id = conn.send(redis::cmd("CLIENT").arg("ID")).await.unwrap();
+        assert_eq!(
+            served(conn),
+            before + 1,
+            "CLIENT ID went over the main connection"
+        );
+        redis::from_redis_value(id).unwrap()
+    }
+
+    fn client_ids(node: &RedisNode) -> Vec<i64> {
+        let mut admin = node.client().get_connection().unwrap();
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();
+        list.lines()
+            .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_lone_caller_sends_every_request_on_the_express_connection() {
+        let node = RedisNode::start();
+        let conn = main_conn(&node.url());
+        until_express(&conn).await;
+        let before = served(&conn);
+        for i in 0..20 {
+            let echoed = conn.send(redis::cmd("ECHO").arg(i)).await.unwrap();
+            assert_eq!(echoed, Value::BulkString(i.to_string().into_bytes()));
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg("k")
+            .arg("v")
+            .cmd("GET")
+            .arg("k")
+            .cmd("ECHO")
+            .arg("z");
+        let replies = conn.send_pipeline(&pipe, 1, 2).await.unwrap();
+        assert_eq!(
+            replies,
+            vec![
+                Value::BulkString(b"v".to_vec()),
+                Value::BulkString(b"z".to_vec())
+            ]
+        );
+        assert_eq!(served(&conn), before + 21);
+        // An error reply leaves the connection in use.
+        let refused = conn.send(&redis::cmd("NO-SUCH-COMMAND")).await.unwrap();
+        assert!(matches!(refused, Value::ServerError(_)), "{refused:?}");
+        let id = client_id(&conn).await;
+        assert_eq!(client_id(&conn).await, id);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_request_closes_the_express_connection() {
+        let node = RedisNode::start();
+        let conn = main_conn(&node.url());
+        until_express(&conn).await;
+        let id = client_id(&conn).await;
+        let blpop = redis::cmd("BLPOP").arg("list").arg(5).clone();
+        let blocked = conn.send(&blpop);
+        assert!(tokio::time::timeout(Duration::from_millis(100), blocked)
+            .await
+            .is_err());
+        // Had the connection stayed open, its BLPOP would take this value.
+        let mut admin = node
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("RPUSH")
+            .arg("list")
+            .arg("v")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let echoed = conn.send(redis::cmd("ECHO").arg("after")).await.unwrap();
+        assert_eq!(echoed, Value::BulkString(b"after".to_vec()));
+        let len: i64 = redis::cmd("LLEN")
+            .arg("list")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(len, 1, "a cancelled BLPOP's connection was left open");
+        assert!(!client_ids(&node).contains(&id));
+        // And a new one opens.
+        until_express(&conn).await;
+        assert_ne!(client_id(&conn).await, id);
+    }
+
+    #[tokio::test]
+    async fn a_replaced_main_connection_takes_a_new_express_connection() {
+        let node = RedisNode::start();
+        let conn = main_conn(&node.url());
+        until_express(&conn).await;
+        let id = client_id(&conn).await;
+        let generation = lock(&conn.shared.current).as_ref().unwrap().generation;
+        conn.check(generation, Outcome::Broken);
+        // The next requests go over the new main connection until a new
+        // express connection is open; the old one is never used again.
+        until_express(&conn).await;
+        let new_id = client_id(&conn).await;
+        assert_ne!(new_id, id);
+        assert!(!client_ids(&node).contains(&id));
+    }
+
+    // Two workers: the main connection's runtime must run while the test's
+    // thread waits for the other runtime's thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn another_runtime_takes_the_main_connection() {
+        let node = RedisNode::start();
+        let conn = main_conn(&node.url());
+        until_express(&conn).await;
+        let before = served(&conn);
+        let theirs = conn.clone();
+        let echoed = tokio::task::spawn_blocking(move || {
+            let other = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            other.block_on(theirs.send(redis::cmd("ECHO").arg("there")))
+        })
+        .await
+        .unwrap();
+        assert_eq!(echoed.unwrap(), Value::BulkString(b"there".to_vec()));
+        assert_eq!(
+            served(&conn),
+            before,
+            "the express connection served another runtime"
+        );
+        // Its own runtime still has it.
+        client_id(&conn).await;
+    }
+
+    #[tokio::test]
+    async fn the_express_connection_logs_in_and_selects_the_database() {
+        let node = RedisNode::start();
+        let mut admin = node.client().get_connection().unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("locker")
+            .arg("on")
+            .arg(">secret")
+            .arg("~*")
+            .arg("+@all")
+            .query(&mut admin)
+            .unwrap();
+        let url = format!("redis://locker:secret@{}/3", node.addr());
+        let conn = main_conn(&url);
+        until_express(&conn).await;
+        let before = served(&conn);
+        let set = redis::cmd("SET").arg("k").arg("v").clone();
+        assert_eq!(conn.send(&set).await.unwrap(), Value::Okay);
+        assert_eq!(served(&conn), before + 1);
+        let whoami = conn.send(redis::cmd("ACL").arg("WHOAMI")).await.unwrap();
+        assert_eq!(whoami, Value::BulkString(b"locker".to_vec()));
+        let mut in_db_3 = Client::open(format!("redis://{}/3", node.addr()))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let in_3: Option<String> = redis::cmd("GET").arg("k").query(&mut in_db_3).unwrap();
+        assert_eq!(in_3.as_deref(), Some("v"));
+        let in_0: Option<String> = redis::cmd("GET").arg("k").query(&mut admin).unwrap();
+        assert_eq!(in_0, None);
+    }
+
+    #[tokio::test]
+    async fn an_express_connection_to_another_server_process_is_refused() {
+        let node = RedisNode::start();
+        let target = express::Target::of(&node.client()).unwrap();
+        let opened = express::Lane::open(&target, 0, "not-this-server", TIMEOUT).await;
+        let error = opened.err().expect("opened to the wrong server");
+        assert!(
+            error.to_string().contains("another server process"),
+            "{error}"
+        );
     }
 }
