@@ -399,6 +399,8 @@ pub struct WorkloadReport {
     pub fenced: Option<ClientRun>,
     /// The library with the clock-jump guard off (`--compare unguarded`).
     pub unguarded: Option<ClientRun>,
+    /// The library with the express connection off (`--compare main-only`).
+    pub main_only: Option<ClientRun>,
 }
 
 impl WorkloadReport {
@@ -446,6 +448,7 @@ impl WorkloadReport {
             self.nested.as_ref(),
             self.fenced.as_ref(),
             self.unguarded.as_ref(),
+            self.main_only.as_ref(),
         ]
         .into_iter()
         .flatten()
@@ -532,6 +535,13 @@ impl WorkloadReport {
         }
         if let Some(u) = &self.unguarded {
             out.insert("unguarded".into(), u.json());
+        }
+        if let Some(m) = &self.main_only {
+            out.insert(
+                "ratio_vs_main_only".into(),
+                json!(round(ratio(self.lib.cycles_per_s, m.cycles_per_s), 3)),
+            );
+            out.insert("main_only".into(), m.json());
         }
         if let Some(b) = &self.blocking {
             out.insert(

@@ -39,6 +39,10 @@ struct Args {
     /// facade's threads shared by many callers).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     threads: Option<u64>,
+    /// Every Locker with the express connection off
+    /// (`Advanced::express_connection(false)`): the transport before it.
+    #[arg(long)]
+    main_only: bool,
 }
 
 const WARM_UP: u64 = 200;
@@ -124,7 +128,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let builder = || {
         redlease::Locker::builder(nodes.urls())
             // A brand-new server: nothing to wait out.
-            .advanced(|a| a.restart_quarantine(Duration::ZERO))
+            .advanced(|a| {
+                a.restart_quarantine(Duration::ZERO)
+                    .express_connection(!args.main_only)
+            })
     };
     let current = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -74,7 +74,7 @@ impl Locker {
 /// | [`durability`](Self::durability) | off |
 /// | [`lock_delay`](Self::lock_delay) | off |
 /// | [`owner`](Self::owner) | `HOST:PID` |
-/// | [`advanced`](Self::advanced) | see [`Advanced`]: drift, renewal rate, restart quarantine, clock-jump guard, fence expiry |
+/// | [`advanced`](Self::advanced) | see [`Advanced`]: drift, renewal rate, restart quarantine, clock-jump guard, fence expiry, express connection |
 ///
 /// ```
 /// use std::time::Duration;
@@ -468,6 +468,7 @@ impl LockerBuilder {
             clock_suspension: advanced.clock_guard.then_some(quarantine.max(covered)),
             drift: advanced.drift,
             registry: Arc::default(),
+            express: advanced.express,
         };
         let nodes = self
             .urls

@@ -193,6 +193,7 @@ impl Deployment {
         &self,
         connect_timeout: Duration,
         claim: (Arc<ServerRegistry>, usize),
+        express: bool,
     ) -> RedisResult<Conn> {
         match self {
             Deployment::Server(client) => Ok(Conn::Server(ServerConn::new(
@@ -200,6 +201,7 @@ impl Deployment {
                 client.get_connection_info().redis_settings().db(),
                 connect_timeout,
                 Some(claim),
+                express,
             ))),
             Deployment::Cluster(cluster) => {
                 Ok(Conn::Cluster(ShardedCluster::new(cluster.client.clone())))
@@ -209,6 +211,7 @@ impl Deployment {
                 target.db(),
                 connect_timeout,
                 Some(claim),
+                express,
             ))),
         }
     }
@@ -237,6 +240,7 @@ impl Deployment {
                     target.db(),
                     connect_timeout,
                     None,
+                    false,
                 );
                 conn.connect().await?;
                 Ok(Conn::Server(conn))

@@ -194,7 +194,8 @@ struct Shared {
     claim: Option<(Arc<ServerRegistry>, usize)>,
     connect_timeout: Duration,
     /// A node's main connection has an express connection beside it (see
-    /// `express`); a renewal lane's has not.
+    /// `express`), unless the Locker turned it off; a renewal lane's has
+    /// not.
     express: Option<Express>,
 }
 
@@ -219,12 +220,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl ServerConn {
-    /// A connection that connects on first use; no I/O here.
+    /// A connection that connects on first use, with an express
+    /// connection beside it if `express`; no I/O here.
     pub(crate) fn new(
         finder: Finder,
         db: i64,
         connect_timeout: Duration,
         claim: Option<(Arc<ServerRegistry>, usize)>,
+        express: bool,
     ) -> ServerConn {
         ServerConn {
             shared: Arc::new(Shared {
@@ -235,7 +238,7 @@ impl ServerConn {
                 current: Mutex::new(None),
                 latest: Mutex::new(None),
                 delifeq: AtomicBool::new(false),
-                express: claim.as_ref().map(|_| Express::default()),
+                express: express.then(Express::default),
                 claim,
                 connect_timeout,
             }),
@@ -632,7 +635,13 @@ mod tests {
         let client = Client::open(url).unwrap();
         let db = client.get_connection_info().redis_settings().db();
         let registry = Arc::new(ServerRegistry::default());
-        ServerConn::new(Finder::Address(client), db, TIMEOUT, Some((registry, 0)))
+        ServerConn::new(
+            Finder::Address(client),
+            db,
+            TIMEOUT,
+            Some((registry, 0)),
+            true,
+        )
     }
 
     fn served(conn: &ServerConn) -> u64 {

@@ -206,3 +206,53 @@ async fn background_work_stops_when_the_last_handle_is_dropped() {
         start.elapsed()
     );
 }
+
+/// The clients of `node` once `locker` took and released a lock until two
+/// were seen, or 50 times (the express connection opens in the background
+/// after the first requests).
+async fn clients_after(node: &redlease_testkit::RedisNode, locker: &redlease::Locker) -> usize {
+    let mut clients = 0;
+    for _ in 0..50 {
+        let lease = locker.try_lock("express").await.unwrap();
+        lease.release().await.unwrap();
+        clients = other_clients(node).await;
+        if clients >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    clients
+}
+
+/// A lone caller's Locker holds a main and an express connection per
+/// single-server node; `express_connection(false)` keeps it to the main one.
+#[tokio::test]
+async fn the_express_connection_opens_unless_turned_off() {
+    let nodes = RedisNodes::start(1);
+    let node = nodes.node(0);
+    let quiet = |express| {
+        redlease::Locker::builder(nodes.urls())
+            .advanced(|a| {
+                a.restart_quarantine(Duration::ZERO)
+                    .express_connection(express)
+            })
+            .build()
+            .unwrap()
+    };
+    let without = quiet(false);
+    assert_eq!(clients_after(node, &without).await, 1);
+    drop(without);
+    for _ in 0..100 {
+        if other_clients(node).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        other_clients(node).await,
+        0,
+        "the first Locker's connection"
+    );
+    let with = quiet(true);
+    assert_eq!(clients_after(node, &with).await, 2);
+}

@@ -52,6 +52,9 @@ pub(crate) struct ConnectSettings {
     pub(crate) drift: DriftModel,
     /// Which node reached which server first, shared by a Locker's nodes.
     pub(crate) registry: Arc<ServerRegistry>,
+    /// Whether a node that is one server gets an express connection (see
+    /// `express`).
+    pub(crate) express: bool,
 }
 
 /// One Redis deployment.
@@ -156,7 +159,11 @@ impl Node {
     ) -> Result<Node, Error> {
         let (id, deployment) = open(index, url, tls, settings.connect_timeout)?;
         let conn = deployment
-            .main_connection(settings.connect_timeout, (settings.registry.clone(), index))
+            .main_connection(
+                settings.connect_timeout,
+                (settings.registry.clone(), index),
+                settings.express,
+            )
             .map_err(|e| {
                 Error::invalid("urls", format!("node {index} ({}): {e}", redact_url(url)))
             })?;
