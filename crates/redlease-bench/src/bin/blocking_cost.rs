@@ -48,16 +48,14 @@ struct Args {
 const WARM_UP: u64 = 200;
 const CLIENTS: [&str; 3] = ["async-current", "async-multi", "blocking"];
 
-/// CPU time used so far by this process's threads (the runtimes' workers
-/// included), from each one's /proc schedstat.
+/// CPU time used so far by this process: all its threads, those that
+/// ended included (`--threads` starts and ends its callers every round).
 fn process_cpu() -> Duration {
-    let threads = std::fs::read_dir("/proc/self/task").into_iter().flatten();
-    let nanos = threads
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Duration::from_nanos(nanos)
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Runs `cycles` cycles and returns (wall, CPU) per cycle in µs.

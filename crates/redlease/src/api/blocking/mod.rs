@@ -45,15 +45,17 @@
 //!
 //! # Threads
 //!
-//! Each Locker built here runs a Tokio runtime of its own, with two
-//! worker threads named `redlease-blocking`: they carry the connections,
-//! the renewal of kept-alive leases, the lost signal, release
-//! notifications and the requests that finish in the background, so all
-//! of that goes on while the calling thread is busy, asleep or blocked
-//! elsewhere. A call runs its request on the calling thread, with those
-//! threads driving its I/O. Clones of a Locker share them; they stop when
-//! the last clone and the last lease it gave are dropped. Any number of
-//! threads may use one Locker (or its clones) at once.
+//! Each Locker built here runs a Tokio runtime of its own, on one thread
+//! named `redlease-blocking` and on the threads that call it. A call runs
+//! the runtime on the calling thread: it writes its requests, waits for
+//! the sockets and reads the replies there, with no other thread woken.
+//! Between calls (a millisecond after the last one ended), the
+//! `redlease-blocking` thread runs it: the renewal of kept-alive leases,
+//! the lost signal, release notifications and the requests that finish in
+//! the background go on while the calling thread is busy, asleep or
+//! blocked elsewhere. Clones of a Locker share the runtime and the thread;
+//! they stop when the last clone and the last lease it gave are dropped.
+//! Any number of threads may use one Locker (or its clones) at once.
 //!
 //! # Blocking, and where it is refused
 //!

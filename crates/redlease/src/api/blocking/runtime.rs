@@ -1,10 +1,21 @@
 //! [`Shared`]: what every handle of a blocking Locker shares: the
 //! facade's own Tokio runtime, the async Locker it drives, and the
 //! process they were made in.
+//!
+//! The runtime is a current-thread one, so a call's thread drives it: it
+//! writes its requests, waits in the runtime's own poll of the sockets and
+//! timers, and reads its replies, with no other thread woken on the way.
+//! Between calls the runtime's one thread of its own, the *driver*, takes
+//! it over and runs the background work (renewals, notifications, the
+//! releases that finish after a quorum answered). The driver waits
+//! [`HANDOVER`] after the last call ended before it does: a thread taking
+//! lock after lock finds the runtime free, instead of waking the driver to
+//! hand it back on every call.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::{EnterGuard, Handle, Runtime};
 
@@ -21,56 +32,174 @@ use crate::core::error::Error;
 /// background (a release), or is left to the keys' TTL.
 pub const DROP_WAIT: Duration = Duration::from_secs(1);
 
-/// Worker threads of the facade's runtime. One: the callers block on
-/// threads of their own, and the runtime only drives the sockets, timers
-/// and background work, which are light. With two, a request woke
-/// whichever worker was idle and its reply often arrived on the other,
-/// so a single caller's cycle cost up to 1.4 times the CPU it costs with one
-/// (`blocking_cost`, BENCHMARKS.md), and 8 threads at once ran no faster.
-const WORKERS: usize = 1;
+/// How long after the last call ended the driver takes the runtime over.
+/// Background work waits at most this long for it (a renewal is due a
+/// third of a TTL ahead, so a millisecond costs nothing); a thread that
+/// calls again sooner finds the runtime free.
+const HANDOVER: Duration = Duration::from_millis(1);
 
 /// The name of the facade's threads (`top -H`, `ps -L`, a debugger).
 const THREAD_NAME: &str = "redlease-blocking";
 
 /// The runtime, the async Locker and the process id, shared by a blocking
-/// Locker's clones, its leases and its requests. The threads stop when the
-/// last of them is dropped.
+/// Locker's clones, its leases and its requests. The driver thread stops
+/// when the last of them is dropped.
 pub(crate) struct Shared {
     /// `None` only while dropped.
-    runtime: Option<Runtime>,
+    runtime: Option<Arc<Runtime>>,
     /// `None` only while dropped.
     locker: Option<AsyncLocker>,
+    /// Who runs the runtime between calls.
+    driver: Arc<Driver>,
+    /// `None` once stopped (and in a test's Shared without one).
+    driver_thread: Option<JoinHandle<()>>,
     /// The process the runtime's threads run in.
     pid: u32,
 }
 
-/// A multi-thread runtime of the facade's own.
+/// A current-thread runtime of the facade's own (see the module docs).
 ///
 /// # Panics
 ///
-/// If the system refuses a thread or a file descriptor for it, as
-/// `std::thread::spawn` panics when it cannot start a thread.
+/// If the system refuses a file descriptor for it.
 pub(crate) fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKERS)
-        .thread_name(THREAD_NAME)
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap_or_else(|e| panic!("redlease::blocking could not start its runtime threads: {e}"))
+        .unwrap_or_else(|e| panic!("redlease::blocking could not start its runtime: {e}"))
+}
+
+/// Between the callers and the driver thread: how many calls are running,
+/// when the last one ended, and the signal that makes the driver give the
+/// runtime back.
+struct Driver {
+    calls: Mutex<Calls>,
+    changed: Condvar,
+    /// Ends the driver's turn on the runtime.
+    give_back: tokio::sync::Notify,
+}
+
+struct Calls {
+    running: usize,
+    last_ended: Instant,
+    stop: bool,
+}
+
+impl Driver {
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A call begins: the driver gives the runtime back if it has it.
+    fn enter(&self) {
+        self.calls().running += 1;
+        self.give_back.notify_one();
+    }
+
+    /// A call ended.
+    fn leave(&self) {
+        let mut calls = self.calls();
+        calls.running = calls.running.saturating_sub(1);
+        calls.last_ended = Instant::now();
+        drop(calls);
+        self.changed.notify_one();
+    }
+
+    /// The driver's loop: once no call ran for [`HANDOVER`], it runs the
+    /// runtime until a call begins; until told to stop.
+    fn run(&self, runtime: &Runtime) {
+        loop {
+            {
+                let mut calls = self.calls();
+                loop {
+                    if calls.stop {
+                        return;
+                    }
+                    let idle = calls.last_ended.elapsed();
+                    if calls.running == 0 && idle >= HANDOVER {
+                        break;
+                    }
+                    calls = if calls.running == 0 {
+                        let (calls, _) = self
+                            .changed
+                            .wait_timeout(calls, HANDOVER.saturating_sub(idle))
+                            .unwrap_or_else(PoisonError::into_inner);
+                        calls
+                    } else {
+                        self.changed
+                            .wait(calls)
+                            .unwrap_or_else(PoisonError::into_inner)
+                    };
+                }
+            }
+            // A call that began since the check above left a permit: this
+            // turn ends at once, and the loop waits for it to end.
+            runtime.block_on(self.give_back.notified());
+        }
+    }
+
+    fn stop(&self) {
+        self.calls().stop = true;
+        self.changed.notify_one();
+        self.give_back.notify_one();
+    }
+}
+
+/// Ends the call on drop, also when the call's future panicked.
+struct Call<'a>(&'a Driver);
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
 }
 
 impl Shared {
-    /// The shared state of a Locker whose `locker` runs on `runtime`.
+    /// The shared state of a Locker whose `locker` runs on `runtime`, and
+    /// the driver thread that runs it between calls.
+    ///
+    /// # Panics
+    ///
+    /// If the system cannot start a thread, as `std::thread::spawn`.
     pub(crate) fn new(runtime: Runtime, locker: AsyncLocker) -> Shared {
+        let runtime = Arc::new(runtime);
+        let driver = Arc::new(Driver {
+            calls: Mutex::new(Calls {
+                running: 0,
+                last_ended: Instant::now(),
+                stop: false,
+            }),
+            changed: Condvar::new(),
+            give_back: tokio::sync::Notify::new(),
+        });
+        let thread = {
+            let (runtime, driver) = (runtime.clone(), driver.clone());
+            std::thread::Builder::new()
+                .name(THREAD_NAME.to_string())
+                .spawn(move || driver.run(&runtime))
+                .unwrap_or_else(|e| {
+                    panic!("redlease::blocking could not start its runtime thread: {e}")
+                })
+        };
         Shared {
             runtime: Some(runtime),
             locker: Some(locker),
+            driver,
+            driver_thread: Some(thread),
             pid: std::process::id(),
         }
     }
 
     fn runtime(&self) -> &Runtime {
         self.runtime.as_ref().expect("the runtime lives until drop")
+    }
+
+    /// Runs `work` on the calling thread, which drives the runtime
+    /// meanwhile (or, while another call does, is woken by it).
+    fn drive<F: Future>(&self, work: F) -> F::Output {
+        self.driver.enter();
+        let _call = Call(&self.driver);
+        self.runtime().block_on(work)
     }
 
     /// The async Locker the facade drives.
@@ -118,7 +247,7 @@ impl Shared {
     /// the thread may block: for callers that check before they build the
     /// request (so that a forked child builds nothing).
     pub(crate) fn run<F: Future>(&self, work: F) -> F::Output {
-        self.runtime().block_on(work)
+        self.drive(work)
     }
 
     /// Makes the facade's runtime the current one (without blocking), so
@@ -147,7 +276,7 @@ impl Shared {
             Err(e) if e.is_thread_local_destroyed() => drop(lease),
             Err(_) => {
                 let resource = lease.resource().to_string();
-                let released = self.runtime().block_on(async move {
+                let released = self.drive(async move {
                     // On timeout the release future is dropped in here,
                     // and the lease's guard releases it in the background.
                     tokio::time::timeout(DROP_WAIT, lease.release()).await
@@ -173,41 +302,100 @@ impl Drop for Shared {
         let (Some(runtime), Some(locker)) = (self.runtime.take(), self.locker.take()) else {
             return;
         };
+        let driver = self.driver_thread.take();
         if self.forked() {
             // The threads do not exist here, and locks they held may never
             // be released: touch nothing, and let the memory go with the
             // process.
             std::mem::forget(locker);
             std::mem::forget(runtime);
+            std::mem::forget(driver);
             return;
         }
+        // The driver gives the runtime back within its turn and ends.
+        self.driver.stop();
+        let stopping = Stopping {
+            runtime,
+            driver,
+            locker,
+        };
         match Handle::try_current() {
-            Err(e) if !e.is_thread_local_destroyed() => stop(runtime, locker),
-            Err(_) => {
-                drop(locker);
-                runtime.shutdown_background();
-            }
-            // Nothing may block here: stop on a thread of its own.
+            Err(e) if !e.is_thread_local_destroyed() => stopping.stop(),
+            Err(_) => stopping.in_background(),
+            // Nothing may block here (this may even be the driver thread,
+            // in its turn): stop on a thread of its own.
             Ok(_) => {
-                let slot = Arc::new(Mutex::new(Some((runtime, locker))));
+                let slot = Arc::new(Mutex::new(Some(stopping)));
                 let theirs = slot.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("{THREAD_NAME}-stop"))
                     .spawn(move || {
-                        if let Some((runtime, locker)) = take(&theirs) {
-                            stop(runtime, locker);
+                        if let Some(stopping) = take(&theirs) {
+                            stopping.stop();
                         }
                     });
                 if spawned.is_err()
-                    && let Some((runtime, locker)) = take(&slot)
+                    && let Some(stopping) = take(&slot)
                 {
-                    {
-                        let _ours = runtime.enter();
-                        drop(locker);
-                    }
-                    runtime.shutdown_background();
+                    stopping.in_background();
                 }
             }
+        }
+    }
+}
+
+/// A dropped Shared's parts, told to stop.
+struct Stopping {
+    runtime: Arc<Runtime>,
+    driver: Option<JoinHandle<()>>,
+    locker: AsyncLocker,
+}
+
+impl Stopping {
+    /// Waits for the driver thread to end (unless this is it), and takes
+    /// the runtime it shared.
+    fn join(
+        runtime: Arc<Runtime>,
+        driver: Option<JoinHandle<()>>,
+    ) -> Result<Runtime, Arc<Runtime>> {
+        if let Some(driver) = driver
+            && driver.thread().id() != std::thread::current().id()
+        {
+            let _ = driver.join();
+        }
+        Arc::try_unwrap(runtime)
+    }
+
+    /// The orderly stop, on a thread that may block (see [`stop`]).
+    fn stop(self) {
+        let Stopping {
+            runtime,
+            driver,
+            locker,
+        } = self;
+        match Stopping::join(runtime, driver) {
+            Ok(runtime) => stop(runtime, locker),
+            Err(runtime) => {
+                let _ours = runtime.enter();
+                drop(locker);
+            }
+        }
+    }
+
+    /// Without waiting for anything: the Locker's tasks end, and the
+    /// runtime goes with its last holder.
+    fn in_background(self) {
+        let Stopping {
+            runtime,
+            driver,
+            locker,
+        } = self;
+        {
+            let _ours = runtime.enter();
+            drop(locker);
+        }
+        if let Ok(runtime) = Stopping::join(runtime, driver) {
+            runtime.shutdown_background();
         }
     }
 }
