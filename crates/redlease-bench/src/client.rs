@@ -104,9 +104,9 @@ pub enum Variant {
     /// The clock-jump guard off (`Advanced::clock_jump_guard`): no
     /// `PEXPIRETIME` with each acquire, to show what the guard costs.
     Unguarded,
-    /// The express connection off (`Advanced::express_connection`): every
-    /// request on the multiplexed connection, the transport before it.
-    MainOnly,
+    /// The express connection on (`Advanced::express_connection`): a lone
+    /// request writes and reads its own connection.
+    Express,
 }
 
 /// The library, configured as a user would for this bench.
@@ -139,7 +139,7 @@ impl Redlease {
                     .advanced(|a| a.fence_expiry(FENCE_EXPIRY))
             }
             Variant::Unguarded => builder = builder.advanced(|a| a.clock_jump_guard(false)),
-            Variant::MainOnly => builder = builder.advanced(|a| a.express_connection(false)),
+            Variant::Express => builder = builder.advanced(|a| a.express_connection(true)),
         }
         Ok(Redlease {
             locker: builder.build()?,
@@ -171,7 +171,7 @@ impl LockClient for Redlease {
             Variant::Default => "redlease",
             Variant::Fenced => "redlease+fence",
             Variant::Unguarded => "no-clock-guard",
-            Variant::MainOnly => "main-conn-only",
+            Variant::Express => "redlease+express",
         }
     }
 

@@ -120,8 +120,8 @@ struct Args {
     stall_phase: Option<StallPhase>,
     /// Also run these on the same workloads: another lock library, or the
     /// library with fencing on, or with the clock-jump guard off
-    /// or with the express connection off (comma-separated, e.g.
-    /// rslock,fenced,unguarded,main-only).
+    /// or with the express connection on (comma-separated, e.g.
+    /// rslock,fenced,unguarded,express).
     #[arg(long, value_enum, value_delimiter = ',')]
     compare: Vec<Compare>,
 }
@@ -161,10 +161,10 @@ enum Compare {
     /// (`Advanced::clock_jump_guard(false)`), to show what the guard's
     /// `PEXPIRETIME` with every acquire costs.
     Unguarded,
-    /// redlease with the express connection off
-    /// (`Advanced::express_connection(false)`): every request through the
-    /// multiplexed connection, the transport before the express one.
-    MainOnly,
+    /// redlease with the express connection on
+    /// (`Advanced::express_connection(true)`): a lone request writes and
+    /// reads a connection of its own instead of the multiplexed one.
+    Express,
 }
 
 /// Everything a run needs, checked.
@@ -267,7 +267,7 @@ fn plan(args: Args) -> Result<Plan, BenchError> {
             rslock,
             fenced: args.compare.contains(&Compare::Fenced),
             unguarded: args.compare.contains(&Compare::Unguarded),
-            main_only: args.compare.contains(&Compare::MainOnly),
+            express: args.compare.contains(&Compare::Express),
         },
         urls: args.urls,
         json: args.json,

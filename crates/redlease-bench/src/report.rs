@@ -399,8 +399,8 @@ pub struct WorkloadReport {
     pub fenced: Option<ClientRun>,
     /// The library with the clock-jump guard off (`--compare unguarded`).
     pub unguarded: Option<ClientRun>,
-    /// The library with the express connection off (`--compare main-only`).
-    pub main_only: Option<ClientRun>,
+    /// The library with the express connection on (`--compare express`).
+    pub express: Option<ClientRun>,
 }
 
 impl WorkloadReport {
@@ -448,7 +448,7 @@ impl WorkloadReport {
             self.nested.as_ref(),
             self.fenced.as_ref(),
             self.unguarded.as_ref(),
-            self.main_only.as_ref(),
+            self.express.as_ref(),
         ]
         .into_iter()
         .flatten()
@@ -536,12 +536,12 @@ impl WorkloadReport {
         if let Some(u) = &self.unguarded {
             out.insert("unguarded".into(), u.json());
         }
-        if let Some(m) = &self.main_only {
+        if let Some(e) = &self.express {
             out.insert(
-                "ratio_vs_main_only".into(),
-                json!(round(ratio(self.lib.cycles_per_s, m.cycles_per_s), 3)),
+                "express_ratio".into(),
+                json!(round(ratio(e.cycles_per_s, self.lib.cycles_per_s), 3)),
             );
-            out.insert("main_only".into(), m.json());
+            out.insert("express".into(), e.json());
         }
         if let Some(b) = &self.blocking {
             out.insert(

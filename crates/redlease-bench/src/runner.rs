@@ -36,8 +36,8 @@ pub struct Settings {
     pub fenced: bool,
     /// Also the library with the clock-jump guard off.
     pub unguarded: bool,
-    /// Also the library with the express connection off.
-    pub main_only: bool,
+    /// Also the library with the express connection on.
+    pub express: bool,
 }
 
 /// A client under test; an enum so the rounds can rotate over clients of
@@ -67,7 +67,7 @@ impl Subject {
     fn letter(&self) -> char {
         match self {
             Subject::Lib(c) if c.label() == "redlease+fence" => 'F',
-            Subject::Lib(c) if c.label() == "main-conn-only" => 'M',
+            Subject::Lib(c) if c.label() == "redlease+express" => 'E',
             Subject::Lib(_) => 'L',
             Subject::Raw(c) if c.label() == "plain" => 'P',
             Subject::Raw(_) => 'R',
@@ -233,9 +233,9 @@ pub async fn measure(
         let unguarded = Redlease::new(urls, Variant::Unguarded)?;
         subjects.push(Subject::Lib(Arc::new(unguarded)));
     }
-    if settings.main_only {
-        let main_only = Redlease::new(urls, Variant::MainOnly)?;
-        subjects.push(Subject::Lib(Arc::new(main_only)));
+    if settings.express {
+        let express = Redlease::new(urls, Variant::Express)?;
+        subjects.push(Subject::Lib(Arc::new(express)));
     }
     for s in &subjects {
         if !settings.warmup.is_zero() {
@@ -294,7 +294,7 @@ pub async fn measure(
     let nested = take("nested");
     let fenced = take("redlease+fence");
     let unguarded = take("no-clock-guard");
-    let main_only = take("main-conn-only");
+    let express = take("redlease+express");
     Ok(WorkloadReport {
         workload,
         nodes: urls.len(),
@@ -312,7 +312,7 @@ pub async fn measure(
         nested,
         fenced,
         unguarded,
-        main_only,
+        express,
     })
 }
 

@@ -39,10 +39,10 @@ struct Args {
     /// facade's threads shared by many callers).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
     threads: Option<u64>,
-    /// Every Locker with the express connection off
-    /// (`Advanced::express_connection(false)`): the transport before it.
+    /// Every Locker with the express connection on
+    /// (`Advanced::express_connection(true)`).
     #[arg(long)]
-    main_only: bool,
+    express: bool,
 }
 
 const WARM_UP: u64 = 200;
@@ -128,7 +128,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // A brand-new server: nothing to wait out.
             .advanced(|a| {
                 a.restart_quarantine(Duration::ZERO)
-                    .express_connection(!args.main_only)
+                    .express_connection(args.express)
             })
     };
     let current = tokio::runtime::Builder::new_current_thread()

@@ -597,7 +597,14 @@ mod tests {
             }
         }
         assert!(found.len() > 8, "the scan finds the commands: {found:?}");
+        // The express connection's handshake, as redis-rs sends it on its
+        // own connections: every user may run HELLO and AUTH, and SELECT
+        // goes only to a database other than 0 (docs/deployments.md).
+        let handshake = ["hello", "auth", "select"];
         for (file, name) in found {
+            if file.ends_with("express.rs") && handshake.contains(&name.as_str()) {
+                continue;
+            }
             let declared = COMMANDS
                 .iter()
                 .any(|c| c.name == name || c.name.split('|').next() == Some(name.as_str()));

@@ -1,6 +1,7 @@
 //! The express connection of a node's main [`ServerConn`]: a second
 //! connection to the same server that a request writes and reads itself,
-//! on its own task, whenever no other request is using it.
+//! on its own task, whenever no other request is using it. Off by default
+//! (`Advanced::express_connection`: it is slower under packet loss).
 //!
 //! A request through redis-rs's multiplexed connection crosses from the
 //! caller's task to the connection's driver task, and its reply crosses

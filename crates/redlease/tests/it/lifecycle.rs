@@ -224,22 +224,26 @@ async fn clients_after(node: &redlease_testkit::RedisNode, locker: &redlease::Lo
     clients
 }
 
-/// A lone caller's Locker holds a main and an express connection per
-/// single-server node; `express_connection(false)` keeps it to the main one.
+/// A Locker holds one connection per single-server node for its requests;
+/// with `express_connection(true)`, a lone caller's adds the express one.
 #[tokio::test]
-async fn the_express_connection_opens_unless_turned_off() {
+async fn the_express_connection_opens_when_turned_on() {
     let nodes = RedisNodes::start(1);
     let node = nodes.node(0);
-    let quiet = |express| {
+    let quiet = |express: Option<bool>| {
         redlease::Locker::builder(nodes.urls())
             .advanced(|a| {
-                a.restart_quarantine(Duration::ZERO)
-                    .express_connection(express)
+                let a = a.restart_quarantine(Duration::ZERO);
+                match express {
+                    Some(on) => a.express_connection(on),
+                    None => a,
+                }
             })
             .build()
             .unwrap()
     };
-    let without = quiet(false);
+    // The default: off.
+    let without = quiet(None);
     assert_eq!(clients_after(node, &without).await, 1);
     drop(without);
     for _ in 0..100 {
@@ -253,6 +257,6 @@ async fn the_express_connection_opens_unless_turned_off() {
         0,
         "the first Locker's connection"
     );
-    let with = quiet(true);
+    let with = quiet(Some(true));
     assert_eq!(clients_after(node, &with).await, 2);
 }
