@@ -419,20 +419,32 @@ impl ServerConn {
         });
     }
 
+    /// Ends a request on the express connection `lent`: gives it back if
+    /// the request read its replies (else it closes), and drops the main
+    /// connection if `result` shows the server gone or demoted.
+    fn settle<T>(
+        &self,
+        lent: Lent<'_>,
+        result: &RedisResult<T>,
+        outcome_of: impl FnOnce(&T) -> Outcome,
+    ) {
+        let generation = lent.generation();
+        let outcome = match result {
+            Ok(replies) => {
+                lent.done();
+                outcome_of(replies)
+            }
+            Err(e) => Outcome::of_error(e),
+        };
+        self.check(generation, outcome);
+    }
+
     /// Sends `cmd` and reads its reply, dropping the connection if the
     /// reply shows the server gone or demoted.
     pub(crate) async fn send(&self, cmd: &Cmd) -> RedisResult<Value> {
         if let Some(mut lent) = self.express() {
-            let generation = lent.generation();
             let result = lent.lane().send(cmd).await;
-            let outcome = match &result {
-                Ok(value) => {
-                    lent.done();
-                    Outcome::of_value(value)
-                }
-                Err(e) => Outcome::of_error(e),
-            };
-            self.check(generation, outcome);
+            self.settle(lent, &result, Outcome::of_value);
             return result;
         }
         let mut current = self.current().await?;
@@ -461,16 +473,8 @@ impl ServerConn {
             true => None,
         };
         if let Some(mut lent) = express {
-            let generation = lent.generation();
             let result = lent.lane().pipeline(pipeline, offset, count).await;
-            let outcome = match &result {
-                Ok(values) => {
-                    lent.done();
-                    Outcome::of_values(values)
-                }
-                Err(e) => Outcome::of_error(e),
-            };
-            self.check(generation, outcome);
+            self.settle(lent, &result, |values| Outcome::of_values(values));
             return result;
         }
         let mut current = self.current().await?;
