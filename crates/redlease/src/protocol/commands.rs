@@ -578,7 +578,11 @@ mod tests {
                 }
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs") {
+            // A module's tests in a file of their own (`mod tests;` under
+            // `#[cfg(test)]`) are tests too.
+            if path.extension().is_none_or(|e| e != "rs")
+                || path.file_name().is_some_and(|n| n == "tests.rs")
+            {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap();
