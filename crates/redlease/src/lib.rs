@@ -186,6 +186,9 @@ pub use crate::core::node_error::{NodeError, NodeErrorKind, NodeId, Quarantine};
 pub use crate::core::owner::{default_owner, Holder, MAX_OWNER_LEN};
 pub use crate::core::refusal::{Held, HeldBy};
 pub use crate::core::retry::RetryPolicy;
+#[cfg(feature = "model")]
+#[doc(hidden)]
+pub use crate::core::rules;
 pub use crate::core::server_code::ServerErrorCode;
 pub use crate::core::validity::MAX_TTL;
 pub use crate::protocol::capabilities::{Capabilities, ServerVersion};

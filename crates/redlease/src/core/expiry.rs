@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use smallvec::{smallvec, SmallVec};
 
 /// How one node's latest answer about a lease went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Answer {
     /// It holds our token and applied the TTL.
     Confirmed,
@@ -43,7 +43,7 @@ pub(crate) enum Answer {
 /// One node's part of a lease, in 16 bytes: the renewer reads and writes
 /// these for every lease on every answer, so they are kept small (an
 /// `Option<Instant>` and an `Option<Duration>` alone would take 32).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct NodeBound {
     /// The key lives there at least until this instant (drift subtracted),
     /// as an [`Offset`]; [`NONE`]: not known to hold our token.
@@ -95,7 +95,7 @@ fn instant(offset: Offset) -> Option<Instant> {
 const INLINE: usize = 5;
 
 /// The per-node expiry bounds of one lease.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct ExpiryBounds {
     nodes: SmallVec<[NodeBound; INLINE]>,
     /// The earliest end a request sent to every node may have set (see

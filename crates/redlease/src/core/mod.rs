@@ -21,6 +21,8 @@ pub(crate) mod quorum;
 pub(crate) mod refusal;
 pub(crate) mod renew_schedule;
 pub(crate) mod retry;
+#[cfg(feature = "model")]
+pub mod rules;
 pub(crate) mod server_code;
 pub(crate) mod slab;
 pub(crate) mod telemetry;
