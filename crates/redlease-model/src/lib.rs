@@ -7,7 +7,7 @@
 //! The model decides with the library's own pure rules (`redlease::rules`,
 //! behind the `model` feature): quorum sizes, validity and its drift
 //! allowance, the expiry bounds a kept-alive lease is judged by, the
-//! fencing token, the renewal schedule and the restart quarantine. What it
+//! fencing token, when a renewal is due and the restart quarantine. What it
 //! restates (the scripts' rules, in [`server`]) is tied to the scripts by
 //! `tests/scripts.rs`, which runs the same cases on a real server.
 

@@ -3,7 +3,7 @@
 //! decides with the code's own arithmetic and the two cannot drift apart:
 //! quorum sizes, validity with its drift allowance, when a lease is
 //! reported lost, the per-node expiry bounds a kept-alive lease is judged
-//! by, the fencing token's choice, the renewal schedule and the restart
+//! by, the fencing token's choice, when a renewal is due and the restart
 //! quarantine. Nothing here does I/O or reads a clock: instants come in
 //! as arguments.
 //!
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::LeaseState;
 use crate::core::mode::Hold;
-use crate::core::renew_schedule::{next_due, retry_at, Cadence};
+use crate::core::renew_schedule::{next_due, Cadence};
 use crate::core::validity::{DriftModel, Timing as CoreTiming};
 use crate::core::vote_guard::{ServerFacts, VoteGuard};
 
@@ -115,11 +115,6 @@ impl Timing {
     /// renewed next, renewed every `fraction` of the TTL.
     pub fn next_renewal(&self, valid_until: Instant, fraction: f64) -> Instant {
         next_due(valid_until, &Cadence::new(&self.0, fraction))
-    }
-
-    /// When a renewal not yet confirmed by a quorum is sent again.
-    pub fn retry_renewal(&self, now: Instant, lost_from: Instant, fraction: f64) -> Instant {
-        retry_at(now, lost_from, self.0.renew_interval(fraction))
     }
 }
 
