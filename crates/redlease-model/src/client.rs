@@ -177,16 +177,6 @@ impl Client {
         }
         votes
     }
-
-    /// The votes of the current phase, if it waits for answers.
-    pub fn votes_mut(&mut self) -> Option<&mut Vec<Vote>> {
-        match &mut self.phase {
-            Phase::Acquiring { votes, .. } | Phase::Releasing { votes, .. } => Some(votes),
-            Phase::Fencing { acks, .. } => Some(acks),
-            Phase::Holding(lease) => lease.renewing.as_mut().map(|(_, v)| v),
-            _ => None,
-        }
-    }
 }
 
 /// Whether `votes` reached `quorum` yeses, cannot reach it any more, or

@@ -104,10 +104,6 @@ impl LockModel {
         hold_quorum(hold, self.world.nodes)
     }
 
-    fn holds(&self) -> Vec<ModelHold> {
-        self.world.holds.clone()
-    }
-
     fn env(&self, state: &State) -> Env {
         let listening = state
             .clients
@@ -665,7 +661,7 @@ impl Model for LockModel {
                 let env = self.env(&state);
                 let mut woken = 0u32;
                 let reply =
-                    state.servers[i].apply(&env, client, m.request, &self.holds(), &mut woken);
+                    state.servers[i].apply(&env, client, m.request, &self.world.holds, &mut woken);
                 for (j, other) in state.clients.iter_mut().enumerate() {
                     if woken & (1 << j) != 0 {
                         other.woken = true;

@@ -2,7 +2,6 @@
 //! happened and what the servers and clients hold after it.
 
 use std::fmt::Write;
-use std::time::Duration;
 
 use stateright::Path;
 
@@ -56,7 +55,7 @@ fn request(r: &Request) -> String {
         },
         Request::Extend { token } => format!("extend #{}", token.attempt),
         Request::Release { token, .. } => format!("release #{}", token.attempt),
-        Request::RaiseFence { value } => format!("raise fence to {value}"),
+        Request::RaiseFence { value } => format!("raise fence to f{}", value % 100_000),
     }
 }
 
@@ -110,11 +109,10 @@ fn server(i: usize, s: &Server) -> String {
         Kind::Readers => "r:",
         Kind::Permits(_) => "p:",
     };
-    let fence = s
-        .fence
-        .map(|f| format!(" f{}", f % 100_000))
-        .unwrap_or_default();
-    format!("s{i}[{kind}{}{fence}]", holds.join(","))
+    let mut shown = vec![holds.join(",")];
+    shown.extend(s.fence.map(|f| format!("f{}", f % 100_000)));
+    shown.retain(|part| !part.is_empty());
+    format!("s{i}[{kind}{}]", shown.join(" "))
 }
 
 fn client(c: usize, cl: &Client) -> Option<String> {
@@ -160,9 +158,4 @@ fn summary(s: &State) -> String {
         .filter_map(|(c, cl)| client(c, cl))
         .collect();
     format!("{} | {}", servers.join(" "), clients.join("; "))
-}
-
-/// A duration in milliseconds, for the report.
-pub fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
