@@ -1,5 +1,6 @@
 //! Running the checker over a world: breadth first, so that the first
-//! counterexample found for a property is a shortest one.
+//! counterexample found for a property is a shortest one (on one thread:
+//! see [`check_control`]).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -35,10 +36,12 @@ pub fn check(world: World, depth: Option<usize>, threads: usize) -> Outcome {
 }
 
 /// Explores the world of `control` until the property it must break
-/// breaks (or the depth runs out).
-pub fn check_control(control: Control, depth: Option<usize>, threads: usize) -> Outcome {
+/// breaks (or the depth runs out). On one thread: several threads take
+/// states from a shared queue out of depth order, and could report a
+/// longer trace first.
+pub fn check_control(control: Control, depth: Option<usize>) -> Outcome {
     let stop = HasDiscoveries::AnyOf(BTreeSet::from([control.breaks()]));
-    run(control.world(), depth, threads, Some(stop))
+    run(control.world(), depth, 1, Some(stop))
 }
 
 fn run(

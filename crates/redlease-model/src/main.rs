@@ -93,7 +93,7 @@ fn main() -> ExitCode {
         failed |= !outcome.broken.is_empty() || !outcome.unexampled.is_empty();
     }
     for control in controls {
-        let outcome = check_control(control, depth, threads);
+        let outcome = check_control(control, depth);
         let broke = outcome.broken.iter().find(|(p, _)| *p == control.breaks());
         println!(
             "control {}: {} distinct states, depth {}, {:.1} s",

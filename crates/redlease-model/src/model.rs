@@ -105,6 +105,8 @@ impl LockModel {
     }
 
     fn env(&self, state: &State) -> Env {
+        // A waiter's Locker listens from its first refusal until it holds
+        // the lock: through its attempts in line and their cleanups.
         let listening = state
             .clients
             .iter()
@@ -117,6 +119,7 @@ impl LockModel {
                             ticket: Some(_),
                             ..
                         }
+                        | Phase::Releasing { then: Some(_), .. }
                 )
             })
             .fold(0, |m, (i, _)| m | 1 << i);

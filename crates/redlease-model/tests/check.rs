@@ -57,7 +57,7 @@ fn every_world_keeps_every_property() {
 #[test]
 fn each_negative_control_breaks_its_property() {
     for control in Control::ALL {
-        let outcome = check_control(control, Some(24), 2);
+        let outcome = check_control(control, Some(24));
         let broke = outcome.broken.iter().find(|(p, _)| *p == control.breaks());
         let Some((_, path)) = broke else {
             panic!("{} did not break \"{}\"", control.name(), control.breaks());
