@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::rules::{Bounds, ModelHold};
+use redlease::rules::{self, Bounds, ModelHold};
 
 use crate::server::{Reply, Request, Token};
 use crate::world::{at, Tick};
@@ -146,6 +146,17 @@ impl Client {
         }
     }
 
+    /// Whether it waits, and may try again at `now`: woken, or its
+    /// refusal's wait over, and a round trip after the last attempt.
+    pub fn retry_due(&self, now: Tick) -> bool {
+        match self.phase {
+            Phase::Waiting {
+                retry_at, after, ..
+            } => after <= now && (self.woken || retry_at <= now),
+            _ => false,
+        }
+    }
+
     /// Whether it holds a lease it may trust at `now`: one not reported
     /// lost and within its validity. (A lease reported lost is not
     /// trusted; the check below uses validity alone, which is stronger.)
@@ -180,17 +191,11 @@ impl Client {
 }
 
 /// Whether `votes` reached `quorum` yeses, cannot reach it any more, or
-/// neither yet (the decision rule of `Tally`).
+/// neither yet: the library's tally (`rules::decision`).
 pub fn tally(votes: &[Vote], quorum: usize) -> Option<bool> {
     let yes = votes.iter().filter(|v| matches!(v, Vote::Yes(_))).count();
     let pending = votes.iter().filter(|v| **v == Vote::Pending).count();
-    if yes >= quorum {
-        Some(true)
-    } else if yes + pending < quorum {
-        Some(false)
-    } else {
-        None
-    }
+    rules::decision(votes.len(), quorum, yes, pending)
 }
 
 /// The vote a reply to `request` is.

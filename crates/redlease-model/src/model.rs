@@ -142,15 +142,10 @@ impl LockModel {
         state.clients.iter().any(|c| {
             let overdue = c.links.iter().flatten().any(|m| !m.stray);
             overdue
+                || c.retry_due(state.now)
                 || match &c.phase {
-                    Phase::Waiting {
-                        retry_at, after, ..
-                    } => *after <= state.now && (c.woken || *retry_at <= state.now),
                     Phase::Holding(lease) => {
-                        (self.world.renew
-                            && lease.lost.is_none()
-                            && lease.renewing.is_none()
-                            && self.renewal_due(lease) <= state.now)
+                        self.renewal_due(lease, state.now)
                             || (self.world.fair && lease.lost.is_some())
                     }
                     Phase::Idle => self.world.fair && c.attempts < self.world.attempts,
@@ -159,12 +154,17 @@ impl LockModel {
         })
     }
 
-    fn renewal_due(&self, lease: &Lease) -> Tick {
+    /// Whether a kept-alive lease's next renewal is due at `now`: renewed
+    /// leases only, neither lost nor waiting for a renewal's answers.
+    fn renewal_due(&self, lease: &Lease, now: Tick) -> bool {
+        if !self.world.renew || lease.lost.is_some() || lease.renewing.is_some() {
+            return false;
+        }
         let due = self
             .world
             .timing
             .next_renewal(lease.valid_until, self.world.fraction);
-        tick_at_or_after(due).min(u64::from(Tick::MAX)) as Tick
+        tick_at_or_after(due) <= u64::from(now)
     }
 
     /// The renewer's evaluation of a kept-alive lease at `now` (see
@@ -577,18 +577,11 @@ impl Model for LockModel {
                 Phase::Idle if running && client.attempts < world.attempts => {
                     actions.push(Action::Begin(c8))
                 }
-                Phase::Waiting {
-                    retry_at, after, ..
-                } if running && *after <= state.now && (client.woken || *retry_at <= state.now) => {
+                Phase::Waiting { .. } if running && client.retry_due(state.now) => {
                     actions.push(Action::Begin(c8))
                 }
                 Phase::Holding(lease) => {
-                    if running
-                        && world.renew
-                        && lease.lost.is_none()
-                        && lease.renewing.is_none()
-                        && self.renewal_due(lease) <= state.now
-                    {
+                    if running && self.renewal_due(lease, state.now) {
                         actions.push(Action::Renew(c8));
                     }
                     actions.push(Action::Release(c8));

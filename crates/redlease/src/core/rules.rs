@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crate::core::expiry::ExpiryBounds;
 use crate::core::lease_state::LeaseState;
 use crate::core::mode::Hold;
+use crate::core::quorum::{Decision, Tally};
 use crate::core::renew_schedule::{next_due, Cadence};
 use crate::core::validity::{DriftModel, Timing as CoreTiming};
 use crate::core::vote_guard::{ServerFacts, VoteGuard};
@@ -115,6 +116,24 @@ impl Timing {
     /// renewed next, renewed every `fraction` of the TTL.
     pub fn next_renewal(&self, valid_until: Instant, fraction: f64) -> Instant {
         next_due(valid_until, &Cadence::new(&self.0, fraction))
+    }
+}
+
+/// Where `yes` yeses of `nodes`, with `pending` answers still to come,
+/// stand against `quorum` (`Tally::decision`): reached (`Some(true)`),
+/// out of reach (`Some(false)`), or not known yet (`None`).
+pub fn decision(nodes: usize, quorum: usize, yes: usize, pending: usize) -> Option<bool> {
+    let tally = Tally {
+        nodes,
+        quorum,
+        yes,
+        no: nodes.saturating_sub(yes + pending),
+        failed: 0,
+    };
+    match tally.decision() {
+        Decision::Reached => Some(true),
+        Decision::Impossible => Some(false),
+        Decision::Pending => None,
     }
 }
 
